@@ -1,0 +1,48 @@
+# Two commands a user needs: `make demo` and `make test`. Both build the virtual
+# environment first; nothing has to be installed by hand beyond Python 3.10+ and make.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch. On the project's machines `torch==2.13.0` resolves to a CPU wheel
+# on local disk; elsewhere pass TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu".
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test test-fast lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): ckptzip/pyproject.toml rlcheck/pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e "ckptzip[dev]" -e "rlcheck[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python demo.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check ckptzip rlcheck demo.py
+	$(BIN)/ruff format --check ckptzip rlcheck demo.py
+	cd ckptzip && ../$(BIN)/mypy src
+	cd rlcheck && ../$(BIN)/mypy src
+
+# Whole suite, slow tests included (that is what CI runs).
+test: lint
+	cd ckptzip && ../$(BIN)/python -m pytest -m "slow or not slow"
+	cd rlcheck && ../$(BIN)/python -m pytest -m "slow or not slow"
+
+# Quick loop while developing: no lint, no slow tests.
+test-fast: $(STAMP)
+	cd ckptzip && ../$(BIN)/python -m pytest -m "not slow" -q
+	cd rlcheck && ../$(BIN)/python -m pytest -m "not slow" -q
+
+bench: $(STAMP)
+	@set -e; for f in ckptzip/benchmarks/*.py rlcheck/benchmarks/*.py; do \
+	  case $$f in */_*) continue;; esac; \
+	  echo "== $$f"; $(BIN)/python $$f; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache */.pytest_cache */.mypy_cache .ruff_cache

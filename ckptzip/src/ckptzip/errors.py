@@ -1,0 +1,56 @@
+"""The one exception tree of ckptzip.
+
+Every error the package raises on purpose derives from :class:`CkptzipError`, and each
+specific subclass also inherits the builtin exception that fits, so callers can catch
+either. Messages name the offending value and say what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CkptzipError",
+    "ConfigError",
+    "CorruptCheckpointError",
+    "UnsupportedFormatError",
+    "UnsupportedValueError",
+    "CheckpointExistsError",
+    "CheckpointNotFoundError",
+    "MissingParentError",
+    "StorageError",
+]
+
+
+class CkptzipError(Exception):
+    """Root of every error ckptzip raises on purpose."""
+
+
+class ConfigError(CkptzipError, ValueError):
+    """A configuration value is out of range or inconsistent."""
+
+
+class CorruptCheckpointError(CkptzipError, ValueError):
+    """A checkpoint file is damaged, truncated, or not what it claims to be."""
+
+
+class UnsupportedFormatError(CorruptCheckpointError):
+    """The file is a ckptzip file of a format version this release cannot read."""
+
+
+class UnsupportedValueError(CkptzipError, TypeError):
+    """A value in the object to save cannot be stored (its path in the structure is named)."""
+
+
+class CheckpointExistsError(CkptzipError, FileExistsError):
+    """Saving would overwrite an existing checkpoint and overwrite was not asked for."""
+
+
+class CheckpointNotFoundError(CkptzipError, FileNotFoundError):
+    """The requested checkpoint (path or step) does not exist or is not finished."""
+
+
+class MissingParentError(CorruptCheckpointError):
+    """A delta checkpoint's parent is missing or differs from the one it was encoded against."""
+
+
+class StorageError(CkptzipError, OSError):
+    """Writing or reading the storage failed (disk full, permission, I/O error)."""

@@ -1,0 +1,130 @@
+"""The learning rule: MC running means, ε-greedy selection, bounded tables, persistence."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlcheck.errors import InvalidArgument, PolicyFileError
+from rlcheck.learner import Policy, QTable, reward_for
+
+
+def test_update_is_running_mean_of_returns() -> None:
+    t = QTable()
+    for r in (20.0, 0.0, -1.0, 20.0):
+        t.update("s", 2, r)
+    q, n = t.value("s", 2)
+    assert n == 4
+    assert q == pytest.approx((20.0 + 0.0 - 1.0 + 20.0) / 4)
+    assert t.value("s", 0) == (0.0, 0)
+    assert t.value("other", 0) == (0.0, 0)
+
+
+def test_unvisited_action_beats_negative_one() -> None:
+    t = QTable()
+    t.update("s", 0, -1.0)
+    rng = random.Random(0)
+    assert {t.best("s", 2, rng) for _ in range(50)} == {1}
+
+
+def test_ties_are_broken_at_random() -> None:
+    t = QTable()
+    t.update("s", 0, 5.0)
+    t.update("s", 1, 5.0)
+    rng = random.Random(0)
+    assert {t.best("s", 3, rng) for _ in range(200)} == {0, 1}
+
+
+def test_unseen_state_is_uniform() -> None:
+    rng = random.Random(0)
+    picks = [QTable().best("nowhere", 4, rng) for _ in range(4000)]
+    for a in range(4):
+        assert 850 < picks.count(a) < 1150
+
+
+def test_greedy_policy_follows_learned_values() -> None:
+    p = Policy(epsilon=0.0, seed=0)
+    p.learn([("pt", "s", 3)], 20.0)
+    assert all(p.choose("pt", "s", 5) == 3 for _ in range(20))
+
+
+def test_epsilon_explores() -> None:
+    p = Policy(epsilon=0.25, seed=0)
+    p.learn([("pt", "s", 0)], 20.0)
+    picks = [p.choose("pt", "s", 4) for _ in range(4000)]
+    # greedy 0.75 + 0.25/4 explored onto 0
+    assert picks.count(0) / 4000 == pytest.approx(0.8125, abs=0.03)
+
+
+def test_same_seed_same_choices() -> None:
+    def run(seed: int) -> list[int]:
+        p = Policy(seed=seed)
+        out = []
+        for i in range(200):
+            a = p.choose("pt", i % 3, 5)
+            p.learn([("pt", i % 3, a)], reward_for(valid=a % 2 == 0, new=i % 5 == 0))
+            out.append(a)
+        return out
+
+    assert run(7) == run(7)
+    assert run(7) != run(8)
+
+
+def test_tables_are_bounded() -> None:
+    t = QTable(max_states=10)
+    for s in range(1000):
+        t.update(s, 0, 1.0)
+    assert len(t) == 10
+    assert t.value(999, 0) == (1.0, 1)
+    assert t.value(0, 0) == (0.0, 0)
+
+
+def test_bad_arguments_rejected() -> None:
+    with pytest.raises(InvalidArgument, match="epsilon"):
+        Policy(epsilon=1.5)
+    with pytest.raises(InvalidArgument, match="n_actions"):
+        Policy().choose("p", (), 0)
+    with pytest.raises(InvalidArgument, match="max_states"):
+        QTable(max_states=0)
+
+
+keys = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.tuples(inner, inner) | st.tuples(inner),
+    max_leaves=6,
+)
+
+
+@given(st.lists(st.tuples(keys, keys, st.integers(0, 5), st.sampled_from([20.0, 0.0, -1.0]))))
+def test_policy_round_trips_through_json(visits: list[tuple[object, object, int, float]]) -> None:
+    p = Policy(seed=0)
+    for point, state, action, reward in visits:
+        p.learn([(point, state, action)], reward)  # type: ignore[list-item]
+    q = Policy(seed=0)
+    q.load_dict(json.loads(json.dumps(p.to_dict())))
+    assert q.to_dict() == p.to_dict()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        [],
+        {"format": "x"},
+        {"format": "rlcheck-policy", "version": 99, "tables": []},
+        {"format": "rlcheck-policy", "version": 1, "tables": [[1, [["s", [1.0, -3.0]]]]]},
+        {"format": "rlcheck-policy", "version": 1, "tables": [[1, [["s", [1.0]]]]]},
+        {"format": "rlcheck-policy", "version": 1, "tables": "garbage"},
+    ],
+)
+def test_corrupt_snapshot_rejected_and_policy_unchanged(data: object) -> None:
+    p = Policy(seed=0)
+    p.learn([("pt", "s", 1)], 20.0)
+    before = p.to_dict()
+    with pytest.raises(PolicyFileError):
+        p.load_dict(data)
+    assert p.to_dict() == before
