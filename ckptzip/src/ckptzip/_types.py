@@ -1,0 +1,60 @@
+"""Types shared by every stage of the pipeline (the bottom of the import graph).
+
+``QuantizedTensor`` is the quantizer's output and the codecs' input: everything needed to
+rebuild the lossy tensor, in a device-independent form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ckptzip.config import QuantConfig
+
+__all__ = ["QuantizedTensor"]
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedTensor:
+    """One floating-point tensor after quantization.
+
+    Attributes
+    ----------
+    shape:
+        The original shape.
+    dtype:
+        The original dtype (``torch.float32`` …); dequantization returns it.
+    config:
+        The :class:`QuantConfig` used.
+    levels:
+        The codebook, float64, sorted ascending, ``len(levels) <= config.bins``. When
+        ``config.prune > 0`` it contains an exact ``0.0`` level. With ``config.log_domain`` the
+        levels are of ``log|x|`` and the zero level (if any) stands for exact zero.
+    indices:
+        uint8, flat (C order), one index into ``levels`` per element. At protected positions
+        the index is the nearest level's (the position list is authoritative), so the index
+        stream stays smooth for the delta stage.
+    protected_positions:
+        int64, sorted flat positions stored exactly (the top ``protect`` fraction plus every
+        non-finite value: NaN and ±inf are always protected).
+    protected_values:
+        1-D CPU tensor of the original dtype: the exact values at ``protected_positions``.
+    rel_error:
+        Measured relative L2 error ``||x̂ − x|| / ||x||`` over finite entries (0 when
+        ``||x|| = 0``).
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    config: QuantConfig
+    levels: np.ndarray
+    indices: np.ndarray
+    protected_positions: np.ndarray
+    protected_values: torch.Tensor
+    rel_error: float
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))

@@ -1,0 +1,157 @@
+"""Frozen configuration dataclasses, validated eagerly, round-tripping through plain JSON.
+
+``QuantConfig`` is the per-tensor knob set the quantizer takes and the search chooses;
+``CompressionConfig`` is what :func:`ckptzip.save` takes for a whole checkpoint.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from ckptzip.errors import ConfigError
+
+__all__ = ["CompressionConfig", "QuantConfig"]
+
+PruneMetric = Literal["magnitude", "sensitivity"]
+_PRUNE_METRICS = ("magnitude", "sensitivity")
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """How one floating-point tensor is quantized.
+
+    Parameters
+    ----------
+    bins:
+        Number of quantization levels (2..256). When ``prune > 0`` one of them is the exact
+        zero level, so indices always fit ``ceil(log2(bins))`` bits.
+    prune:
+        Fraction of entries (lowest by ``prune_metric``) set to exactly zero, in [0, 1).
+    prune_metric:
+        ``"magnitude"`` (``|w|``) or ``"sensitivity"`` (``|g·w|``; falls back to magnitude
+        when no gradient scores are given).
+    protect:
+        Fraction of entries (top by magnitude and, with scores, by sensitivity) stored
+        exactly in the original dtype, in [0, 1).
+    log_domain:
+        Quantize ``log|x|`` instead of ``x`` (for positive tensors with a huge dynamic range,
+        such as Adam's ``exp_avg_sq``).
+
+    Examples
+    --------
+    >>> QuantConfig(bins=8, prune=0.2).to_json()["bins"]
+    8
+    >>> QuantConfig.from_json(QuantConfig().to_json()) == QuantConfig()
+    True
+    """
+
+    bins: int = 16
+    prune: float = 0.0
+    prune_metric: PruneMetric = "magnitude"
+    protect: float = 0.0005
+    log_domain: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bins, int) or not 2 <= self.bins <= 256:
+            raise ConfigError(f"bins={self.bins!r} must be an integer in [2, 256]")
+        if not 0.0 <= self.prune < 1.0:
+            raise ConfigError(f"prune={self.prune!r} must lie in [0, 1)")
+        if self.prune_metric not in _PRUNE_METRICS:
+            raise ConfigError(
+                f"prune_metric={self.prune_metric!r} must be one of {', '.join(_PRUNE_METRICS)}"
+            )
+        if not 0.0 <= self.protect < 1.0:
+            raise ConfigError(f"protect={self.protect!r} must lie in [0, 1)")
+        if self.prune + self.protect >= 1.0:
+            raise ConfigError(
+                f"prune={self.prune!r} + protect={self.protect!r} must stay below 1: "
+                "nothing would be left to quantize"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> QuantConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(f"a QuantConfig must be a JSON object, got {type(data).__name__}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ConfigError(f"bad QuantConfig {data!r}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    """How a whole checkpoint is compressed by :func:`ckptzip.save`.
+
+    Parameters
+    ----------
+    quant:
+        Default :class:`QuantConfig` for lossy floating-point tensors.
+    overrides:
+        ``(pattern, QuantConfig)`` pairs matched with :func:`fnmatch.fnmatchcase` against a
+        tensor's path in the structure (``"model/encoder.weight"``); first match wins.
+    exact:
+        Path patterns kept bit-exact (compressed losslessly only).
+    min_numel:
+        Floating-point tensors with fewer elements stay exact (their metadata would cost
+        more than quantizing saves).
+    zstd_level:
+        zstandard level of the lossless stage.
+    """
+
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    overrides: tuple[tuple[str, QuantConfig], ...] = ()
+    exact: tuple[str, ...] = ()
+    min_numel: int = 4096
+    zstd_level: int = 3
+
+    def __post_init__(self) -> None:
+        if self.min_numel < 0:
+            raise ConfigError(f"min_numel={self.min_numel!r} must be >= 0")
+        if not -7 <= self.zstd_level <= 22:
+            raise ConfigError(f"zstd_level={self.zstd_level!r} must lie in [-7, 22]")
+        for item in self.overrides:
+            if (
+                not isinstance(item, tuple)
+                or len(item) != 2
+                or not isinstance(item[0], str)
+                or not isinstance(item[1], QuantConfig)
+            ):
+                raise ConfigError(f"override {item!r} must be a (pattern, QuantConfig) pair")
+
+    def quant_for(self, path: str) -> QuantConfig | None:
+        """The QuantConfig for the tensor at ``path``, or ``None`` when it must stay exact."""
+        if any(fnmatch.fnmatchcase(path, pat) for pat in self.exact):
+            return None
+        for pat, cfg in self.overrides:
+            if fnmatch.fnmatchcase(path, pat):
+                return cfg
+        return self.quant
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "quant": self.quant.to_json(),
+            "overrides": [[p, c.to_json()] for p, c in self.overrides],
+            "exact": list(self.exact),
+            "min_numel": self.min_numel,
+            "zstd_level": self.zstd_level,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> CompressionConfig:
+        if not isinstance(data, dict):
+            raise ConfigError("a CompressionConfig must be a JSON object")
+        try:
+            return cls(
+                quant=QuantConfig.from_json(data["quant"]),
+                overrides=tuple((p, QuantConfig.from_json(c)) for p, c in data["overrides"]),
+                exact=tuple(data["exact"]),
+                min_numel=int(data["min_numel"]),
+                zstd_level=int(data["zstd_level"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"bad CompressionConfig: {exc}") from exc
