@@ -6,7 +6,7 @@ subclasses also inherit the builtin that fits. Messages name the offending value
 
 from __future__ import annotations
 
-__all__ = ["InvalidArgument", "PolicyFileError", "RLCheckError"]
+__all__ = ["InvalidArgument", "PolicyFileError", "RLCheckError", "RLCheckWarning"]
 
 
 class RLCheckError(Exception):
@@ -19,3 +19,7 @@ class InvalidArgument(RLCheckError, ValueError):
 
 class PolicyFileError(RLCheckError, ValueError):
     """A saved policy file is corrupt or incompatible (callers usually warn and ignore it)."""
+
+
+class RLCheckWarning(UserWarning):
+    """Something was ignored so the run could go on (e.g. an unreadable policy file)."""
