@@ -1,0 +1,27 @@
+"""Codecs: one module a codec, found by a stable string id (see :mod:`ckptzip.codecs.base`)."""
+
+from __future__ import annotations
+
+from ckptzip.codecs.base import (
+    Codec,
+    DecodeContext,
+    EncodeContext,
+    Encoded,
+    ParentView,
+    available_codecs,
+    get_codec,
+    register_codec,
+    register_lazy,
+)
+
+__all__ = [
+    "Codec",
+    "DecodeContext",
+    "EncodeContext",
+    "Encoded",
+    "ParentView",
+    "available_codecs",
+    "get_codec",
+    "register_codec",
+    "register_lazy",
+]

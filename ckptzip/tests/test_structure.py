@@ -1,0 +1,157 @@
+"""Tests of structure: flatten/unflatten round trips, refusals with paths, hostile skeletons."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckptzip.errors import CorruptCheckpointError, UnsupportedValueError
+from ckptzip.structure import DTYPES, MAX_DEPTH, dtype_from_name, dtype_name, flatten, unflatten
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+)
+tensors = st.builds(lambda n: torch.arange(n, dtype=torch.float32), st.integers(0, 4))
+keys = st.one_of(st.text(alphabet="abc.", min_size=1, max_size=4), st.integers(0, 5))
+nested = st.recursive(
+    st.one_of(scalars, tensors),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(keys, inner, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Structural equality that treats NaN as equal to NaN and checks container types."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and math.copysign(1, a) == math.copysign(1, b)
+        )
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+@given(nested)
+def test_round_trip_through_json(obj: Any) -> None:
+    skel, entries = flatten(obj)
+    text = json.dumps(skel, allow_nan=False)  # the skeleton is strict JSON
+    back = unflatten(json.loads(text), [t for _, t in entries])
+    assert same(obj, back)
+
+
+def test_paths_use_slashes_and_keep_order() -> None:
+    sd = OrderedDict([("fc.weight", torch.ones(2)), ("fc.bias", torch.zeros(2))])
+    obj = {"model": sd, "optimizer": {"state": {3: {"exp_avg": torch.ones(1)}}}, "epoch": 3}
+    _, entries = flatten(obj)
+    assert [p for p, _ in entries] == [
+        "model/fc.weight",
+        "model/fc.bias",
+        "optimizer/state/3/exp_avg",
+    ]
+
+
+def test_int_keys_tuples_and_nonfinite_are_preserved() -> None:
+    obj = {0: (1, 2.0), "x": [math.inf, -math.inf, -0.0]}
+    back = unflatten(*[flatten(obj)[0], []])
+    assert same(obj, back)
+    assert isinstance(back[0], tuple) and 0 in back
+
+
+@pytest.mark.parametrize(
+    ("obj", "fragment"),
+    [
+        ({"a": {"b": object()}}, "'a/b'"),
+        ({"a": [1, {2.5: 1}]}, "key 2.5"),
+        ({"a": b"bytes"}, "builtins.bytes"),
+        ({"s": torch.zeros(3).to_sparse()}, "layout"),
+        ({True: 1}, "key True"),
+    ],
+)
+def test_unsupported_values_name_their_path(obj: Any, fragment: str) -> None:
+    with pytest.raises(UnsupportedValueError, match=fragment.replace(".", r"\.")):
+        flatten(obj)
+
+
+def test_cycles_depth_and_duplicate_paths_are_refused() -> None:
+    cyc: list[Any] = []
+    cyc.append(cyc)
+    with pytest.raises(UnsupportedValueError, match="cycle"):
+        flatten(cyc)
+    deep: Any = 1
+    for _ in range(MAX_DEPTH + 2):
+        deep = [deep]
+    with pytest.raises(UnsupportedValueError, match="deeper"):
+        flatten(deep)
+    with pytest.raises(UnsupportedValueError, match="share the path"):
+        flatten({"a/b": torch.ones(1), "a": {"b": torch.ones(1)}})
+
+
+def test_shared_object_is_not_a_cycle() -> None:
+    shared = [1, 2]
+    back = unflatten(flatten({"a": shared, "b": shared})[0], [])
+    assert back == {"a": [1, 2], "b": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "skel",
+    [
+        [1, 2],
+        {"$": "list"},
+        {"$": "tensor", "i": 5},
+        {"$": "tensor", "i": True},
+        {"$": "dict", "k": ["a", "a"], "v": [1, 2]},
+        {"$": "dict", "k": [1.5], "v": [1]},
+        {"$": "dict", "k": ["a"], "v": []},
+        {"$": "float", "v": "huge"},
+        {"$": "pickle", "v": "gASV"},
+        {"$": "list", "v": [1], "extra": 0},
+        math.nan,
+    ],
+)
+def test_malformed_skeletons_raise_corrupt(skel: Any) -> None:
+    with pytest.raises(CorruptCheckpointError):
+        unflatten(skel, [torch.zeros(1)] if "tensor" in repr(skel) else [])
+
+
+def test_unreferenced_and_doubly_referenced_tensors() -> None:
+    with pytest.raises(CorruptCheckpointError, match="never referenced"):
+        unflatten({"$": "list", "v": []}, [torch.zeros(1)])
+    ref = {"$": "tensor", "i": 0}
+    with pytest.raises(CorruptCheckpointError, match="twice"):
+        unflatten({"$": "list", "v": [ref, ref]}, [torch.zeros(1)])
+
+
+def test_deep_skeleton_is_refused() -> None:
+    node: Any = 1
+    for _ in range(MAX_DEPTH + 2):
+        node = {"$": "list", "v": [node]}
+    with pytest.raises(CorruptCheckpointError, match="deeper"):
+        unflatten(node, [])
+
+
+def test_dtype_names_round_trip() -> None:
+    for name, dtype in DTYPES.items():
+        assert dtype_name(dtype) == name and dtype_from_name(name) is dtype
+    with pytest.raises(CorruptCheckpointError):
+        dtype_from_name("float128")
