@@ -1,0 +1,224 @@
+"""delta: the index transform, the entropy back ends, and bounded decoding."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckptzip.delta import (
+    DEFAULT_METHOD,
+    METHODS,
+    DeltaPayload,
+    apply_difference,
+    conditional_entropy_bits,
+    cyclic_difference,
+    decode_delta,
+    encode_delta,
+    measure_methods,
+    order0_entropy_bits,
+    rearrangement,
+)
+from ckptzip.errors import ConfigError, CorruptCheckpointError
+
+
+@st.composite
+def index_pairs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
+    """Two index arrays of one tensor, with a realistic mix: most entries keep their bin."""
+    bins = draw(st.integers(1, 256))
+    n = draw(st.integers(0, 3000))
+    seed = draw(st.integers(0, 2**32 - 1))
+    change = draw(st.sampled_from([0.0, 0.01, 0.2, 1.0]))
+    rng = np.random.default_rng(seed)
+    prev = rng.integers(0, bins, n).astype(np.uint8)
+    moved = rng.random(n) < change
+    step = rng.integers(-2, 3, n)
+    now = np.where(moved, np.clip(prev.astype(np.int64) + step, 0, bins - 1), prev)
+    return prev, now.astype(np.uint8), bins
+
+
+@settings(max_examples=60, deadline=None)
+@given(index_pairs(), st.sampled_from(sorted(METHODS)), st.booleans())
+def test_round_trip_every_method(
+    pair: tuple[np.ndarray, np.ndarray, int], method: str, rearrange: bool
+) -> None:
+    prev, now, bins = pair
+    payload = encode_delta(prev, now, bins, rearrange=rearrange, method=method)
+    assert payload.meta["method"] == method
+    out = decode_delta(payload.meta, payload.chunks, prev)
+    assert out.dtype == np.uint8
+    np.testing.assert_array_equal(out, now)
+
+
+@settings(max_examples=60, deadline=None)
+@given(index_pairs())
+def test_cyclic_difference_inverts_and_is_zero_where_unchanged(
+    pair: tuple[np.ndarray, np.ndarray, int],
+) -> None:
+    prev, now, bins = pair
+    d = cyclic_difference(prev, now, bins)
+    assert d.dtype == np.uint8 and (d < bins).all()
+    np.testing.assert_array_equal(d == 0, prev == now)
+    np.testing.assert_array_equal(apply_difference(prev, d, bins), now)
+
+
+def test_difference_uses_the_larger_bin_count() -> None:
+    # The parent had 4 bins, the new checkpoint 8: B = 8 and the index 7 is reachable.
+    prev = np.array([0, 3, 3], np.uint8)
+    now = np.array([7, 3, 0], np.uint8)
+    d = cyclic_difference(prev, now, 8)
+    assert d.tolist() == [1, 0, 3]
+    np.testing.assert_array_equal(apply_difference(prev, d, 8), now)
+
+
+@given(st.lists(st.integers(0, 255), max_size=500))
+def test_rearrangement_groups_by_previous_bin_stably(values: list[int]) -> None:
+    prev = np.array(values, np.uint8)
+    order = rearrangement(prev)
+    assert sorted(order.tolist()) == list(range(len(values)))
+    grouped = prev[order]
+    assert (np.diff(grouped.astype(int)) >= 0).all()
+    for b in np.unique(prev):
+        # within one group, positions stay in their original order
+        pos = order[grouped == b]
+        assert (np.diff(pos) > 0).all()
+
+
+def test_rearrangement_makes_zero_runs() -> None:
+    # Only the weights of bin 0 move: grouped, their changes form one block, zeros the rest.
+    rng = np.random.default_rng(1)
+    prev = rng.integers(0, 16, 50_000).astype(np.uint8)
+    now = np.where(prev == 0, 1, prev).astype(np.uint8)
+    plain = encode_delta(prev, now, 16, rearrange=False)
+    grouped = encode_delta(prev, now, 16, rearrange=True)
+    assert grouped.nbytes * 10 < plain.nbytes
+
+
+def test_order0_entropy() -> None:
+    assert order0_entropy_bits(np.array([], np.uint8)) == 0.0
+    assert order0_entropy_bits(np.array([5, 5, 5], np.uint8)) == 0.0
+    assert order0_entropy_bits(np.arange(256, dtype=np.uint8)) == pytest.approx(256 * 8)
+    s = np.array([0] * 6 + [1] * 2, np.uint8)
+    h = -(0.75 * math.log2(0.75) + 0.25 * math.log2(0.25))
+    assert order0_entropy_bits(s) == pytest.approx(8 * h)
+
+
+def test_conditional_entropy_never_exceeds_order0() -> None:
+    rng = np.random.default_rng(2)
+    ctx = rng.integers(0, 4, 10_000).astype(np.uint8)
+    sym = np.where(ctx < 2, 0, rng.integers(0, 3, 10_000)).astype(np.uint8)
+    assert conditional_entropy_bits(sym, ctx) < order0_entropy_bits(sym)
+    with pytest.raises(ConfigError, match="differ in length"):
+        conditional_entropy_bits(sym, ctx[:-1])
+
+
+def test_default_method_beats_order0_on_sparse_changes() -> None:
+    # The chosen back end must not waste much over the memoryless bound on a typical stream.
+    rng = np.random.default_rng(3)
+    prev = rng.integers(0, 16, 200_000).astype(np.uint8)
+    now = prev.copy()
+    moved = rng.random(prev.size) < 0.05
+    now[moved] = np.clip(prev[moved].astype(int) + rng.choice([-1, 1], moved.sum()), 0, 15)
+    payload = encode_delta(prev, now, 16)
+    bound = order0_entropy_bits(cyclic_difference(prev, now, 16)[rearrangement(prev)]) / 8
+    assert payload.meta["method"] == DEFAULT_METHOD
+    assert payload.nbytes < 1.25 * bound
+
+
+def test_measure_methods_reports_every_method() -> None:
+    sizes = measure_methods(np.zeros(4096, np.uint8))
+    assert set(sizes) == set(METHODS)
+    assert all(0 < b < 200 for b in sizes.values())
+    with pytest.raises(ConfigError, match="unknown"):
+        measure_methods(np.zeros(4, np.uint8), methods=["huffman"])
+
+
+@pytest.mark.parametrize(
+    ("prev", "now", "bins", "match"),
+    [
+        (np.zeros(3, np.uint8), np.zeros(3, np.uint8), 0, "bins=0"),
+        (np.zeros(3, np.uint8), np.zeros(3, np.uint8), 257, "bins=257"),
+        (np.zeros(3, np.int64), np.zeros(3, np.uint8), 4, "uint8"),
+        (np.zeros(3, np.uint8), np.zeros(4, np.uint8), 4, "same tensor size"),
+        (np.full(3, 5, np.uint8), np.zeros(3, np.uint8), 4, "larger bin count"),
+    ],
+)
+def test_bad_arguments_are_named(prev: np.ndarray, now: np.ndarray, bins: int, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        encode_delta(prev, now, bins)
+
+
+def test_unknown_method_is_named() -> None:
+    with pytest.raises(ConfigError, match="huffman"):
+        encode_delta(np.zeros(3, np.uint8), np.zeros(3, np.uint8), 4, method="huffman")
+
+
+def _payload() -> tuple[DeltaPayload, np.ndarray]:
+    rng = np.random.default_rng(4)
+    prev = rng.integers(0, 8, 5000).astype(np.uint8)
+    now = prev.copy()
+    now[::7] = (now[::7] + 1) % 8
+    return encode_delta(prev, now, 8), prev
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"method": "huffman"}, "unknown"),
+        ({"bins": 0}, "bins"),
+        ({"bins": 4}, "wrong parent"),
+        ({"n": 4999}, "wrong parent"),
+        ({"rle_bytes": 10**12}, "out of range"),
+        ({"nonzero": -1}, "out of range"),
+        ({"rle_bytes": 5}, "decompressed"),
+    ],
+)
+def test_damaged_metadata_is_corrupt(change: dict[str, object], match: str) -> None:
+    payload, prev = _payload()
+    meta = {**payload.meta, **change}
+    with pytest.raises(CorruptCheckpointError, match=match):
+        decode_delta(meta, payload.chunks, prev)
+
+
+def test_wrong_parent_length_is_named() -> None:
+    payload, prev = _payload()
+    with pytest.raises(CorruptCheckpointError, match="wrong parent"):
+        decode_delta(payload.meta, payload.chunks, prev[:-1])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(sorted(METHODS)), st.binary(max_size=200), st.integers(0, 10_000))
+def test_garbage_chunks_only_raise_corrupt(method: str, data: bytes, nonzero: int) -> None:
+    prev = np.zeros(1000, np.uint8)
+    meta = {
+        "method": method,
+        "bins": 4,
+        "n": 1000,
+        "rearrange": True,
+        "nonzero": nonzero,
+        "rle_bytes": nonzero + 8,
+    }
+    try:
+        out = decode_delta(meta, [data], prev)
+    except CorruptCheckpointError:
+        return
+    # Whatever decodes must still be a valid index array of the right size.
+    assert out.shape == (1000,) and (out < 4).all()
+
+
+def test_decompression_is_bounded_by_the_metadata() -> None:
+    # A payload that expands to far more than the metadata says is refused, not inflated.
+    prev = np.zeros(1000, np.uint8)
+    bomb = encode_delta(np.zeros(10**6, np.uint8), np.ones(10**6, np.uint8), 4, method="zstd")
+    meta = {**bomb.meta, "n": 1000}
+    with pytest.raises(CorruptCheckpointError, match="decompressed"):
+        decode_delta(meta, bomb.chunks, prev)
+
+
+def test_chunk_count_is_checked() -> None:
+    payload, prev = _payload()
+    with pytest.raises(CorruptCheckpointError, match="chunks"):
+        decode_delta(payload.meta, [*payload.chunks, b""], prev)
