@@ -1,0 +1,165 @@
+"""``pytest --rlcheck``: run every Hypothesis test of a suite on the rlcheck backend.
+
+Options (registered through rlcheck's ``pytest11`` entry point):
+
+``--rlcheck``
+    Each ``@given`` test runs with ``backend="rlcheck"`` (its other settings unchanged),
+    and the end of the session prints, per test: cases, valid cases and unique valid
+    cases (distinct inputs by their printed representation).
+``--rlcheck-compare``
+    Implies ``--rlcheck``; each test first runs once more on Hypothesis's own backend,
+    counted the same way, and the table shows both side by side. The extra run shares
+    the test's function-scoped fixtures.
+
+Counting uses Hypothesis's observability callbacks (with coverage collection off), so both
+backends are measured by one rule. This module imports nothing heavy at import time:
+pytest loads it in every session where rlcheck is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+__all__ = ["CaseCounts"]
+
+
+@dataclass
+class CaseCounts:
+    """Test cases one backend ran for one test: all, valid, and distinct valid inputs."""
+
+    __test__ = False  # keeps pytest from collecting it
+
+    cases: int = 0
+    valid: int = 0
+    _valid_inputs: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def unique_valid(self) -> int:
+        return len(self._valid_inputs)
+
+    def observe(self, observation: Any) -> None:
+        if getattr(observation, "type", None) != "test_case":
+            return
+        self.cases += 1
+        if observation.status != "gave_up":
+            self.valid += 1
+            self._valid_inputs.add(observation.representation)
+
+
+_RESULTS: dict[str, dict[str, CaseCounts]] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rlcheck", "rlcheck: RL guidance for Hypothesis tests")
+    group.addoption(
+        "--rlcheck",
+        action="store_true",
+        default=False,
+        help='run every Hypothesis test with backend="rlcheck" and report cases, valid '
+        "and unique valid inputs per test",
+    )
+    group.addoption(
+        "--rlcheck-compare",
+        action="store_true",
+        default=False,
+        help="with --rlcheck: also run each Hypothesis test on the default backend and report both",
+    )
+
+
+def _active(config: pytest.Config) -> bool:
+    return bool(config.getoption("rlcheck") or config.getoption("rlcheck_compare"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    if not _active(item.config) or not _is_hypothesis_test(item):
+        yield
+        return
+    from hypothesis import settings
+
+    target = _settings_holder(item)
+    original = target._hypothesis_internal_use_settings
+    results = _RESULTS.setdefault(item.nodeid, {})
+    try:
+        if item.config.getoption("rlcheck_compare"):
+            counts = results.setdefault("hypothesis", CaseCounts())
+            target._hypothesis_internal_use_settings = settings(original, backend="hypothesis")
+            with _counting(counts.observe):
+                try:
+                    item.runtest()
+                except Exception:
+                    # The comparison run only counts; the test's verdict is the rlcheck
+                    # run's, which follows (and replays any failure from the database).
+                    pass
+        counts = results.setdefault("rlcheck", CaseCounts())
+        target._hypothesis_internal_use_settings = settings(original, backend="rlcheck")
+        with _counting(counts.observe):
+            yield
+    finally:
+        target._hypothesis_internal_use_settings = original
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if not _active(config) or not _RESULTS:
+        return
+    compare = bool(config.getoption("rlcheck_compare"))
+    terminalreporter.section("rlcheck: Hypothesis backend")
+    terminalreporter.write_line(format_table(_RESULTS, compare=compare))
+
+
+def format_table(results: dict[str, dict[str, CaseCounts]], *, compare: bool) -> str:
+    """The end-of-session table: one row per test, rlcheck (and default) counts."""
+    header = ["test", "cases", "valid", "unique valid"]
+    if compare:
+        header += ["default: cases", "valid", "unique valid", "unique x"]
+    rows = [header]
+    for nodeid, by_backend in results.items():
+        rl = by_backend.get("rlcheck", CaseCounts())
+        row = [nodeid, str(rl.cases), str(rl.valid), str(rl.unique_valid)]
+        if compare:
+            base = by_backend.get("hypothesis", CaseCounts())
+            ratio = f"{rl.unique_valid / base.unique_valid:.1f}" if base.unique_valid else "-"
+            row += [str(base.cases), str(base.valid), str(base.unique_valid), ratio]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = []
+    for i, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells))
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _is_hypothesis_test(item: pytest.Item) -> bool:
+    obj = getattr(item, "obj", None)
+    if obj is None:
+        return False
+    from hypothesis import is_hypothesis_test
+
+    return bool(is_hypothesis_test(obj))
+
+
+def _settings_holder(item: pytest.Item) -> Any:
+    # Methods are bound: Hypothesis keeps the settings on the underlying function.
+    obj = item.obj  # type: ignore[attr-defined]
+    return getattr(obj, "__func__", obj)
+
+
+@contextmanager
+def _counting(callback: Callable[[Any], None]) -> Iterator[None]:
+    from hypothesis.internal import observability
+
+    collect = observability.OBSERVABILITY_COLLECT_COVERAGE
+    # Coverage tracing would slow both backends down and is not needed for counting.
+    observability.OBSERVABILITY_COLLECT_COVERAGE = False
+    try:
+        with observability.with_observability_callback(callback):
+            yield
+    finally:
+        observability.OBSERVABILITY_COLLECT_COVERAGE = collect
