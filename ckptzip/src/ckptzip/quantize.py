@@ -1,0 +1,611 @@
+"""Non-uniform quantization of one floating-point tensor: sketch, k-means, three-way split.
+
+The method (design notes, sections 1–3):
+
+1. **Sketch** the finite values in log buckets (:mod:`ckptzip.sketch`, relative accuracy 1 %).
+2. **Protect** the top ``protect`` fraction: by magnitude alone, or, when sensitivity scores
+   are given, half of it (rounded up) by magnitude and the rest by sensitivity among the
+   entries not already taken. The union is therefore exactly the asked fraction and holds both
+   the largest weights and the ones whose loss would move most; protected entries are stored
+   exactly. NaN and ±inf are always protected, on top of the fraction.
+3. **Prune** the bottom ``prune`` fraction, by magnitude or (with scores) by sensitivity,
+   among the entries not protected: they become exactly zero, and ``0.0`` is one of the levels.
+4. **Fit the levels** with weighted k-means (k-means++ init, fixed seed) on the bucket centres
+   of the entries left: bucket weight ``σ·count/Σcount + (1−σ)·|centre|/Σ|centre|`` with
+   ``σ = 0.2``, which pulls levels away from the dense region near zero. In ``log_domain``
+   the k-means runs on ``log|centre|`` with count weights (a relative error in Adam's
+   ``exp_avg_sq`` matters the same at every scale) and zeros stay exact. When the entries left
+   have no more distinct values than free levels, the levels are those values, exactly.
+5. **Assign** every entry its nearest level. The cut-offs between levels are placed in sketch
+   buckets; each bucket's level is read from a small lookup table by the bucket code computed
+   in step 1, and only the entries in the (at most ``bins − 1``) buckets that contain a
+   cut-off are compared one by one (``searchsorted``). This is exact nearest-level assignment,
+   because the bucket code is a monotone function of the value.
+
+Everything that touches all elements is a torch op on the tensor's own device; only the
+k-means over at most a few thousand bucket centres runs in NumPy. ``rel_error`` is measured
+from the dequantized tensor, never estimated.
+
+>>> import torch
+>>> from ckptzip.config import QuantConfig
+>>> x = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+>>> q = quantize(x, QuantConfig(bins=16, prune=0.0))
+>>> len(q.levels) <= 16 and q.rel_error < 0.15
+True
+>>> bool(torch.equal(dequantize(q)[q.protected_positions], x[q.protected_positions]))
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ckptzip._types import QuantizedTensor
+from ckptzip.config import QuantConfig
+from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedValueError
+from ckptzip.sketch import LogSketch, build_sketch, value_codes
+
+__all__ = ["SIGMA", "assign", "dequantize", "fit_levels", "quantize"]
+
+SIGMA = 0.2
+"""Weight of the (normalised) count against the (normalised) magnitude of a bucket in k-means."""
+
+KMEANS_SEED = 0
+"""Seed of the k-means++ initialisation: the same tensor always gets the same levels."""
+
+KMEANS_MAX_ITER = 100
+
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# -- public API ------------------------------------------------------------------------------
+
+
+def quantize(
+    x: torch.Tensor, config: QuantConfig, *, scores: torch.Tensor | None = None
+) -> QuantizedTensor:
+    """Quantize ``x`` to at most ``config.bins`` levels, protecting and pruning as configured.
+
+    Parameters
+    ----------
+    x:
+        A float16, bfloat16, float32 or float64 tensor of any shape, on any device.
+    config:
+        The :class:`~ckptzip.config.QuantConfig`.
+    scores:
+        Optional per-element sensitivity ``|g·w|`` (same shape as ``x``); used for the
+        sensitivity half of ``protect`` and, with ``prune_metric="sensitivity"``, for pruning.
+        Non-finite scores count as zero (a gradient blow-up must not break a checkpoint).
+
+    Returns
+    -------
+    QuantizedTensor
+        Levels, one ``uint8`` index per element, the protected entries, the measured
+        relative L2 error.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ckptzip.config import QuantConfig
+    >>> q = quantize(torch.tensor([0.0, 1.0, 2.0, 3.0]), QuantConfig(bins=4, protect=0.0))
+    >>> q.levels.tolist(), q.indices.tolist(), q.rel_error
+    ([0.0, 1.0, 2.0, 3.0], [0, 1, 2, 3], 0.0)
+    """
+    _check_inputs(x, config, scores)
+    shape = tuple(x.shape)
+    dtype = x.dtype
+    flat = x.detach().reshape(-1)
+    n = flat.numel()
+    if n == 0:
+        return QuantizedTensor(
+            shape=shape,
+            dtype=dtype,
+            config=config,
+            levels=np.zeros(0, dtype=np.float64),
+            indices=np.zeros(0, dtype=np.uint8),
+            protected_positions=np.zeros(0, dtype=np.int64),
+            protected_values=torch.zeros(0, dtype=dtype),
+            rel_error=0.0,
+        )
+    work = flat if flat.dtype in (torch.float32, torch.float64) else flat.to(torch.float32)
+    s = None
+    if scores is not None:
+        s = torch.nan_to_num(
+            scores.detach().reshape(-1).to(device=flat.device, dtype=torch.float32).abs(),
+            nan=0.0,
+            posinf=0.0,
+        )
+    finite = torch.isfinite(work)
+    if bool(finite.all()):
+        res = _quantize_finite(work, config, s, dtype)
+        indices = res.indices
+        protected = res.protected
+    else:
+        # Rare path: NaN/±inf are taken out, the finite entries quantized, and the result
+        # spread back. Non-finite entries get the index nearest to nan_to_num(x), as the
+        # QuantizedTensor contract asks, and are protected.
+        fpos = finite.nonzero().squeeze(1)
+        res = _quantize_finite(work[fpos], config, None if s is None else s[fpos], dtype)
+        bad = (~finite).nonzero().squeeze(1)
+        indices = torch.empty(n, dtype=torch.uint8, device=flat.device)
+        indices[fpos] = res.indices
+        special = torch.nan_to_num(work[bad], nan=0.0)
+        indices[bad] = res.assign_values(special)
+        protected = torch.cat([fpos[res.protected], bad]).sort().values
+    return QuantizedTensor(
+        shape=shape,
+        dtype=dtype,
+        config=config,
+        levels=res.levels,
+        indices=indices.cpu().numpy(),
+        protected_positions=protected.cpu().numpy().astype(np.int64, copy=False),
+        protected_values=flat[protected].cpu().clone(),
+        rel_error=res.rel_error,
+    )
+
+
+def dequantize(q: QuantizedTensor, *, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Rebuild the tensor (original shape and dtype) on ``device``.
+
+    Raises :class:`~ckptzip.errors.CorruptCheckpointError` when the parts do not fit together
+    (an index beyond the levels, a protected position out of range …).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ckptzip.config import QuantConfig
+    >>> x = torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=torch.bfloat16)
+    >>> y = dequantize(quantize(x, QuantConfig(bins=2)))
+    >>> y.dtype, tuple(y.shape), bool(torch.equal(x, y))
+    (torch.bfloat16, (2, 2), True)
+    """
+    _check_quantized(q)
+    n = q.numel
+    lv = _level_values(q.levels, q.config.log_domain, q.dtype, torch.device(device))
+    if n == 0:
+        return torch.zeros(q.shape, dtype=q.dtype, device=device)
+    idx = torch.from_numpy(np.ascontiguousarray(q.indices)).to(device).to(torch.int32)
+    out = lv.index_select(0, idx)
+    if q.protected_positions.size:
+        pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions)).to(device)
+        out.index_copy_(0, pos, q.protected_values.to(device=device, dtype=q.dtype))
+    return out.reshape(q.shape)
+
+
+def assign(x: torch.Tensor, levels: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """Index of the nearest of the sorted ``levels`` for every element of ``x`` (``uint8``).
+
+    Plain ``searchsorted`` on the midpoints between levels (a value exactly on a midpoint
+    goes to the lower level). :func:`quantize` computes the same result faster from its
+    sketch; this function is the reference and serves callers that bring their own levels.
+
+    Examples
+    --------
+    >>> import torch
+    >>> assign(torch.tensor([-1.0, 0.4, 0.6, 9.0]), [0.0, 1.0]).tolist()
+    [0, 0, 1, 1]
+    """
+    lv = torch.as_tensor(np.asarray(levels, dtype=np.float64))
+    if lv.ndim != 1 or lv.numel() == 0 or lv.numel() > 256:
+        raise ConfigError(f"levels must be a 1-D array of 1 to 256 values, got {tuple(lv.shape)}")
+    if bool((lv[1:] < lv[:-1]).any()):
+        raise ConfigError("levels must be sorted ascending")
+    work = x.detach().reshape(-1)
+    if work.dtype != torch.float64:
+        work = work.to(torch.float32)
+    mids = ((lv[1:] + lv[:-1]) / 2).to(device=work.device, dtype=work.dtype)
+    return torch.searchsorted(mids, work, out_int32=True).to(torch.uint8).reshape(x.shape)
+
+
+def fit_levels(
+    points: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    *,
+    seed: int = KMEANS_SEED,
+    max_iter: int = KMEANS_MAX_ITER,
+) -> np.ndarray:
+    """Weighted 1-D k-means (k-means++ init, then Lloyd): at most ``k`` sorted levels.
+
+    Meant for a few thousand points (bucket centres); the benchmark also runs it on raw
+    values as the plain-Lloyd baseline.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fit_levels(np.array([0.0, 0.1, 5.0, 5.1]), np.ones(4), 2).round(2).tolist()
+    [0.05, 5.05]
+    """
+    pts = np.asarray(points, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if pts.ndim != 1 or pts.shape != w.shape:
+        raise ConfigError(f"points {pts.shape} and weights {w.shape} must be equal 1-D shapes")
+    if k < 1:
+        raise ConfigError(f"k={k!r} must be >= 1")
+    keep = w > 0
+    pts, w = pts[keep], w[keep]
+    if pts.size == 0:
+        return np.zeros(0, dtype=np.float64)
+    uniq = np.unique(pts)
+    if uniq.size <= k:
+        return uniq
+    rng = np.random.default_rng(seed)
+    centres = np.empty(k, dtype=np.float64)
+    centres[0] = pts[rng.choice(pts.size, p=w / w.sum())]
+    d2 = (pts - centres[0]) ** 2
+    chosen = 1
+    for j in range(1, k):  # k-means++ draws: k iterations, each vectorised over the points
+        p = w * d2
+        total = p.sum()
+        if total <= 0.0:
+            break
+        centres[j] = pts[rng.choice(pts.size, p=p / total)]
+        d2 = np.minimum(d2, (pts - centres[j]) ** 2)
+        chosen = j + 1
+    c = np.sort(centres[:chosen])
+    for _ in range(max_iter):
+        mids = (c[1:] + c[:-1]) / 2
+        lab = np.searchsorted(mids, pts)
+        wsum = np.bincount(lab, weights=w, minlength=c.size)
+        psum = np.bincount(lab, weights=w * pts, minlength=c.size)
+        new = np.where(wsum > 0, psum / np.where(wsum > 0, wsum, 1.0), c)
+        new.sort()
+        if np.allclose(new, c, rtol=1e-9, atol=0.0):
+            c = new
+            break
+        c = new
+    return np.unique(c)
+
+
+# -- the core --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Result:
+    levels: np.ndarray
+    indices: torch.Tensor  # uint8, on device
+    protected: torch.Tensor  # int64 positions, sorted, on device
+    rel_error: float
+    thresholds: torch.Tensor  # value-space cut-offs between consecutive non-zero levels
+    ordinal_to_index: torch.Tensor  # int64: ordinal among non-zero levels -> index in levels
+    zero_index: int  # index of the level standing for exact zero in log domain, or -1
+
+    def assign_values(self, v: torch.Tensor) -> torch.Tensor:
+        """Nearest-level indices of arbitrary values (used for the non-finite entries)."""
+        if self.levels.size == 0:
+            return torch.zeros(v.shape, dtype=torch.uint8, device=v.device)
+        v = v.to(self.thresholds.dtype)
+        ords = torch.searchsorted(self.thresholds, v)
+        out = self.ordinal_to_index.index_select(0, ords)
+        if self.zero_index >= 0:
+            out = torch.where(v == 0, self.zero_index, out)
+        return out.to(torch.uint8)
+
+
+class _Ranking:
+    """A ranking of the elements by a non-negative score, through the score's sketch codes.
+
+    ``rank`` is the magnitude offset of each element's bucket (monotone in the score);
+    ``counts`` counts elements per rank. Excluded elements never get selected.
+    """
+
+    def __init__(self, rank: torch.Tensor, counts: np.ndarray, score: torch.Tensor) -> None:
+        self.rank = rank
+        self.counts = counts.copy()
+        self.score = score
+        self.excluded: torch.Tensor | None = None
+
+    def exclude(self, positions: torch.Tensor) -> None:
+        if positions.numel() == 0:
+            return
+        if self.excluded is not None:
+            # Already-excluded positions carry a marker rank; take only the new ones.
+            positions = positions[~torch.isin(positions, self.excluded)]
+            self.excluded = torch.cat([self.excluded, positions])
+        else:
+            self.excluded = positions
+        np.subtract.at(self.counts, self.rank[positions].cpu().numpy(), 1)
+
+    def select(self, k: int, *, largest: bool) -> torch.Tensor:
+        """Boolean mask of exactly ``k`` non-excluded elements with the largest/smallest score."""
+        n = self.rank.numel()
+        mask = torch.zeros(n, dtype=torch.bool, device=self.rank.device)
+        if k <= 0:
+            return mask
+        if self.excluded is not None:
+            marker = -1 if largest else len(self.counts)
+            self.rank.index_fill_(0, self.excluded, marker)
+        counts = self.counts[::-1] if largest else self.counts
+        csum = np.cumsum(counts)
+        j = int(np.searchsorted(csum, k, side="left"))
+        before = int(csum[j] - counts[j])
+        cut = len(self.counts) - 1 - j if largest else j
+        mask = self.rank > cut if largest else self.rank < cut
+        need = k - before
+        if need > 0:
+            cand = (self.rank == cut).nonzero().squeeze(1)
+            pick = torch.topk(self.score[cand], need, largest=largest, sorted=False).indices
+            mask[cand[pick]] = True
+        return mask
+
+
+def _count(fraction: float, n: int) -> int:
+    return math.floor(fraction * n + 0.5)
+
+
+def _quantize_finite(
+    v: torch.Tensor, cfg: QuantConfig, s: torch.Tensor | None, dtype: torch.dtype
+) -> _Result:
+    """Quantize finite values ``v`` (flat, float32/float64). Positions are into ``v``."""
+    n = v.numel()
+    device = v.device
+    if cfg.log_domain:
+        low = float(v.min())
+        if low < 0:
+            raise UnsupportedValueError(
+                f"log_domain=True needs non-negative values, got a minimum of {low!r}; "
+                "use log_domain=False for signed tensors"
+            )
+    sk, codes = build_sketch(v)
+    cap = sk.cap
+
+    # -- protect and prune (exact counts; ranks from the sketch, ties inside one bucket by value)
+    k_protect = _count(cfg.protect, n)
+    k_prune = min(_count(cfg.prune, n), n - k_protect)
+    by_sensitivity = s is not None
+    prune_by_sensitivity = by_sensitivity and cfg.prune_metric == "sensitivity"
+    mag_rank: _Ranking | None = None
+    sens_rank: _Ranking | None = None
+    if k_protect or (k_prune and not prune_by_sensitivity):
+        mag_rank = _Ranking((codes - cap).abs_(), sk.magnitude_counts(), v.abs())
+    if s is not None and ((k_protect and k_protect > (k_protect + 1) // 2) or prune_by_sensitivity):
+        ssk, scodes = build_sketch(s)
+        sens_rank = _Ranking(scodes.sub_(cap), ssk.magnitude_counts(), s)
+
+    protected = torch.zeros(0, dtype=torch.int64, device=device)
+    if k_protect:
+        assert mag_rank is not None
+        k_mag = (k_protect + 1) // 2 if by_sensitivity else k_protect
+        protected = mag_rank.select(k_mag, largest=True).nonzero().squeeze(1)
+        if by_sensitivity and k_protect > k_mag:
+            assert sens_rank is not None
+            sens_rank.exclude(protected)
+            more = sens_rank.select(k_protect - k_mag, largest=True).nonzero().squeeze(1)
+            protected = torch.cat([protected, more]).sort().values
+
+    pruned: torch.Tensor | None = None
+    if k_prune:
+        ranking = sens_rank if prune_by_sensitivity else mag_rank
+        assert ranking is not None
+        ranking.exclude(protected)
+        pruned = ranking.select(k_prune, largest=False)
+
+    # -- histogram of the entries left, then the levels
+    counts = sk.counts.copy()
+    if protected.numel():
+        counts -= torch.bincount(codes[protected], minlength=counts.size).cpu().numpy()
+    if pruned is not None:
+        counts -= torch.bincount(codes[pruned], minlength=counts.size).cpu().numpy()
+    zero_needed = cfg.prune > 0 or (cfg.log_domain and counts[cap] > 0)
+    free = cfg.bins - (1 if zero_needed else 0)
+    if cfg.log_domain:
+        counts[cap] = 0  # zeros are exact in log domain, not part of the fit
+    nonzero_levels, nonzero_values, exact = _levels_for(v, sk, codes, counts, free, cfg.log_domain)
+
+    # -- assemble the level table: non-zero levels sorted, plus the zero level if needed
+    if cfg.log_domain:
+        nz = nonzero_levels.copy()
+        # A log-level of exactly 0.0 (x = 1) would read as "exact zero": nudge it (exp is 1).
+        nz[nz == 0.0] = np.nextafter(0.0, 1.0)
+        levels = np.unique(np.concatenate([nz, [0.0]])) if zero_needed else nz
+        thresholds_np = _cutoffs(nonzero_values, exact=exact, log_domain=True)
+    else:
+        levels = nonzero_levels
+        if zero_needed:
+            levels = np.unique(np.concatenate([levels, [0.0]]))
+        thresholds_np = _cutoffs(levels, exact=exact, log_domain=False)
+    if levels.size == 0:  # everything pruned, protected or zero: a lone zero level
+        levels = np.zeros(1, dtype=np.float64)
+    if cfg.log_domain:
+        ordinal_to_index = np.searchsorted(levels, nz) if nz.size else np.zeros(1, np.int64)
+        zero_index = int(np.searchsorted(levels, 0.0)) if zero_needed else -1
+    else:
+        ordinal_to_index = np.arange(levels.size)
+        zero_index = -1
+    thresholds = torch.as_tensor(thresholds_np).to(device=device, dtype=v.dtype)
+    o2i = torch.as_tensor(ordinal_to_index, dtype=torch.int64).to(device)
+
+    # -- nearest-level assignment through the bucket codes
+    indices, xhat = _assign_by_codes(
+        v, sk, codes, thresholds, o2i, zero_index, levels, cfg.log_domain, dtype
+    )
+    if pruned is not None:
+        z = int(np.searchsorted(levels, 0.0)) if zero_index < 0 else zero_index
+        indices.masked_fill_(pruned, z)
+        xhat.masked_fill_(pruned, 0.0)
+    if protected.numel():
+        xhat.index_copy_(0, protected, v[protected].to(xhat.dtype))
+    diff = xhat.to(v.dtype).sub_(v)
+    err = float(torch.linalg.vector_norm(diff))
+    norm = float(torch.linalg.vector_norm(v))
+    rel = err / norm if norm > 0 else 0.0
+    return _Result(levels, indices, protected, rel, thresholds, o2i, zero_index)
+
+
+def _levels_for(
+    v: torch.Tensor,
+    sk: LogSketch,
+    codes: torch.Tensor,
+    counts: np.ndarray,
+    free: int,
+    log_domain: bool,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Fit the levels of the entries counted in ``counts`` (the zero level excluded).
+
+    Returns the levels (``log`` values in log domain), what they stand for in value space,
+    and whether they are the exact distinct values.
+    """
+    occupied = np.flatnonzero(counts)
+    if occupied.size == 0 or free <= 0:
+        empty = np.zeros(0, dtype=np.float64)
+        return empty, empty, False
+    if occupied.size <= free:
+        exact = _exact_values(v, codes, occupied, counts.size)
+        if exact is not None:
+            return (np.log(exact) if log_domain else exact), exact, True
+    centres = sk.centres()[occupied]
+    cnt = counts[occupied].astype(np.float64)
+    if log_domain:
+        pts = np.log(centres)
+        w = cnt / cnt.sum()
+    else:
+        pts = centres
+        mag = np.abs(centres)
+        w = SIGMA * cnt / cnt.sum()
+        if mag.sum() > 0:
+            w = w + (1.0 - SIGMA) * mag / mag.sum()
+    lv = fit_levels(pts, w, free)
+    # Bucket centres sit up to α beyond the data: keep levels inside the data's range so a
+    # float16 level can never round to inf.
+    lo, hi = float(v.min()), float(v.max())
+    if log_domain:
+        lv = np.unique(np.minimum(lv, math.log(hi)))
+        return lv, np.exp(lv), False
+    lv = np.unique(np.clip(lv, lo, hi))
+    return lv, lv, False
+
+
+def _cutoffs(values: np.ndarray, *, exact: bool, log_domain: bool) -> np.ndarray:
+    """Value-space cut-offs: an element goes to level ``#{cut-offs < element}``."""
+    if values.size < 2:
+        return np.zeros(0, dtype=np.float64)
+    if exact:
+        # Every element equals one of the values: cutting at the lower one is exact and
+        # avoids a midpoint that rounds onto a neighbour in the working dtype.
+        return values[:-1].copy()
+    if log_domain:
+        return np.sqrt(values[1:] * values[:-1])  # midpoint in log space
+    return (values[1:] + values[:-1]) / 2
+
+
+def _exact_values(
+    v: torch.Tensor, codes: torch.Tensor, occupied: np.ndarray, n_codes: int
+) -> np.ndarray | None:
+    """The distinct values, when every occupied bucket holds a single distinct value."""
+    idx = codes.long()
+    lo = torch.full((n_codes,), math.inf, dtype=v.dtype, device=v.device)
+    hi = torch.full((n_codes,), -math.inf, dtype=v.dtype, device=v.device)
+    lo.scatter_reduce_(0, idx, v, "amin")
+    hi.scatter_reduce_(0, idx, v, "amax")
+    occ = torch.as_tensor(occupied, device=v.device)
+    if not bool((lo[occ] == hi[occ]).all()):
+        return None
+    return np.unique(lo[occ].double().cpu().numpy())
+
+
+def _assign_by_codes(
+    v: torch.Tensor,
+    sk: LogSketch,
+    codes: torch.Tensor,
+    thresholds: torch.Tensor,
+    o2i: torch.Tensor,
+    zero_index: int,
+    levels: np.ndarray,
+    log_domain: bool,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices (uint8) and dequantized values (``dtype``) by a lookup on the bucket codes."""
+    device = v.device
+    n_codes = sk.counts.size
+    cap = sk.cap
+    # ordinal of each bucket = number of cut-offs in lower buckets; buckets holding a
+    # cut-off are "straddling" and resolved element by element.
+    tcodes = value_codes(sk, thresholds) if thresholds.numel() else thresholds.to(torch.int32)
+    tc = np.sort(tcodes.cpu().numpy().astype(np.int64))
+    all_codes = np.arange(n_codes)
+    ordinal = np.searchsorted(tc, all_codes, side="left")
+    straddle = np.zeros(n_codes, dtype=bool)
+    straddle[tc] = True
+    o2i_np = o2i.cpu().numpy()
+    index_lut = o2i_np[np.minimum(ordinal, o2i_np.size - 1)]
+    if log_domain and zero_index >= 0:
+        index_lut[cap] = zero_index
+        straddle[cap] = False
+    values = _level_values(levels, log_domain, dtype, device)
+    value_lut = values.cpu()[torch.as_tensor(index_lut)].to(device)
+    sentinel = levels.size  # not a valid index: marks straddling buckets
+    index_lut = np.where(straddle, sentinel, index_lut)
+    lut_dtype = torch.uint8 if sentinel < 256 else torch.int16
+    idx_lut = torch.as_tensor(index_lut).to(device=device, dtype=lut_dtype)
+    indices = idx_lut.index_select(0, codes)
+    xhat = value_lut.index_select(0, codes)
+    if straddle.any():
+        fix = (indices == sentinel).nonzero().squeeze(1)
+        if fix.numel():
+            sub = v[fix]
+            ords = torch.searchsorted(thresholds, sub)
+            fixed = o2i.index_select(0, ords)
+            if log_domain and zero_index >= 0:
+                fixed = torch.where(sub == 0, zero_index, fixed)
+            indices[fix] = fixed.to(lut_dtype)
+            xhat[fix] = values.index_select(0, fixed)
+    return indices.to(torch.uint8), xhat
+
+
+def _level_values(
+    levels: np.ndarray, log_domain: bool, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """What each level dequantizes to, in ``dtype`` (one function for quantize and dequantize)."""
+    lv = np.asarray(levels, dtype=np.float64)
+    if log_domain:
+        lv = np.where(lv == 0.0, 0.0, np.exp(lv))
+    return torch.as_tensor(lv).to(dtype=dtype).to(device)
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def _check_inputs(x: torch.Tensor, config: QuantConfig, scores: torch.Tensor | None) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise UnsupportedValueError(f"quantize needs a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise UnsupportedValueError(
+            f"quantize needs a float16/bfloat16/float32/float64 tensor, got dtype={x.dtype}; "
+            "store other tensors exactly (codec 'exact')"
+        )
+    if not isinstance(config, QuantConfig):
+        raise ConfigError(f"config must be a QuantConfig, got {type(config).__name__}")
+    if scores is not None:
+        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != tuple(x.shape):
+            got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores)
+            raise ConfigError(
+                f"scores must be a tensor of the tensor's shape {tuple(x.shape)}, got {got}"
+            )
+        if not scores.is_floating_point():
+            raise ConfigError(f"scores must be floating point, got dtype={scores.dtype}")
+
+
+def _check_quantized(q: QuantizedTensor) -> None:
+    n = q.numel
+    if q.indices.dtype != np.uint8 or q.indices.size != n:
+        raise CorruptCheckpointError(
+            f"indices must be {n} uint8 values, got {q.indices.size} of {q.indices.dtype}"
+        )
+    if n and q.levels.size == 0:
+        raise CorruptCheckpointError("a non-empty quantized tensor has no levels")
+    if n and int(q.indices.max()) >= q.levels.size:
+        raise CorruptCheckpointError(
+            f"index {int(q.indices.max())} is beyond the {q.levels.size} levels"
+        )
+    pos = q.protected_positions
+    if pos.size:
+        if pos.ndim != 1 or int(pos.min()) < 0 or int(pos.max()) >= n:
+            raise CorruptCheckpointError(f"protected positions fall outside [0, {n})")
+        if q.protected_values.numel() != pos.size:
+            raise CorruptCheckpointError(
+                f"{pos.size} protected positions but {q.protected_values.numel()} values"
+            )

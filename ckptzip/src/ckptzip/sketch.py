@@ -1,0 +1,228 @@
+"""Log-bucket sketch of a tensor's values (DDSketch-like), built with torch ops on its device.
+
+A value ``x ≠ 0`` falls in the bucket with magnitude key ``k = ceil(log_γ |x|)``, where
+``γ = (1 + α) / (1 − α)``; the bucket covers ``(γ^(k−1), γ^k]`` and its centre
+``2 γ^k / (γ + 1)`` is within relative error ``α`` of every value in it. Exact zeros have a
+bucket of their own. At most ``max_buckets`` keys are kept per sign: when the values span a
+wider range, the lowest keys (the values closest to zero, relative to the largest) collapse
+into the lowest kept one, as DDSketch does, so memory stays bounded whatever the data.
+
+Every bucket has a *code*, an integer that orders buckets by value: with ``m`` the bucket's
+offset above the collapsed key (``m = k − key_min + 1``, so ``m ≥ 1``), a value's code is
+``cap + sign(x)·m`` and zero's is ``cap`` (``cap = max_buckets``). Codes are a monotone
+function of the value, so a rank question ("the ``k`` smallest") is answered from the counts
+and only the one bucket that straddles the cut needs looking at value by value.
+
+>>> import torch
+>>> sk = LogSketch.from_tensor(torch.linspace(1.0, 100.0, 1001))
+>>> abs(sk.quantile(0.5) - 50.5) / 50.5 <= sk.alpha
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ckptzip.errors import ConfigError, UnsupportedValueError
+
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_MAX_BUCKETS", "LogSketch", "build_sketch", "value_codes"]
+
+DEFAULT_ALPHA = 0.01
+"""Relative accuracy of the sketch (bucket centres are within 1 % of their values)."""
+
+DEFAULT_MAX_BUCKETS = 2048
+"""Magnitude keys kept per sign; ``2048`` keys of ``γ ≈ 1.0202`` span a ratio of ``~6e17``."""
+
+
+@dataclass(frozen=True, eq=False)
+class LogSketch:
+    """Counts of a tensor's values in log-spaced buckets.
+
+    Attributes
+    ----------
+    alpha:
+        Relative accuracy ``α``.
+    key_min:
+        The lowest magnitude key kept; smaller keys were collapsed into it.
+    counts:
+        ``int64`` array of length ``2 * max_buckets + 1`` indexed by bucket code (ascending
+        value order: negative buckets, the zero bucket at ``max_buckets``, positive buckets).
+    """
+
+    alpha: float
+    key_min: int
+    counts: np.ndarray
+
+    @property
+    def gamma(self) -> float:
+        return (1.0 + self.alpha) / (1.0 - self.alpha)
+
+    @property
+    def cap(self) -> int:
+        """The code of the zero bucket (also the number of magnitude keys per sign)."""
+        return (len(self.counts) - 1) // 2
+
+    @property
+    def count(self) -> int:
+        """Number of values sketched."""
+        return int(self.counts.sum())
+
+    @classmethod
+    def from_tensor(
+        cls,
+        x: torch.Tensor,
+        *,
+        alpha: float = DEFAULT_ALPHA,
+        max_buckets: int = DEFAULT_MAX_BUCKETS,
+    ) -> LogSketch:
+        """Sketch the values of ``x`` (any shape, floating point, finite).
+
+        Examples
+        --------
+        >>> import torch
+        >>> LogSketch.from_tensor(torch.tensor([0.0, 1.0, -1.0, 2.0])).count
+        4
+        """
+        return build_sketch(x, alpha=alpha, max_buckets=max_buckets)[0]
+
+    def centres(self) -> np.ndarray:
+        """Signed representative value of every bucket (float64, indexed by code).
+
+        Examples
+        --------
+        >>> import torch
+        >>> sk = LogSketch.from_tensor(torch.tensor([3.0]))
+        >>> abs(float(sk.centres()[sk.counts.argmax()]) - 3.0) <= 3.0 * sk.alpha
+        True
+        """
+        cap = self.cap
+        gamma = self.gamma
+        m = np.arange(1, cap + 1, dtype=np.float64)
+        # 2 γ^k / (γ + 1) computed in log space: γ^k alone overflows float64 for large keys.
+        logs = (self.key_min + m - 1) * math.log(gamma) + math.log(2.0 / (gamma + 1.0))
+        mag = np.exp(np.minimum(logs, 709.0))
+        out = np.zeros(2 * cap + 1, dtype=np.float64)
+        out[cap + 1 :] = mag
+        out[:cap] = -mag[::-1]
+        return out
+
+    def quantile(self, q: float) -> float:
+        """Approximate ``q``-quantile (lower rank ``floor(q·(n−1))``), within ``α`` relative.
+
+        The guarantee holds for values whose bucket was not collapsed.
+
+        Examples
+        --------
+        >>> import torch
+        >>> sk = LogSketch.from_tensor(torch.arange(1.0, 11.0))
+        >>> [round(sk.quantile(q), 1) for q in (0.0, 0.5, 1.0)]
+        [1.0, 5.0, 10.1]
+        """
+        if not 0.0 <= q <= 1.0:
+            raise ConfigError(f"q={q!r} must lie in [0, 1]")
+        n = self.count
+        if n == 0:
+            raise UnsupportedValueError("the sketch is empty: no quantile to read")
+        rank = math.floor(q * (n - 1))
+        code = int(np.searchsorted(np.cumsum(self.counts), rank, side="right"))
+        return float(self.centres()[code])
+
+    def magnitude_counts(self) -> np.ndarray:
+        """Counts by magnitude offset ``m = |code − cap|`` (``m = 0`` is the zero bucket)."""
+        cap = self.cap
+        out = self.counts[cap:].copy()
+        out[1:] += self.counts[:cap][::-1]
+        return out
+
+
+def build_sketch(
+    x: torch.Tensor,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    max_buckets: int = DEFAULT_MAX_BUCKETS,
+) -> tuple[LogSketch, torch.Tensor]:
+    """Sketch ``x`` and return, with it, every value's bucket code (``int32``, flat, on device).
+
+    ``x`` must be floating point and finite (the quantizer takes non-finite values out
+    first). ``float64`` input is bucketed in float64, everything else in float32.
+
+    Examples
+    --------
+    >>> import torch
+    >>> sk, codes = build_sketch(torch.tensor([-2.0, 0.0, 2.0]))
+    >>> (codes - sk.cap).tolist()[1], bool(codes[0] < codes[1] < codes[2])
+    (0, True)
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"alpha={alpha!r} must lie in (0, 1)")
+    if not isinstance(max_buckets, int) or not 1 <= max_buckets <= 1 << 20:
+        raise ConfigError(f"max_buckets={max_buckets!r} must be an integer in [1, 2**20]")
+    if not x.is_floating_point():
+        raise UnsupportedValueError(f"can only sketch floating-point tensors, got {x.dtype}")
+    work = x.detach().reshape(-1)
+    if work.dtype != torch.float64:
+        work = work.to(torch.float32)
+    cap = max_buckets
+    counts_len = 2 * cap + 1
+    n = work.numel()
+    if n == 0:
+        return LogSketch(alpha, 0, np.zeros(counts_len, dtype=np.int64)), torch.zeros(
+            0, dtype=torch.int32, device=work.device
+        )
+    inv_log_gamma = 1.0 / math.log((1.0 + alpha) / (1.0 - alpha))
+    mag = work.abs()
+    top = mag.max()
+    if not bool(torch.isfinite(top)):
+        raise UnsupportedValueError("cannot sketch NaN or ±inf: take non-finite values out first")
+    if float(top) == 0.0:
+        counts = np.zeros(counts_len, dtype=np.int64)
+        counts[cap] = n
+        return LogSketch(alpha, 0, counts), torch.full(
+            (n,), cap, dtype=torch.int32, device=work.device
+        )
+    # The largest key comes from the same torch expression the elements go through, so the
+    # top value's bucket is consistent with the per-element codes.
+    key_max = int(torch.ceil(torch.log(top) * inv_log_gamma))
+    key_min = key_max - cap + 1
+    codes_f = mag.log_().mul_(inv_log_gamma).ceil_()
+    is_zero = codes_f == -math.inf
+    # m >= 1 for every non-zero value; the upper clamp guards against the scalar log above
+    # and the vectorised one here disagreeing by an ulp at a bucket edge.
+    codes_f.clamp_(min=key_min, max=key_max).sub_(key_min - 1)
+    codes_f.masked_fill_(is_zero, 0.0)
+    codes_f.copysign_(work).add_(cap)
+    codes = codes_f.to(torch.int32)
+    counts_t = torch.bincount(codes, minlength=counts_len)
+    counts = counts_t.cpu().numpy().astype(np.int64, copy=False)
+    return LogSketch(alpha, key_min, counts), codes
+
+
+def value_codes(sketch: LogSketch, values: torch.Tensor) -> torch.Tensor:
+    """Bucket codes of ``values`` under ``sketch``'s key range, by the same torch expression.
+
+    Used to place thresholds (level midpoints) in buckets consistently with the elements:
+    because the code is a monotone function of the value, an element whose code is below a
+    threshold's code is strictly below the threshold.
+
+    Examples
+    --------
+    >>> import torch
+    >>> sk, codes = build_sketch(torch.tensor([1.0, 5.0]))
+    >>> bool((value_codes(sk, torch.tensor([1.0, 5.0])) == codes).all())
+    True
+    """
+    work = values.detach().reshape(-1)
+    if work.dtype != torch.float64:
+        work = work.to(torch.float32)
+    cap = sketch.cap
+    inv_log_gamma = 1.0 / math.log(sketch.gamma)
+    codes_f = work.abs().log_().mul_(inv_log_gamma).ceil_()
+    is_zero = codes_f == -math.inf
+    codes_f.clamp_(min=sketch.key_min, max=sketch.key_min + cap - 1).sub_(sketch.key_min - 1)
+    codes_f.masked_fill_(is_zero, 0.0)
+    codes_f.copysign_(work).add_(cap)
+    return codes_f.to(torch.int32)
