@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ckptzip.api import Report, TensorReport, load, read_quantized, save
+from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
@@ -17,6 +19,13 @@ from ckptzip.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompressionConfig",
+    "QuantConfig",
+    "Report",
+    "TensorReport",
+    "load",
+    "read_quantized",
+    "save",
     "CheckpointExistsError",
     "CheckpointNotFoundError",
     "CkptzipError",

@@ -27,7 +27,11 @@ Rules every codec follows:
   (missing meta keys, wrong chunk count, sizes that disagree with the shape) and never returns
   a tensor of the wrong shape or dtype.
 * ``meta`` holds only JSON types (dict with str keys, list, str, int, finite float, bool,
-  None); no pickle, no bytes.
+  None); no pickle, no bytes. The keys in :data:`RESERVED_META_KEYS` belong to the
+  pipeline: a codec never writes them, and on decode the pipeline adds them to ``meta``
+  already validated (``shape``: list of int, ``dtype``: a name in
+  :data:`ckptzip.structure.DTYPES`, ``config``: a QuantConfig JSON object or ``None``,
+  ``rel_error``: float), so a codec can size its output from the manifest.
 * Codecs are stateless; one instance serves every tensor.
 
 Writing a codec::
@@ -62,6 +66,7 @@ __all__ = [
     "EncodeContext",
     "Encoded",
     "ParentView",
+    "RESERVED_META_KEYS",
     "available_codecs",
     "get_codec",
     "meta_get",
@@ -79,7 +84,8 @@ class ParentView(Protocol):
     exactly or does not have it.
     """
 
-    content_hash: str
+    @property
+    def content_hash(self) -> str: ...
 
     def quantized(self, path: str) -> QuantizedTensor | None: ...
 
@@ -162,6 +168,8 @@ class Codec(ABC):
     ) -> torch.Tensor | QuantizedTensor:
         """Rebuild the tensor (or its :class:`QuantizedTensor`) from ``meta`` and ``chunks``."""
 
+
+RESERVED_META_KEYS = ("shape", "dtype", "config", "rel_error")
 
 _REGISTRY: dict[str, Codec] = {}
 # Codecs that live in modules which may not be imported yet: importing the module registers

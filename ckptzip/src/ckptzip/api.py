@@ -1,0 +1,544 @@
+"""The public entry points: :func:`save`, :func:`load`, :func:`read_quantized` and :class:`Report`.
+
+``save`` runs the pipeline forwards (structure → per-tensor codec → container → storage);
+``load`` runs it backwards. No pickle is involved in either direction: a file holds JSON and
+raw numeric bytes only, so loading an untrusted file can fail but never executes code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import torch
+
+import ckptzip
+from ckptzip import storage
+from ckptzip._types import QuantizedTensor
+from ckptzip.codecs.base import (
+    RESERVED_META_KEYS,
+    DecodeContext,
+    EncodeContext,
+    Encoded,
+    ParentView,
+    get_codec,
+)
+from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.container import Manifest, Reader, TensorEntry, chunk_refs, write
+from ckptzip.errors import (
+    CkptzipError,
+    ConfigError,
+    CorruptCheckpointError,
+    MissingParentError,
+    UnsupportedFormatError,
+)
+from ckptzip.structure import dtype_name, flatten, unflatten
+
+__all__ = [
+    "Report",
+    "TensorReport",
+    "exact_reason",
+    "load",
+    "read_manifest",
+    "read_quantized",
+    "save",
+]
+
+Progress = Callable[[int, int], None]
+# Parent chains are bounded by the manager's keyframes; this only stops a hostile loop.
+_MAX_CHAIN = 1000
+
+
+@dataclass(frozen=True)
+class TensorReport:
+    """What :func:`save` did with one tensor.
+
+    Attributes
+    ----------
+    path, shape, dtype:
+        Where the tensor sits in the structure and what it was (dtype by name).
+    codec:
+        Codec id (``"exact"``, ``"quant"``, ``"delta"`` ...).
+    config:
+        The :class:`QuantConfig` of a lossy tensor, ``None`` when stored exactly.
+    bytes:
+        Bytes of its chunks in the file.
+    nbytes:
+        Bytes of the tensor in memory (``numel × itemsize``).
+    rel_error:
+        Measured relative L2 error (0 for exact tensors, ``None`` if not measurable).
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    codec: str
+    config: QuantConfig | None
+    bytes: int
+    nbytes: int
+    rel_error: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "codec": self.codec,
+            "config": None if self.config is None else self.config.to_json(),
+            "bytes": self.bytes,
+            "nbytes": self.nbytes,
+            "rel_error": self.rel_error,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    """The outcome of one :func:`save`.
+
+    Attributes
+    ----------
+    path:
+        The file written.
+    bytes_in:
+        Size in bytes of what ``torch.save(obj)`` would have written (measured by serialising
+        into a byte-counting sink, no file written).
+    bytes_out:
+        Size of the ``.ckz`` file.
+    ratio:
+        ``bytes_in / bytes_out``.
+    seconds:
+        Wall time of flattening, encoding and writing (the ``bytes_in`` measurement excluded).
+    entries:
+        One :class:`TensorReport` per tensor, in structure order.
+    """
+
+    path: str
+    bytes_in: int
+    bytes_out: int
+    ratio: float
+    seconds: float
+    entries: tuple[TensorReport, ...]
+
+    @property
+    def tensor_nbytes(self) -> int:
+        """Sum of the tensors' in-memory sizes (the input without torch.save's overhead)."""
+        return sum(e.nbytes for e in self.entries)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (``json.dumps(report.to_json())`` works)."""
+        return {
+            "path": self.path,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "ratio": self.ratio,
+            "seconds": self.seconds,
+            "entries": [e.to_json() for e in self.entries],
+        }
+
+
+class _CountingSink:
+    """A write-only file object that counts bytes, so torch.save's size costs no disk."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def write(self, data: bytes) -> int:
+        n = len(memoryview(data).cast("B"))
+        self.n += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+
+def _torch_save_size(obj: Any) -> int:
+    sink = _CountingSink()
+    torch.save(obj, sink)  # type: ignore[arg-type]
+    return sink.n
+
+
+def exact_reason(path: str, x: torch.Tensor, config: CompressionConfig) -> str | None:
+    """Why the tensor at ``path`` is stored exactly, or ``None`` when it may be quantized.
+
+    Examples
+    --------
+    >>> exact_reason("optimizer/state/0/step", torch.tensor(5.0), CompressionConfig())
+    '0-d tensor'
+    >>> exact_reason("model/w", torch.zeros(10_000), CompressionConfig()) is None
+    True
+    """
+    parts = path.split("/")
+    if not x.is_floating_point() or x.dtype.itemsize == 1:
+        return f"dtype {dtype_name(x.dtype)}"  # integers, bool, complex, float8
+    if x.dim() == 0:
+        return "0-d tensor"
+    if len(parts) >= 3 and parts[-1] == "step" and parts[-3] == "state":
+        return "optimizer step counter"
+    if x.numel() < max(config.min_numel, 1):
+        return f"fewer than min_numel={config.min_numel} elements"
+    if config.quant_for(path) is None:
+        return "matched config.exact"
+    return None
+
+
+@dataclass(frozen=True)
+class _FileParent:
+    """A :class:`ParentView` over a decoded parent file."""
+
+    content_hash: str
+    table: Mapping[str, QuantizedTensor | torch.Tensor]
+
+    def quantized(self, path: str) -> QuantizedTensor | None:
+        q = self.table.get(path)
+        return q if isinstance(q, QuantizedTensor) else None
+
+
+def _parent_of(child: str, parent: str | os.PathLike[str]) -> tuple[_FileParent, dict[str, str]]:
+    parent = os.fspath(parent)
+    if not os.path.isfile(parent):
+        raise MissingParentError(f"parent checkpoint {parent!r} does not exist")
+    child_dir = os.path.dirname(os.path.abspath(child))
+    if not os.path.samefile(os.path.dirname(os.path.abspath(parent)), child_dir):
+        raise ConfigError(
+            f"parent {parent!r} must be in the same directory as {child!r}: a delta names its "
+            "parent by file name only"
+        )
+    digest = storage.sha256_file(parent)
+    view = _FileParent(digest, _read_quantized(parent, depth=1))
+    return view, {"hash": digest, "name": os.path.basename(parent)}
+
+
+def _resolve_parent(path: str, ref: Mapping[str, str], depth: int) -> _FileParent:
+    if depth > _MAX_CHAIN:
+        raise CorruptCheckpointError(f"{path!r}: delta chain longer than {_MAX_CHAIN}")
+    parent_path = os.path.join(os.path.dirname(os.path.abspath(path)), ref["name"])
+    if not os.path.isfile(parent_path):
+        raise MissingParentError(
+            f"{path!r} is a delta against {ref['name']!r}, which is missing from "
+            f"{os.path.dirname(parent_path)!r}; restore that file to read this one"
+        )
+    digest = storage.sha256_file(parent_path)
+    if digest != ref["hash"]:
+        raise MissingParentError(
+            f"{path!r} is a delta against {ref['name']!r} with sha256 {ref['hash'][:12]}..., "
+            f"but that file now has sha256 {digest[:12]}...: it was altered or replaced"
+        )
+    return _FileParent(digest, _read_quantized(parent_path, depth=depth + 1))
+
+
+def _json_safe(meta: Any, where: str) -> None:
+    try:
+        json.dumps(meta, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"codec metadata for {where!r} is not strict JSON: {exc}") from exc
+
+
+def save(
+    obj: Any,
+    path: str | os.PathLike[str],
+    *,
+    config: CompressionConfig | None = None,
+    scores: Mapping[str, torch.Tensor] | None = None,
+    parent: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    metadata: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Compress a checkpoint object into one ``.ckz`` file, atomically.
+
+    Parameters
+    ----------
+    obj:
+        What you would pass to ``torch.save``: nested dicts/lists/tuples of tensors, Python
+        scalars, strings and None.
+    path:
+        The file to write (its directory must exist).
+    config:
+        How to compress (default :class:`CompressionConfig`). Floating-point tensors with at
+        least ``config.min_numel`` elements are quantized; integer/bool tensors, 0-d tensors,
+        optimizer step counters and paths in ``config.exact`` stay bit-exact.
+    scores:
+        Sensitivity scores ``|g·w|`` by tensor path (same shape as the tensor).
+    parent:
+        A previous ``.ckz`` file in the same directory to delta-encode against.
+    overwrite:
+        Replace an existing file at ``path``.
+    metadata:
+        Free-form string key/value pairs stored in the manifest.
+    progress:
+        Called as ``progress(done, total)`` in input bytes after each tensor.
+
+    Returns
+    -------
+    Report
+        Sizes, ratio, time and per-tensor choices.
+
+    Raises
+    ------
+    UnsupportedValueError
+        ``obj`` holds something that cannot be stored (its path is named).
+    CheckpointExistsError
+        ``path`` exists and ``overwrite`` is false.
+    StorageError
+        The write failed (disk full, I/O); nothing was left behind.
+
+    Examples
+    --------
+    >>> import tempfile, torch, ckptzip
+    >>> p = os.path.join(tempfile.mkdtemp(), "ckpt.ckz")
+    >>> r = ckptzip.save({"w": torch.arange(10.0), "epoch": 3}, p)
+    >>> ckptzip.load(p)["epoch"], r.entries[0].codec
+    (3, 'exact')
+    """
+    path = os.fspath(path)
+    config = CompressionConfig() if config is None else config
+    if not isinstance(config, CompressionConfig):
+        raise ConfigError(f"config={config!r} must be a CompressionConfig")
+    meta_out = dict(metadata or {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta_out.items()):
+        raise ConfigError(f"metadata={meta_out!r} must map strings to strings")
+    storage.check_target(path, overwrite=overwrite)
+    t0 = time.perf_counter()
+    skeleton, leaves = flatten(obj)
+    parent_view: ParentView | None = None
+    parent_ref: dict[str, str] | None = None
+    if parent is not None:
+        parent_view, parent_ref = _parent_of(path, parent)
+    lossy_codec = "quant"
+    if parent_view is not None:
+        try:
+            get_codec("delta")
+            lossy_codec = "delta"
+        except UnsupportedFormatError:
+            pass
+
+    total = sum(x.numel() * x.element_size() for _, x in leaves)
+    done = 0
+    entries: list[TensorEntry] = []
+    chunks: list[bytes] = []
+    for p, x in leaves:
+        quant = None if exact_reason(p, x, config) is not None else config.quant_for(p)
+        codec = get_codec("exact" if quant is None else lossy_codec)
+        score = None if scores is None or quant is None else scores.get(p)
+        enc: Encoded = codec.encode(
+            x, EncodeContext(path=p, config=config, quant=quant, scores=score, parent=parent_view)
+        )
+        clash = set(enc.meta) & set(RESERVED_META_KEYS)
+        if clash:
+            raise TypeError(f"codec {codec.id!r} wrote reserved meta keys {sorted(clash)}")
+        _json_safe(enc.meta, p)
+        q = enc.quantized
+        rel: float | None = 0.0 if q is None else float(q.rel_error)
+        if rel is not None and not math.isfinite(rel):
+            rel = None
+        entries.append(
+            TensorEntry(
+                path=p,
+                shape=tuple(x.shape),
+                dtype=dtype_name(x.dtype),
+                codec=codec.id,
+                meta=enc.meta,
+                config=None if q is None else q.config.to_json(),
+                rel_error=rel,
+                chunks=(len(chunks), len(enc.chunks)),
+            )
+        )
+        chunks.extend(enc.chunks)
+        done += x.numel() * x.element_size()
+        if progress is not None:
+            progress(done, total)
+
+    manifest = Manifest(
+        skeleton=skeleton,
+        tensors=tuple(entries),
+        chunks=chunk_refs(chunks),
+        parent=parent_ref,
+        metadata=meta_out,
+        created_by=f"ckptzip {ckptzip.__version__}",
+    )
+
+    def _write(f: BinaryIO) -> None:
+        write(f, manifest, chunks)
+
+    bytes_out = storage.atomic_write(path, _write, overwrite=overwrite)
+    seconds = time.perf_counter() - t0
+    bytes_in = _torch_save_size(obj)
+    reports = tuple(
+        TensorReport(
+            path=e.path,
+            shape=e.shape,
+            dtype=e.dtype,
+            codec=e.codec,
+            config=e.quant_config(),
+            bytes=sum(manifest.chunks[e.chunks[0] + j].length for j in range(e.chunks[1])),
+            nbytes=e.nbytes,
+            rel_error=e.rel_error,
+        )
+        for e in entries
+    )
+    return Report(
+        path=path,
+        bytes_in=bytes_in,
+        bytes_out=bytes_out,
+        ratio=bytes_in / bytes_out if bytes_out else math.inf,
+        seconds=seconds,
+        entries=reports,
+    )
+
+
+def _check_decoded(entry: TensorEntry, out: Any) -> None:
+    """A codec's output must match the manifest's shape and dtype exactly."""
+    if isinstance(out, (QuantizedTensor, torch.Tensor)):
+        shape, dtype = tuple(out.shape), out.dtype
+    else:
+        raise CorruptCheckpointError(f"{entry.path!r}: codec returned {type(out).__name__}")
+    if shape != entry.shape or dtype_name(dtype) != entry.dtype:
+        raise CorruptCheckpointError(
+            f"{entry.path!r}: decoded {dtype_name(dtype)}{list(shape)} but the manifest "
+            f"records {entry.dtype}{list(entry.shape)}"
+        )
+
+
+def _decode_entry(reader: Reader, entry: TensorEntry, parent: ParentView | None) -> Any:
+    codec = get_codec(entry.codec)
+    chunks = reader.tensor_chunks(entry)
+    try:
+        out = codec.decode(entry.decode_meta(), chunks, DecodeContext(entry.path, parent))
+    except CkptzipError:
+        raise
+    except MemoryError:
+        raise
+    except Exception as exc:  # a codec tripping on hostile bytes is still a corrupt file
+        raise CorruptCheckpointError(
+            f"{reader.name}: tensor {entry.path!r} ({entry.codec}) cannot be decoded: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    _check_decoded(entry, out)
+    return out
+
+
+def _open(path: str | os.PathLike[str]) -> tuple[BinaryIO, Reader]:
+    f = storage.open_read(path)
+    try:
+        return f, Reader(f, name=repr(os.fspath(path)))
+    except BaseException:
+        f.close()
+        raise
+
+
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """The validated manifest of a file (reads no chunk).
+
+    Examples
+    --------
+    >>> import tempfile, torch, ckptzip
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.ckz")
+    >>> _ = ckptzip.save({"w": torch.ones(3)}, p, metadata={"step": "7"})
+    >>> read_manifest(p).metadata
+    {'step': '7'}
+    """
+    f, reader = _open(path)
+    with f:
+        return reader.manifest
+
+
+def _decode_file(
+    path: str | os.PathLike[str], *, depth: int = 0, progress: Progress | None = None
+) -> tuple[Manifest, dict[str, QuantizedTensor | torch.Tensor]]:
+    f, reader = _open(path)
+    with f:
+        m = reader.manifest
+        parent = None if m.parent is None else _resolve_parent(os.fspath(path), m.parent, depth)
+        out: dict[str, QuantizedTensor | torch.Tensor] = {}
+        total, done = sum(e.nbytes for e in m.tensors), 0
+        for entry in m.tensors:
+            out[entry.path] = _decode_entry(reader, entry, parent)
+            done += entry.nbytes
+            if progress is not None:
+                progress(done, total)
+        return m, out
+
+
+def _read_quantized(
+    path: str | os.PathLike[str], *, depth: int = 0
+) -> dict[str, QuantizedTensor | torch.Tensor]:
+    return _decode_file(path, depth=depth)[1]
+
+
+def read_quantized(path: str | os.PathLike[str]) -> dict[str, QuantizedTensor | torch.Tensor]:
+    """Every tensor of a file by path: a :class:`QuantizedTensor` if lossy, else the tensor.
+
+    Examples
+    --------
+    >>> import tempfile, torch, ckptzip
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.ckz")
+    >>> _ = ckptzip.save({"step": torch.tensor(4)}, p)
+    >>> read_quantized(p)
+    {'step': tensor(4)}
+    """
+    return _read_quantized(path)
+
+
+def _device(map_location: str | torch.device | None) -> torch.device:
+    try:
+        device = torch.device("cpu" if map_location is None else map_location)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"map_location={map_location!r} is not a device: {exc}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"map_location={map_location!r} but CUDA is not available here")
+    return device
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    map_location: str | torch.device | None = "cpu",
+    progress: Progress | None = None,
+) -> Any:
+    """Read a ``.ckz`` file back into the structure that was saved.
+
+    Lossy tensors come back dequantized in their original dtype and shape; everything else
+    is bit-exact. Dicts come back as plain ``dict`` (``OrderedDict`` state dicts load fine
+    with ``load_state_dict``).
+
+    Parameters
+    ----------
+    path:
+        The file.
+    map_location:
+        Device for every tensor: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a ``torch.device``.
+    progress:
+        Called as ``progress(done, total)`` in output bytes after each tensor.
+
+    Raises
+    ------
+    CorruptCheckpointError
+        The file is damaged or not a ckptzip file (:class:`UnsupportedFormatError` for a
+        newer format, :class:`MissingParentError` for a delta whose parent is gone).
+    CheckpointNotFoundError
+        No such file.
+
+    Examples
+    --------
+    >>> import tempfile, torch, ckptzip
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.ckz")
+    >>> _ = ckptzip.save({"w": torch.ones(2), "lr": 0.1}, p)
+    >>> ckptzip.load(p)
+    {'w': tensor([1., 1.]), 'lr': 0.1}
+    """
+    device = _device(map_location)
+    manifest, decoded = _decode_file(path, progress=progress)
+    leaves: list[Any] = []
+    for x in decoded.values():
+        if isinstance(x, QuantizedTensor):
+            from ckptzip.quantize import dequantize  # only files with lossy tensors need it
+
+            leaves.append(dequantize(x, device=device))
+        else:
+            leaves.append(x.to(device))
+    return unflatten(manifest.skeleton, leaves)

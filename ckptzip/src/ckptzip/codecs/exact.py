@@ -1,0 +1,109 @@
+"""Codec ``"exact"``: the tensor's raw bytes (little-endian, its own dtype) through zstd.
+
+Bit-exact for every dtype in :data:`ckptzip.structure.DTYPES`, including bf16 and NaN
+payloads, because the bytes are copied, never converted. Meta: ``{"stage": <entropy record>}``,
+one chunk.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ckptzip import entropy
+from ckptzip.codecs.base import (
+    Codec,
+    DecodeContext,
+    EncodeContext,
+    Encoded,
+    meta_get,
+    register_codec,
+)
+from ckptzip.errors import CorruptCheckpointError
+from ckptzip.structure import dtype_from_name
+
+__all__ = ["ExactCodec", "tensor_from_bytes", "tensor_to_bytes"]
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def tensor_to_bytes(x: torch.Tensor) -> bytes:
+    """The elements of ``x`` in C order as little-endian bytes of its own dtype.
+
+    Examples
+    --------
+    >>> tensor_to_bytes(torch.tensor([1, 2], dtype=torch.int16))
+    b'\\x01\\x00\\x02\\x00'
+    """
+    flat = x.detach().to("cpu").contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return b""
+    raw = flat.view(torch.uint8).numpy()  # a view of every dtype's bytes, bf16 included
+    if sys.byteorder == "big" and flat.element_size() > 1:
+        raw = raw.reshape(-1, flat.element_size())[:, ::-1]
+    return raw.tobytes()
+
+
+def tensor_from_bytes(data: bytes, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+    """Invert :func:`tensor_to_bytes`; the length must match ``shape`` and ``dtype`` exactly.
+
+    Examples
+    --------
+    >>> tensor_from_bytes(b"\\x01\\x00\\x02\\x00", torch.int16, (2,)).tolist()
+    [1, 2]
+    """
+    size = _itemsize(dtype)
+    numel = math.prod(shape)
+    if len(data) != numel * size:
+        raise CorruptCheckpointError(
+            f"{len(data)} bytes cannot hold a {dtype} tensor of shape {list(shape)} "
+            f"({numel * size} bytes expected)"
+        )
+    if numel == 0:
+        return torch.empty(tuple(shape), dtype=dtype)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if sys.byteorder == "big" and size > 1:
+        raw = raw.reshape(-1, size)[:, ::-1]
+    # copy: frombuffer over immutable bytes is read-only, and the result must own its memory
+    return torch.from_numpy(raw.copy()).view(dtype).reshape(tuple(shape))
+
+
+@register_codec
+class ExactCodec(Codec):
+    """Lossless storage of any tensor: raw bytes, zstd when it helps.
+
+    Examples
+    --------
+    >>> from ckptzip.config import CompressionConfig
+    >>> x = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    >>> enc = ExactCodec().encode(x, EncodeContext("x", CompressionConfig()))
+    >>> meta = dict(enc.meta, shape=[2, 3], dtype="int32", config=None, rel_error=0.0)
+    >>> torch.equal(ExactCodec().decode(meta, enc.chunks, DecodeContext("x")), x)
+    True
+    """
+
+    id = "exact"
+    lossy = False
+
+    def encode(self, x: torch.Tensor, ctx: EncodeContext) -> Encoded:
+        payload, info = entropy.encode(tensor_to_bytes(x), ctx.config.zstd_level)
+        return Encoded(meta={"stage": info}, chunks=[payload])
+
+    def decode(
+        self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
+    ) -> torch.Tensor:
+        if len(chunks) != 1:
+            raise CorruptCheckpointError(
+                f"exact tensor {ctx.path!r} has {len(chunks)} chunks, expected 1"
+            )
+        dtype = dtype_from_name(meta_get(meta, "dtype", str))
+        shape = meta_get(meta, "shape", list)
+        data = entropy.decode(chunks[0], meta_get(meta, "stage", dict))
+        return tensor_from_bytes(data, dtype, shape)

@@ -1,0 +1,459 @@
+"""The ``.ckz`` file: a fixed header, a JSON manifest with its digest, checksummed chunks.
+
+Layout (all integers little-endian; the full spec is ``FORMAT.md``)::
+
+    offset 0   8 bytes   magic b"CKPTZIP\\0"
+           8   u16       format version (1)
+          10   u16       flags, 0 in version 1
+          12   u64       manifest length M (at most MAX_MANIFEST_BYTES)
+          20   M bytes   manifest, UTF-8 JSON
+        20+M   32 bytes  sha256 of the manifest bytes
+        52+M   ...       chunks back to back; the manifest gives each one's offset (relative
+                         to 52+M), length and sha256, and they cover the rest exactly
+
+Reading validates before it allocates: magic, then version, then the manifest length against
+the cap and the file size, the manifest digest, the JSON schema (types, ranges, shape
+arithmetic, chunk tiling), and only then reads chunks, each checked against its sha256.
+Checksums are sha256 because it is in :mod:`hashlib` everywhere, hardware-accelerated on
+current CPUs (faster than blake2b here), and the same hash names a delta's parent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from ckptzip.config import QuantConfig
+from ckptzip.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    UnsupportedFormatError,
+)
+from ckptzip.structure import DTYPES, dtype_from_name, unflatten
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER",
+    "MAGIC",
+    "MAX_MANIFEST_BYTES",
+    "ChunkRef",
+    "Manifest",
+    "Reader",
+    "TensorEntry",
+    "manifest_bytes",
+    "write",
+]
+
+MAGIC = b"CKPTZIP\0"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<8sHHQ")
+DIGEST_SIZE = 32
+MAX_MANIFEST_BYTES = 64 << 20
+# Bounds that no real checkpoint reaches and that keep arithmetic on hostile shapes harmless.
+MAX_NDIM = 64
+MAX_NUMEL = 1 << 48
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_ITEMSIZE = {name: dt.itemsize for name, dt in DTYPES.items()}
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _bad(msg: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(f"invalid manifest: {msg}")
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    """One stored chunk: ``offset`` from the start of the data section, ``length``, sha256."""
+
+    offset: int
+    length: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor's manifest entry.
+
+    ``chunks`` is ``(first, count)``: the entry owns chunks ``first .. first+count-1``; the
+    entries tile the chunk list in order. ``config`` is the QuantConfig JSON of a lossy tensor
+    (``None`` when exact); ``rel_error`` the measured relative L2 error (0 when exact,
+    ``None`` when it could not be measured).
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    codec: str
+    meta: dict[str, Any]
+    config: dict[str, Any] | None
+    rel_error: float | None
+    chunks: tuple[int, int]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the decoded tensor in bytes."""
+        return self.numel * _ITEMSIZE[self.dtype]
+
+    def quant_config(self) -> QuantConfig | None:
+        return None if self.config is None else QuantConfig.from_json(self.config)
+
+    def decode_meta(self) -> dict[str, Any]:
+        """The codec's meta plus the pipeline's validated keys (see ``codecs.base``)."""
+        return {
+            **self.meta,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "config": self.config,
+            "rel_error": self.rel_error,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "codec": self.codec,
+            "config": self.config,
+            "rel_error": self.rel_error,
+            "chunks": list(self.chunks),
+            "meta": self.meta,
+        }
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything in a file except the chunk bytes."""
+
+    skeleton: Any
+    tensors: tuple[TensorEntry, ...]
+    chunks: tuple[ChunkRef, ...]
+    parent: dict[str, str] | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    created_by: str = ""
+    version: int = FORMAT_VERSION
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(c.length for c in self.chunks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": "ckptzip",
+            "version": self.version,
+            "created_by": self.created_by,
+            "parent": self.parent,
+            "metadata": self.metadata,
+            "skeleton": self.skeleton,
+            "tensors": [t.to_json() for t in self.tensors],
+            "chunks": [[c.offset, c.length, c.sha256] for c in self.chunks],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, *, data_bytes: int | None = None) -> Manifest:
+        """Validate a parsed manifest; ``data_bytes`` is the size of the data section."""
+        if not isinstance(doc, dict):
+            raise _bad("the top level must be a JSON object")
+        required = {"format", "version", "parent", "metadata", "skeleton", "tensors", "chunks"}
+        missing = required - set(doc)
+        if missing:
+            raise _bad(f"missing fields {sorted(missing)}")
+        if doc["format"] != "ckptzip":
+            raise _bad(f"format={doc['format']!r}, expected 'ckptzip'")
+        if doc["version"] != FORMAT_VERSION or not _is_int(doc["version"]):
+            raise UnsupportedFormatError(
+                f"manifest version {doc['version']!r} disagrees with the header's {FORMAT_VERSION}"
+            )
+        created_by = doc.get("created_by", "")
+        if not isinstance(created_by, str):
+            raise _bad("created_by must be a string")
+
+        parent = doc["parent"]
+        if parent is not None:
+            if not isinstance(parent, dict) or set(parent) != {"hash", "name"}:
+                raise _bad(f"parent={parent!r} must be null or {{'hash': ..., 'name': ...}}")
+            if not isinstance(parent["hash"], str) or not _HEX64.fullmatch(parent["hash"]):
+                raise _bad(f"parent hash {parent['hash']!r} is not a sha256 hex digest")
+            name = parent["name"]
+            if (
+                not isinstance(name, str)
+                or not name
+                or name in (".", "..")
+                or "/" in name
+                or "\\" in name
+                or "\0" in name
+            ):
+                # a name with a directory part could point a reader anywhere on the disk
+                raise _bad(f"parent name {name!r} must be a plain file name")
+        metadata = doc["metadata"]
+        if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            raise _bad("metadata must be an object of string keys and string values")
+
+        raw_chunks = doc["chunks"]
+        if not isinstance(raw_chunks, list):
+            raise _bad("chunks must be a list")
+        chunks: list[ChunkRef] = []
+        expected_offset = 0
+        for i, c in enumerate(raw_chunks):
+            if (
+                not isinstance(c, list)
+                or len(c) != 3
+                or not _is_int(c[0])
+                or not _is_int(c[1])
+                or not isinstance(c[2], str)
+                or not _HEX64.fullmatch(c[2])
+            ):
+                raise _bad(f"chunk {i} must be [offset, length, sha256 hex], got {c!r}")
+            if c[1] < 0:
+                raise _bad(f"chunk {i} has negative length {c[1]}")
+            if c[0] != expected_offset:
+                raise _bad(
+                    f"chunk {i} starts at {c[0]}, expected {expected_offset}: chunks must be "
+                    "contiguous and non-overlapping"
+                )
+            expected_offset += c[1]
+            chunks.append(ChunkRef(c[0], c[1], c[2]))
+        if data_bytes is not None and expected_offset != data_bytes:
+            raise CorruptCheckpointError(
+                f"the chunks cover {expected_offset} bytes but the file holds {data_bytes} "
+                f"after the manifest: the file is "
+                f"{'truncated' if data_bytes < expected_offset else 'padded'}"
+            )
+
+        raw_tensors = doc["tensors"]
+        if not isinstance(raw_tensors, list):
+            raise _bad("tensors must be a list")
+        tensors: list[TensorEntry] = []
+        paths: set[str] = set()
+        next_chunk = 0
+        for i, t in enumerate(raw_tensors):
+            tensors.append(_entry_from_json(i, t, next_chunk, len(chunks)))
+            if tensors[-1].path in paths:
+                raise _bad(f"two tensors share the path {tensors[-1].path!r}")
+            paths.add(tensors[-1].path)
+            next_chunk += tensors[-1].chunks[1]
+        if next_chunk != len(chunks):
+            raise _bad(f"the tensors use {next_chunk} chunks but {len(chunks)} are listed")
+        # the skeleton is checked in full here, with stand-in leaves, so `verify` covers it
+        unflatten(doc["skeleton"], range(len(tensors)))
+        return cls(
+            skeleton=doc["skeleton"],
+            tensors=tuple(tensors),
+            chunks=tuple(chunks),
+            parent=None if parent is None else dict(parent),
+            metadata=dict(metadata),
+            created_by=created_by,
+        )
+
+
+def _entry_from_json(i: int, t: Any, first: int, n_chunks: int) -> TensorEntry:
+    keys = {"path", "shape", "dtype", "codec", "config", "rel_error", "chunks", "meta"}
+    if not isinstance(t, dict) or set(t) != keys:
+        raise _bad(f"tensor {i} must be an object with exactly the fields {sorted(keys)}")
+    where = f"tensor {i} ({t['path']!r})" if isinstance(t["path"], str) else f"tensor {i}"
+    if not isinstance(t["path"], str):
+        raise _bad(f"{where}: path must be a string")
+    shape = t["shape"]
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_NDIM
+        or not all(_is_int(d) and d >= 0 for d in shape)
+    ):
+        raise _bad(f"{where}: shape {shape!r} must be a list of at most {MAX_NDIM} ints >= 0")
+    numel = 1
+    for d in shape:
+        numel *= d
+        if numel > MAX_NUMEL:  # checked as it grows: no huge intermediate products
+            raise _bad(f"{where}: shape {shape!r} has more than 2**48 elements")
+    dtype_from_name(t["dtype"])
+    if not isinstance(t["codec"], str) or not t["codec"]:
+        raise _bad(f"{where}: codec must be a non-empty string")
+    if not isinstance(t["meta"], dict):
+        raise _bad(f"{where}: meta must be an object")
+    config = t["config"]
+    if config is not None:
+        try:
+            QuantConfig.from_json(config)
+        except ConfigError as exc:
+            raise _bad(f"{where}: {exc}") from None
+    rel = t["rel_error"]
+    if rel is not None and (
+        not isinstance(rel, (int, float)) or isinstance(rel, bool) or not rel >= 0
+    ):
+        raise _bad(f"{where}: rel_error {rel!r} must be a number >= 0 or null")
+    ch = t["chunks"]
+    if not isinstance(ch, list) or len(ch) != 2 or not all(_is_int(c) for c in ch):
+        raise _bad(f"{where}: chunks must be [first, count]")
+    if ch[0] != first or ch[1] < 0 or first + ch[1] > n_chunks:
+        raise _bad(
+            f"{where}: chunks {ch!r} must start at {first} and stay within the {n_chunks} chunks"
+        )
+    return TensorEntry(
+        path=t["path"],
+        shape=tuple(shape),
+        dtype=t["dtype"],
+        codec=t["codec"],
+        meta=t["meta"],
+        config=config,
+        rel_error=None if rel is None else float(rel),
+        chunks=(ch[0], ch[1]),
+    )
+
+
+def manifest_bytes(manifest: Manifest) -> bytes:
+    """The manifest's canonical JSON bytes (compact, no NaN, key order as built)."""
+    try:
+        return json.dumps(manifest.to_json(), separators=(",", ":"), allow_nan=False).encode()
+    except ValueError as exc:  # NaN/inf slipped into codec meta
+        raise ValueError(f"manifest is not strict JSON: {exc}") from exc
+
+
+def write(f: BinaryIO, manifest: Manifest, chunks: Sequence[bytes]) -> int:
+    """Write a whole file to ``f``; ``manifest.chunks`` must describe ``chunks``. Returns bytes."""
+    if len(chunks) != len(manifest.chunks):
+        raise ValueError("manifest and chunk list disagree")
+    head = manifest_bytes(manifest)
+    if len(head) > MAX_MANIFEST_BYTES:
+        raise ValueError(
+            f"manifest of {len(head)} bytes exceeds the format's cap of {MAX_MANIFEST_BYTES}"
+        )
+    f.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(head)))
+    f.write(head)
+    f.write(hashlib.sha256(head).digest())
+    total = HEADER.size + len(head) + DIGEST_SIZE
+    for c in chunks:
+        f.write(c)
+        total += len(c)
+    return total
+
+
+def chunk_refs(chunks: Sequence[bytes]) -> tuple[ChunkRef, ...]:
+    """Offsets, lengths and sha256 of chunks laid back to back."""
+    refs, offset = [], 0
+    for c in chunks:
+        refs.append(ChunkRef(offset, len(c), hashlib.sha256(c).hexdigest()))
+        offset += len(c)
+    return tuple(refs)
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:  # duplicate keys would let two readers see different manifests
+            raise CorruptCheckpointError(f"invalid manifest: duplicate JSON key {k!r}")
+        out[k] = v
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise CorruptCheckpointError(f"invalid manifest: {name} is not JSON")
+
+
+class Reader:
+    """Validated read access to one open ``.ckz`` file.
+
+    Construction reads and validates the header and manifest (nothing else); chunks are read
+    on demand and checked against their sha256.
+
+    Examples
+    --------
+    >>> import io
+    >>> m = Manifest(skeleton=None, tensors=(), chunks=())
+    >>> buf = io.BytesIO(); _ = write(buf, m, [])
+    >>> Reader(io.BytesIO(buf.getvalue())).manifest.skeleton is None
+    True
+    """
+
+    def __init__(self, f: BinaryIO, *, name: str = "<file>") -> None:
+        self._f = f
+        self.name = name
+        try:
+            size = os.fstat(f.fileno()).st_size
+        except (AttributeError, OSError, ValueError):  # in-memory buffers
+            size = f.seek(0, os.SEEK_END)
+        f.seek(0)
+        self.file_size = size
+        head = f.read(HEADER.size)
+        if head[:8] != MAGIC[: len(head[:8])]:
+            hint = ""
+            if head[:2] == b"PK":
+                hint = " (it looks like a torch.save zip file: use `ckptzip compress` on it)"
+            elif head[:1] == b"\x80":
+                hint = " (it looks like a pickle, which ckptzip never reads)"
+            raise CorruptCheckpointError(f"{name}: not a ckptzip file, bad magic{hint}")
+        if len(head) < HEADER.size:
+            raise CorruptCheckpointError(f"{name}: truncated: {size} bytes, not even a header")
+        _, version, flags, mlen = HEADER.unpack(head)
+        if version != FORMAT_VERSION:
+            raise UnsupportedFormatError(
+                f"{name}: format version {version}; this ckptzip reads version "
+                f"{FORMAT_VERSION}" + (" (upgrade ckptzip)" if version > FORMAT_VERSION else "")
+            )
+        if flags != 0:
+            raise UnsupportedFormatError(
+                f"{name}: header flags {flags:#06x} are not defined in format version {version}"
+            )
+        if mlen > MAX_MANIFEST_BYTES:
+            raise CorruptCheckpointError(
+                f"{name}: manifest length {mlen} exceeds the cap of {MAX_MANIFEST_BYTES} bytes"
+            )
+        self.data_start = HEADER.size + mlen + DIGEST_SIZE
+        if self.data_start > size:
+            raise CorruptCheckpointError(
+                f"{name}: truncated: the manifest needs {self.data_start} bytes, "
+                f"the file has {size}"
+            )
+        raw = f.read(mlen)
+        digest = f.read(DIGEST_SIZE)
+        if len(raw) != mlen or len(digest) != DIGEST_SIZE:
+            raise CorruptCheckpointError(f"{name}: truncated inside the manifest")
+        if hashlib.sha256(raw).digest() != digest:
+            raise CorruptCheckpointError(f"{name}: manifest checksum mismatch (file is damaged)")
+        try:
+            doc = json.loads(
+                raw.decode("utf-8"),
+                object_pairs_hook=_strict_object,
+                parse_constant=_reject_constant,
+            )
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            if isinstance(exc, CorruptCheckpointError):
+                raise
+            raise CorruptCheckpointError(f"{name}: manifest is not valid JSON: {exc}") from None
+        self.manifest = Manifest.from_json(doc, data_bytes=size - self.data_start)
+        self.manifest_size = mlen
+
+    def read_chunk(self, i: int) -> bytes:
+        """Chunk ``i``'s bytes, checked against its sha256."""
+        ref = self.manifest.chunks[i]
+        self._f.seek(self.data_start + ref.offset)
+        data = self._f.read(ref.length)
+        if len(data) != ref.length:
+            raise CorruptCheckpointError(f"{self.name}: chunk {i} is truncated")
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise CorruptCheckpointError(
+                f"{self.name}: chunk {i} checksum mismatch (the file is damaged)"
+            )
+        return data
+
+    def tensor_chunks(self, entry: TensorEntry) -> list[bytes]:
+        first, count = entry.chunks
+        return [self.read_chunk(first + j) for j in range(count)]
+
+    def iter_chunks(self) -> Iterator[tuple[int, bytes]]:
+        for i in range(len(self.manifest.chunks)):
+            yield i, self.read_chunk(i)

@@ -1,0 +1,106 @@
+"""Tests of the container: write/read round trips and manifest validation."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from typing import Any
+
+import pytest
+
+from ckptzip import container
+from ckptzip.container import HEADER, MAGIC, Manifest, Reader, TensorEntry, chunk_refs, write
+from ckptzip.errors import CorruptCheckpointError, UnsupportedFormatError
+
+
+def build(chunks: list[bytes], **kw: Any) -> bytes:
+    entries = tuple(
+        TensorEntry(
+            f"t{i}",
+            (len(c),),
+            "uint8",
+            "exact",
+            {"stage": {"enc": "raw", "size": len(c)}},
+            None,
+            0.0,
+            (i, 1),
+        )
+        for i, c in enumerate(chunks)
+    )
+    skel = {"$": "list", "v": [{"$": "tensor", "i": i} for i in range(len(chunks))]}
+    m = Manifest(skeleton=skel, tensors=entries, chunks=chunk_refs(chunks), **kw)
+    buf = io.BytesIO()
+    n = write(buf, m, chunks)
+    assert n == len(buf.getvalue())
+    return buf.getvalue()
+
+
+def test_round_trip_in_memory() -> None:
+    data = build(
+        [b"abc", b"", b"defg"], metadata={"step": "3"}, parent={"hash": "0" * 64, "name": "p.ckz"}
+    )
+    r = Reader(io.BytesIO(data))
+    assert r.manifest.metadata == {"step": "3"}
+    assert r.manifest.parent == {"hash": "0" * 64, "name": "p.ckz"}
+    assert [c for _, c in r.iter_chunks()] == [b"abc", b"", b"defg"]
+    assert r.tensor_chunks(r.manifest.tensors[2]) == [b"defg"]
+    assert r.manifest.tensors[0].nbytes == 3
+
+
+def rewrite_manifest(data: bytes, edit: Any) -> bytes:
+    """Apply ``edit`` to the manifest JSON and re-seal it with a correct digest."""
+    _, version, flags, mlen = HEADER.unpack(data[: HEADER.size])
+    doc = json.loads(data[HEADER.size : HEADER.size + mlen])
+    edit(doc)
+    raw = json.dumps(doc).encode()
+    rest = data[HEADER.size + mlen + 32 :]
+    return HEADER.pack(MAGIC, version, flags, len(raw)) + raw + hashlib.sha256(raw).digest() + rest
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda d: d.update(format="zip"), "format"),
+        (lambda d: d.pop("skeleton"), "missing"),
+        (lambda d: d.update(parent={"hash": "0" * 64, "name": "../etc/passwd"}), "plain file"),
+        (lambda d: d.update(parent={"hash": "xyz", "name": "p"}), "sha256"),
+        (lambda d: d.update(metadata={"a": 1}), "metadata"),
+        (lambda d: d["tensors"][0].update(shape=[-1]), "shape"),
+        (lambda d: d["tensors"][0].update(shape=[2**30, 2**30]), "2\\*\\*48"),
+        (lambda d: d["tensors"][0].update(dtype="float128"), "dtype"),
+        (lambda d: d["tensors"][0].update(rel_error=-1), "rel_error"),
+        (lambda d: d["tensors"][0].update(config={"bins": 1000}), "bins"),
+        (lambda d: d["tensors"][0].update(chunks=[1, 1]), "start at 0"),
+        (lambda d: d["tensors"][1].update(path="t0"), "share the path"),
+        (lambda d: d["tensors"].pop(), "use 1 chunks"),
+        (lambda d: d["chunks"][1].__setitem__(0, 1), "contiguous"),
+        (lambda d: d["chunks"][1].__setitem__(1, 99), "truncated"),
+        (lambda d: d["chunks"][1].__setitem__(1, 0), "padded"),
+        (lambda d: d.update(skeleton={"$": "list", "v": []}), "never referenced"),
+    ],
+)
+def test_manifest_rules(edit: Any, fragment: str) -> None:
+    data = rewrite_manifest(build([b"abc", b"de"]), edit)
+    with pytest.raises(CorruptCheckpointError, match=fragment):
+        Reader(io.BytesIO(data))
+
+
+def test_manifest_version_disagreeing_with_header() -> None:
+    data = rewrite_manifest(build([b"a"]), lambda d: d.update(version=2))
+    with pytest.raises(UnsupportedFormatError):
+        Reader(io.BytesIO(data))
+
+
+def test_chunk_checksum_is_checked_on_read() -> None:
+    data = bytearray(build([b"abc"]))
+    data[-1] ^= 1
+    r = Reader(io.BytesIO(bytes(data)))  # the manifest is intact
+    with pytest.raises(CorruptCheckpointError, match="chunk 0 checksum"):
+        r.read_chunk(0)
+
+
+def test_manifest_size_cap_on_write() -> None:
+    big = {"k": "x" * (container.MAX_MANIFEST_BYTES + 1)}
+    with pytest.raises(ValueError, match="cap"):
+        write(io.BytesIO(), Manifest(skeleton=None, tensors=(), chunks=(), metadata=big), [])

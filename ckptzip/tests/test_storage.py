@@ -1,0 +1,119 @@
+"""Tests of storage: atomic publish, no silent overwrite, injected write failures."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+import pytest
+
+from ckptzip import storage
+from ckptzip.errors import CheckpointExistsError, CheckpointNotFoundError, StorageError
+
+
+def entries(d: Path) -> list[str]:
+    return sorted(os.listdir(d))
+
+
+def test_write_publishes_and_leaves_no_temp(tmp_path: Path) -> None:
+    p = tmp_path / "a.ckz"
+    assert storage.atomic_write(p, lambda f: f.write(b"hello")) == 5
+    assert p.read_bytes() == b"hello"
+    assert entries(tmp_path) == ["a.ckz"]
+
+
+def test_no_overwrite_unless_asked(tmp_path: Path) -> None:
+    p = tmp_path / "a.ckz"
+    p.write_bytes(b"old")
+    with pytest.raises(CheckpointExistsError, match="overwrite=True"):
+        storage.atomic_write(p, lambda f: f.write(b"new"))
+    assert p.read_bytes() == b"old"
+    storage.atomic_write(p, lambda f: f.write(b"new"), overwrite=True)
+    assert p.read_bytes() == b"new"
+    assert entries(tmp_path) == ["a.ckz"]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
+def test_failing_writer_removes_temp_and_keeps_old_file(tmp_path: Path, code: int) -> None:
+    p = tmp_path / "a.ckz"
+    p.write_bytes(b"previous checkpoint")
+
+    def failing(f: BinaryIO) -> None:
+        f.write(b"half of a file")
+        raise OSError(code, os.strerror(code))
+
+    with pytest.raises(StorageError, match="untouched") as info:
+        storage.atomic_write(p, failing, overwrite=True)
+    assert info.value.errno == code
+    assert p.read_bytes() == b"previous checkpoint"
+    assert entries(tmp_path) == ["a.ckz"]
+
+
+def test_fsync_failure_is_a_storage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def bad_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "fsync", bad_fsync)
+    with pytest.raises(StorageError, match="I/O error"):
+        storage.atomic_write(tmp_path / "a.ckz", lambda f: f.write(b"x"))
+    assert entries(tmp_path) == []
+
+
+def test_non_os_errors_propagate_and_clean_up(tmp_path: Path) -> None:
+    def boom(f: BinaryIO) -> None:
+        raise KeyError("from the encoder")
+
+    with pytest.raises(KeyError):
+        storage.atomic_write(tmp_path / "a.ckz", boom)
+    assert entries(tmp_path) == []
+
+
+def test_file_appearing_during_write_is_not_clobbered(tmp_path: Path) -> None:
+    p = tmp_path / "a.ckz"
+
+    def racing(f: BinaryIO) -> None:
+        p.write_bytes(b"another writer won")
+        f.write(b"ours")
+
+    with pytest.raises(CheckpointExistsError, match="appeared"):
+        storage.atomic_write(p, racing)
+    assert p.read_bytes() == b"another writer won"
+    assert entries(tmp_path) == ["a.ckz"]
+
+
+def test_fallback_without_hard_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_link(src: str, dst: str) -> None:
+        raise OSError(errno.EPERM, "no hard links here")
+
+    monkeypatch.setattr(os, "link", no_link)
+    p = tmp_path / "a.ckz"
+    storage.atomic_write(p, lambda f: f.write(b"x"))
+    assert p.read_bytes() == b"x"
+    assert entries(tmp_path) == ["a.ckz"]
+
+
+def test_missing_directory_and_directory_target(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="does not exist"):
+        storage.atomic_write(tmp_path / "nope" / "a.ckz", lambda f: f.write(b""))
+    with pytest.raises(StorageError, match="is a directory"):
+        storage.atomic_write(tmp_path, lambda f: f.write(b""))
+
+
+def test_temp_names_are_recognised_and_never_read(tmp_path: Path) -> None:
+    t = storage.temp_path(tmp_path / "step_5.ckz")
+    assert os.path.dirname(t) == str(tmp_path)
+    assert storage.is_temp_name(os.path.basename(t))
+    assert not storage.is_temp_name("step_5.ckz")
+    Path(t).write_bytes(b"partial")
+    with pytest.raises(CheckpointNotFoundError, match="unfinished"):
+        storage.open_read(t)
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint"):
+        storage.open_read(tmp_path / "missing.ckz")
+
+
+def test_sha256_file(tmp_path: Path) -> None:
+    p = tmp_path / "x"
+    p.write_bytes(b"abc")
+    assert storage.sha256_file(p).startswith("ba7816bf")
