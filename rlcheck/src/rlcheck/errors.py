@@ -6,7 +6,14 @@ subclasses also inherit the builtin that fits. Messages name the offending value
 
 from __future__ import annotations
 
-__all__ = ["InvalidArgument", "PolicyFileError", "RLCheckError", "RLCheckWarning"]
+__all__ = [
+    "Invalid",
+    "InvalidArgument",
+    "PolicyFileError",
+    "RLCheckError",
+    "RLCheckWarning",
+    "ReplayError",
+]
 
 
 class RLCheckError(Exception):
@@ -23,3 +30,15 @@ class PolicyFileError(RLCheckError, ValueError):
 
 class RLCheckWarning(UserWarning):
     """Something was ignored so the run could go on (e.g. an unreadable policy file)."""
+
+
+class Invalid(RLCheckError):
+    """Raise from a generator or a check to mark the current input invalid.
+
+    A check may equally return ``False``; raising is handy deep inside a parser or
+    validator. Raised from a generator, it rejects the input early (like ``assume``).
+    """
+
+
+class ReplayError(RLCheckError, ValueError):
+    """A recorded choice sequence does not fit the generator it is replayed on."""

@@ -94,17 +94,19 @@ class QTable:
         row = self._rows.get(state)
         if row is None:
             return rng.randrange(n_actions)
-        best_q = -float("inf")
-        ties: list[int] = []
-        known = len(row) // 2
-        for a in range(n_actions):
-            q = row[2 * a] if a < known else 0.0
-            if q > best_q:
-                best_q = q
-                ties = [a]
-            elif q == best_q:
-                ties.append(a)
-        return ties[0] if len(ties) == 1 else ties[rng.randrange(len(ties))]
+        # Built-ins (slice, max, count) rather than a Python loop: this runs once per choice.
+        # (A cached argmax does not pay: the greedy action is the one updated most and its
+        # value usually falls, forcing a rescan anyway.)
+        qs = row[: 2 * n_actions : 2]
+        known = len(qs)
+        if known < n_actions:
+            qs.extend([0.0] * (n_actions - known))  # unvisited actions count as Q = 0
+        top = max(qs)
+        n_ties = qs.count(top)
+        if n_ties == 1:
+            return qs.index(top)
+        ties = [a for a, q in enumerate(qs) if q == top]
+        return ties[rng.randrange(n_ties)]
 
     def update(self, state: Hashable, action: int, ret: float) -> None:
         """Every-visit Monte Carlo update: running mean of the returns seen after (s, a)."""
@@ -173,11 +175,11 @@ class Policy:
 
     def choose(self, point: Hashable, state: Hashable, n_actions: int) -> int:
         """Pick an action index in ``range(n_actions)`` for ``state`` at ``point``."""
-        if n_actions <= 0:
+        if n_actions <= 1:
+            if n_actions == 1:
+                return 0
             raise InvalidArgument(f"n_actions={n_actions!r} must be positive at {point!r}")
         rng = self.rng
-        if n_actions == 1:
-            return 0
         if rng.random() < self.epsilon:
             return rng.randrange(n_actions)
         t = self._tables.get(point)
@@ -187,8 +189,12 @@ class Policy:
 
     def learn(self, visits: Iterable[tuple[Hashable, Hashable, int]], reward: float) -> None:
         """Credit ``reward`` (undiscounted return) to every visited (point, state, action)."""
+        tables = self._tables
         for point, state, action in visits:
-            self.table(point).update(state, action, reward)
+            t = tables.get(point)
+            if t is None:
+                t = self.table(point)
+            t.update(state, action, reward)
 
     # -- persistence (plain JSON-able data; rlcheck never unpickles) -----------------
 

@@ -1,0 +1,320 @@
+"""The campaign runner: generate, check, count, learn, under a budget of trials or time.
+
+One *episode* is one call of the generator. Its input is then checked:
+
+- ``check(value)`` returns true: valid. It is *new* when its key has not been seen
+  before (the key is the value itself, or ``key(value)``); the guide gets +20 for new,
+  0 for a duplicate.
+- ``check(value)`` returns false, or the generator or the check raises
+  :class:`rlcheck.Invalid`: invalid (−1).
+- ``check(value)`` raises anything else: a found bug, recorded as a :class:`Failure` with
+  the input and its choice sequence (replay it with :func:`rlcheck.replay`). The run stops
+  after ``max_failures`` of them. A failure is rewarded like a valid input: finding it was
+  the point, and a second identical one earns nothing.
+
+Uniqueness is tracked by storing ``hash(key)`` (64 bits) rather than the inputs, so memory
+grows by about 60 bytes per distinct valid input whatever the inputs' size; two distinct
+inputs colliding is a chance of about n²/2⁶⁵ (≈ 3·10⁻⁸ at a million). Unhashable inputs are
+keyed by their ``repr``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import traceback
+from collections.abc import Callable, Hashable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rlcheck.errors import Invalid, InvalidArgument
+from rlcheck.gen import Gen
+from rlcheck.guides.base import Guide
+from rlcheck.guides.rl import RLGuide
+
+__all__ = ["Failure", "Result", "Sample", "run"]
+
+T = TypeVar("T")
+
+_MAX_SAMPLES = 1024
+_FIRST_SAMPLE_INTERVAL = 0.05
+_PROGRESS_INTERVAL = 0.25
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One point of a campaign's time series (counts so far after ``seconds``)."""
+
+    seconds: float
+    trials: int
+    valid: int
+    unique_valid: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A found bug: the check raised something other than :class:`rlcheck.Invalid`."""
+
+    trial: int
+    """1-based index of the episode that found it."""
+    value_repr: str
+    """``repr`` of the input."""
+    choices: tuple[int, ...]
+    """The input's choice sequence; ``rlcheck.replay(generator, choices)`` rebuilds it."""
+    exception: str
+    """Type name of the exception raised by the check."""
+    message: str
+    traceback: str
+    value: Any = field(default=None, compare=False, repr=False)
+    """The input itself (not written to JSON)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a campaign produced.
+
+    ``trials = valid + invalid + len(failures)``; ``unique_valid`` counts distinct valid
+    inputs; ``series`` samples the counts over time (at most 1024 points, evenly thinned).
+    """
+
+    generator: str
+    guide: dict[str, Any]
+    seed: int | None
+    trials: int
+    valid: int
+    unique_valid: int
+    invalid: int
+    failures: tuple[Failure, ...]
+    seconds: float
+    stop_reason: str
+    """``"trials"``, ``"seconds"``, ``"failures"`` or ``"interrupted"``."""
+    series: tuple[Sample, ...]
+
+    @property
+    def trials_per_second(self) -> float:
+        """Generation throughput (episodes per second, check included)."""
+        return self.trials / self.seconds if self.seconds > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (failures without the input object itself)."""
+        data = asdict(self)
+        for failure in data["failures"]:
+            failure.pop("value")
+        data["trials_per_second"] = self.trials_per_second
+        return data
+
+    def write_json(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`to_dict` as JSON to ``path``.
+
+        Examples
+        --------
+        >>> import os, tempfile, rlcheck
+        >>> result = rlcheck.run(lambda g: g.boolean(), bool, trials=10, seed=0)
+        >>> path = os.path.join(tempfile.mkdtemp(), "result.json")
+        >>> result.write_json(path)
+        """
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1, default=str) + "\n")
+
+    def plot(self, path: str | os.PathLike[str], *, x: str = "seconds") -> None:
+        """Write a PNG of unique valid inputs over ``x`` (``"seconds"`` or ``"trials"``).
+
+        Needs matplotlib (``pip install 'rlcheck[plot]'``).
+        """
+        from rlcheck.plot import plot_unique_valid
+
+        plot_unique_valid({self.guide.get("guide", "run"): self}, path, x=x)
+
+
+def _key_hash(value: Any, key: Callable[[Any], Hashable] | None) -> int:
+    k = value if key is None else key(value)
+    try:
+        return hash(k)
+    except TypeError:  # lists, dicts, ...: their repr is a faithful enough identity
+        return hash(repr(k))
+
+
+def _name_of(obj: object) -> str:
+    module = getattr(obj, "__module__", None) or "?"
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    return f"{module}:{name}"
+
+
+def run(
+    generator: Callable[[Gen], T],
+    check: Callable[[T], object],
+    *,
+    guide: Guide | None = None,
+    seconds: float | None = None,
+    trials: int | None = None,
+    seed: int | None = None,
+    key: Callable[[T], Hashable] | None = None,
+    max_failures: int = 1,
+    max_choices: int = 10_000,
+    progress: Callable[[Sample], None] | None = None,
+) -> Result:
+    """Run a generation campaign and count the (distinct) valid inputs.
+
+    Parameters
+    ----------
+    generator:
+        Function of a :class:`rlcheck.Gen` returning an input.
+    check:
+        Validity check: returns true for a valid input (``None`` is refused, as a likely
+        missing ``return``); raising :class:`rlcheck.Invalid` marks the input invalid; any
+        other exception is a found bug.
+    guide:
+        Decides the choices; default ``RLGuide()`` (ancestor path with labels, k = 4).
+    seconds, trials:
+        Budget: stop after this many seconds or episodes, whichever comes first. At least
+        one is required.
+    seed:
+        Reseeds the guide (same seed, same inputs). ``None`` keeps the guide's own seed.
+    key:
+        Identity of an input for uniqueness (default: the input itself).
+    max_failures:
+        Stop after this many found bugs (0: never stop for them).
+    max_choices:
+        Choices allowed per input; beyond it the input is invalid (see :class:`Overrun`).
+    progress:
+        Called about four times a second with the counts so far.
+
+    Returns
+    -------
+    Result
+
+    Examples
+    --------
+    >>> import rlcheck
+    >>> def small_sorted_pair(g):
+    ...     return g.integer(0, 20, label="a"), g.integer(0, 20, label="b")
+    >>> result = rlcheck.run(small_sorted_pair, lambda p: p[0] < p[1], trials=2000, seed=1)
+    >>> result.trials, result.valid + result.invalid
+    (2000, 2000)
+    >>> result.unique_valid <= 210
+    True
+    """
+    if not callable(generator):
+        raise InvalidArgument(f"generator={generator!r} is not callable")
+    if not callable(check):
+        raise InvalidArgument(f"check={check!r} is not callable; pass a function value -> bool")
+    if seconds is None and trials is None:
+        raise InvalidArgument("give a budget: seconds=... or trials=... (or both)")
+    if seconds is not None and not seconds > 0:
+        raise InvalidArgument(f"seconds={seconds!r} must be positive")
+    if trials is not None and (not isinstance(trials, int) or trials < 0):
+        raise InvalidArgument(f"trials={trials!r} must be a non-negative int")
+    if not isinstance(max_failures, int) or max_failures < 0:
+        raise InvalidArgument(f"max_failures={max_failures!r} must be a non-negative int")
+    if guide is None:
+        guide = RLGuide(seed=seed)
+    elif seed is not None:
+        guide.reseed(seed)
+    g = Gen(guide, max_choices=max_choices)
+    name = _name_of(generator)
+    max_trials = trials if trials is not None else -1
+
+    seen: set[int] = set()  # key hashes of valid inputs
+    failed: set[int] = set()  # key hashes of failing inputs
+    n = n_valid = n_invalid = 0
+    failures: list[Failure] = []
+    series: list[Sample] = [Sample(0.0, 0, 0, 0)]
+    sample_interval = _FIRST_SAMPLE_INTERVAL
+    stop_reason = "trials"
+
+    guide.start_campaign(name)
+    start = time.perf_counter()
+    deadline = start + seconds if seconds is not None else math.inf
+    next_sample = start + sample_interval
+    next_progress = start + _PROGRESS_INTERVAL
+    try:
+        while n != max_trials:
+            now = time.perf_counter()
+            if now >= deadline:
+                stop_reason = "seconds"
+                break
+            if now >= next_sample:
+                series.append(Sample(now - start, n, n_valid, len(seen)))
+                if len(series) >= _MAX_SAMPLES:
+                    # Keep memory bounded on long runs: halve the resolution.
+                    series = series[::2]
+                    sample_interval *= 2
+                next_sample = now + sample_interval
+            if progress is not None and now >= next_progress:
+                progress(Sample(now - start, n, n_valid, len(seen)))
+                next_progress = now + _PROGRESS_INTERVAL
+
+            g.choices = []
+            guide.start_episode()
+            ok: object
+            try:
+                value = generator(g)
+            except Invalid:
+                ok = False
+            else:
+                try:
+                    ok = check(value)
+                except Invalid:
+                    ok = False
+                except Exception as exc:
+                    n += 1
+                    h = _key_hash(value, key)
+                    guide.end_episode(valid=True, new=h not in failed)
+                    failed.add(h)
+                    failures.append(_failure(n, value, g.choices, exc))
+                    if len(failures) == max_failures:
+                        stop_reason = "failures"
+                        break
+                    continue
+                if ok is None:
+                    raise InvalidArgument(
+                        f"check {_name_of(check)} returned None for {value!r}; it must return "
+                        "True (valid) or False (invalid); is a `return` missing?"
+                    )
+            n += 1
+            if ok:
+                n_valid += 1
+                h = _key_hash(value, key)
+                new = h not in seen
+                if new:
+                    seen.add(h)
+                guide.end_episode(valid=True, new=new)
+            else:
+                n_invalid += 1
+                guide.end_episode(valid=False, new=False)
+    except KeyboardInterrupt:
+        stop_reason = "interrupted"  # the episode in progress is not counted
+    elapsed = time.perf_counter() - start
+    guide.end_campaign()
+    series.append(Sample(elapsed, n, n_valid, len(seen)))
+    return Result(
+        generator=name,
+        guide=guide.describe(),
+        seed=seed,
+        trials=n,
+        valid=n_valid,
+        unique_valid=len(seen),
+        invalid=n_invalid,
+        failures=tuple(failures),
+        seconds=elapsed,
+        stop_reason=stop_reason,
+        series=tuple(series),
+    )
+
+
+def _failure(trial: int, value: object, choices: list[int], exc: BaseException) -> Failure:
+    try:
+        shown = repr(value)
+    except Exception as repr_exc:  # a broken __repr__ must not hide the bug itself
+        shown = f"<unrepresentable {type(value).__name__}: {repr_exc!r}>"
+    return Failure(
+        trial=trial,
+        value_repr=shown,
+        choices=tuple(choices),
+        exception=type(exc).__name__,
+        message=str(exc),
+        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        value=value,
+    )

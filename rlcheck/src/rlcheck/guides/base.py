@@ -1,0 +1,72 @@
+"""The guide protocol: what decides each choice a generator makes."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
+
+__all__ = ["Guide"]
+
+# Chosen options of these types are used as state tokens as they are; any other option is
+# represented by its index, which keeps states hashable and policies JSON-serialisable.
+TOKEN_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
+class Guide:
+    """Decides every choice of a generator; subclasses override :meth:`choose`.
+
+    Call order, driven by :func:`rlcheck.run` and the generation context
+    :class:`rlcheck.Gen`::
+
+        guide.start_campaign(name)               # once, before the first episode
+        for each episode (one call of the generator = one input):
+            guide.start_episode()
+            i = guide.choose(point, options)     # at each choice point: an index into options
+            guide.enter_scope(label)             # ``with g.scope(label):`` opens ...
+            guide.exit_scope()                   # ... and closes (always balanced)
+            guide.end_episode(valid=..., new=...)  # the outcome of checking the input
+        guide.end_campaign()                     # once, after the last episode
+
+    ``point`` identifies the kind of choice point: its label, or ``(filename, lineno)`` of
+    the call site when unlabelled. ``options`` is a non-empty sequence (a ``range`` for
+    :meth:`Gen.integer`, ``(False, True)`` for :meth:`Gen.boolean`). ``end_episode`` is
+    called only for episodes that reached the check or were rejected as invalid; an
+    episode aborted by an error in the generator itself gets no ``end_episode``, and the
+    next ``start_episode`` must discard whatever it left behind.
+
+    All methods but :meth:`choose` default to doing nothing, so a stateless guide is a
+    few lines. Guides are seeded and deterministic: the same seed, generator and check
+    give the same inputs.
+    """
+
+    name: ClassVar[str] = "guide"
+    """Short string id (used in results, the CLI and benchmark tables)."""
+
+    def choose(self, point: Hashable, options: Sequence[Any]) -> int:
+        """Index into ``options`` of the option to take at ``point``."""
+        raise NotImplementedError
+
+    def start_campaign(self, name: str) -> None:
+        """A campaign on the generator called ``name`` begins."""
+
+    def start_episode(self) -> None:
+        """A new input is about to be generated."""
+
+    def enter_scope(self, label: Hashable) -> None:
+        """A ``with g.scope(label):`` block opens."""
+
+    def exit_scope(self) -> None:
+        """The innermost open scope closes."""
+
+    def end_episode(self, *, valid: bool, new: bool) -> None:
+        """The input was checked: ``valid``, and if so whether it was ``new``."""
+
+    def end_campaign(self) -> None:
+        """The campaign is over (a place to persist what was learned)."""
+
+    def reseed(self, seed: int | None) -> None:
+        """Restart the guide's random stream from ``seed``."""
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able settings of this guide, recorded in results."""
+        return {"guide": self.name}
