@@ -1,0 +1,751 @@
+"""Per-checkpoint configuration search: the most aggressive quantization within a tolerance.
+
+One :class:`~ckptzip.config.QuantConfig` is chosen per *layer type* (``linear``, ``conv``,
+``embedding``, ``norm``, ``other``: the type of the module that holds a parameter), from the
+cube of the design notes, each axis ordered from least to most aggressive::
+
+    bins     32, 16, 12, 8, 6, 4          (embeddings: 32, 16)
+    prune    0, .1, .2, .3, .4, .5
+    protect  .01, .005, .0005
+    metric   magnitude | sensitivity      (sensitivity only when gradient scores are given)
+
+A configuration is *feasible* when the user's ``eval_fn(model)`` (lower is better) with the
+quantized weights loaded stays within ``baseline + tolerance·|baseline|`` of the exact weights'
+value. Without ``eval_fn`` a data-free rule applies instead: every searched tensor's relative
+L2 error ``||ŵ − w|| / ||w||`` must stay within ``error_budget`` (the result says so).
+
+**Full search** (first checkpoint, or when the neighbourhood has nothing feasible). Quality is
+taken as monotone along each axis, so:
+
+1. *Diagonal.* Point ``d`` (0..5) puts every axis of every type at ``round(d·(n−1)/5)`` of its
+   ``n`` levels. The feasible part of the diagonal is a prefix; bisection finds its end ``d*``
+   in at most 4 trials (``d = 0`` first: when even it fails, everything searched stays exact).
+2. *Sub-cube.* From the diagonal point ``d*``, for each type (largest first) and each axis in
+   the order bins, prune, protect, bisect the most aggressive feasible level between the
+   current one and the end of the axis, the other coordinates fixed (``ceil(log2(k+1))``
+   trials for ``k`` untried levels, so at most 3).
+3. *Metric.* With gradient scores, each type that prunes at all and could prune more tries the
+   other metric one prune level further (1 trial); it is kept when feasible.
+
+So a model with ``t`` searched layer types costs at most ``4 + 9t + t`` evaluations, typically
+about ``3 + 6t``.
+
+**Neighbourhood search** (later checkpoints, given ``previous``): never more aggressive than the
+previous choice. The previous configuration is tried first (1 trial, the usual outcome); when
+it fails, every single-axis step back toward precision is tried and the feasible one with the
+highest estimated ratio wins; then one step back on every axis at once; then the full search.
+
+**Ratio estimate.** No file is written during the search: a candidate's size is estimated
+from the quantizer's output, as the order-0 entropy of its indices (capped at the packed bit
+width), plus the exact protected values with a 4-byte position each, plus the codebook. It ranks
+candidates and is reported as ``estimated_ratio``; the real ratio comes from the saved file.
+
+**Trials never touch the live model for good.** A trial swaps quantized tensors into the
+parameters' ``.data`` and restores the original tensor objects (and a copy of every buffer,
+in case ``eval_fn`` runs the model in training mode) in a ``finally`` block.
+
+**Optimizer state** (decision: no separate codec). The "quant" codec already does all the
+moments need, so :func:`search` only chooses per-path configs for them:
+
+* ``exp_avg`` (Adam/AdamW) and SGD's ``momentum_buffer`` get ``QuantConfig(bins=moment_bins,
+  prune=<the weight's prune fraction>, prune_metric="sensitivity")`` and, through
+  :func:`save_scores`, the weight's own pruning scores (``|w|``, or ``|g·w|`` when the weight
+  was pruned by sensitivity) as their scores, so they are pruned where the weight is pruned.
+* ``exp_avg_sq`` is positive with a dynamic range of many decades: ``QuantConfig(
+  bins=second_moment_bins, log_domain=True)``, never pruned (a zero second moment under a
+  nonzero first moment would blow up the next Adam update).
+* step counters, hyper-parameters and every other optimizer tensor stay exact.
+
+The effect of these choices on training after a restore is measured in ``tests/test_search.py``
+and ``benchmarks/search.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.errors import ConfigError
+from ckptzip.packing import bits_for
+from ckptzip.quantize import dequantize, quantize
+
+__all__ = [
+    "AXES",
+    "LAYER_TYPES",
+    "SearchResult",
+    "layer_types",
+    "save_scores",
+    "search",
+]
+
+LayerType = Literal["linear", "conv", "embedding", "norm", "other"]
+LAYER_TYPES: tuple[LayerType, ...] = ("linear", "conv", "embedding", "norm", "other")
+
+# Every axis from least to most aggressive; the search walks level indices into these.
+AXES: dict[str, tuple[Any, ...]] = {
+    "bins": (32, 16, 12, 8, 6, 4),
+    "prune": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
+    "protect": (0.01, 0.005, 0.0005),
+}
+_EMBEDDING_BINS = (32, 16)
+_AXIS_ORDER = ("bins", "prune", "protect")
+_DIAGONAL = 5  # diagonal points 0..5 (the longest axis has 6 levels)
+
+_NORMS: tuple[type[nn.Module], ...] = (
+    nn.modules.batchnorm._NormBase,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.LocalResponseNorm,
+)
+_CONVS = (nn.modules.conv._ConvNd,)
+_EMBEDDINGS = (nn.Embedding, nn.EmbeddingBag)
+_LINEARS = (nn.Linear, nn.Bilinear, nn.MultiheadAttention)
+if hasattr(nn, "RMSNorm"):
+    _NORMS = (*_NORMS, nn.RMSNorm)
+
+
+def _module_type(module: nn.Module) -> LayerType:
+    if isinstance(module, _EMBEDDINGS):
+        return "embedding"
+    if isinstance(module, _CONVS):
+        return "conv"
+    if isinstance(module, _NORMS):
+        return "norm"
+    if isinstance(module, _LINEARS):
+        return "linear"
+    return "other"
+
+
+def layer_types(model: nn.Module) -> dict[str, LayerType]:
+    """The layer type of every parameter, from the module that directly holds it.
+
+    ``nn.MultiheadAttention``'s own projection weights count as ``linear``; a bare
+    ``nn.Parameter`` of a custom module (a positional table, say) is ``other``.
+
+    Examples
+    --------
+    >>> m = nn.Sequential(nn.Embedding(10, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+    >>> layer_types(m)
+    {'0.weight': 'embedding', '1.weight': 'norm', '1.bias': 'norm', '2.weight': 'linear', \
+'2.bias': 'linear'}
+    """
+    out: dict[str, LayerType] = {}
+    for mod_name, module in model.named_modules():
+        kind = _module_type(module)
+        for p_name, _ in module.named_parameters(recurse=False):
+            out[f"{mod_name}.{p_name}" if mod_name else p_name] = kind
+    return out
+
+
+# -- configurations as level vectors -------------------------------------------------------
+
+
+def _levels(kind: str, axis: str) -> tuple[Any, ...]:
+    if axis == "bins" and kind == "embedding":
+        return _EMBEDDING_BINS
+    return AXES[axis]
+
+
+@dataclass(frozen=True)
+class _Point:
+    """Level indices per (type, axis) and a prune metric per type; ``None`` = exact."""
+
+    levels: tuple[tuple[str, tuple[int, int, int], str], ...]
+
+    def get(self, kind: str) -> tuple[tuple[int, int, int], str]:
+        for k, lv, metric in self.levels:
+            if k == kind:
+                return lv, metric
+        raise KeyError(kind)
+
+    def with_level(self, kind: str, axis: str, level: int) -> _Point:
+        i = _AXIS_ORDER.index(axis)
+        out = []
+        for k, lv, metric in self.levels:
+            if k == kind:
+                lv = (*lv[:i], level, *lv[i + 1 :])  # type: ignore[assignment]
+            out.append((k, lv, metric))
+        return _Point(tuple(out))
+
+    def with_metric(self, kind: str, metric: str) -> _Point:
+        return _Point(tuple((k, lv, metric if k == kind else m) for k, lv, m in self.levels))
+
+    def config(self, kind: str) -> QuantConfig:
+        lv, metric = self.get(kind)
+        bins, prune, protect = (_levels(kind, a)[i] for a, i in zip(_AXIS_ORDER, lv, strict=True))
+        return QuantConfig(bins=bins, prune=prune, protect=protect, prune_metric=metric)  # type: ignore[arg-type]
+
+    @classmethod
+    def diagonal(cls, kinds: Iterable[str], d: int, metrics: Mapping[str, str]) -> _Point:
+        rows = []
+        for k in kinds:
+            lv = tuple(round(d * (len(_levels(k, a)) - 1) / _DIAGONAL) for a in _AXIS_ORDER)
+            rows.append((k, lv, metrics[k]))
+        return cls(tuple(rows))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_configs(cls, configs: Mapping[str, QuantConfig]) -> _Point | None:
+        """The point of a previous choice, or None when a value is off the cube."""
+        rows = []
+        for k, cfg in configs.items():
+            values = (cfg.bins, cfg.prune, cfg.protect)
+            try:
+                lv = tuple(_levels(k, a).index(v) for a, v in zip(_AXIS_ORDER, values, strict=True))
+            except ValueError:
+                return None
+            rows.append((k, lv, cfg.prune_metric))
+        return cls(tuple(rows))  # type: ignore[arg-type]
+
+
+# -- the result ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What :func:`search` chose, and what it cost.
+
+    Attributes
+    ----------
+    layer_configs:
+        Layer type → chosen :class:`QuantConfig`, or ``None`` when that type stays exact
+        (only types with at least one searched tensor appear).
+    config:
+        The :class:`CompressionConfig` to pass to :func:`ckptzip.save`: per-path overrides for
+        every searched weight (and the optimizer moments when an optimizer was given), every
+        other model and optimizer tensor exact.
+    mode:
+        ``"eval"`` (feasibility by ``eval_fn``) or ``"data-free"`` (by the per-tensor
+        relative error budget, because no ``eval_fn`` was given).
+    strategy:
+        ``"full"``, ``"neighbourhood"`` or ``"none"`` (nothing to search).
+    trials:
+        Quantize-and-evaluate trials run (the baseline evaluation not counted).
+    seconds:
+        Wall time of the whole search.
+    baseline:
+        ``eval_fn`` with the exact weights (``None`` in data-free mode).
+    quality:
+        ``eval_fn`` with the chosen configuration; in data-free mode the largest relative
+        error of a searched tensor.
+    tolerance:
+        The relative tolerance (eval mode) or error budget (data-free mode) applied.
+    estimated_ratio:
+        Estimated compression ratio of the searched weights alone (see the module docstring).
+    paths:
+        Tensor path → layer type of every searched weight.
+    note:
+        One line for reports (says when the data-free rule was used or nothing was feasible).
+    """
+
+    layer_configs: Mapping[str, QuantConfig | None]
+    config: CompressionConfig
+    mode: Literal["eval", "data-free"]
+    strategy: Literal["full", "neighbourhood", "none"]
+    trials: int
+    seconds: float
+    baseline: float | None
+    quality: float | None
+    tolerance: float
+    estimated_ratio: float
+    paths: Mapping[str, str] = field(default_factory=dict)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able summary (the per-path config is left out: see ``config.to_json()``)."""
+        return {
+            "layer_configs": {
+                k: (None if v is None else v.to_json()) for k, v in self.layer_configs.items()
+            },
+            "mode": self.mode,
+            "strategy": self.strategy,
+            "trials": self.trials,
+            "seconds": self.seconds,
+            "baseline": self.baseline,
+            "quality": self.quality,
+            "tolerance": self.tolerance,
+            "estimated_ratio": self.estimated_ratio,
+            "note": self.note,
+        }
+
+
+# -- trials --------------------------------------------------------------------------------
+
+
+def _estimated_bytes(x: torch.Tensor, q: Any) -> float:
+    """Bytes the quantized tensor should take after entropy coding (see module docstring)."""
+    n = x.numel()
+    counts = np.bincount(q.indices, minlength=len(q.levels)).astype(np.float64)
+    p = counts[counts > 0] / max(n, 1)
+    entropy = float(-(p * np.log2(p)).sum()) if p.size else 0.0
+    index_bits = min(entropy, float(bits_for(max(len(q.levels), 2))))
+    protected = len(q.protected_positions) * (x.element_size() + 4)
+    return n * index_bits / 8 + protected + 8 * len(q.levels) + 64
+
+
+class _Evaluator:
+    """Runs trials: quantize the searched tensors for a point, load them, measure quality."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        params: dict[str, tuple[str, nn.Parameter]],
+        eval_fn: Callable[[nn.Module], float] | None,
+        scores: Mapping[str, torch.Tensor],
+    ) -> None:
+        self.model = model
+        self.params = params  # name -> (layer type, parameter)
+        self.eval_fn = eval_fn
+        self.scores = scores
+        # (name, config) -> (dequantized tensor, estimated bytes, relative error). Two configs
+        # per tensor at most: a trial changes one type, the incumbent's tensors are reused.
+        self._cache: dict[str, dict[QuantConfig, tuple[torch.Tensor, float, float]]] = {}
+        self.trials = 0
+
+    def _quantized(self, name: str, cfg: QuantConfig) -> tuple[torch.Tensor, float, float]:
+        per = self._cache.setdefault(name, {})
+        hit = per.get(cfg)
+        if hit is not None:
+            return hit
+        param = self.params[name][1]
+        x = param.detach()
+        q = quantize(x, cfg, scores=self.scores.get(name))
+        out = (
+            dequantize(q, device=x.device).reshape(x.shape),
+            _estimated_bytes(x, q),
+            float(q.rel_error),
+        )
+        while len(per) >= 2:
+            per.pop(next(iter(per)))
+        per[cfg] = out
+        return out
+
+    def estimated_ratio(self, point: _Point | None) -> float:
+        exact = sum(p.numel() * p.element_size() for _, p in self.params.values())
+        if point is None:
+            return 1.0
+        est = sum(self._quantized(n, point.config(k))[1] for n, (k, _) in self.params.items())
+        return exact / est if est > 0 else 1.0
+
+    def quality(self, point: _Point) -> float:
+        """eval_fn with the point's weights loaded, or the largest relative error (data-free)."""
+        self.trials += 1
+        loaded = {n: self._quantized(n, point.config(k)) for n, (k, _) in self.params.items()}
+        if self.eval_fn is None:
+            return max(rel for _, _, rel in loaded.values())
+        return _evaluate_with(
+            self.model, self.params, {n: t for n, (t, _, _) in loaded.items()}, self.eval_fn
+        )
+
+
+def _evaluate_with(
+    model: nn.Module,
+    params: Mapping[str, tuple[str, nn.Parameter]],
+    weights: Mapping[str, torch.Tensor],
+    eval_fn: Callable[[nn.Module], float],
+) -> float:
+    """``eval_fn(model)`` with ``weights`` swapped into the parameters, then put back exactly."""
+    originals = {n: params[n][1].data for n in weights}
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    training = model.training
+    try:
+        for n, w in weights.items():
+            params[n][1].data = w
+        return float(eval_fn(model))
+    finally:
+        for n, data in originals.items():
+            params[n][1].data = data
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        model.train(training)
+
+
+# -- the search ----------------------------------------------------------------------------
+
+
+class _Walk:
+    """The state of one search: the feasibility rule and the trial log."""
+
+    def __init__(self, ev: _Evaluator, limit: float) -> None:
+        self.ev = ev
+        self.limit = limit
+        self.seen: dict[_Point, float] = {}
+
+    def feasible(self, point: _Point) -> bool:
+        if point not in self.seen:
+            self.seen[point] = self.ev.quality(point)
+        q = self.seen[point]
+        return not math.isnan(q) and q <= self.limit
+
+    def full(self, kinds: list[str], metrics: Mapping[str, str]) -> _Point | None:
+        diag = [_Point.diagonal(kinds, d, metrics) for d in range(_DIAGONAL + 1)]
+        if not self.feasible(diag[0]):
+            return None
+        lo, hi = 0, _DIAGONAL  # diag[lo] feasible; find the last feasible index
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.feasible(diag[mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        point = diag[lo]
+        for kind in kinds:
+            for axis in _AXIS_ORDER:
+                point = self._climb(point, kind, axis)
+            lv, metric = point.get(kind)
+            prune_levels = len(AXES["prune"])
+            if self.ev.scores and lv[1] > 0 and lv[1] + 1 < prune_levels:
+                other = "magnitude" if metric == "sensitivity" else "sensitivity"
+                cand = point.with_metric(kind, other).with_level(kind, "prune", lv[1] + 1)
+                if self.feasible(cand):
+                    point = self._climb(cand, kind, "prune")
+        return point
+
+    def _climb(self, point: _Point, kind: str, axis: str) -> _Point:
+        """Bisect the most aggressive feasible level of one axis, the rest fixed."""
+        i = _AXIS_ORDER.index(axis)
+        lo = point.get(kind)[0][i]  # feasible
+        hi = len(_levels(kind, axis)) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.feasible(point.with_level(kind, axis, mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return point.with_level(kind, axis, lo)
+
+    def neighbourhood(self, previous: _Point) -> _Point | None:
+        if self.feasible(previous):
+            return previous
+        backs = []
+        for kind, lv, _ in previous.levels:
+            for i, axis in enumerate(_AXIS_ORDER):
+                if lv[i] > 0:
+                    backs.append(previous.with_level(kind, axis, lv[i] - 1))
+        feasible = [p for p in backs if self.feasible(p)]
+        if feasible:
+            return max(feasible, key=self.ev.estimated_ratio)
+        all_back = previous
+        for kind, lv, _ in previous.levels:
+            for i, axis in enumerate(_AXIS_ORDER):
+                all_back = all_back.with_level(kind, axis, max(lv[i] - 1, 0))
+        if all_back != previous and self.feasible(all_back):
+            return all_back
+        return None
+
+
+def _previous_point(previous: SearchResult | None, kinds: list[str]) -> _Point | None:
+    """The previous choice as a point of this search's cube, when it is one."""
+    if previous is None or set(previous.layer_configs) != set(kinds):
+        return None
+    configs = {k: previous.layer_configs[k] for k in kinds}
+    if any(c is None for c in configs.values()):
+        return None  # a type stayed exact last time: search afresh
+    return _Point.from_configs({k: c for k, c in configs.items() if c is not None})
+
+
+def _escape(path: str) -> str:
+    """A pattern that fnmatch matches against ``path`` only."""
+    return "".join(f"[{c}]" if c in "[]*?" else c for c in path)
+
+
+def search(
+    model: nn.Module,
+    *,
+    eval_fn: Callable[[nn.Module], float] | None = None,
+    tolerance: float = 0.05,
+    scores: Mapping[str, torch.Tensor] | None = None,
+    previous: SearchResult | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    base: CompressionConfig | None = None,
+    error_budget: float = 0.1,
+    model_prefix: str = "model/",
+    optimizer_prefix: str = "optimizer/",
+    moment_bins: int = 16,
+    second_moment_bins: int = 32,
+) -> SearchResult:
+    """Choose the most aggressive per-layer-type quantization whose quality stays in tolerance.
+
+    Parameters
+    ----------
+    model:
+        The live model; it is only read (trials swap tensors in and always restore them).
+    eval_fn:
+        ``eval_fn(model) -> float``, lower is better (a held-out loss on a few batches).
+        ``None``: the data-free rule (every tensor's relative error within ``error_budget``).
+    tolerance:
+        Allowed relative worsening of ``eval_fn`` over the exact weights' value.
+    scores:
+        Sensitivity scores ``|g·w|`` by parameter name (as :meth:`SensitivityTracker.scores`
+        returns them without prefix); they enable the ``sensitivity`` prune metric.
+    previous:
+        The previous checkpoint's result: search its neighbourhood, never more aggressive.
+    optimizer:
+        When given, the returned config also covers its moments (see the module docstring).
+    base:
+        Where the rest of the config comes from (``exact`` patterns, ``min_numel``,
+        ``zstd_level``, the default for tensors outside the model and optimizer).
+    error_budget:
+        Data-free mode's largest allowed relative L2 error per tensor.
+    model_prefix, optimizer_prefix:
+        Where the model's ``state_dict`` and the optimizer's sit in the saved object
+        (``{"model": ..., "optimizer": ...}`` by default).
+    moment_bins, second_moment_bins:
+        Levels for the first moments / momentum buffers and for ``exp_avg_sq``.
+
+    Returns
+    -------
+    SearchResult
+
+    Examples
+    --------
+    >>> torch.manual_seed(0) and None
+    >>> model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 4))
+    >>> x = torch.randn(256, 64); y = model(x).argmax(1)
+    >>> loss = lambda m: float(nn.functional.cross_entropy(m(x), y).detach())
+    >>> result = search(model, eval_fn=loss, tolerance=0.05)
+    >>> result.quality <= result.baseline * 1.05
+    True
+    >>> result.config.quant_for("model/0.weight") == result.layer_configs["linear"]
+    True
+    """
+    if not tolerance >= 0 or not math.isfinite(tolerance):
+        raise ConfigError(f"tolerance={tolerance!r} must be a finite number >= 0")
+    if not 0 < error_budget < 1:
+        raise ConfigError(f"error_budget={error_budget!r} must lie in (0, 1)")
+    if moment_bins < 2 or second_moment_bins < 2:
+        raise ConfigError(
+            f"moment_bins={moment_bins!r} and second_moment_bins={second_moment_bins!r} "
+            "must be at least 2"
+        )
+    if eval_fn is not None and not callable(eval_fn):
+        raise ConfigError(f"eval_fn={eval_fn!r} must be callable as eval_fn(model) -> float")
+    base = base if base is not None else CompressionConfig()
+    t0 = time.perf_counter()
+    kinds_of = layer_types(model)
+    scores = dict(scores or {})
+    params: dict[str, tuple[str, nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        path = model_prefix + name
+        if (
+            p.is_floating_point()
+            and p.numel() >= max(base.min_numel, 1)
+            and base.quant_for(path) is not None
+        ):
+            params[name] = (kinds_of[name], p)
+    unknown = sorted(set(scores) - {n for n, _ in model.named_parameters()})
+    if unknown:
+        raise ConfigError(
+            f"scores for {unknown[:3]!r} name no parameter of the model; pass the names "
+            "model.named_parameters() uses (SensitivityTracker.scores() without prefix)"
+        )
+    for name, s in scores.items():
+        if name in params and s.shape != params[name][1].shape:
+            raise ConfigError(
+                f"scores[{name!r}] has shape {tuple(s.shape)}, the parameter "
+                f"{tuple(params[name][1].shape)}"
+            )
+
+    ev = _Evaluator(model, params, eval_fn, scores)
+    kinds = sorted(
+        {k for k, _ in params.values()},
+        key=lambda k: -sum(p.numel() for kk, p in params.values() if kk == k),
+    )
+    if eval_fn is not None:
+        exact_quality = _evaluate_with(model, params, {}, eval_fn)
+        if not math.isfinite(exact_quality):
+            raise ConfigError(
+                f"eval_fn returned {exact_quality!r} for the exact weights; it must return a "
+                "finite loss"
+            )
+        baseline: float | None = exact_quality
+        limit = exact_quality + tolerance * abs(exact_quality)
+    else:
+        baseline, limit = None, error_budget
+    walk = _Walk(ev, limit)
+
+    strategy: Literal["full", "neighbourhood", "none"] = "none"
+    chosen: _Point | None = None
+    if kinds:
+        prev_point = _previous_point(previous, kinds)
+        if prev_point is not None:
+            strategy = "neighbourhood"
+            chosen = walk.neighbourhood(prev_point)
+        if chosen is None:
+            strategy = "full"
+            metrics = {
+                k: (
+                    "sensitivity"
+                    if any(n in scores for n, (kk, _) in params.items() if kk == k)
+                    else "magnitude"
+                )
+                for k in kinds
+            }
+            chosen = walk.full(kinds, metrics)
+
+    layer_configs: dict[str, QuantConfig | None] = {
+        k: (chosen.config(k) if chosen is not None else None) for k in kinds
+    }
+    quality = walk.seen.get(chosen) if chosen is not None else baseline
+    notes = []
+    if eval_fn is None:
+        notes.append(
+            f"data-free: no eval_fn, so each tensor's relative error was held within "
+            f"{error_budget:g} instead of measuring quality"
+        )
+    if kinds and chosen is None:
+        notes.append("no configuration was feasible: the searched weights stay exact")
+    config = _compression_config(
+        model,
+        optimizer,
+        base,
+        params,
+        layer_configs,
+        model_prefix,
+        optimizer_prefix,
+        moment_bins,
+        second_moment_bins,
+    )
+    return SearchResult(
+        layer_configs=MappingProxyType(layer_configs),
+        config=config,
+        mode="eval" if eval_fn is not None else "data-free",
+        strategy=strategy,
+        trials=ev.trials,
+        seconds=time.perf_counter() - t0,
+        baseline=baseline,
+        quality=quality,
+        tolerance=tolerance if eval_fn is not None else error_budget,
+        estimated_ratio=ev.estimated_ratio(chosen),
+        paths=MappingProxyType({model_prefix + n: k for n, (k, _) in params.items()}),
+        note="; ".join(notes),
+    )
+
+
+def _param_indices(optimizer: torch.optim.Optimizer) -> dict[int, int]:
+    """id(param) → its index in ``optimizer.state_dict()["state"]`` (order of param_groups)."""
+    out: dict[int, int] = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            out.setdefault(id(p), len(out))
+    return out
+
+
+_FIRST_MOMENTS = ("exp_avg", "momentum_buffer")
+_SECOND_MOMENTS = ("exp_avg_sq",)
+
+
+def _compression_config(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    base: CompressionConfig,
+    params: Mapping[str, tuple[str, nn.Parameter]],
+    layer_configs: Mapping[str, QuantConfig | None],
+    model_prefix: str,
+    optimizer_prefix: str,
+    moment_bins: int,
+    second_moment_bins: int,
+) -> CompressionConfig:
+    overrides: list[tuple[str, QuantConfig]] = []
+    exact: list[str] = list(base.exact)
+    for name, tensor in model.state_dict().items():
+        path = model_prefix + name
+        cfg = layer_configs.get(params[name][0]) if name in params else None
+        if cfg is None:
+            if tensor.is_floating_point():  # buffers and unsearched weights: never lossy
+                exact.append(_escape(path))
+        else:
+            overrides.append((_escape(path), cfg))
+    if optimizer is not None:
+        index = _param_indices(optimizer)
+        names = {id(p): n for n, p in model.named_parameters()}
+        for p in _all_params(optimizer):
+            prefix = f"{optimizer_prefix}state/{index[id(p)]}/"
+            name = names.get(id(p), "")
+            wcfg = layer_configs.get(params[name][0]) if name in params else None
+            for key, value in optimizer.state.get(p, {}).items():
+                path = _escape(prefix + str(key))
+                if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                    continue
+                if wcfg is not None and key in _FIRST_MOMENTS:
+                    overrides.append(
+                        (
+                            path,
+                            QuantConfig(
+                                bins=moment_bins,
+                                prune=wcfg.prune,
+                                prune_metric="sensitivity",
+                                protect=0.0005,
+                            ),
+                        )
+                    )
+                elif wcfg is not None and key in _SECOND_MOMENTS:
+                    overrides.append(
+                        (
+                            path,
+                            QuantConfig(bins=second_moment_bins, log_domain=True, protect=0.0005),
+                        )
+                    )
+                else:
+                    exact.append(path)
+    return replace(base, overrides=(*overrides, *base.overrides), exact=tuple(exact))
+
+
+def _all_params(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
+    seen: dict[int, nn.Parameter] = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            seen.setdefault(id(p), p)
+    return list(seen.values())
+
+
+def save_scores(
+    model: nn.Module,
+    result: SearchResult,
+    *,
+    scores: Mapping[str, torch.Tensor] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    model_prefix: str = "model/",
+    optimizer_prefix: str = "optimizer/",
+) -> dict[str, torch.Tensor]:
+    """The ``scores=`` mapping to pass to :func:`ckptzip.save` with ``result.config``.
+
+    Model paths get the sensitivity scores (when given); each first moment gets its weight's
+    pruning scores (``|g·w|`` when the weight's type prunes by sensitivity, else ``|w|``), so
+    the quantizer prunes the moment where it prunes the weight.
+
+    Examples
+    --------
+    >>> model = nn.Linear(4, 2)
+    >>> r = search(model, base=CompressionConfig(min_numel=1))
+    >>> sorted(save_scores(model, r))
+    []
+    """
+    scores = dict(scores or {})
+    out = {model_prefix + n: s for n, s in scores.items()}
+    if optimizer is None:
+        return out
+    index = _param_indices(optimizer)
+    kinds = {path[len(model_prefix) :]: k for path, k in result.paths.items()}
+    for name, p in model.named_parameters():
+        kind = kinds.get(name)
+        cfg = result.layer_configs.get(kind) if kind is not None else None
+        if cfg is None or cfg.prune == 0 or id(p) not in index:
+            continue
+        if cfg.prune_metric == "sensitivity" and name in scores:
+            weight_scores = scores[name]
+        else:
+            weight_scores = p.detach().abs().float().cpu()
+        for key in _FIRST_MOMENTS:
+            if key in optimizer.state.get(p, {}):
+                out[f"{optimizer_prefix}state/{index[id(p)]}/{key}"] = weight_scores
+    return out

@@ -1,0 +1,281 @@
+"""Configuration search: layer types, the cube walk, tolerance, the live model left untouched."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.errors import ConfigError
+from ckptzip.quantize import dequantize, quantize
+from ckptzip.search import SearchResult, layer_types, save_scores, search
+from ckptzip.sensitivity import SensitivityTracker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import _workloads
+
+
+def _task(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, object]:
+    """A small trained classifier and its held-out loss."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU())
+    model.append(nn.Linear(64, 5))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(5, 32, generator=g)
+
+    def batch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, 5, (n,), generator=g)
+        return centres[y] + torch.randn(n, 32, generator=g), y
+
+    for _ in range(60):
+        x, y = batch(64)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    held = batch(512)
+
+    @torch.no_grad()
+    def eval_fn(m: nn.Module) -> float:
+        return float(nn.functional.cross_entropy(m(held[0]), held[1]))
+
+    return model, opt, eval_fn
+
+
+def _apply(model: nn.Module, config: CompressionConfig, prefix: str = "model/") -> nn.Module:
+    """A copy of ``model`` with every parameter quantized as ``config`` says (independently of
+    the search's own trial code)."""
+    import copy
+
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in out.named_parameters():
+            cfg = config.quant_for(prefix + name)
+            if cfg is not None and p.numel() >= config.min_numel:
+                p.copy_(dequantize(quantize(p.detach(), cfg)).reshape(p.shape))
+    return out
+
+
+def test_layer_types_of_a_transformer() -> None:
+    lm = _workloads.make("lm", 0).model
+    kinds = layer_types(lm)
+    assert kinds["embed.weight"] == "embedding"
+    assert kinds["pos"] == "other"
+    assert kinds["norm.weight"] == "norm"
+    assert kinds["head.weight"] == "linear"
+    assert kinds["blocks.layers.0.self_attn.in_proj_weight"] == "linear"
+    assert kinds["blocks.layers.0.self_attn.out_proj.weight"] == "linear"
+    assert kinds["blocks.layers.0.norm1.bias"] == "norm"
+    conv = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2))
+    assert layer_types(conv) == {
+        "0.weight": "conv",
+        "0.bias": "conv",
+        "1.weight": "norm",
+        "1.bias": "norm",
+    }
+
+
+def test_search_honours_tolerance_and_leaves_model_untouched() -> None:
+    model, _, eval_fn = _task()
+    model.train()
+    before = {n: (p.data_ptr(), p.detach().clone()) for n, p in model.named_parameters()}
+    result = search(model, eval_fn=eval_fn, tolerance=0.05)  # type: ignore[arg-type]
+    for n, p in model.named_parameters():
+        assert p.data_ptr() == before[n][0] and torch.equal(p, before[n][1])
+    assert model.training
+    assert result.mode == "eval" and result.strategy == "full"
+    assert result.baseline == pytest.approx(eval_fn(model))  # type: ignore[operator]
+    limit = result.baseline * 1.05  # type: ignore[operator]
+    assert result.quality is not None and result.quality <= limit
+    # an independent reconstruction of the chosen config gives the same, feasible quality
+    assert eval_fn(_apply(model, result.config)) <= limit  # type: ignore[operator]
+    cfg = result.layer_configs["linear"]
+    assert cfg is not None and cfg != QuantConfig(bins=32, prune=0.0, protect=0.01)
+    assert 1 <= result.trials <= 14
+    assert result.estimated_ratio > 4
+    assert set(result.paths) == {"model/0.weight", "model/2.weight"}  # 4.weight: small
+    assert result.config.quant_for("model/0.bias") is None  # small: exact
+    assert SearchResult.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert result.to_json()["layer_configs"]["linear"] == cfg.to_json()
+
+
+def test_each_step_toward_aggression_from_the_choice_is_infeasible_or_at_the_end() -> None:
+    """The chosen point is a local optimum of the cube: one more step on any axis fails."""
+    model, _, eval_fn = _task(1)
+    result = search(model, eval_fn=eval_fn, tolerance=0.05)  # type: ignore[arg-type]
+    cfg = result.layer_configs["linear"]
+    assert cfg is not None
+    limit = result.baseline * 1.05  # type: ignore[operator]
+    steps = {"bins": (32, 16, 12, 8, 6, 4), "prune": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)}
+    for axis, values in steps.items():
+        i = values.index(getattr(cfg, axis))
+        if i + 1 < len(values):
+            bolder = QuantConfig(**{**cfg.to_json(), axis: values[i + 1]})
+            config = CompressionConfig(quant=bolder)
+            assert eval_fn(_apply(model, config)) > limit  # type: ignore[operator]
+
+
+def test_live_model_restored_when_eval_fn_raises() -> None:
+    model = nn.Sequential(nn.Linear(64, 96), nn.BatchNorm1d(96), nn.Linear(96, 3))
+    model.eval()
+    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    stats = model[1].running_mean.clone()
+    calls = []
+
+    def eval_fn(m: nn.Module) -> float:
+        m.train()  # runs in training mode: updates BatchNorm's running statistics
+        m(torch.randn(8, 64))
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("boom")
+        return 1.0
+
+    with pytest.raises(RuntimeError, match="boom"):
+        search(model, eval_fn=eval_fn)
+    for n, p in model.named_parameters():
+        assert torch.equal(p, weights[n])
+    assert torch.equal(model[1].running_mean, stats)
+    assert not model.training
+
+
+def test_later_checkpoint_searches_only_the_neighbourhood() -> None:
+    model, _, eval_fn = _task(2)
+    first = search(model, eval_fn=eval_fn)  # type: ignore[arg-type]
+    again = search(model, eval_fn=eval_fn, previous=first)  # type: ignore[arg-type]
+    assert again.strategy == "neighbourhood" and again.trials == 1
+    assert dict(again.layer_configs) == dict(first.layer_configs)
+
+
+def test_neighbourhood_never_goes_more_aggressive() -> None:
+    model, _, eval_fn = _task(3)
+    first = search(model, eval_fn=eval_fn)  # type: ignore[arg-type]
+    # pretend the previous choice was the most precise point: nothing bolder may be chosen
+    precise = QuantConfig(bins=32, prune=0.0, protect=0.01)
+    prev = SearchResult(
+        layer_configs={"linear": precise},
+        config=first.config,
+        mode="eval",
+        strategy="full",
+        trials=0,
+        seconds=0.0,
+        baseline=first.baseline,
+        quality=first.quality,
+        tolerance=0.05,
+        estimated_ratio=1.0,
+    )
+    again = search(model, eval_fn=eval_fn, previous=prev)  # type: ignore[arg-type]
+    assert again.strategy == "neighbourhood" and again.layer_configs["linear"] == precise
+
+
+def test_infeasible_previous_steps_back_toward_precision() -> None:
+    model, _, eval_fn = _task(4)
+    bold = QuantConfig(bins=4, prune=0.5, protect=0.0005)
+    prev = SearchResult(
+        layer_configs={"linear": bold},
+        config=CompressionConfig(),
+        mode="eval",
+        strategy="full",
+        trials=0,
+        seconds=0.0,
+        baseline=None,
+        quality=None,
+        tolerance=0.05,
+        estimated_ratio=1.0,
+    )
+    result = search(model, eval_fn=eval_fn, tolerance=0.01, previous=prev)  # type: ignore[arg-type]
+    cfg = result.layer_configs["linear"]
+    assert result.quality is not None and result.quality <= result.baseline * 1.01  # type: ignore[operator]
+    if result.strategy == "neighbourhood":
+        assert cfg is not None
+        assert cfg.bins >= 4 and cfg.prune <= 0.5 and cfg.protect >= 0.0005
+
+
+def test_nothing_feasible_keeps_weights_exact() -> None:
+    model, _, _ = _task(5)
+    x = torch.randn(64, 32)
+    reference = model(x).detach()
+
+    def eval_fn(m: nn.Module) -> float:  # any change at all is a failure
+        return 1.0 + float((m(x) - reference).abs().max() > 0)
+
+    result = search(model, eval_fn=eval_fn, tolerance=0.0)
+    assert result.layer_configs == {"linear": None}
+    assert result.trials == 1 and "exact" in result.note
+    assert result.config.quant_for("model/2.weight") is None
+
+
+def test_data_free_mode_holds_the_error_budget_and_says_so() -> None:
+    model, _, _ = _task(6)
+    result = search(model, error_budget=0.08)
+    assert result.mode == "data-free" and "data-free" in result.note
+    assert result.baseline is None and result.quality is not None and result.quality <= 0.08
+    for name, p in model.named_parameters():
+        cfg = result.config.quant_for("model/" + name)
+        if cfg is not None and p.numel() >= result.config.min_numel:
+            assert quantize(p.detach(), cfg).rel_error <= 0.08
+
+
+def test_sensitivity_scores_enable_the_sensitivity_metric() -> None:
+    model, opt, eval_fn = _task(7)
+    tracker = SensitivityTracker(model, window=5, optimizer=opt)
+    tracker.arm(5)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        opt.zero_grad()
+        x = torch.randn(64, 32, generator=g)
+        nn.functional.cross_entropy(model(x), torch.randint(0, 5, (64,), generator=g)).backward()
+        opt.step()
+    scores = tracker.scores()
+    tracker.close()
+    result = search(model, eval_fn=eval_fn, scores=scores)  # type: ignore[arg-type]
+    assert result.quality <= result.baseline * 1.05  # type: ignore[operator]
+    cfg = result.layer_configs["linear"]
+    assert cfg is not None
+    if cfg.prune == 0:
+        return
+    # first moments are pruned with the weight's own pruning scores
+    result = search(model, eval_fn=eval_fn, scores=scores, optimizer=opt)  # type: ignore[arg-type]
+    out = save_scores(model, result, scores=scores, optimizer=opt)
+    assert torch.equal(out["model/2.weight"], scores["2.weight"])
+    expected = scores["2.weight"] if cfg.prune_metric == "sensitivity" else model[2].weight.abs()
+    torch.testing.assert_close(out["optimizer/state/2/exp_avg"], expected.detach())
+
+
+def test_optimizer_paths_get_moment_configs_and_the_rest_stays_exact() -> None:
+    model, opt, eval_fn = _task(8)
+    result = search(model, eval_fn=eval_fn, optimizer=opt)  # type: ignore[arg-type]
+    cfg = result.layer_configs["linear"]
+    assert cfg is not None
+    m = result.config.quant_for("optimizer/state/2/exp_avg")
+    v = result.config.quant_for("optimizer/state/2/exp_avg_sq")
+    assert m is not None and m.prune == cfg.prune and not m.log_domain
+    assert v is not None and v.log_domain and v.prune == 0
+    assert result.config.quant_for("optimizer/state/2/step") is None
+    assert result.config.quant_for("optimizer/state/1/exp_avg") is None  # bias: exact
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"tolerance": -0.1}, "tolerance"),
+        ({"tolerance": float("nan")}, "tolerance"),
+        ({"error_budget": 0.0}, "error_budget"),
+        ({"moment_bins": 1}, "moment_bins"),
+        ({"eval_fn": 3}, "eval_fn"),
+        ({"scores": {"nope": torch.zeros(1)}}, "nope"),
+        ({"scores": {"0.weight": torch.zeros(3)}}, "shape"),
+    ],
+)
+def test_bad_arguments_are_rejected(kwargs: dict[str, object], match: str) -> None:
+    model = nn.Sequential(nn.Linear(64, 80))
+    with pytest.raises(ConfigError, match=match):
+        search(model, **kwargs)  # type: ignore[arg-type]
+
+
+def test_non_finite_baseline_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="exact weights"):
+        search(nn.Linear(64, 80), eval_fn=lambda m: float("nan"))
