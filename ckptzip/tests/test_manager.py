@@ -1,0 +1,296 @@
+"""CheckpointManager: keyframes and delta chains, retention, parent checks, locking, listing."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ckptzip
+from ckptzip import CheckpointManager, CompressionConfig, QuantConfig
+from ckptzip.errors import (
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    ConfigError,
+    MissingParentError,
+)
+from ckptzip.manager import describe_directory, step_file_name
+
+# Small lossy tensors: min_numel low enough that they are quantized, so deltas are exercised.
+CONFIG = CompressionConfig(quant=QuantConfig(bins=8, protect=0.01), min_numel=64)
+
+
+def _state(step: int, *, drift: float = 0.01, n: int = 600) -> dict[str, Any]:
+    """A training-like state: weights drifting slowly with the step, exact counters."""
+    g = torch.Generator().manual_seed(1234)
+    base = torch.randn(n, generator=g)
+    move = torch.randn(n, generator=torch.Generator().manual_seed(step))
+    return {
+        "model": {"w": base + drift * step * move, "b": torch.arange(5.0) + step},
+        "step": step,
+        "counter": torch.tensor([step, step * 2]),
+    }
+
+
+def _kinds(directory: Path) -> list[tuple[int, str]]:
+    return [(e.step, e.kind) for e in describe_directory(directory)]
+
+
+def _assert_same(a: Any, b: Any) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys()
+        for k in a:
+            _assert_same(a[k], b[k])
+    else:
+        assert a == b
+
+
+def test_save_load_and_listing(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=3, config=CONFIG)
+    assert mgr.steps() == [] and mgr.latest_step() is None
+    for step in (0, 10, 20, 30, 40):
+        mgr.save(step, _state(step))
+    assert mgr.steps() == [0, 10, 20, 30, 40]
+    assert mgr.latest_step() == 40
+    assert (tmp_path / step_file_name(40)).is_file()
+    # a keyframe every 3 files, deltas against the step before in between
+    assert _kinds(tmp_path) == [
+        (0, "full"),
+        (10, "delta"),
+        (20, "delta"),
+        (30, "full"),
+        (40, "delta"),
+    ]
+    assert mgr.chain(20) == [0, 10, 20]
+    assert mgr.chain(30) == [30]
+    latest = mgr.load()
+    assert latest["step"] == 40 and torch.equal(latest["counter"], torch.tensor([40, 80]))
+    assert mgr.load(10)["step"] == 10
+
+
+def test_every_step_loads_as_its_direct_decode(tmp_path: Path) -> None:
+    # A delta-chained step restores to exactly what a standalone (keyframe) save decodes to:
+    # each checkpoint is quantized in full, only the index storage differs.
+    mgr = CheckpointManager(tmp_path / "chain", keyframe_every=10, config=CONFIG)
+    (tmp_path / "direct").mkdir()
+    for step in range(6):
+        mgr.save(step, _state(step))
+        direct = tmp_path / "direct" / f"{step}.ckz"
+        ckptzip.save(_state(step), direct, config=CONFIG)
+        _assert_same(mgr.load(step), ckptzip.load(direct))
+    assert [k for _, k in _kinds(tmp_path / "chain")] == ["full"] + ["delta"] * 5
+
+
+def test_deltas_are_smaller_than_keyframes(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=4, config=CONFIG)
+    sizes = [mgr.save(s, _state(s, drift=0.001, n=20_000)).bytes_out for s in range(4)]
+    assert all(d < sizes[0] for d in sizes[1:])
+
+
+def test_existing_step_is_not_overwritten(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=3, config=CONFIG)
+    mgr.save(5, _state(5))
+    before = (tmp_path / step_file_name(5)).read_bytes()
+    with pytest.raises(CheckpointExistsError, match="overwrite=True"):
+        mgr.save(5, _state(6))
+    assert (tmp_path / step_file_name(5)).read_bytes() == before
+    mgr.save(5, _state(6), overwrite=True)
+    assert mgr.load(5)["step"] == 6
+
+
+def test_a_parent_with_dependents_cannot_be_overwritten(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=3, config=CONFIG)
+    for s in range(3):
+        mgr.save(s, _state(s))
+    with pytest.raises(CheckpointExistsError, match=r"steps \[1, 2\]"):
+        mgr.save(0, _state(0), overwrite=True)
+    mgr.save(2, _state(7), overwrite=True)  # nothing depends on the last one
+    assert mgr.load(2)["step"] == 7
+
+
+def test_retention_keeps_what_kept_steps_need(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=3, keep=2, config=CONFIG)
+    for s in range(7):
+        mgr.save(s, _state(s))
+        assert len(mgr.steps()) >= min(s + 1, 2)
+    # files: 0 full, 1, 2 deltas, 3 full, 4, 5 deltas, 6 full. Kept: 5, 6. Step 5 needs 3, 4.
+    assert mgr.steps() == [3, 4, 5, 6]
+    for s in mgr.steps():
+        assert mgr.load(s)["step"] == s
+    mgr.save(7, _state(7))
+    mgr.save(8, _state(8))
+    assert mgr.steps() == [6, 7, 8]
+
+
+def test_missing_parent_is_a_clear_error(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=5, config=CONFIG)
+    for s in range(3):
+        mgr.save(s, _state(s))
+    os.unlink(tmp_path / step_file_name(0))
+    with pytest.raises(MissingParentError, match=r"step-00000000\.ckz.*missing"):
+        mgr.load(2)
+    status = {e.step: e.status for e in describe_directory(tmp_path)}
+    assert "missing parent" in status[1] and "cannot be restored" in status[2]
+
+
+def test_altered_parent_is_a_clear_error(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=5, config=CONFIG)
+    for s in range(2):
+        mgr.save(s, _state(s))
+    # Replace the keyframe with another valid checkpoint: same name, different content.
+    ckptzip.save(_state(99), tmp_path / step_file_name(0), config=CONFIG, overwrite=True)
+    with pytest.raises(MissingParentError, match="altered or replaced"):
+        mgr.load(1)
+    assert "altered" in {e.step: e.status for e in describe_directory(tmp_path)}[1]
+    assert mgr.load(0)["step"] == 99
+
+
+def test_unknown_step_is_named(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, config=CONFIG)
+    with pytest.raises(CheckpointNotFoundError, match="no finished checkpoint"):
+        mgr.load()
+    mgr.save(3, _state(3))
+    with pytest.raises(CheckpointNotFoundError, match=r"step 4 .*available steps: \[3\]"):
+        mgr.load(4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"keyframe_every": 0}, "keyframe_every=0"),
+        ({"keyframe_every": 2.5}, "keyframe_every=2.5"),
+        ({"keep": 0}, "keep=0"),
+        ({"keep": True}, "keep=True"),
+        ({"config": QuantConfig()}, "CompressionConfig"),
+    ],
+)
+def test_bad_arguments_are_named(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        CheckpointManager(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("step", [-1, 1.0, True, "3"])
+def test_bad_steps_are_named(tmp_path: Path, step: Any) -> None:
+    mgr = CheckpointManager(tmp_path)
+    with pytest.raises(ConfigError, match="step="):
+        mgr.save(step, {"x": 1})
+
+
+def test_temp_files_are_never_listed_and_stale_ones_are_removed(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, config=CONFIG)
+    mgr.save(1, _state(1))
+    stale = tmp_path / f".{step_file_name(2)}.tmp-999-deadbeef"
+    stale.write_bytes(b"half a checkpoint")
+    unrelated = tmp_path / "notes.txt"
+    unrelated.write_text("mine")
+    assert mgr.steps() == [1]
+    with pytest.raises(CheckpointNotFoundError):
+        mgr.load(2)
+    CheckpointManager(tmp_path)  # opening the directory cleans up after crashed saves
+    assert not stale.exists() and unrelated.exists()
+    assert mgr.steps() == [1]
+
+
+def test_two_writers_of_one_directory(tmp_path: Path) -> None:
+    # Two managers (as two processes would) save interleaved steps into one directory;
+    # the lock serialises saves and retention, so every remaining step restores.
+    errors: list[BaseException] = []
+
+    def writer(offset: int) -> None:
+        mgr = CheckpointManager(tmp_path, keyframe_every=3, keep=4, config=CONFIG)
+        try:
+            for i in range(6):
+                mgr.save(2 * i + offset, _state(2 * i + offset))
+        except BaseException as exc:  # collected, asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    mgr = CheckpointManager(tmp_path, config=CONFIG)
+    assert mgr.steps()[-4:] == [8, 9, 10, 11]
+    for s in mgr.steps():
+        assert mgr.load(s)["step"] == s
+    assert all(e.status == "ok" for e in describe_directory(tmp_path))
+
+
+def test_keyframe_every_one_stores_only_full_checkpoints(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=1, config=CONFIG)
+    for s in range(3):
+        mgr.save(s, _state(s))
+    assert [k for _, k in _kinds(tmp_path)] == ["full"] * 3
+
+
+def test_describe_reports_sizes_and_ratio(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=2, config=CONFIG)
+    reports = [mgr.save(s, _state(s)) for s in range(3)]
+    table = mgr.describe()
+    assert [e.bytes for e in table] == [r.bytes_out for r in reports]
+    assert [e.parent_step for e in table] == [None, 0, None]
+    assert all(e.ratio > 1 and e.to_json()["status"] == "ok" for e in table)
+
+
+@st.composite
+def _programs(draw: st.DrawFn) -> tuple[int, int | None, list[tuple[str, int]]]:
+    keyframe_every = draw(st.integers(1, 4))
+    keep = draw(st.one_of(st.none(), st.integers(1, 3)))
+    ops = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["save", "save", "load", "reopen"]), st.integers(0, 50)),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    return keyframe_every, keep, ops
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(_programs())
+def test_random_saves_retention_and_loads(
+    tmp_path_factory: pytest.TempPathFactory, program: tuple[int, int | None, list[tuple[str, int]]]
+) -> None:
+    """Every kept step always loads equal to a direct (non-delta) decode of that step."""
+    keyframe_every, keep, ops = program
+    root = tmp_path_factory.mktemp("prop")
+    direct_dir = root / "direct"
+    direct_dir.mkdir()
+    mgr = CheckpointManager(root / "run", keyframe_every=keyframe_every, keep=keep, config=CONFIG)
+    saved: list[int] = []
+    step = 0
+    for op, arg in ops:
+        if op == "save":
+            step += 1 + arg % 7
+            mgr.save(step, _state(step, drift=0.002 * (1 + arg % 3)))
+            ckptzip.save(
+                _state(step, drift=0.002 * (1 + arg % 3)), direct_dir / f"{step}.ckz", config=CONFIG
+            )
+            saved.append(step)
+        elif op == "reopen":
+            mgr = CheckpointManager(
+                root / "run", keyframe_every=keyframe_every, keep=keep, config=CONFIG
+            )
+        elif saved:
+            listed = mgr.steps()
+            s = listed[arg % len(listed)]
+            _assert_same(mgr.load(s), ckptzip.load(direct_dir / f"{s}.ckz"))
+        listed = mgr.steps()
+        expected_kept = saved if keep is None else saved[-keep:]
+        assert set(expected_kept) <= set(listed) <= set(saved)
+    for s in mgr.steps():
+        _assert_same(mgr.load(s), ckptzip.load(direct_dir / f"{s}.ckz"))
