@@ -15,10 +15,12 @@ from ckptzip.errors import (
     UnsupportedFormatError,
     UnsupportedValueError,
 )
+from ckptzip.manager import CheckpointManager
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointManager",
     "CompressionConfig",
     "QuantConfig",
     "Report",
