@@ -6,12 +6,15 @@ import io
 import json
 import math
 import os
+import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ckptzip
 from ckptzip.api import exact_reason, read_manifest
@@ -23,6 +26,7 @@ from ckptzip.errors import (
     MissingParentError,
     UnsupportedValueError,
 )
+from ckptzip.structure import DTYPES
 
 EXACT = ckptzip.CompressionConfig(min_numel=1 << 40)  # everything lossless
 
@@ -158,3 +162,80 @@ def test_progress_callback(tmp_path: Path) -> None:
         progress=lambda d, t: seen.append((d, t)),
     )
     assert seen == [(16, 24), (24, 24)]
+
+
+leaf_tensor = st.builds(
+    lambda dtype, n, seed, nonfinite: _tensor(dtype, n, seed, nonfinite),
+    st.sampled_from(list(DTYPES.values())),
+    st.sampled_from([0, 1, 7, 300, 2000]),
+    st.integers(0, 1000),
+    st.booleans(),
+)
+
+
+def _tensor(dtype: torch.dtype, n: int, seed: int, nonfinite: bool) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=torch.float64) * 3
+    if dtype.is_floating_point and dtype.itemsize > 1:
+        x = x.to(dtype)
+        if nonfinite and n > 3:
+            x[0], x[1], x[2] = math.nan, math.inf, -math.inf
+            x[3] = torch.finfo(dtype).tiny / 4 if dtype != torch.bfloat16 else 1e-40  # subnormal
+        return x if n != 1 else x.reshape(())
+    if dtype == torch.bool:
+        return x > 0
+    return x.to(torch.int64).to(dtype) if not dtype.is_complex else x.to(dtype)
+
+
+tree = st.recursive(
+    st.one_of(leaf_tensor, st.integers(), st.floats(), st.text(max_size=5), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(
+            st.one_of(st.text(alphabet="xyz", min_size=1, max_size=2), st.integers(0, 3)),
+            inner,
+            max_size=3,
+        ),
+    ),
+    max_leaves=8,
+)
+
+
+def _paired(a: Any, b: Any, report: dict[str, Any], path: str = "") -> None:
+    """Exact leaves identical; lossy tensors within their recorded error."""
+    if isinstance(a, torch.Tensor):
+        entry = report[path]
+        if entry.codec == "exact":
+            assert tensor_to_bytes(a) == tensor_to_bytes(b)
+            return
+        assert a.shape == b.shape and a.dtype == b.dtype
+        fin = torch.isfinite(a)
+        assert tensor_to_bytes(a[~fin]) == tensor_to_bytes(b[~fin])
+        x, y = a[fin].double(), b[fin].double()
+        err = float((x - y).norm() / x.norm()) if float(x.norm()) > 0 else 0.0
+        assert err <= entry.rel_error * (1 + 1e-6) + 1e-9
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _paired(a[k], b[k], report, f"{path}/{k}" if path else str(k))
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _paired(x, y, report, f"{path}/{i}" if path else str(i))
+    else:
+        assert_same(a, b)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree, st.sampled_from([4, 16]))
+def test_save_load_property(obj: Any, bins: int) -> None:
+    cfg = ckptzip.CompressionConfig(quant=ckptzip.QuantConfig(bins=bins), min_numel=256)
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "c.ckz")
+        report = ckptzip.save(obj, p, config=cfg)
+        back = ckptzip.load(p)
+        quantized = ckptzip.read_quantized(p)
+    by_path = {e.path: e for e in report.entries}
+    assert set(quantized) == set(by_path)
+    _paired(obj, back, by_path)

@@ -1,0 +1,195 @@
+"""Tests of the codecs: registry, a conformance harness every codec runs, hostile metadata."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckptzip._types import QuantizedTensor
+from ckptzip.codecs import Codec, DecodeContext, EncodeContext, available_codecs, get_codec
+from ckptzip.codecs.base import register_codec
+from ckptzip.codecs.exact import tensor_to_bytes
+from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.errors import CorruptCheckpointError, UnsupportedFormatError
+from ckptzip.quantize import dequantize
+from ckptzip.structure import DTYPES, dtype_name
+
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def round_trip(codec_id: str, x: torch.Tensor, quant: QuantConfig | None = None) -> Any:
+    """Encode, pass the meta through strict JSON as the container does, decode."""
+    codec = get_codec(codec_id)
+    enc = codec.encode(x, EncodeContext("t", CompressionConfig(), quant=quant))
+    meta = json.loads(json.dumps(enc.meta, allow_nan=False))
+    q = enc.quantized
+    meta.update(
+        shape=list(x.shape),
+        dtype=dtype_name(x.dtype),
+        config=None if q is None else q.config.to_json(),
+        rel_error=0.0 if q is None else q.rel_error,
+    )
+    out = codec.decode(meta, [bytes(c) for c in enc.chunks], DecodeContext("t"))
+    assert out.shape == x.shape and out.dtype == x.dtype
+    return out, meta, enc.chunks
+
+
+def check_lossy(x: torch.Tensor, q: QuantizedTensor) -> None:
+    """Non-finite and protected entries exact; the rest within the recorded error."""
+    y = dequantize(q)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    finite = torch.isfinite(xf)
+    assert tensor_to_bytes(xf[~finite]) == tensor_to_bytes(yf[~finite])
+    pos = torch.from_numpy(q.protected_positions)
+    assert tensor_to_bytes(xf[pos]) == tensor_to_bytes(yf[pos])
+    a, b = xf[finite].double(), yf[finite].double()
+    norm = float(a.norm())
+    err = float((a - b).norm()) / norm if norm > 0 else 0.0
+    assert math.isfinite(err) or not math.isfinite(norm)
+    if math.isfinite(err):
+        assert err <= q.rel_error * (1 + 1e-6) + 1e-9
+
+
+def test_registry() -> None:
+    assert {"exact", "quant"} <= set(available_codecs())
+    assert get_codec("exact").lossy is False and get_codec("quant").lossy is True
+    with pytest.raises(UnsupportedFormatError, match="newer ckptzip"):
+        get_codec("lz77-from-the-future")
+
+    class Impostor(Codec):
+        id = "exact"
+
+        def encode(self, x: Any, ctx: Any) -> Any:
+            raise NotImplementedError
+
+        def decode(self, meta: Any, chunks: Any, ctx: Any) -> Any:
+            raise NotImplementedError
+
+    with pytest.raises(ValueError, match="already taken"):
+        register_codec(Impostor)
+
+
+shapes = st.lists(st.integers(0, 5), min_size=0, max_size=3).map(tuple)
+
+
+@given(st.sampled_from(list(DTYPES.values())), shapes, st.data())
+def test_exact_codec_is_bit_exact(dtype: torch.dtype, shape: tuple[int, ...], data: Any) -> None:
+    n = math.prod(shape) * dtype.itemsize
+    raw = data.draw(st.binary(min_size=n, max_size=n))  # any bit pattern: NaN payloads, subnormals
+    x = (
+        torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+        if n
+        else (torch.empty(shape, dtype=dtype))
+    )
+    out, _, _ = round_trip("exact", x)
+    assert tensor_to_bytes(out) == tensor_to_bytes(x)
+
+
+specials = st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-40, -5e-324, 3e38])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(FLOATS),
+    st.integers(0, 3000),
+    st.lists(st.tuples(st.integers(0, 2999), specials), max_size=6),
+    st.sampled_from([2, 3, 4, 8, 16, 33, 256]),
+    st.sampled_from([0.0, 0.3]),
+    st.sampled_from([0.0, 0.01]),
+    st.integers(0, 2**16),
+)
+def test_quant_codec_round_trip_within_recorded_error(
+    dtype: torch.dtype,
+    n: int,
+    special: list[tuple[int, float]],
+    bins: int,
+    prune: float,
+    protect: float,
+    seed: int,
+) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(n, generator=g, dtype=torch.float64) * 0.05).to(dtype)
+    for i, v in special:
+        if i < n:
+            x[i] = v
+    q_out, _, _ = round_trip("quant", x, QuantConfig(bins=bins, prune=prune, protect=protect))
+    assert isinstance(q_out, QuantizedTensor)
+    check_lossy(x, q_out)
+
+
+def test_quant_codec_keeps_the_smaller_index_layout() -> None:
+    x = torch.randn(50_000)
+    _, meta, chunks = round_trip("quant", x, QuantConfig(bins=16, protect=0.0))
+    assert meta["bits"] == 4 and meta["index_layout"] in ("packed", "bytes")
+    assert len(chunks[1]) <= 50_000 // 2 + 64  # no worse than the packed stream
+    _, meta, _ = round_trip(
+        "quant",
+        torch.zeros(10_000).index_fill_(0, torch.tensor([5]), 1.0),
+        QuantConfig(bins=4, protect=0.0),
+    )
+    assert meta["n_levels"] <= 4
+
+
+def quant_sample() -> tuple[dict[str, Any], list[bytes]]:
+    x = torch.randn(4000)
+    _, meta, chunks = round_trip("quant", x, QuantConfig(bins=16, protect=0.01))
+    return meta, [bytes(c) for c in chunks]
+
+
+def _rewrite_positions(meta: dict[str, Any], chunks: list[bytes], gaps: list[int]) -> None:
+    chunks[2] = np.array(gaps, dtype="<i8").tobytes()
+    meta["positions_stage"] = {"enc": "raw", "size": len(chunks[2])}
+    meta["n_protected"] = len(gaps)
+    vals = bytes(4 * len(gaps))
+    chunks[3] = vals
+    meta["values_stage"] = {"enc": "raw", "size": len(vals)}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda m, c: m.update(n_levels=300),
+        lambda m, c: m.update(n_levels=3),
+        lambda m, c: m.update(bits=7),
+        lambda m, c: m.update(index_layout="zigzag"),
+        lambda m, c: m.update(config={"bins": 1}),
+        lambda m, c: m.update(config=None),
+        lambda m, c: m.update(dtype="int32"),
+        lambda m, c: m.update(n_protected=10**9),
+        lambda m, c: m.pop("values_stage"),
+        lambda m, c: c.pop(),
+        lambda m, c: c.__setitem__(0, np.array([1.0, 0.0] * 8, dtype="<f8").tobytes()),
+        lambda m, c: c.__setitem__(0, np.array([math.nan] * 16, dtype="<f8").tobytes()),
+        lambda m, c: _rewrite_positions(m, c, [5, 0]),
+        lambda m, c: _rewrite_positions(m, c, [-1]),
+        lambda m, c: _rewrite_positions(m, c, [3999, 1]),
+        lambda m, c: _rewrite_positions(m, c, [1, 2**62, 2**62, 2**62]),
+    ],
+)
+def test_quant_decode_rejects_inconsistent_parts(damage: Any) -> None:
+    meta, chunks = quant_sample()
+    damage(meta, chunks)
+    with pytest.raises(CorruptCheckpointError):
+        get_codec("quant").decode(meta, chunks, DecodeContext("t"))
+
+
+def test_indices_beyond_levels_are_rejected() -> None:
+    from ckptzip import entropy
+    from ckptzip.packing import pack_indices
+
+    meta, chunks = quant_sample()
+    # 10 levels need 4 bits, which can also spell the indices 10..15 that address nothing
+    payload, info = entropy.encode(pack_indices(np.full(4000, 15, dtype=np.uint8), 4))
+    meta.update(index_layout="packed", index_stage=info, n_levels=10, bits=4)
+    chunks[0] = np.linspace(-1, 1, 10).astype("<f8").tobytes()
+    chunks[1] = payload
+    with pytest.raises(CorruptCheckpointError, match="beyond"):
+        get_codec("quant").decode(meta, chunks, DecodeContext("t"))
