@@ -16,9 +16,11 @@ Every strategy draws its values through the five primitive draws of a
 * **Point** (one Q-table each): the draw's kind and constraints, e.g. ``("i", 0, 20)``
   for ``draw_integer(0, 20)``.
 * **State**: the innermost labels of the open strategy spans (``span_start`` labels: the
-  ancestor path of the value being built) plus the last few learned choices. With the
-  default ``window="ancestor"`` the choices made inside a finished span are forgotten when
-  it closes, so siblings do not see each other (the RLCheck paper's best abstraction).
+  ancestor path of the value being built) plus the last few learned choices in draw order
+  (``window="sequence"``, the default). ``window="ancestor"`` instead forgets the choices
+  made inside a span when it closes, so siblings do not see each other (the RLCheck
+  paper's best abstraction for its hand-labelled generators); on Hypothesis strategies,
+  whose spans carry no LEFT/RIGHT labels, the sequence window measured better (README).
 * **Actions**: small finite domains are learned value by value (booleans, integer ranges
   of at most 32 values, which covers ``sampled_from`` and collection continue/stop
   draws). Large domains are learned through a coarse choice with the rest drawn at
@@ -47,7 +49,9 @@ Hence:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import math
 import random
 import struct
@@ -74,15 +78,12 @@ from rlcheck.errors import InvalidArgument, RLCheckWarning
 from rlcheck.learner import Policy, reward_for
 from rlcheck.policy_store import load_policy, save_policy
 
-try:  # the engine's give-up rule; the fallback values are those of Hypothesis 6.170
-    from hypothesis.internal.conjecture.engine import (
-        INVALID_PER_VALID as _INVALID_PER_VALID,
-    )
+try:  # the engine's give-up rule; the fallback value is that of Hypothesis 6.170
     from hypothesis.internal.conjecture.engine import (
         INVALID_THRESHOLD_BASE as _INVALID_THRESHOLD_BASE,
     )
 except ImportError:  # pragma: no cover - older or newer engines
-    _INVALID_THRESHOLD_BASE, _INVALID_PER_VALID = 458, 100
+    _INVALID_THRESHOLD_BASE = 458
 
 __all__ = [
     "BACKEND_NAME",
@@ -108,7 +109,8 @@ SMALL_ALPHABET = 16
 _WINDOW = 4  # learned choices kept in the state (RLCheck: k = 4-5)
 _PATH_DEPTH = 3  # innermost span labels kept in the state
 _SOFT_SIZE_CAP = 48  # string/bytes elements past min_size; keeps inputs below overrun size
-_HAND_BACK_FRACTION = 0.5  # of Hypothesis's give-up threshold, see module docstring
+_HAND_BACK_FRACTION = 0.5  # of Hypothesis's give-up limits, see _should_hand_back
+_HEALTH_CHECK_VALID, _HEALTH_CHECK_INVALID = 10, 50  # filter_too_much (engine.py, 6.170)
 _SAVE_INTERVAL_S = 5.0
 _MAX_SEEN = 1 << 20  # choice-sequence hashes kept per run (bounds memory)
 _LABEL_MASK = (1 << 32) - 1  # span labels are 64-bit; 32 bits keep saved files small
@@ -119,6 +121,7 @@ _INT_EDGES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1 << 10, 1 << 16, 1 << 24, 1 << 
 # Float magnitude buckets (positive side; mirrored for negatives).
 _FLOAT_EDGES = (5e-324, 1e-6, 1.0, 1e3, 1e9, 1.7976931348623157e308)
 _BYTE_CLASSES = ((0, 0), (1, 31), (32, 126), (127, 255))
+_BYTE_PRIOR = [float(b - a + 1) for a, b in _BYTE_CLASSES]  # uniform bytes
 _CHAR_CLASSES = tuple(
     IntervalSet(iv)
     for iv in (
@@ -262,8 +265,8 @@ class RLCheckProvider(PrimitiveProvider):
     epsilon:
         Exploration probability of the ε-greedy policy.
     window:
-        ``"ancestor"`` (choices inside a closed span are forgotten: siblings do not see
-        each other) or ``"sequence"`` (the last choices in draw order).
+        ``"sequence"`` (the last choices in draw order) or ``"ancestor"`` (choices inside
+        a closed span are forgotten: siblings do not see each other).
     seed:
         Seed of the provider's randomness; by default taken from Hypothesis's own random
         stream, so ``@seed`` and ``derandomize=True`` make runs reproducible.
@@ -281,31 +284,42 @@ class RLCheckProvider(PrimitiveProvider):
     """
 
     lifetime: ClassVar[Literal["test_case", "test_function"]] = "test_function"
+    #: Defaults of the constructor options; a subclass can change them, since Hypothesis
+    #: instantiates a backend without arguments.
+    epsilon: ClassVar[float] = 0.25
+    window: ClassVar[WindowMode] = "sequence"
 
     def __init__(
         self,
         conjecturedata: Any = None,
         /,
         *,
-        epsilon: float = 0.25,
-        window: WindowMode = "ancestor",
+        epsilon: float | None = None,
+        window: WindowMode | None = None,
         seed: int | None = None,
         persist: bool = True,
     ) -> None:
         super().__init__(conjecturedata)
+        epsilon = type(self).epsilon if epsilon is None else epsilon
+        window = type(self).window if window is None else window
+        if not 0.0 <= epsilon <= 1.0:
+            raise InvalidArgument(f"epsilon={epsilon!r} must lie in [0, 1]")
         if window not in ("ancestor", "sequence"):
             raise InvalidArgument(f"window={window!r} must be 'ancestor' or 'sequence'")
         self._epsilon = epsilon
         self._ancestor = window == "ancestor"
         self._seed = seed
         self._persist_enabled = persist
-        self._policy = Policy(epsilon=epsilon, seed=seed)
+        # The learner's own ε-exploration is uniform; here exploration follows the
+        # strategy's own distribution instead (see ``_choose``), so the learner is greedy.
+        self._policy = Policy(epsilon=0.0, seed=seed)
         self._rng = random.Random(seed)
         self._started = False
         self._broken: BaseException | None = None
         self._persistence: _Persistence | None = None
         self._name = "<unknown test>"
         self._max_examples = 100
+        self._health_checked = False
         # per-episode state
         self._labels: list[int] = []
         self._window: tuple[Hashable, ...] = ()
@@ -348,9 +362,7 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             if not self._started:
                 self._start_run()
-            if self._invalid > _HAND_BACK_FRACTION * (
-                _INVALID_THRESHOLD_BASE + _INVALID_PER_VALID * self._valid
-            ):
+            if self._should_hand_back():
                 self._record(handed_back=True)
                 raise BackendCannotProceed("exhausted")
         except BackendCannotProceed:
@@ -363,6 +375,22 @@ class RLCheckProvider(PrimitiveProvider):
         self._saved_windows = []
         self._visits = []
         self._choices = []
+
+    def _should_hand_back(self) -> bool:
+        """Whether to let Hypothesis's own backend finish this run.
+
+        Hypothesis raises ``Unsatisfiable`` only when a run ends with no valid case at
+        all, after more than 458 invalid ones; its ``filter_too_much`` health check fails
+        a run with 50 invalid cases before the 10th valid one. Before either limit comes
+        close, hand over, so a test the default backend can run keeps running.
+        """
+        if self._valid == 0 and self._invalid >= _HAND_BACK_FRACTION * _INVALID_THRESHOLD_BASE:
+            return True
+        return (
+            self._health_checked
+            and self._valid < _HEALTH_CHECK_VALID
+            and self._invalid >= _HAND_BACK_FRACTION * _HEALTH_CHECK_INVALID
+        )
 
     def _end(self, outcome: str | None) -> None:
         # Never raises: an exception here would replace the test's own outcome.
@@ -389,7 +417,9 @@ class RLCheckProvider(PrimitiveProvider):
             if persistence is not None and self._visits:
                 persistence.dirty = True
                 if (
-                    self._valid == self._max_examples
+                    # The engine's first (simplest) case is not ours: the run's last
+                    # valid case is our (max_examples - 1)-th.
+                    self._valid == self._max_examples - 1
                     or time.monotonic() - persistence.last_save > _SAVE_INTERVAL_S
                 ):
                     persistence.save()
@@ -404,7 +434,12 @@ class RLCheckProvider(PrimitiveProvider):
             self._name = f"{test.__module__}.{test.__qualname__}"
         current = hypothesis_settings.default
         if current is not None:
+            from hypothesis import HealthCheck
+
             self._max_examples = current.max_examples
+            self._health_checked = HealthCheck.filter_too_much not in (
+                current.suppress_health_check
+            )
         if self._seed is None and context is not None:
             source = getattr(context.data, "_random", None)
             if source is not None:
@@ -447,10 +482,8 @@ class RLCheckProvider(PrimitiveProvider):
             RLCheckWarning,
             stacklevel=2,
         )
-        try:
+        with contextlib.suppress(Exception):  # the warning above is what matters
             self._record(fallback=True)
-        except Exception:  # pragma: no cover - the warning above is what matters
-            pass
 
     # -- spans and state -------------------------------------------------------------
 
@@ -466,9 +499,26 @@ class RLCheckProvider(PrimitiveProvider):
         if self._ancestor:
             self._window = saved
 
-    def _choose(self, point: Hashable, n_actions: int) -> int:
+    def _choose(self, point: Hashable, n_actions: int, prior: list[float] | None = None) -> int:
+        """One learned choice among ``n_actions``.
+
+        ε-greedy, where both the ε share and states never visited draw from ``prior``
+        (the strategy's own distribution, uniform when ``None``) instead of uniformly:
+        a cold policy then generates like Hypothesis does, which keeps the early valid
+        rate, and so the run, alive while learning starts.
+        """
         state = (tuple(self._labels[-_PATH_DEPTH:]), self._window)
-        action = self._policy.choose(point, state, n_actions)
+        table = self._policy.table(point)
+        rng = self._rng
+        if rng.random() < self._epsilon or not any(
+            table.value(state, a)[1] for a in range(n_actions)
+        ):
+            if prior is None:
+                action = rng.randrange(n_actions)
+            else:
+                action = rng.choices(range(n_actions), prior)[0]
+        else:
+            action = self._policy.choose(point, state, n_actions)
         self._visits.append((point, state, action))
         self._window = (*self._window[-(_WINDOW - 1) :], action)
         return action
@@ -492,7 +542,7 @@ class RLCheckProvider(PrimitiveProvider):
                 # make the rare branch common under a fresh (uniform) policy.
                 value = self._rng.random() < p
             else:
-                value = self._choose(("b", round(p, 3)), 2) == 1
+                value = self._choose(("b", round(p, 3)), 2, [1.0 - p, p]) == 1
             self._choices.append(value)
             return value
         except Exception as exc:
@@ -516,14 +566,12 @@ class RLCheckProvider(PrimitiveProvider):
             raise self._guarded(exc) from exc
 
     def _draw_integer(self, min_value: int | None, max_value: int | None) -> int:
-        if min_value is not None and max_value is not None:
-            if max_value - min_value < SMALL_DOMAIN:
-                return min_value + self._choose(
-                    ("i", min_value, max_value), max_value - min_value + 1
-                )
+        if min_value is not None and max_value is not None and max_value - min_value < SMALL_DOMAIN:
+            return min_value + self._choose(("i", min_value, max_value), max_value - min_value + 1)
         lo, hi = _integer_bounds(min_value, max_value)
         buckets = self._cached(("ib", lo, hi), lambda: _integer_buckets(lo, hi))
-        a, b = buckets[self._choose(("I", min_value, max_value), len(buckets))]
+        weights = self._cached(("iw", lo, hi), lambda: _integer_prior(buckets, lo, hi))
+        a, b = buckets[self._choose(("I", min_value, max_value), len(buckets), weights)]
         return self._rng.randint(a, b)
 
     def draw_float(
@@ -582,11 +630,11 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             if len(intervals) == 0:
                 return ""
-            classes = self._cached(("sc", intervals), lambda: _char_classes(intervals))
+            classes, weights = self._cached(("sc", intervals), lambda: _char_classes(intervals))
             point = ("c", len(intervals), len(classes))
             chars = []
             for _ in self._sizes(min_size, max_size, "s"):
-                cls = classes[self._choose(point, len(classes))]
+                cls = classes[self._choose(point, len(classes), weights)]
                 chars.append(chr(cls[self._rng.randrange(len(cls))]))
             value = "".join(chars)
             self._choices.append(value)
@@ -604,7 +652,7 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             out = bytearray()
             for _ in self._sizes(min_size, max_size, "y"):
-                a, b = _BYTE_CLASSES[self._choose(("y",), len(_BYTE_CLASSES))]
+                a, b = _BYTE_CLASSES[self._choose(("y",), len(_BYTE_CLASSES), _BYTE_PRIOR)]
                 out.append(self._rng.randint(a, b))
             value = bytes(out)
             self._choices.append(value)
@@ -615,9 +663,13 @@ class RLCheckProvider(PrimitiveProvider):
     def _sizes(self, min_size: int, max_size: int, kind: str) -> Iterator[int]:
         """Element indices of a string or bytes draw, with learned continue/stop."""
         cap = min(max_size, min_size + _SOFT_SIZE_CAP)
+        # Hypothesis's average size for these draws, as a continue probability.
+        average = min(max(min_size * 2, min_size + 5), 0.5 * (min_size + max_size)) - min_size
+        p_more = average / (average + 1.0)
+        prior = [1.0 - p_more, p_more]
         n = 0
         while n < cap:
-            if n >= min_size and self._choose(("more", kind), 2) == 0:
+            if n >= min_size and self._choose(("more", kind), 2, prior) == 0:
                 return
             yield n
             n += 1
@@ -690,7 +742,7 @@ def _float_buckets(
     smallest = constraints["smallest_nonzero_magnitude"]
     ranges: list[tuple[float, float]] = []
     for sign in (1.0, -1.0):
-        for a, b in zip(_FLOAT_EDGES, _FLOAT_EDGES[1:]):
+        for a, b in itertools.pairwise(_FLOAT_EDGES):
             a = max(a, smallest)
             if a > b:
                 continue
@@ -723,8 +775,38 @@ def _sample_range(rng: random.Random, x: float, y: float) -> float:
     return min(max(value, x), y)
 
 
-def _char_classes(intervals: IntervalSet) -> list[IntervalSet]:
+_LATIN1 = IntervalSet(((0, 255),))
+
+
+def _char_classes(intervals: IntervalSet) -> tuple[list[IntervalSet], list[float] | None]:
+    """The learned character classes of an alphabet and their prior weights.
+
+    The prior mirrors Hypothesis's own string draws: 80 % of characters from the first
+    256 code points of the alphabet, 20 % from the rest.
+    """
     if len(intervals) <= SMALL_ALPHABET:
-        return [IntervalSet(((c, c),)) for c in intervals]
-    classes = [intervals & cls for cls in _CHAR_CLASSES]
-    return [c for c in classes if len(c)]
+        return [IntervalSet(((c, c),)) for c in intervals], None
+    classes = [c for c in (intervals & cls for cls in _CHAR_CLASSES) if len(c)]
+    low_total = len(intervals & _LATIN1)
+    high_total = len(intervals) - low_total
+    weights = []
+    for c in classes:
+        low = len(c & _LATIN1)
+        w = 0.8 * low / low_total if low_total else 0.0
+        w += 0.2 * (len(c) - low) / high_total if high_total else 0.0
+        weights.append(w + 1e-3)  # every class stays reachable
+    return classes, weights
+
+
+def _integer_prior(buckets: list[tuple[int, int]], lo: int, hi: int) -> list[float]:
+    """Prior weights of magnitude buckets, shaped like Hypothesis's integers: about 80 %
+    uniform within 256 of the origin (zero, or the bound nearest to it), the rest spread
+    over the wider buckets."""
+    origin = 0 if lo < 0 < hi else (lo if lo >= 0 else hi)
+    core = [max(0, min(b, origin + 256) - max(a, origin - 256) + 1) for a, b in buckets]
+    outer = [i for i, w in enumerate(core) if w == 0]
+    total = sum(core) or 1
+    weights = [0.8 * w / total if outer else w / total for w in core]
+    for i in outer:
+        weights[i] = 0.2 / len(outer)
+    return weights

@@ -18,6 +18,7 @@ pytest loads it in every session where rlcheck is installed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,7 +52,8 @@ class CaseCounts:
             self._valid_inputs.add(observation.representation)
 
 
-_RESULTS: dict[str, dict[str, CaseCounts]] = {}
+# Per session (a pytester run inside a session gets its own): nodeid -> backend -> counts.
+_RESULTS = pytest.StashKey[dict[str, dict[str, CaseCounts]]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -84,18 +86,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
     target = _settings_holder(item)
     original = target._hypothesis_internal_use_settings
-    results = _RESULTS.setdefault(item.nodeid, {})
+    results = item.config.stash.setdefault(_RESULTS, {}).setdefault(item.nodeid, {})
     try:
         if item.config.getoption("rlcheck_compare"):
             counts = results.setdefault("hypothesis", CaseCounts())
             target._hypothesis_internal_use_settings = settings(original, backend="hypothesis")
-            with _counting(counts.observe):
-                try:
-                    item.runtest()
-                except Exception:
-                    # The comparison run only counts; the test's verdict is the rlcheck
-                    # run's, which follows (and replays any failure from the database).
-                    pass
+            # The comparison run only counts; the test's verdict is the rlcheck run's,
+            # which follows (and replays any failure from the database).
+            with _counting(counts.observe), contextlib.suppress(Exception):
+                item.runtest()
         counts = results.setdefault("rlcheck", CaseCounts())
         target._hypothesis_internal_use_settings = settings(original, backend="rlcheck")
         with _counting(counts.observe):
@@ -105,15 +104,24 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if not _active(config) or not _RESULTS:
+    results = config.stash.get(_RESULTS, {})
+    if not _active(config) or not results:
         return
     compare = bool(config.getoption("rlcheck_compare"))
     terminalreporter.section("rlcheck: Hypothesis backend")
-    terminalreporter.write_line(format_table(_RESULTS, compare=compare))
+    terminalreporter.write_line(format_table(results, compare=compare))
 
 
 def format_table(results: dict[str, dict[str, CaseCounts]], *, compare: bool) -> str:
-    """The end-of-session table: one row per test, rlcheck (and default) counts."""
+    """The end-of-session table: one row per test, rlcheck (and default) counts.
+
+    Examples
+    --------
+    >>> print(format_table({"t.py::test_a": {"rlcheck": CaseCounts(5, 4)}}, compare=False))
+    test          cases  valid  unique valid
+    ------------  -----  -----  ------------
+    t.py::test_a      5      4             0
+    """
     header = ["test", "cases", "valid", "unique valid"]
     if compare:
         header += ["default: cases", "valid", "unique valid", "unique x"]
@@ -129,7 +137,8 @@ def format_table(results: dict[str, dict[str, CaseCounts]], *, compare: bool) ->
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = []
     for i, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        cells = [row[0].ljust(widths[0])]
+        cells += [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
         lines.append("  ".join(cells))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))

@@ -1,0 +1,304 @@
+"""The Hypothesis backend: registration, learning, persistence, safety, conformance."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, assume, given, seed, settings
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDatabase
+from hypothesis.internal.conjecture.provider_conformance import run_conformance_test
+from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
+
+from rlcheck.errors import InvalidArgument, RLCheckWarning
+from rlcheck.hypothesis_backend import (
+    RLCheckProvider,
+    _integer_buckets,
+    backend_stats,
+    policy_path,
+    reset_backend_stats,
+)
+from rlcheck.learner import Policy
+from rlcheck.policy_store import load_policy
+
+QUIET = {"deadline": None, "suppress_health_check": list(HealthCheck)}
+
+
+def _strictly_increasing(xs: list[int]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(xs))
+
+
+def _stats_of(test: Any) -> Any:
+    name = f"{test.__module__}.{test.__qualname__}"
+    return backend_stats()[name]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stats() -> None:
+    reset_backend_stats()
+
+
+# -- registration ------------------------------------------------------------------------
+
+
+def test_entry_point_registers_backend_lazily() -> None:
+    code = (
+        "import sys, hypothesis\n"
+        "from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS\n"
+        "print(AVAILABLE_PROVIDERS['rlcheck'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rlcheck')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "rlcheck.hypothesis_backend.RLCheckProvider"
+    assert lines[1] == "[]"  # importing Hypothesis imports nothing of rlcheck
+
+
+def test_environment_variable_switches_the_default_backend() -> None:
+    code = "from hypothesis import settings; print(settings.default.backend)"
+    env = {"RLCHECK_HYPOTHESIS_BACKEND": "1", "PATH": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == "rlcheck"
+    assert settings.get_profile("rlcheck").backend == "rlcheck"
+    assert AVAILABLE_PROVIDERS["rlcheck"] == "rlcheck.hypothesis_backend.RLCheckProvider"
+
+
+def test_bad_options_are_rejected() -> None:
+    with pytest.raises(InvalidArgument, match="window='diagonal'"):
+        RLCheckProvider(None, window="diagonal")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=r"epsilon=1\.5"):
+        RLCheckProvider(None, epsilon=1.5)
+
+
+# -- running ordinary tests --------------------------------------------------------------
+
+
+def test_given_test_runs_on_the_backend_and_counts_cases() -> None:
+    seen: list[Any] = []
+
+    @settings(backend="rlcheck", max_examples=60, database=None, **QUIET)
+    @given(st.tuples(st.booleans(), st.integers(), st.floats(), st.text(), st.binary()))
+    def inner(value: Any) -> None:
+        seen.append(value)
+
+    inner()
+    stats = _stats_of(inner)
+    # The run's first case (the simplest input) is Hypothesis's own, not the backend's.
+    assert stats.valid >= 59 and stats.cases >= stats.valid
+    assert 0 < stats.unique_valid <= stats.valid
+    assert not stats.fallback
+    assert len({repr(v) for v in seen}) > 10
+
+
+def test_learning_raises_the_valid_rate_of_a_strict_assume() -> None:
+    # Valid only when three booleans all come out True: 1/8 at random.
+    @settings(backend="rlcheck", max_examples=400, database=None, **QUIET)
+    @given(st.booleans(), st.booleans(), st.booleans(), st.integers(0, 3))
+    def inner(a: bool, b: bool, c: bool, n: int) -> None:
+        assume(a and b and c)
+
+    inner()
+    stats = _stats_of(inner)
+    # A greedy policy with ε = 0.25 keeps the valid rate well above the random 1/8.
+    assert stats.valid / stats.cases > 0.4
+
+
+def test_same_seed_same_inputs() -> None:
+    def record() -> list[Any]:
+        out: list[Any] = []
+
+        @seed(20260101)
+        @settings(backend="rlcheck", max_examples=50, database=None, **QUIET)
+        @given(st.lists(st.integers(0, 20)), st.text(alphabet="ab()"))
+        def inner(xs: list[int], s: str) -> None:
+            out.append((xs, s))
+            assume(len(xs) >= 2)
+
+        inner()
+        return out
+
+    assert record() == record()
+
+
+def test_hands_back_instead_of_giving_up() -> None:
+    # No input is valid before the 300th call: the backend sees only invalid cases and
+    # must hand the run to Hypothesis's own backend before Hypothesis would give up
+    # (458 invalid cases and no valid one), so the run still ends normally.
+    calls = 0
+
+    @settings(backend="rlcheck", max_examples=20, database=None, **QUIET)
+    @given(st.integers())
+    def inner(n: int) -> None:
+        nonlocal calls
+        calls += 1
+        assume(calls > 300)
+
+    inner()  # no Unsatisfiable
+    stats = _stats_of(inner)
+    assert stats.handed_back and stats.valid == 0
+    assert 200 <= stats.invalid < 300
+
+
+# -- failures replay and shrink (RELIABILITY rlcheck #1) ---------------------------------
+
+
+def test_planted_bug_is_found_shrunk_and_replayed(tmp_path: Path) -> None:
+    db = DirectoryBasedExampleDatabase(tmp_path / "db")
+    failing: list[list[int]] = []
+
+    def body(xs: list[int]) -> None:
+        # Reachable only through valid inputs: strictly increasing, length >= 3.
+        assume(len(xs) >= 3 and _strictly_increasing(xs))
+        if xs[-1] >= 5:
+            failing.append(xs)
+            raise AssertionError(f"planted bug: {xs}")
+
+    test = settings(backend="rlcheck", max_examples=2000, database=db, **QUIET)(
+        given(st.lists(st.integers(0, 10)))(body)
+    )
+    with pytest.raises(AssertionError, match="planted bug"):
+        test()
+    assert failing[-1] == [0, 1, 5]  # the minimal failing input, after shrinking
+    assert not _stats_of(test).handed_back  # found by the backend, not after a hand-back
+
+    failing.clear()
+    replay = settings(backend="rlcheck", database=db, phases=[Phase.reuse], **QUIET)(
+        given(st.lists(st.integers(0, 10)))(body)
+    )
+    with pytest.raises(AssertionError, match="planted bug"):
+        replay()
+    assert failing and all(xs == [0, 1, 5] for xs in failing)
+
+
+# -- internal errors fall back (RELIABILITY rlcheck #2) -----------------------------------
+
+
+@pytest.mark.parametrize("method", ["choose", "learn"])
+def test_internal_error_falls_back_with_one_warning(
+    method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: Policy, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("injected learner failure")
+
+    monkeypatch.setattr(Policy, method, broken)
+    calls = 0
+
+    @settings(backend="rlcheck", max_examples=50, database=None, **QUIET)
+    @given(st.lists(st.integers(0, 5)))
+    def inner(xs: list[int]) -> None:
+        nonlocal calls
+        calls += 1
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inner()
+    ours = [w for w in caught if issubclass(w.category, RLCheckWarning)]
+    assert len(ours) == 1
+    assert "injected learner failure" in str(ours[0].message)
+    assert calls >= 50  # the run went on, on Hypothesis's own backend
+    assert _stats_of(inner).fallback
+
+
+# -- persistence (RELIABILITY rlcheck #3) ------------------------------------------------
+
+
+def _run_with_db(db: Any, key: bytes, max_examples: int = 80) -> Any:
+    @settings(backend="rlcheck", max_examples=max_examples, database=db, **QUIET)
+    @given(st.lists(st.integers(0, 9)))
+    def inner(xs: list[int]) -> None:
+        assume(len(xs) >= 2 and _strictly_increasing(xs))
+
+    inner._hypothesis_internal_database_key = key  # type: ignore[attr-defined]
+    inner()
+    return inner
+
+
+def test_policy_is_saved_and_loaded_by_the_next_run(tmp_path: Path) -> None:
+    db = DirectoryBasedExampleDatabase(tmp_path)
+    path = policy_path(db, b"persist-key")
+    assert path is not None and path.parent == tmp_path / "rlcheck"
+    _run_with_db(db, b"persist-key")
+    assert path.exists()
+    first = Policy()
+    assert load_policy(path, first)
+    assert first.n_states() > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RLCheckWarning)  # a good file loads silently
+        _run_with_db(db, b"persist-key")
+    second = Policy()
+    assert load_policy(path, second)
+    assert second.n_states() >= first.n_states()
+    assert not list(path.parent.glob("*.tmp"))  # atomic writes leave no temp files
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\x00\xff garbage", b'{"format": "rlcheck-policy-file", "version": 1, "me'],
+    ids=["empty", "garbage", "truncated"],
+)
+def test_corrupt_policy_file_is_ignored_with_a_warning(tmp_path: Path, content: bytes) -> None:
+    db = DirectoryBasedExampleDatabase(tmp_path)
+    path = policy_path(db, b"corrupt-key")
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    with pytest.warns(RLCheckWarning, match="ignoring policy file"):
+        _run_with_db(db, b"corrupt-key")
+    # The run replaced the bad file with a good one.
+    assert load_policy(path, Policy())
+
+
+def test_policy_of_another_kind_is_ignored(tmp_path: Path) -> None:
+    db = DirectoryBasedExampleDatabase(tmp_path)
+    path = policy_path(db, b"other-key")
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    doc = {"format": "rlcheck-policy-file", "version": 1, "meta": {"kind": "generator"}}
+    path.write_text(json.dumps({**doc, "policy": Policy().to_dict()}))
+    with pytest.warns(RLCheckWarning, match="kind"):
+        _run_with_db(db, b"other-key")
+
+
+def test_no_persistence_without_a_directory_database() -> None:
+    assert policy_path(InMemoryExampleDatabase(), b"k") is None
+    assert policy_path(None, b"k") is None
+    assert policy_path(DirectoryBasedExampleDatabase("/tmp/x"), None) is None
+    _run_with_db(InMemoryExampleDatabase(), b"memory-key", max_examples=20)
+
+
+# -- domains -----------------------------------------------------------------------------
+
+
+@given(st.integers(-(2**70), 2**70), st.integers(0, 2**70))
+def test_integer_buckets_partition_the_range(lo: int, width: int) -> None:
+    hi = lo + width
+    buckets = sorted(_integer_buckets(lo, hi))
+    assert buckets[0][0] == lo and buckets[-1][1] == hi
+    for (a, b), (c, _) in itertools.pairwise(buckets):
+        assert a <= b and c == b + 1
+    assert len(buckets) <= 2 * 16
+
+
+# -- the provider contract ---------------------------------------------------------------
+
+
+def test_conformance_quick() -> None:
+    run_conformance_test(
+        RLCheckProvider,
+        settings=settings(max_examples=15, stateful_step_count=15, deadline=None),
+        check_findability=False,
+    )
+
+
+@pytest.mark.slow
+def test_conformance_full() -> None:
+    run_conformance_test(RLCheckProvider)
