@@ -105,5 +105,11 @@ class ExactCodec(Codec):
             )
         dtype = dtype_from_name(meta_get(meta, "dtype", str))
         shape = meta_get(meta, "shape", list)
-        data = entropy.decode(chunks[0], meta_get(meta, "stage", dict))
-        return tensor_from_bytes(data, dtype, shape)
+        stage = meta_get(meta, "stage", dict)
+        expected = math.prod(shape) * dtype.itemsize
+        if stage.get("size") != expected:  # checked before decompressing anything
+            raise CorruptCheckpointError(
+                f"exact tensor {ctx.path!r}: stage size {stage.get('size')!r} disagrees with "
+                f"its {dtype} shape {shape} ({expected} bytes)"
+            )
+        return tensor_from_bytes(entropy.decode(chunks[0], stage), dtype, shape)

@@ -41,7 +41,7 @@ from ckptzip.codecs.base import (
 from ckptzip.codecs.exact import tensor_from_bytes, tensor_to_bytes
 from ckptzip.config import QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError
-from ckptzip.packing import bits_for, pack_indices, unpack_indices
+from ckptzip.packing import bits_for, pack_indices, packed_size, unpack_indices
 from ckptzip.structure import dtype_from_name
 
 __all__ = ["QuantCodec", "decode_quantized", "encode_quantized"]
@@ -68,7 +68,15 @@ def decode_indices(meta: dict[str, Any], payload: bytes, n: int, n_levels: int) 
     if n_levels and bits != bits_for(n_levels):
         raise CorruptCheckpointError(f"bits={bits} does not match {n_levels} levels")
     layout = meta_get(meta, "index_layout", str)
-    data = entropy.decode(payload, meta_get(meta, "index_stage", dict))
+    stage = meta_get(meta, "index_stage", dict)
+    expected = {"packed": packed_size(n, bits), "bytes": n}.get(layout)
+    if expected is None:
+        raise CorruptCheckpointError(f"unknown index layout {layout!r}")
+    if stage.get("size") != expected:  # before decompressing: sizes come from the shape
+        raise CorruptCheckpointError(
+            f"index stream size {stage.get('size')!r} does not fit {n} indices ({layout})"
+        )
+    data = entropy.decode(payload, stage)
     if layout == "packed":
         idx = unpack_indices(data, bits, n)
     elif layout == "bytes":
@@ -109,6 +117,15 @@ def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], li
     return meta, [levels.tobytes(), idx_payload, pos_payload, val_payload]
 
 
+def _sized(meta: dict[str, Any], key: str, expected: int, ctx: DecodeContext) -> dict[str, Any]:
+    stage: dict[str, Any] = meta_get(meta, key, dict)
+    if stage.get("size") != expected:
+        raise CorruptCheckpointError(
+            f"{ctx.path!r}: {key} size {stage.get('size')!r} should be {expected}"
+        )
+    return stage
+
+
 def decode_quantized(
     meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
 ) -> QuantizedTensor:
@@ -141,7 +158,7 @@ def decode_quantized(
     k = meta_get(meta, "n_protected", int)
     if not 0 <= k <= n:
         raise CorruptCheckpointError(f"{ctx.path!r}: n_protected={k} is out of range")
-    gaps = entropy.decode(chunks[2], meta_get(meta, "positions_stage", dict))
+    gaps = entropy.decode(chunks[2], _sized(meta, "positions_stage", 8 * k, ctx))
     if len(gaps) != 8 * k:
         raise CorruptCheckpointError(f"{ctx.path!r}: protected positions have the wrong size")
     g = np.frombuffer(gaps, dtype=_I64)
@@ -152,7 +169,7 @@ def decode_quantized(
             f"{ctx.path!r}: protected positions are not increasing positions inside the tensor"
         )
     positions = np.cumsum(g, dtype=np.int64)
-    raw_values = entropy.decode(chunks[3], meta_get(meta, "values_stage", dict))
+    raw_values = entropy.decode(chunks[3], _sized(meta, "values_stage", k * dtype.itemsize, ctx))
     values = tensor_from_bytes(raw_values, dtype, (k,))
     return QuantizedTensor(
         shape=shape,
