@@ -39,6 +39,7 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,15 +120,17 @@ def quantize(
             nan=0.0,
             posinf=0.0,
         )
-    finite = torch.isfinite(work)
-    if bool(finite.all()):
-        res = _quantize_finite(work, config, s, dtype)
+    lo_t, hi_t = torch.aminmax(work)  # NaN propagates, so this also tells "all finite"
+    lo, hi = float(lo_t), float(hi_t)
+    if math.isfinite(lo) and math.isfinite(hi):
+        res = _quantize_finite(work, config, s, dtype, (lo, hi))
         indices = res.indices
         protected = res.protected
     else:
         # Rare path: NaN/±inf are taken out, the finite entries quantized, and the result
         # spread back. Non-finite entries get the index nearest to nan_to_num(x), as the
         # QuantizedTensor contract asks, and are protected.
+        finite = torch.isfinite(work)
         fpos = finite.nonzero().squeeze(1)
         res = _quantize_finite(work[fpos], config, None if s is None else s[fpos], dtype)
         bad = (~finite).nonzero().squeeze(1)
@@ -290,10 +293,17 @@ class _Ranking:
     """A ranking of the elements by a non-negative score, through the score's sketch codes.
 
     ``rank`` is the magnitude offset of each element's bucket (monotone in the score);
-    ``counts`` counts elements per rank. Excluded elements never get selected.
+    ``counts`` counts elements per rank. Ties inside the one bucket a cut falls in are broken
+    by the score itself (``score(positions)``), so selections are exact. Excluded elements
+    are never selected.
     """
 
-    def __init__(self, rank: torch.Tensor, counts: np.ndarray, score: torch.Tensor) -> None:
+    def __init__(
+        self,
+        rank: torch.Tensor,
+        counts: np.ndarray,
+        score: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
         self.rank = rank
         self.counts = counts.copy()
         self.score = score
@@ -310,12 +320,8 @@ class _Ranking:
             self.excluded = positions
         np.subtract.at(self.counts, self.rank[positions].cpu().numpy(), 1)
 
-    def select(self, k: int, *, largest: bool) -> torch.Tensor:
-        """Boolean mask of exactly ``k`` non-excluded elements with the largest/smallest score."""
-        n = self.rank.numel()
-        mask = torch.zeros(n, dtype=torch.bool, device=self.rank.device)
-        if k <= 0:
-            return mask
+    def _cut(self, k: int, *, largest: bool) -> tuple[int, int]:
+        """The rank the cut falls in, and how many to take from inside it."""
         if self.excluded is not None:
             marker = -1 if largest else len(self.counts)
             self.rank.index_fill_(0, self.excluded, marker)
@@ -323,14 +329,48 @@ class _Ranking:
         csum = np.cumsum(counts)
         j = int(np.searchsorted(csum, k, side="left"))
         before = int(csum[j] - counts[j])
-        cut = len(self.counts) - 1 - j if largest else j
-        mask = self.rank > cut if largest else self.rank < cut
-        need = k - before
+        return (len(self.counts) - 1 - j if largest else j), k - before
+
+    def _pick(self, cand: torch.Tensor, need: int, *, largest: bool) -> torch.Tensor:
+        if need == cand.numel():
+            return cand
+        return cand[torch.topk(self.score(cand), need, largest=largest, sorted=False).indices]
+
+    def top(self, k: int) -> torch.Tensor:
+        """Sorted positions of the ``k`` non-excluded elements with the largest score."""
+        if k <= 0:
+            return torch.zeros(0, dtype=torch.int64, device=self.rank.device)
+        cut, need = self._cut(k, largest=True)
+        # One pass: the candidates are everything at or above the cut's bucket (k plus a
+        # bucket's worth), which is small for the protect fraction.
+        cand = _nonzero(self.rank >= cut)
+        at_cut = self.rank[cand] == cut
+        inside = self._pick(cand[at_cut], need, largest=True)
+        return torch.cat([cand[~at_cut], inside]).sort().values
+
+    def bottom(self, k: int) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """Mask of the ``k`` non-excluded elements with the smallest score.
+
+        Also returns the cut rank (every element ranked below it is selected) and the
+        positions picked inside the cut's bucket.
+        """
+        cut, need = self._cut(k, largest=False)
+        mask = self.rank < cut
+        inside = torch.zeros(0, dtype=torch.int64, device=self.rank.device)
         if need > 0:
-            cand = (self.rank == cut).nonzero().squeeze(1)
-            pick = torch.topk(self.score[cand], need, largest=largest, sorted=False).indices
-            mask[cand[pick]] = True
-        return mask
+            cand = _nonzero(self.rank == cut)
+            inside = self._pick(cand, need, largest=False)
+            mask[inside] = True
+        return mask, cut, inside
+
+
+def _nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """Positions of the true entries of a 1-D mask (int64, on the mask's device)."""
+    if mask.device.type == "cpu":
+        # NumPy's flatnonzero is many times faster than torch's nonzero on CPU (measured
+        # 2 ms against 65 ms on a sparse 10M mask, one thread).
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.nonzero().squeeze(1)
 
 
 def _count(fraction: float, n: int) -> int:
@@ -338,63 +378,90 @@ def _count(fraction: float, n: int) -> int:
 
 
 def _quantize_finite(
-    v: torch.Tensor, cfg: QuantConfig, s: torch.Tensor | None, dtype: torch.dtype
+    v: torch.Tensor,
+    cfg: QuantConfig,
+    s: torch.Tensor | None,
+    dtype: torch.dtype,
+    bounds: tuple[float, float] | None = None,
 ) -> _Result:
-    """Quantize finite values ``v`` (flat, float32/float64). Positions are into ``v``."""
+    """Quantize finite values ``v`` (flat, float32/float64). Positions are into ``v``.
+
+    ``bounds`` is ``(min, max)`` of ``v`` when the caller already knows it.
+    """
     n = v.numel()
     device = v.device
+    if n == 0:  # every entry was non-finite: a lone level, nothing to fit
+        return _Result(
+            levels=np.zeros(1, dtype=np.float64),
+            indices=torch.zeros(0, dtype=torch.uint8, device=device),
+            protected=torch.zeros(0, dtype=torch.int64, device=device),
+            rel_error=0.0,
+            thresholds=torch.zeros(0, dtype=v.dtype, device=device),
+            ordinal_to_index=torch.zeros(1, dtype=torch.int64, device=device),
+            zero_index=-1,
+        )
+    if bounds is None:
+        lo_t, hi_t = torch.aminmax(v)
+        bounds = (float(lo_t), float(hi_t))
     if cfg.log_domain:
-        low = float(v.min())
+        low = bounds[0]
         if low < 0:
             raise UnsupportedValueError(
                 f"log_domain=True needs non-negative values, got a minimum of {low!r}; "
                 "use log_domain=False for signed tensors"
             )
-    sk, codes = build_sketch(v)
+    sk, codes = build_sketch(v, bounds=bounds)
     cap = sk.cap
 
     # -- protect and prune (exact counts; ranks from the sketch, ties inside one bucket by value)
     k_protect = _count(cfg.protect, n)
     k_prune = min(_count(cfg.prune, n), n - k_protect)
     by_sensitivity = s is not None
-    prune_by_sensitivity = by_sensitivity and cfg.prune_metric == "sensitivity"
+    prune_by_sensitivity = s is not None and cfg.prune_metric == "sensitivity"
+    k_mag = (k_protect + 1) // 2 if by_sensitivity else k_protect
     mag_rank: _Ranking | None = None
     sens_rank: _Ranking | None = None
     if k_protect or (k_prune and not prune_by_sensitivity):
-        mag_rank = _Ranking((codes - cap).abs_(), sk.magnitude_counts(), v.abs())
-    if s is not None and ((k_protect and k_protect > (k_protect + 1) // 2) or prune_by_sensitivity):
+        mag_rank = _Ranking((codes - cap).abs_(), sk.magnitude_counts(), lambda pos: v[pos].abs())
+    if s is not None and (k_protect > k_mag or (k_prune and prune_by_sensitivity)):
         ssk, scodes = build_sketch(s)
-        sens_rank = _Ranking(scodes.sub_(cap), ssk.magnitude_counts(), s)
+        sens_rank = _Ranking(scodes.sub_(cap), ssk.magnitude_counts(), lambda pos: s[pos])
 
     protected = torch.zeros(0, dtype=torch.int64, device=device)
     if k_protect:
         assert mag_rank is not None
-        k_mag = (k_protect + 1) // 2 if by_sensitivity else k_protect
-        protected = mag_rank.select(k_mag, largest=True).nonzero().squeeze(1)
-        if by_sensitivity and k_protect > k_mag:
+        protected = mag_rank.top(k_mag)
+        if k_protect > k_mag:
             assert sens_rank is not None
             sens_rank.exclude(protected)
-            more = sens_rank.select(k_protect - k_mag, largest=True).nonzero().squeeze(1)
+            more = sens_rank.top(k_protect - k_mag)
             protected = torch.cat([protected, more]).sort().values
 
+    # -- histogram of the entries left (protected and pruned taken out)
+    counts = sk.counts.copy()
+    if protected.numel():
+        counts -= torch.bincount(codes[protected], minlength=counts.size).cpu().numpy()
     pruned: torch.Tensor | None = None
     if k_prune:
         ranking = sens_rank if prune_by_sensitivity else mag_rank
         assert ranking is not None
         ranking.exclude(protected)
-        pruned = ranking.select(k_prune, largest=False)
-
-    # -- histogram of the entries left, then the levels
-    counts = sk.counts.copy()
-    if protected.numel():
-        counts -= torch.bincount(codes[protected], minlength=counts.size).cpu().numpy()
-    if pruned is not None:
-        counts -= torch.bincount(codes[pruned], minlength=counts.size).cpu().numpy()
+        pruned, cut, inside = ranking.bottom(k_prune)
+        if prune_by_sensitivity:
+            counts -= torch.bincount(codes[pruned], minlength=counts.size).cpu().numpy()
+        else:
+            # By magnitude the pruned set is whole buckets below the cut plus the picks in
+            # it: no pass over the elements needed. (Protected entries were taken out above
+            # and are never pruned.)
+            counts[cap - cut + 1 : cap + cut] = 0
+            counts -= torch.bincount(codes[inside], minlength=counts.size).cpu().numpy()
     zero_needed = cfg.prune > 0 or (cfg.log_domain and counts[cap] > 0)
     free = cfg.bins - (1 if zero_needed else 0)
     if cfg.log_domain:
         counts[cap] = 0  # zeros are exact in log domain, not part of the fit
-    nonzero_levels, nonzero_values, exact = _levels_for(v, sk, codes, counts, free, cfg.log_domain)
+    nonzero_levels, nonzero_values, exact = _levels_for(
+        v, sk, codes, counts, free, cfg.log_domain, bounds
+    )
 
     # -- assemble the level table: non-zero levels sorted, plus the zero level if needed
     if cfg.log_domain:
@@ -443,6 +510,7 @@ def _levels_for(
     counts: np.ndarray,
     free: int,
     log_domain: bool,
+    bounds: tuple[float, float],
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Fit the levels of the entries counted in ``counts`` (the zero level excluded).
 
@@ -471,7 +539,7 @@ def _levels_for(
     lv = fit_levels(pts, w, free)
     # Bucket centres sit up to α beyond the data: keep levels inside the data's range so a
     # float16 level can never round to inf.
-    lo, hi = float(v.min()), float(v.max())
+    lo, hi = bounds
     if log_domain:
         lv = np.unique(np.minimum(lv, math.log(hi)))
         return lv, np.exp(lv), False
@@ -544,7 +612,7 @@ def _assign_by_codes(
     indices = idx_lut.index_select(0, codes)
     xhat = value_lut.index_select(0, codes)
     if straddle.any():
-        fix = (indices == sentinel).nonzero().squeeze(1)
+        fix = _nonzero(indices == sentinel)
         if fix.numel():
             sub = v[fix]
             ords = torch.searchsorted(thresholds, sub)

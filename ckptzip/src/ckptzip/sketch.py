@@ -144,11 +144,13 @@ def build_sketch(
     *,
     alpha: float = DEFAULT_ALPHA,
     max_buckets: int = DEFAULT_MAX_BUCKETS,
+    bounds: tuple[float, float] | None = None,
 ) -> tuple[LogSketch, torch.Tensor]:
     """Sketch ``x`` and return, with it, every value's bucket code (``int32``, flat, on device).
 
     ``x`` must be floating point and finite (the quantizer takes non-finite values out
     first). ``float64`` input is bucketed in float64, everything else in float32.
+    ``bounds`` is ``(min, max)`` of ``x`` when the caller already has it (saves a pass).
 
     Examples
     --------
@@ -174,11 +176,15 @@ def build_sketch(
             0, dtype=torch.int32, device=work.device
         )
     inv_log_gamma = 1.0 / math.log((1.0 + alpha) / (1.0 - alpha))
-    mag = work.abs()
-    top = mag.max()
-    if not bool(torch.isfinite(top)):
+    if bounds is None:
+        lo_t, hi_t = torch.aminmax(work)
+        bounds = (float(lo_t), float(hi_t))
+    top_value = max(-bounds[0], bounds[1])
+    if not math.isfinite(top_value):
         raise UnsupportedValueError("cannot sketch NaN or ±inf: take non-finite values out first")
-    if float(top) == 0.0:
+    mag = work.abs()
+    top = torch.tensor(top_value, dtype=work.dtype, device=work.device)
+    if top_value == 0.0:
         counts = np.zeros(counts_len, dtype=np.int64)
         counts[cap] = n
         return LogSketch(alpha, 0, counts), torch.full(

@@ -1,0 +1,338 @@
+"""The quantizer: round-trip properties, exact parts, pruning/protection counts, levels, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckptzip._types import QuantizedTensor
+from ckptzip.config import QuantConfig
+from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedValueError
+from ckptzip.quantize import assign, dequantize, fit_levels, quantize
+
+_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+# compare raw bits: NaN == NaN, and -0.0 != 0.0
+_BITS = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
+
+_SPECIALS = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-45, -1e-40, 5e-324]
+
+
+@st.composite
+def _tensors(draw: st.DrawFn) -> torch.Tensor:
+    dtype = draw(st.sampled_from(_DTYPES))
+    n = draw(st.integers(0, 300))
+    scale = draw(st.sampled_from([1e-3, 1.0, 50.0]))
+    seed = draw(st.integers(0, 2**16))
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    x = x * scale
+    if n and draw(st.booleans()):
+        picks = draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(_SPECIALS))))
+        for i, v in picks:
+            x[i] = v
+    if n and draw(st.booleans()):  # few distinct values
+        x = torch.round(x)
+    shape = draw(st.sampled_from([(n,), (1, n), (n, 1)]))
+    return x.to(dtype).reshape(shape)
+
+
+_CONFIGS = st.builds(
+    QuantConfig,
+    bins=st.sampled_from([2, 3, 4, 8, 16, 32, 256]),
+    prune=st.sampled_from([0.0, 0.1, 0.4]),
+    protect=st.sampled_from([0.0, 0.0005, 0.01, 0.1]),
+    prune_metric=st.sampled_from(["magnitude", "sensitivity"]),
+)
+
+
+def _measured_rel_error(x: torch.Tensor, y: torch.Tensor) -> float:
+    fin = torch.isfinite(x)
+    xd, yd = x[fin].double(), y[fin].double()
+    norm = float(xd.norm())
+    return float((yd - xd).norm()) / norm if norm > 0 else 0.0
+
+
+def _check_round_trip(x: torch.Tensor, cfg: QuantConfig, q: QuantizedTensor) -> torch.Tensor:
+    y = dequantize(q)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    n = x.numel()
+    assert q.indices.dtype == np.uint8 and q.indices.size == n
+    assert q.levels.dtype == np.float64 and np.all(np.diff(q.levels) > 0)
+    assert q.levels.size <= cfg.bins
+    if n:
+        assert int(q.indices.max()) < q.levels.size
+    if cfg.prune > 0 and n:
+        assert 0.0 in q.levels.tolist()
+    flat_x, flat_y = x.reshape(-1), y.reshape(-1)
+    # non-finite values are protected; protected values are bit-exact (NaN stays NaN)
+    bad = (~torch.isfinite(flat_x)).nonzero().squeeze(1).numpy()
+    assert set(bad.tolist()) <= set(q.protected_positions.tolist())
+    pos = torch.from_numpy(q.protected_positions)
+    bits = _BITS[x.dtype]
+    assert torch.equal(flat_y[pos].view(bits), flat_x[pos].view(bits))
+    # protect count: the asked fraction of the finite entries, plus every non-finite one
+    n_finite = n - bad.size
+    k_protect = math.floor(cfg.protect * n_finite + 0.5)
+    assert q.protected_positions.size == k_protect + bad.size
+    # the recorded error is the measured one
+    assert math.isclose(q.rel_error, _measured_rel_error(x, y), rel_tol=1e-4, abs_tol=1e-6)
+    return y
+
+
+@settings(deadline=None, max_examples=150)
+@given(_tensors(), _CONFIGS)
+def test_round_trip_properties(x: torch.Tensor, cfg: QuantConfig) -> None:
+    q = quantize(x, cfg)
+    y = _check_round_trip(x, cfg, q)
+    # pruned: at least the asked count is exactly zero, and they are the smallest by |x|
+    flat_x, flat_y = x.reshape(-1).double(), y.reshape(-1).double()
+    fin = torch.isfinite(flat_x)
+    fin[torch.from_numpy(q.protected_positions)] = False
+    n_finite = int(torch.isfinite(flat_x).sum())
+    k_prune = min(
+        math.floor(cfg.prune * n_finite + 0.5),
+        n_finite - math.floor(cfg.protect * n_finite + 0.5),
+    )
+    if k_prune:
+        assert int((flat_y == 0).sum()) >= k_prune
+        cand = flat_x[fin].abs()
+        kth = torch.sort(cand).values[k_prune - 1]
+        assert bool(torch.all(flat_y[fin][cand < kth] == 0))
+
+
+@settings(deadline=None, max_examples=60)
+@given(_tensors(), _CONFIGS, st.integers(0, 2**16))
+def test_round_trip_with_scores(x: torch.Tensor, cfg: QuantConfig, seed: int) -> None:
+    scores = torch.rand(x.shape, generator=torch.Generator().manual_seed(seed))
+    q = quantize(x, cfg, scores=scores)
+    y = _check_round_trip(x, cfg, q)
+    if cfg.prune_metric == "sensitivity" and cfg.prune > 0 and x.numel():
+        flat_x, flat_y = x.reshape(-1), y.reshape(-1)
+        fin = torch.isfinite(flat_x)
+        fin[torch.from_numpy(q.protected_positions)] = False
+        n_finite = int(torch.isfinite(flat_x).sum())
+        k_prune = min(
+            math.floor(cfg.prune * n_finite + 0.5),
+            n_finite - math.floor(cfg.protect * n_finite + 0.5),
+        )
+        if k_prune:
+            s = scores.reshape(-1)[fin]
+            kth = torch.sort(s).values[k_prune - 1]
+            assert bool(torch.all(flat_y[fin][s < kth] == 0))
+
+
+def test_nearest_level_assignment_matches_reference() -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(200_000, generator=g) * 0.02
+    for cfg in (QuantConfig(bins=16), QuantConfig(bins=5, protect=0.0), QuantConfig(bins=256)):
+        q = quantize(x, cfg)
+        ref = assign(x, q.levels).numpy()
+        keep = np.ones(x.numel(), dtype=bool)
+        keep[q.protected_positions] = False
+        np.testing.assert_array_equal(q.indices[keep], ref[keep])
+        # and at protected positions the index is the nearest level's too
+        np.testing.assert_array_equal(q.indices, ref)
+
+
+def test_pruned_entries_use_the_zero_level_and_fraction_is_exact() -> None:
+    x = torch.randn(10_001, generator=torch.Generator().manual_seed(4))
+    q = quantize(x, QuantConfig(bins=8, prune=0.3, protect=0.0))
+    zero = int(np.searchsorted(q.levels, 0.0))
+    assert q.levels[zero] == 0.0
+    order = torch.argsort(x.abs()).numpy()
+    assert np.all(q.indices[order[:3000]] == zero)
+
+
+def test_protect_with_scores_takes_half_by_each_score() -> None:
+    x = torch.arange(1, 1001, dtype=torch.float32)  # magnitude: high at the end
+    scores = torch.flip(x, [0])  # sensitivity: high at the start
+    q = quantize(x, QuantConfig(bins=16, protect=0.01), scores=scores)
+    assert q.protected_positions.tolist() == [*range(5), *range(995, 1000)]
+
+
+def test_deterministic() -> None:
+    x = torch.randn(50_000, generator=torch.Generator().manual_seed(5))
+    a, b = (
+        quantize(x, QuantConfig(bins=12, prune=0.1)),
+        quantize(x, QuantConfig(bins=12, prune=0.1)),
+    )
+    np.testing.assert_array_equal(a.levels, b.levels)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.protected_positions, b.protected_positions)
+    assert a.rel_error == b.rel_error
+
+
+def test_error_falls_as_bins_grow() -> None:
+    errors = {bins: [] for bins in (4, 8, 16, 32)}
+    for seed in range(5):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(20_000, generator=g) * torch.rand(1, generator=g)
+        for bins in errors:
+            errors[bins].append(quantize(x, QuantConfig(bins=bins, protect=0.0)).rel_error)
+    means = [np.mean(errors[b]) for b in (4, 8, 16, 32)]
+    assert means == sorted(means, reverse=True)
+    assert means[-1] < means[0] / 4
+
+
+def test_few_distinct_values_are_exact() -> None:
+    x = torch.tensor([0.1, -3.5, 7.25, 0.1, 1e-30] * 100, dtype=torch.float32)
+    q = quantize(x, QuantConfig(bins=8, protect=0.0))
+    assert q.rel_error == 0.0 and torch.equal(dequantize(q), x)
+    # with pruning the zero level is added and the rest stays exact
+    q = quantize(x, QuantConfig(bins=8, prune=0.2, protect=0.0))
+    y = dequantize(q)
+    assert torch.equal(y[x.abs() > 1e-20], x[x.abs() > 1e-20])
+    assert torch.all(y[x.abs() < 1e-20] == 0)
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_all_equal_and_zero_d(dtype: torch.dtype) -> None:
+    x = torch.full((4, 5), -2.5, dtype=dtype)
+    q = quantize(x, QuantConfig(bins=4))
+    assert q.levels.tolist() == [-2.5] and torch.equal(dequantize(q), x)
+    s = torch.tensor(3.0, dtype=dtype)
+    y = dequantize(quantize(s, QuantConfig(bins=4)))
+    assert y.shape == () and torch.equal(y, s)
+
+
+def test_empty_tensor() -> None:
+    x = torch.zeros(0, 3, dtype=torch.bfloat16)
+    q = quantize(x, QuantConfig())
+    y = dequantize(q)
+    assert y.shape == (0, 3) and y.dtype == torch.bfloat16 and q.rel_error == 0.0
+
+
+def test_float16_levels_never_overflow() -> None:
+    x = torch.tensor([65504.0, -65504.0, 65000.0, 1.0] * 50, dtype=torch.float16)
+    y = dequantize(quantize(x, QuantConfig(bins=2, protect=0.0)))
+    assert bool(torch.isfinite(y).all())
+
+
+def test_all_non_finite() -> None:
+    x = torch.tensor([math.nan, math.inf, -math.inf])
+    q = quantize(x, QuantConfig(bins=4))
+    y = dequantize(q)
+    assert torch.equal(y.isnan(), x.isnan()) and torch.equal(y[1:], x[1:])
+    assert q.rel_error == 0.0
+
+
+class TestLogDomain:
+    def test_zeros_exact_and_error_measured(self) -> None:
+        g = torch.Generator().manual_seed(6)
+        v = torch.randn(20_000, generator=g) ** 2 * 1e-6
+        v[::7] = 0.0
+        cfg = QuantConfig(bins=16, log_domain=True)
+        q = quantize(v, cfg)
+        y = _check_round_trip(v, cfg, q)
+        assert torch.all(y[v == 0] == 0) and torch.all(y[v > 0] > 0)
+        log_err = (y[v > 0].log() - v[v > 0].log()).abs()
+        assert float(log_err.median()) < 0.5
+
+    def test_pruned_and_exact_levels(self) -> None:
+        v = torch.tensor([1.0, 4.0, 0.0, 0.25] * 30, dtype=torch.float32)
+        q = quantize(v, QuantConfig(bins=4, log_domain=True, protect=0.0))
+        assert torch.equal(dequantize(q), v)
+        assert 0.0 in q.levels.tolist()  # the zero level; x = 1 got a nudged level
+        q = quantize(v, QuantConfig(bins=4, prune=0.3, log_domain=True, protect=0.0))
+        assert int((dequantize(q) == 0).sum()) >= 36
+
+    def test_negative_values_rejected(self) -> None:
+        with pytest.raises(UnsupportedValueError, match="non-negative"):
+            quantize(torch.tensor([1.0, -2.0]), QuantConfig(log_domain=True))
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(UnsupportedValueError, match="dtype=torch.int64"):
+        quantize(torch.arange(10), QuantConfig())
+    with pytest.raises(UnsupportedValueError, match="torch.Tensor"):
+        quantize(np.ones(3), QuantConfig())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="QuantConfig"):
+        quantize(torch.ones(3), {"bins": 4})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"shape \(3,\)"):
+        quantize(torch.ones(3), QuantConfig(), scores=torch.ones(4))
+
+
+def test_non_finite_scores_count_as_zero() -> None:
+    x = torch.arange(1.0, 101.0)
+    scores = torch.full((100,), math.nan)
+    q = quantize(x, QuantConfig(prune=0.1, prune_metric="sensitivity"), scores=scores)
+    assert int((dequantize(q) == 0).sum()) >= 10
+
+
+def test_dequantize_rejects_inconsistent_parts() -> None:
+    q = quantize(torch.randn(100), QuantConfig(bins=4))
+    bad = QuantizedTensor(
+        q.shape,
+        q.dtype,
+        q.config,
+        q.levels[:1],
+        q.indices,
+        q.protected_positions,
+        q.protected_values,
+        q.rel_error,
+    )
+    with pytest.raises(CorruptCheckpointError, match="beyond"):
+        dequantize(bad)
+    bad = QuantizedTensor(
+        q.shape,
+        q.dtype,
+        q.config,
+        q.levels,
+        q.indices[:-1],
+        q.protected_positions,
+        q.protected_values,
+        q.rel_error,
+    )
+    with pytest.raises(CorruptCheckpointError, match="100 uint8"):
+        dequantize(bad)
+    bad = QuantizedTensor(
+        q.shape,
+        q.dtype,
+        q.config,
+        q.levels,
+        q.indices,
+        np.array([100]),
+        torch.zeros(1),
+        q.rel_error,
+    )
+    with pytest.raises(CorruptCheckpointError, match="outside"):
+        dequantize(bad)
+
+
+def test_fit_levels_weighted_and_seeded() -> None:
+    pts = np.array([0.0, 0.1, 0.2, 10.0])
+    heavy_tail = fit_levels(pts, np.array([1.0, 1.0, 1.0, 100.0]), 2)
+    assert heavy_tail.tolist()[-1] == 10.0
+    np.testing.assert_array_equal(fit_levels(pts, np.ones(4), 3), fit_levels(pts, np.ones(4), 3))
+    assert fit_levels(pts, np.zeros(4), 2).size == 0
+    with pytest.raises(ConfigError):
+        fit_levels(pts, np.ones(3), 2)
+
+
+def test_assign_validates_levels() -> None:
+    with pytest.raises(ConfigError, match="sorted"):
+        assign(torch.ones(3), [1.0, 0.0])
+    with pytest.raises(ConfigError, match="1 to 256"):
+        assign(torch.ones(3), [])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu() -> None:
+    x = torch.randn(100_000, generator=torch.Generator().manual_seed(7))
+    cfg = QuantConfig(bins=16, prune=0.2)
+    qc, qg = quantize(x, cfg), quantize(x.cuda(), cfg)
+    assert qg.protected_values.device.type == "cpu"
+    np.testing.assert_allclose(qg.levels, qc.levels, rtol=1e-5)
+    assert float(np.mean(qg.indices != qc.indices)) < 1e-3
+    y = dequantize(qg, device="cuda")
+    assert y.device.type == "cuda" and y.dtype == x.dtype
