@@ -252,9 +252,9 @@ class TestLogDomain:
 
 
 def test_bad_inputs() -> None:
-    with pytest.raises(UnsupportedValueError, match="dtype=torch.int64"):
+    with pytest.raises(UnsupportedValueError, match=r"dtype=torch\.int64"):
         quantize(torch.arange(10), QuantConfig())
-    with pytest.raises(UnsupportedValueError, match="torch.Tensor"):
+    with pytest.raises(UnsupportedValueError, match=r"torch\.Tensor"):
         quantize(np.ones(3), QuantConfig())  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="QuantConfig"):
         quantize(torch.ones(3), {"bins": 4})  # type: ignore[arg-type]
