@@ -62,12 +62,14 @@ class StateAbstraction:
     name: ClassVar[str] = "abstract"
     """The string id used by :func:`make_state`, the CLI and saved policy metadata."""
 
-    __slots__ = ("_stack", "k", "state")
+    __slots__ = ("_keep", "_stack", "k", "state")
 
     def __init__(self, k: int = 4) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InvalidArgument(f"k={k!r} must be an int of at least 1 (the window length)")
         self.k = k
+        # The part of the window that survives one more token: its last k - 1 entries.
+        self._keep = slice(1 - k, None) if k > 1 else slice(0, 0)
         self.state: tuple[Hashable, ...] = ()
         self._stack: list[tuple[Hashable, ...]] = []
 
@@ -78,7 +80,7 @@ class StateAbstraction:
 
     def record(self, token: Hashable) -> None:
         """Append the token of the choice just made, keeping the last ``k``."""
-        self.state = (*self.state, token)[-self.k :]
+        self.state = (*self.state[self._keep], token)
 
     def push(self, label: Hashable) -> None:
         """A scope labelled ``label`` opens."""
@@ -148,7 +150,7 @@ class LabelledAncestorState(AncestorState):
 
     def push(self, label: Hashable) -> None:
         self._stack.append(self.state)
-        self.state = (*self.state, label)[-self.k :]
+        self.state = (*self.state[self._keep], label)
 
 
 STATE_ABSTRACTIONS: dict[str, type[StateAbstraction]] = {

@@ -33,10 +33,12 @@ class RandomGuide(Guide):
     def __init__(self, *, seed: int | None = None) -> None:
         self._seed = seed
         self._rng = _random.Random(seed)
-        self._randrange = self._rng.randrange
+        self._random = self._rng.random
 
     def choose(self, point: Hashable, options: Sequence[Any]) -> int:
-        return self._randrange(len(options))
+        # The same primitive as the RL guide's exploration (rlcheck.learner), so speed
+        # comparisons between guides measure the learning, not the random-number call.
+        return int(self._random() * len(options))
 
     def reseed(self, seed: int | None) -> None:
         self._seed = seed

@@ -77,10 +77,9 @@ class RLGuide(Guide):
         self.policy_file = policy_file
         self._seed = seed
         self._generator_name = ""
-        self._visits: list[tuple[Hashable, Hashable, int]] = []
+        self._visits: list[tuple[list[float], int]] = []
         # Bound methods cached: ``choose`` runs once per choice point, the hot path.
-        self._policy_choose = self.policy.choose
-        self._record = self.state.record
+        self._choose_row = self.policy.choose_row
 
     def start_campaign(self, name: str) -> None:
         self._generator_name = name
@@ -93,14 +92,12 @@ class RLGuide(Guide):
 
     def choose(self, point: Hashable, options: Sequence[Any]) -> int:
         n = len(options)
-        state = self.state.state
-        if n == 1:
-            index = 0  # nothing to learn where there is nothing to choose
-        else:
-            index = self._policy_choose(point, state, n)
-            self._visits.append((point, state, index))
+        abstraction = self.state
+        state = abstraction.state
+        # A single option has nothing to learn and records no visit.
+        index = self._choose_row(point, state, n, self._visits) if n > 1 else 0
         token = options[index]
-        self._record(token if token.__class__ in TOKEN_TYPES else index)
+        abstraction.record(token if token.__class__ in TOKEN_TYPES else index)
         return index
 
     def enter_scope(self, label: Hashable) -> None:
@@ -110,7 +107,7 @@ class RLGuide(Guide):
         self.state.pop()
 
     def end_episode(self, *, valid: bool, new: bool) -> None:
-        self.policy.learn(self._visits, reward_for(valid=valid, new=new))
+        self.policy.learn_rows(self._visits, reward_for(valid=valid, new=new))
         self._visits = []
 
     def end_campaign(self) -> None:
