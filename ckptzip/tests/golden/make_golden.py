@@ -1,0 +1,145 @@
+"""Write the golden ``.ckz`` files of the current format version. Run once per version:
+
+    python tests/golden/make_golden.py
+
+Never regenerate a released version's files: every later ckptzip must decode them exactly as
+``expected_v1.json`` records (``tests/test_golden.py``). The inputs are built from integer
+arithmetic only, so the test recomputes them identically on any platform and torch release.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VERSION = 1
+
+
+def ramp(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Deterministic, exactly representable values in every float dtype (multiples of 1/8)."""
+    i = torch.arange(n, dtype=torch.int64)
+    return (((i * 7919) % 401) - 200).to(torch.float64).div(8).to(dtype)
+
+
+def heavy(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """A heavy-tailed, weight-like tensor from a multiplicative hash; exact float64 arithmetic."""
+    i = torch.arange(n, dtype=torch.int64)
+    u = ((i * 2654435761) % (1 << 32)).to(torch.float64).add(0.5).div(1 << 32)
+    return ((u - 0.5) ** 3 * 0.5).to(dtype)
+
+
+def exact_object() -> dict[str, Any]:
+    """Every structure node and every exact dtype."""
+    tensors = {
+        name: ramp(12, dtype).reshape(3, 4)
+        for name, dtype in [
+            ("f16", torch.float16),
+            ("bf16", torch.bfloat16),
+            ("f32", torch.float32),
+            ("f64", torch.float64),
+        ]
+    }
+    for name, dtype in [
+        ("i8", torch.int8),
+        ("i16", torch.int16),
+        ("i32", torch.int32),
+        ("i64", torch.int64),
+        ("u8", torch.uint8),
+    ]:
+        tensors[name] = torch.arange(10, dtype=torch.int64).mul(3).sub(5).remainder(100).to(dtype)
+    tensors["bool"] = torch.arange(9).remainder(3).eq(0)
+    tensors["c64"] = torch.complex(ramp(4, torch.float32), ramp(4, torch.float32).flip(0))
+    tensors["scalar"] = torch.tensor(2.5, dtype=torch.float32)
+    tensors["empty"] = torch.zeros(0, 3, dtype=torch.float32)
+    special = ramp(8, torch.float32)
+    special[0], special[1], special[2], special[3] = math.nan, math.inf, -math.inf, -0.0
+    special[4] = 1e-45  # subnormal
+    tensors["special"] = special
+    return {
+        "tensors": tensors,
+        "scalars": {
+            "int": 7,
+            "big": 2**70,
+            "float": 0.1,
+            "nan": math.nan,
+            "inf": -math.inf,
+            "bool": True,
+            "none": None,
+            "str": "héllo/wörld",
+        },
+        "containers": {0: ("a", 1), 1: [[], {}, ()]},
+        "optimizer": {"state": {0: {"step": torch.tensor(10.0)}}},
+    }
+
+
+def quant_object() -> dict[str, Any]:
+    """Quantized tensors of each float dtype, pruned and protected, with non-finite values."""
+    w = heavy(3000, torch.float32)
+    w[17], w[1000] = math.nan, math.inf
+    return {
+        "model": {
+            "w16": heavy(2048, torch.float32).reshape(32, 64),
+            "w4_pruned": w,
+            "bf16": heavy(1500, torch.bfloat16),
+            "f16": heavy(1500, torch.float16),
+            "f64": heavy(1500, torch.float64),
+            "bias": ramp(32, torch.float32),
+        },
+        "epoch": 3,
+    }
+
+
+def quant_config() -> Any:
+    from ckptzip import CompressionConfig, QuantConfig
+
+    return CompressionConfig(
+        quant=QuantConfig(bins=16, protect=0.005),
+        overrides=(("model/w4_pruned", QuantConfig(bins=4, prune=0.3, protect=0.01)),),
+        min_numel=1000,
+    )
+
+
+def sha256_tensor(x: torch.Tensor) -> str:
+    from ckptzip.codecs.exact import tensor_to_bytes
+
+    return hashlib.sha256(tensor_to_bytes(x)).hexdigest()
+
+
+def main() -> None:
+    import ckptzip
+    from ckptzip.api import read_quantized
+
+    expected: dict[str, Any] = {"version": VERSION, "files": {}}
+    cases = {
+        f"v{VERSION}_exact.ckz": (exact_object(), None),
+        f"v{VERSION}_quant.ckz": (quant_object(), quant_config()),
+    }
+    for name, (obj, cfg) in cases.items():
+        path = os.path.join(HERE, name)
+        if os.path.exists(path):
+            sys.exit(f"{path} exists: golden files of a released version are never rewritten")
+        ckptzip.save(obj, path, config=cfg)
+        decoded = ckptzip.load(path)
+        _, leaves = ckptzip.structure.flatten(decoded)
+        q = read_quantized(path)
+        expected["files"][name] = {
+            "file_sha256": ckptzip.storage.sha256_file(path),
+            "codecs": {
+                p: ("exact" if isinstance(v, torch.Tensor) else "quant") for p, v in q.items()
+            },
+            "decoded_sha256": {p: sha256_tensor(t) for p, t in leaves},
+        }
+    with open(os.path.join(HERE, f"expected_v{VERSION}.json"), "w") as f:
+        json.dump(expected, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Golden files: every release decodes the committed files of every format version exactly.
+
+The files in ``tests/golden/`` were written once by ``make_golden.py``; the inputs are
+recomputed here from the same integer arithmetic, exact parts compared bit for bit, lossy
+parts checked against their recorded error, and every decoded tensor's bytes against the
+sha256 recorded when the file was made (so decoding never drifts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import ckptzip
+from ckptzip.api import read_manifest, read_quantized
+from ckptzip.codecs.exact import tensor_to_bytes
+from ckptzip.structure import flatten
+
+GOLDEN = Path(__file__).parent / "golden"
+_spec = importlib.util.spec_from_file_location("make_golden", GOLDEN / "make_golden.py")
+assert _spec is not None and _spec.loader is not None
+make_golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_golden)
+
+EXPECTED = json.loads((GOLDEN / "expected_v1.json").read_text())
+
+
+def test_every_golden_file_is_listed() -> None:
+    on_disk = {p.name for p in GOLDEN.glob("*.ckz")}
+    assert on_disk == set(EXPECTED["files"])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["files"]))
+def test_file_bytes_unchanged_and_decoding_stable(name: str) -> None:
+    want = EXPECTED["files"][name]
+    path = GOLDEN / name
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == want["file_sha256"]
+    _, leaves = flatten(ckptzip.load(path))
+    got = {p: hashlib.sha256(tensor_to_bytes(t)).hexdigest() for p, t in leaves}
+    assert got == want["decoded_sha256"]
+    q = read_quantized(path)
+    kinds = {p: "exact" if isinstance(v, torch.Tensor) else "quant" for p, v in q.items()}
+    assert kinds == want["codecs"]
+    assert read_manifest(path).version == 1
+
+
+def same(a: Any, b: Any) -> None:
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert tensor_to_bytes(a) == tensor_to_bytes(b)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            same(x, y)
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b)
+    else:
+        assert type(a) is type(b) and a == b
+
+
+def test_exact_golden_equals_recomputed_input() -> None:
+    same(make_golden.exact_object(), ckptzip.load(GOLDEN / "v1_exact.ckz"))
+
+
+def test_quant_golden_is_within_recorded_error_of_recomputed_input() -> None:
+    original = make_golden.quant_object()
+    path = GOLDEN / "v1_quant.ckz"
+    back = ckptzip.load(path)
+    entries = {e.path: e for e in read_manifest(path).tensors}
+    assert back["epoch"] == 3
+    same(original["model"]["bias"], back["model"]["bias"])
+    for key, x in original["model"].items():
+        entry = entries[f"model/{key}"]
+        if entry.codec == "exact":
+            continue
+        y = back["model"][key]
+        assert y.dtype == x.dtype and y.shape == x.shape
+        fin = torch.isfinite(x)
+        assert tensor_to_bytes(x[~fin]) == tensor_to_bytes(y[~fin])
+        a, b = x[fin].double(), y[fin].double()
+        err = float((a - b).norm() / a.norm())
+        assert entry.rel_error is not None and err <= entry.rel_error * (1 + 1e-6) + 1e-9
+    pruned = entries["model/w4_pruned"]
+    assert pruned.config == {
+        "bins": 4,
+        "prune": 0.3,
+        "prune_metric": "magnitude",
+        "protect": 0.01,
+        "log_domain": False,
+    }
+    assert float((back["model"]["w4_pruned"] == 0).float().mean()) >= 0.29
