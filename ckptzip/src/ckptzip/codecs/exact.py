@@ -110,6 +110,6 @@ class ExactCodec(Codec):
         if stage.get("size") != expected:  # checked before decompressing anything
             raise CorruptCheckpointError(
                 f"exact tensor {ctx.path!r}: stage size {stage.get('size')!r} disagrees with "
-                f"its {dtype} shape {shape} ({expected} bytes)"
+                f"its {meta['dtype']} shape {shape} ({expected} bytes)"
             )
         return tensor_from_bytes(entropy.decode(chunks[0], stage), dtype, shape)

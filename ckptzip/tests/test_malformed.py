@@ -1,0 +1,409 @@
+"""Malformed and hostile files: one hand-made file per parsing rule, then fuzzing.
+
+Every case must end in a specific :class:`CkptzipError` subclass: never another exception,
+a hang, a large allocation, executed code, or tensors that differ from what was saved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ckptzip
+from ckptzip import entropy
+from ckptzip.codecs.exact import tensor_to_bytes
+from ckptzip.container import HEADER, MAGIC, MAX_MANIFEST_BYTES
+from ckptzip.errors import CkptzipError, CorruptCheckpointError, UnsupportedFormatError
+from ckptzip.structure import flatten
+
+CANARY = Path(os.environ.get("TMPDIR", "/tmp")) / "ckptzip-canary-must-not-exist"
+
+
+class Canary:
+    """Unpickling this would create the canary file: proof that a pickle was executed."""
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        return (open, (str(CANARY), "w"))
+
+
+PICKLE = pickle.dumps(Canary())
+
+
+def sample_obj() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "model": {"w": torch.randn(64, 80, generator=g), "b": torch.arange(10.0)},
+        "ids": torch.arange(6, dtype=torch.int64),
+        "epoch": 2,
+    }
+
+
+CONFIG = ckptzip.CompressionConfig(min_numel=1000)
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    p = tmp_path_factory.mktemp("good") / "c.ckz"
+    ckptzip.save(sample_obj(), p, config=CONFIG)
+    return p.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def reference(good: bytes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    p = tmp_path_factory.mktemp("ref") / "c.ckz"
+    p.write_bytes(good)
+    return leaf_bytes(ckptzip.load(p))
+
+
+def leaf_bytes(obj: Any) -> dict[str, bytes]:
+    _, leaves = flatten(obj)
+    return {path: tensor_to_bytes(t) for path, t in leaves}
+
+
+_FUZZ_DIR = Path(tempfile.mkdtemp(prefix="ckptzip-fuzz-"))
+
+
+def decode_bytes(data: bytes) -> Any:
+    """Load ``data`` as a file (one scratch path reused across fuzz examples)."""
+    return load_bytes(data, _FUZZ_DIR)
+
+
+def load_bytes(data: bytes, tmp: Path) -> Any:
+    p = tmp / "x.ckz"
+    p.write_bytes(data)
+    return ckptzip.load(p)
+
+
+def split(data: bytes) -> tuple[dict[str, Any], bytes]:
+    _, _, _, mlen = HEADER.unpack(data[: HEADER.size])
+    return json.loads(data[HEADER.size : HEADER.size + mlen]), data[HEADER.size + mlen + 32 :]
+
+
+def seal(doc: Any, body: bytes, *, version: int = 1, flags: int = 0) -> bytes:
+    """A file with a correct manifest digest: what an attacker who recomputes checksums makes."""
+    raw = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    return HEADER.pack(MAGIC, version, flags, len(raw)) + raw + hashlib.sha256(raw).digest() + body
+
+
+def reseal_chunks(doc: dict[str, Any], chunks: list[bytes]) -> bytes:
+    off, refs = 0, []
+    for c in chunks:
+        refs.append([off, len(c), hashlib.sha256(c).hexdigest()])
+        off += len(c)
+    doc["chunks"] = refs
+    return seal(doc, b"".join(chunks))
+
+
+def body_chunks(doc: dict[str, Any], body: bytes) -> list[bytes]:
+    return [body[o : o + n] for o, n, _ in doc["chunks"]]
+
+
+# -- one file per rule ---------------------------------------------------------------------
+
+
+def test_bad_magic(good: bytes, tmp_path: Path) -> None:
+    with pytest.raises(CorruptCheckpointError, match="bad magic"):
+        load_bytes(b"NOTCKPT\0" + good[8:], tmp_path)
+
+
+def test_torch_save_file_is_refused_not_unpickled(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    torch.save({"x": Canary()}, buf)
+    with pytest.raises(CorruptCheckpointError, match=r"torch\.save zip"):
+        load_bytes(buf.getvalue(), tmp_path)
+    with pytest.raises(CorruptCheckpointError, match="pickle"):
+        load_bytes(PICKLE, tmp_path)
+    assert not CANARY.exists()
+
+
+@pytest.mark.parametrize("version", [0, 2, 65535])
+def test_bad_version(good: bytes, tmp_path: Path, version: int) -> None:
+    doc, body = split(good)
+    with pytest.raises(UnsupportedFormatError, match=f"version {version}"):
+        load_bytes(seal(doc, body, version=version), tmp_path)
+
+
+def test_unknown_flags(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    with pytest.raises(UnsupportedFormatError, match="flags"):
+        load_bytes(seal(doc, body, flags=1), tmp_path)
+
+
+def test_oversized_header(good: bytes, tmp_path: Path) -> None:
+    head = HEADER.pack(MAGIC, 1, 0, MAX_MANIFEST_BYTES + 1)
+    with pytest.raises(CorruptCheckpointError, match="exceeds the cap"):
+        load_bytes(head + good[HEADER.size :], tmp_path)
+    huge = HEADER.pack(MAGIC, 1, 0, 2**64 - 1)
+    with pytest.raises(CorruptCheckpointError, match="exceeds the cap"):
+        load_bytes(huge + good[HEADER.size :], tmp_path)
+    longer = HEADER.pack(MAGIC, 1, 0, len(good))  # under the cap, beyond the file
+    with pytest.raises(CorruptCheckpointError, match="truncated"):
+        load_bytes(longer + good[HEADER.size :], tmp_path)
+
+
+def test_manifest_checksum(good: bytes, tmp_path: Path) -> None:
+    data = bytearray(good)
+    data[HEADER.size + 5] ^= 0x20
+    with pytest.raises(CorruptCheckpointError, match="manifest checksum"):
+        load_bytes(bytes(data), tmp_path)
+
+
+def test_overlapping_chunks(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    doc["chunks"][1][0] -= 1  # starts inside chunk 0
+    with pytest.raises(CorruptCheckpointError, match="contiguous and non-overlapping"):
+        load_bytes(seal(doc, body), tmp_path)
+
+
+def test_short_chunks(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    doc["chunks"][-1][1] -= 1  # the chunks no longer cover the file
+    with pytest.raises(CorruptCheckpointError, match="padded"):
+        load_bytes(seal(doc, body), tmp_path)
+    doc, body = split(good)
+    with pytest.raises(CorruptCheckpointError, match="truncated"):
+        load_bytes(seal(doc, body[:-1]), tmp_path)
+
+
+def test_chunk_checksum(good: bytes, tmp_path: Path) -> None:
+    data = bytearray(good)
+    data[-3] ^= 0x01
+    with pytest.raises(CorruptCheckpointError, match="checksum mismatch"):
+        load_bytes(bytes(data), tmp_path)
+
+
+def test_every_truncation(good: bytes, tmp_path: Path) -> None:
+    step = max(1, len(good) // 400)
+    for n in [*range(0, 64), *range(64, len(good), step), len(good) - 1]:
+        with pytest.raises(CorruptCheckpointError):
+            load_bytes(good[:n], tmp_path)
+
+
+def test_flipped_bytes_at_sampled_offsets(good: bytes, tmp_path: Path) -> None:
+    step = max(1, len(good) // 500)
+    for off in range(0, len(good), step):
+        data = bytearray(good)
+        data[off] ^= 1 << (off % 8)
+        with pytest.raises(CorruptCheckpointError):
+            load_bytes(bytes(data), tmp_path)
+
+
+def test_pickle_payload_in_every_bytes_field(good: bytes, tmp_path: Path) -> None:
+    """A pickle where each chunk was, checksums recomputed: rejected, never unpickled."""
+    doc, body = split(good)
+    chunks = body_chunks(doc, body)
+    for i in range(len(chunks)):
+        evil = list(chunks)
+        evil[i] = PICKLE
+        with pytest.raises(CorruptCheckpointError):
+            load_bytes(reseal_chunks(json.loads(json.dumps(doc)), evil), tmp_path)
+    # as the manifest itself, and as a structure node
+    with pytest.raises(CorruptCheckpointError, match="not valid JSON"):
+        load_bytes(seal(PICKLE, body), tmp_path)
+    doc["skeleton"]["v"].append({"$": "pickle", "v": PICKLE.hex()})
+    doc["skeleton"]["k"].append("evil")
+    with pytest.raises(CorruptCheckpointError, match="unknown node tag"):
+        load_bytes(seal(doc, body), tmp_path)
+    assert not CANARY.exists()
+
+
+def _exact_entry(doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    for t in doc["tensors"]:
+        if t["codec"] == "exact" and t["path"] == "model/b":
+            return t["chunks"][0], t
+    raise AssertionError("no exact entry")
+
+
+def test_zstd_frame_lying_about_its_size(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    chunks = body_chunks(doc, body)
+    ci, entry = _exact_entry(doc)
+    # a frame of 41 bytes that says 40 in the manifest and the shape
+    chunks[ci] = entropy.compress(bytes(41))
+    entry["meta"]["stage"] = {"enc": "zstd", "size": 40}
+    with pytest.raises(CorruptCheckpointError, match="claims 41"):
+        load_bytes(reseal_chunks(doc, chunks), tmp_path)
+
+
+def test_zstd_bomb_is_rejected_before_decompressing(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    chunks = body_chunks(doc, body)
+    ci, entry = _exact_entry(doc)
+    bomb = entropy.compress(bytes(64 << 20))  # 64 MiB of zeros in a few KB
+    assert len(bomb) < 64 << 10
+    chunks[ci] = bomb
+    # manifest honest about the frame but not about the tensor: refused by the shape check
+    entry["meta"]["stage"] = {"enc": "zstd", "size": 64 << 20}
+    with pytest.raises(CorruptCheckpointError, match="disagrees with its float32 shape"):
+        load_bytes(reseal_chunks(doc, chunks), tmp_path)
+    # shape enlarged to match: still refused, the frame cannot physically be that large
+    entry["shape"] = [1 << 40]
+    entry["meta"]["stage"] = {"enc": "zstd", "size": 4 << 40}
+    with pytest.raises(CorruptCheckpointError, match="cannot decode"):
+        load_bytes(reseal_chunks(doc, chunks), tmp_path)
+
+
+def test_huge_shape_is_refused_by_arithmetic(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    doc["tensors"][0]["shape"] = [2**40, 2**40, 2**40]
+    with pytest.raises(CorruptCheckpointError, match="2\\*\\*48"):
+        load_bytes(seal(doc, body), tmp_path)
+
+
+def test_deeply_nested_manifest_json(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    raw = json.dumps(doc).encode()
+    deep = raw[:-1] + b',"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(CorruptCheckpointError):
+        load_bytes(seal(deep, body), tmp_path)
+
+
+def test_duplicate_json_keys(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    raw = json.dumps(doc).encode()
+    dup = b'{"version":1,' + raw[1:]
+    with pytest.raises(CorruptCheckpointError, match="duplicate JSON key"):
+        load_bytes(seal(dup, body), tmp_path)
+
+
+def test_parent_name_cannot_escape_the_directory(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    doc["parent"] = {"hash": "0" * 64, "name": "../../etc/passwd"}
+    with pytest.raises(CorruptCheckpointError, match="plain file name"):
+        load_bytes(seal(doc, body), tmp_path)
+
+
+def test_unknown_codec(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    doc["tensors"][0]["codec"] = "pickle"
+    with pytest.raises(UnsupportedFormatError, match="unknown codec id 'pickle'"):
+        load_bytes(seal(doc, body), tmp_path)
+
+
+# -- fuzzing -------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_random_bytes(data: bytes) -> None:
+    with pytest.raises(CkptzipError):
+        decode_bytes(data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_after_a_valid_header(data: bytes) -> None:
+    head = HEADER.pack(MAGIC, 1, 0, len(data) // 2)
+    with pytest.raises(CkptzipError):
+        decode_bytes(head + data)
+
+
+mutation = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(1, 255)),
+    st.tuples(st.just("cut"), st.integers(0, 10**6), st.integers(1, 64)),
+    st.tuples(st.just("insert"), st.integers(0, 10**6), st.binary(min_size=1, max_size=16)),
+    st.tuples(st.just("truncate"), st.integers(0, 10**6), st.none()),
+)
+
+
+def mutate(data: bytes, ops: list[Any]) -> bytes:
+    buf = bytearray(data)
+    for kind, where, arg in ops:
+        i = where % max(1, len(buf))
+        if kind == "flip" and buf:
+            buf[i] ^= arg
+        elif kind == "cut":
+            del buf[i : i + arg]
+        elif kind == "insert":
+            buf[i:i] = arg
+        elif kind == "truncate":
+            del buf[i:]
+    return bytes(buf)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(mutation, min_size=1, max_size=3))
+def test_mutated_real_file(good: bytes, reference: dict[str, bytes], ops: list[Any]) -> None:
+    data = mutate(good, ops)
+    try:
+        back = decode_bytes(data)
+    except CkptzipError:
+        return
+    assert data == good  # only an unchanged file may load, and then it loads identically
+    assert leaf_bytes(back) == reference
+
+
+def _jitter(value: Any, draw: Any) -> Any:
+    """Replace one JSON value with a hostile one of a random kind."""
+    return draw(
+        st.one_of(
+            st.integers(-(2**70), 2**70),
+            st.floats(allow_nan=False),
+            st.text(max_size=6),
+            st.none(),
+            st.booleans(),
+            st.just([]),
+            st.just({}),
+            st.just([value, value]) if not isinstance(value, dict) else st.just(value),
+        )
+    )
+
+
+def _leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(node, dict):
+        out = [path] if path else []
+        for k, v in node.items():
+            out += _leaves(v, (*path, k))
+        return out
+    if isinstance(node, list):
+        out = [path]
+        for i, v in enumerate(node):
+            out += _leaves(v, (*path, i))
+        return out
+    return [path]
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.data())
+def test_resealed_manifest_edits(good: bytes, data: Any) -> None:
+    """An attacker who recomputes the manifest digest: edits of any field fail cleanly."""
+    doc, body = split(good)
+    paths = _leaves(doc)
+    for _ in range(data.draw(st.integers(1, 3))):
+        where = data.draw(st.sampled_from(paths))
+        try:  # an earlier edit may have removed the way to this place
+            parent = doc
+            for k in where[:-1]:
+                parent = parent[k]
+            old = parent[where[-1]]
+        except (KeyError, IndexError, TypeError):
+            continue
+        parent[where[-1]] = _jitter(old, data.draw)
+    try:
+        back = decode_bytes(seal(doc, body))
+    except CkptzipError:
+        return
+    # accepted (the edit kept the file valid): every tensor is what the manifest declares
+    declared = sorted((tuple(t["shape"]), t["dtype"]) for t in doc["tensors"])
+    got = sorted((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for _, t in flatten(back)[1])
+    assert got == declared
+
+
+def test_canary_never_appeared() -> None:
+    assert not CANARY.exists()
