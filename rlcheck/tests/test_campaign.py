@@ -1,0 +1,233 @@
+"""The campaign runner: accounting, outcomes, found bugs, budgets, determinism, outputs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlcheck
+from rlcheck import Gen, Invalid, InvalidArgument, RandomGuide, RLGuide, replay
+from rlcheck.campaign import _MAX_SAMPLES
+
+
+def pair(g: Gen) -> tuple[int, int]:
+    return g.integer(0, 9, label="a"), g.integer(0, 9, label="b")
+
+
+class Judge:
+    """a < b is valid, a == b raises Invalid, a > b is invalid; keeps every input."""
+
+    def __init__(self) -> None:
+        self.inputs: list[tuple[int, int]] = []
+
+    def __call__(self, p: tuple[int, int]) -> bool:
+        self.inputs.append(p)
+        if p[0] == p[1]:
+            raise Invalid("equal")
+        return p[0] < p[1]
+
+
+@pytest.mark.parametrize("guide", [RandomGuide(seed=1), RLGuide(seed=1)], ids=["random", "rl"])
+def test_accounting_matches_an_independent_count(guide: rlcheck.Guide) -> None:
+    judge = Judge()
+    result = rlcheck.run(pair, judge, guide=guide, trials=1500)
+    valid = [p for p in judge.inputs if p[0] < p[1]]
+    assert result.trials == len(judge.inputs) == 1500
+    assert result.valid == len(valid)
+    assert result.unique_valid == len(set(valid))
+    assert result.invalid == result.trials - result.valid
+    assert result.failures == ()
+    assert result.stop_reason == "trials"
+    last = result.series[-1]
+    assert (last.trials, last.valid, last.unique_valid) == (1500, result.valid, result.unique_valid)
+
+
+def test_invalid_from_the_generator_counts_as_invalid() -> None:
+    def picky(g: Gen) -> int:
+        x = g.integer(0, 3)
+        if x == 0:
+            raise Invalid("rejected early")
+        return x
+
+    judge: list[int] = []
+    result = rlcheck.run(picky, lambda x: judge.append(x) or True, trials=400, seed=0)
+    assert result.valid == len(judge)
+    assert result.invalid == 400 - len(judge) > 0
+    assert result.unique_valid == 3
+
+
+def test_runaway_generator_is_an_invalid_input() -> None:
+    def deep(g: Gen) -> int:
+        n = 0
+        while g.boolean(label="more"):
+            n += 1
+        return n
+
+    result = rlcheck.run(deep, lambda n: True, guide=RandomGuide(seed=0), trials=300, max_choices=3)
+    assert result.invalid > 0
+    assert result.valid + result.invalid == 300
+
+
+def test_a_crashing_check_is_a_found_bug_with_a_replayable_input() -> None:
+    def check(p: tuple[int, int]) -> bool:
+        if p == (3, 4):
+            raise ZeroDivisionError("planted bug")
+        return True
+
+    result = rlcheck.run(pair, check, guide=RandomGuide(seed=0), trials=100_000)
+    assert result.stop_reason == "failures"
+    (failure,) = result.failures
+    assert failure.exception == "ZeroDivisionError" and failure.message == "planted bug"
+    assert failure.value == (3, 4) and failure.value_repr == "(3, 4)"
+    assert replay(pair, failure.choices) == (3, 4)
+    assert "planted bug" in failure.traceback
+    assert result.trials == failure.trial
+    assert result.trials == result.valid + result.invalid + 1
+
+
+def test_campaign_can_continue_past_bugs() -> None:
+    def check(p: tuple[int, int]) -> bool:
+        if p[0] == 0:
+            raise KeyError(p)
+        return True
+
+    result = rlcheck.run(pair, check, guide=RandomGuide(seed=0), trials=500, max_failures=0)
+    assert result.stop_reason == "trials"
+    assert len(result.failures) > 10
+    assert result.trials == result.valid + result.invalid + len(result.failures)
+
+
+def test_check_returning_none_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match=r"returned None.*return"):
+        rlcheck.run(pair, lambda p: None, trials=5, seed=0)
+
+
+def test_uniqueness_by_key_and_for_unhashable_inputs() -> None:
+    by_sum = rlcheck.run(pair, lambda p: True, key=sum, trials=2000, seed=0)
+    assert by_sum.unique_valid == 19  # sums 0..18
+
+    def as_list(g: Gen) -> list[int]:
+        return [g.integer(0, 2), g.integer(0, 2)]
+
+    listed = rlcheck.run(as_list, lambda v: True, guide=RandomGuide(seed=0), trials=500)
+    assert listed.unique_valid == 9
+
+
+@pytest.mark.parametrize("make", [RandomGuide, RLGuide], ids=["random", "rl"])
+def test_same_seed_same_inputs(make: Any) -> None:
+    def inputs(seed: int) -> list[tuple[int, int]]:
+        judge = Judge()
+        rlcheck.run(pair, judge, guide=make(), trials=400, seed=seed)
+        return judge.inputs
+
+    assert inputs(5) == inputs(5)
+    assert inputs(5) != inputs(6)
+
+
+def test_default_guide_is_rl_with_labelled_ancestor_state() -> None:
+    result = rlcheck.run(pair, lambda p: True, trials=10, seed=3)
+    assert result.guide["guide"] == "rl" and result.guide["state"] == "labelled"
+    assert result.seed == 3
+    assert result.generator.endswith(":pair")
+
+
+def test_time_budget_and_progress() -> None:
+    seen: list[rlcheck.Sample] = []
+    start = time.perf_counter()
+    result = rlcheck.run(pair, lambda p: True, seconds=0.6, progress=seen.append, seed=0)
+    assert 0.6 <= time.perf_counter() - start < 5
+    assert result.stop_reason == "seconds" and result.seconds >= 0.6
+    assert seen and all(s.trials <= result.trials for s in seen)
+    xs = [s.seconds for s in result.series]
+    assert xs == sorted(xs) and len(result.series) >= 3
+    assert [s.unique_valid for s in result.series] == sorted(s.unique_valid for s in result.series)
+
+
+def test_series_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a sampling interval of zero would record every trial: thinning must keep it bounded
+    monkeypatch.setattr(rlcheck.campaign, "_FIRST_SAMPLE_INTERVAL", 0.0)
+    result = rlcheck.run(pair, lambda p: True, guide=RandomGuide(seed=0), trials=5000)
+    assert len(result.series) <= _MAX_SAMPLES + 1
+
+
+def test_keyboard_interrupt_returns_what_was_done() -> None:
+    calls = 0
+
+    def check(p: tuple[int, int]) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 6:
+            raise KeyboardInterrupt
+        return True
+
+    result = rlcheck.run(pair, check, trials=100, seed=0)
+    assert result.stop_reason == "interrupted"
+    assert result.trials == 5
+
+
+def test_generator_bugs_propagate() -> None:
+    def broken(g: Gen) -> int:
+        raise AttributeError("typo in the generator")
+
+    with pytest.raises(AttributeError, match="typo"):
+        rlcheck.run(broken, bool, trials=3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({}, "budget"),
+        ({"trials": -1}, "trials=-1"),
+        ({"trials": 1.5}, "trials=1.5"),
+        ({"seconds": 0}, "seconds=0"),
+        ({"trials": 5, "max_failures": -2}, "max_failures=-2"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match):
+        rlcheck.run(pair, bool, **kwargs)
+    with pytest.raises(InvalidArgument, match="not callable"):
+        rlcheck.run(pair, 3, trials=1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="not callable"):
+        rlcheck.run(None, bool, trials=1)  # type: ignore[arg-type]
+
+
+def test_q_tables_stay_bounded_on_long_campaigns() -> None:
+    def digits(g: Gen) -> tuple[int, ...]:
+        return tuple(g.integer(0, 9, label="d") for _ in range(6))
+
+    guide = RLGuide("sequence", seed=0, max_states=50)
+    rlcheck.run(digits, lambda d: True, guide=guide, trials=3000)
+    assert len(guide.policy.table("d")) <= 50
+
+
+def test_json_and_plot_outputs(tmp_path: Path) -> None:
+    result = rlcheck.run(pair, Judge(), trials=300, seed=0)
+    path = tmp_path / "r.json"
+    result.write_json(path)
+    data = json.loads(path.read_text())
+    assert data["trials"] == 300 and data["unique_valid"] == result.unique_valid
+    assert data["series"][-1]["trials"] == 300
+    assert data["trials_per_second"] > 0
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "r.png"
+    result.plot(png, x="trials")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(InvalidArgument, match="x='time'"):
+        result.plot(png, x="time")
+
+
+def test_failures_are_written_without_the_input_object(tmp_path: Path) -> None:
+    def check(p: tuple[int, int]) -> bool:
+        raise ValueError("always")
+
+    result = rlcheck.run(pair, check, trials=10, seed=0)
+    path = tmp_path / "r.json"
+    result.write_json(path)
+    (failure,) = json.loads(path.read_text())["failures"]
+    assert failure["exception"] == "ValueError" and "value" not in failure
+    assert failure["choices"] == list(result.failures[0].choices)
