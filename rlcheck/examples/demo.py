@@ -1,7 +1,62 @@
-"""rlcheck demo: what the package can do so far."""
+"""rlcheck demo: RL-guided vs random generation of binary search trees, same time budget.
+
+Run: ``.venv/bin/python rlcheck/examples/demo.py`` (about 25 seconds). The generator and
+check are those of the case study in ``rlcheck/benchmarks/bst.py``: trees of values 0..10
+built by choices (value, has-left, has-right), valid when the BST invariant holds.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import rlcheck
 
-print(f"rlcheck {rlcheck.__version__}: campaign runner not yet wired into the demo")
+SECONDS_PER_GUIDE = 8.0
+
+
+def _load_case_study() -> object:
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bst.py"
+    spec = importlib.util.spec_from_file_location("rlcheck_bst_case_study", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    bst = _load_case_study()
+    print(
+        f"rlcheck {rlcheck.__version__}: binary search trees, {SECONDS_PER_GUIDE:.0f} s per guide"
+    )
+    guides = {
+        "random": rlcheck.RandomGuide(seed=0),
+        "RL, ancestor-path state": rlcheck.RLGuide("ancestor", seed=0),
+        "RL, + LEFT/RIGHT labels": rlcheck.RLGuide("labelled", seed=0),
+    }
+    rows = []
+    for name, guide in guides.items():
+        check = bst.SizeTrackingCheck()  # type: ignore[attr-defined]
+        result = rlcheck.run(bst.bst, check, guide=guide, seconds=SECONDS_PER_GUIDE)  # type: ignore[attr-defined]
+        rows.append((name, result, check.max_size))
+        print(f"  {name}: done", flush=True)
+
+    print(f"\n{'guide':<25} {'trials':>8} {'valid':>8} {'unique valid':>13} {'largest':>8}")
+    for name, result, largest in rows:
+        print(
+            f"{name:<25} {result.trials:>8,} {result.valid:>8,} {result.unique_valid:>13,} "
+            f"{largest:>8}"
+        )
+    base = rows[0][1].unique_valid
+    best_name, best, _ = max(rows[1:], key=lambda r: r[1].unique_valid)
+    print(
+        f"\n{best_name} made {best.unique_valid / max(base, 1):.1f}x as many distinct valid "
+        "trees as random generation in the same time."
+    )
+    print("Full benchmark (100 000 trials x 3 seeds): python rlcheck/benchmarks/bst.py")
+
+
+if __name__ == "__main__":
+    main()
