@@ -1,16 +1,315 @@
-"""The ``ckptzip`` command line."""
+"""The ``ckptzip`` command line.
+
+``compress`` / ``decompress`` convert between ``torch.save`` (or ``.safetensors``) files and
+``.ckz``; ``inspect`` shows what a file holds and how each tensor was stored; ``verify``
+checks every checksum (and with ``--decode`` decodes everything). Errors of the package become
+one-line messages and exit status 1.
+"""
 
 from __future__ import annotations
 
-import click
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from ckptzip import __version__
+import click
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+from rich.table import Table
+
+from ckptzip import __version__, api, storage
+from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.errors import CheckpointExistsError, CkptzipError
+from ckptzip.structure import flatten
+
+# Progress bars appear only when a file is big enough for the wait to be noticeable.
+PROGRESS_MIN_BYTES = 64 << 20
+
+# Piped output (logs, files) has no terminal width: use one wide enough for the table rather
+# than rich's 80-column default, which would squeeze the tensor paths away.
+console = Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=160)
+err_console = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def _progress(label: str, size: int) -> Iterator[Callable[[int, int], None] | None]:
+    if size < PROGRESS_MIN_BYTES:
+        yield None
+        return
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except CheckpointExistsError as exc:
+        raise click.ClickException(f"{exc} (on the command line: --overwrite)") from exc
+    except CkptzipError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover - loop always returns
+
+
+def _read_input(path: str) -> Any:
+    """A torch.save file (weights_only: no arbitrary code) or a .safetensors file."""
+    if path.endswith(".safetensors"):
+        try:
+            from safetensors.torch import load_file
+        except ImportError:
+            raise click.ClickException(
+                "reading .safetensors needs the safetensors package: "
+                "pip install 'ckptzip[safetensors]'"
+            ) from None
+        try:
+            return load_file(path)
+        except Exception as exc:  # the library's own error types vary across versions
+            raise click.ClickException(f"cannot read {path!r} as safetensors: {exc}") from exc
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise click.ClickException(f"no such file: {path!r}") from None
+    except Exception as exc:  # UnpicklingError for refused globals, RuntimeError for non-zips
+        raise click.ClickException(
+            f"cannot read {path!r} with torch.load(weights_only=True): {exc}. ckptzip "
+            "compresses tensors, numbers, strings and containers of them; objects that need "
+            "arbitrary unpickling are refused"
+        ) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ckptzip")
 def main() -> None:
     """Compress PyTorch training checkpoints, inspect and verify them."""
+
+
+@main.command()
+@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", help="Output .ckz file [default: SRC with .ckz appended].")
+@click.option("--bins", type=int, default=16, show_default=True, help="Quantization levels.")
+@click.option("--prune", type=float, default=0.0, show_default=True, help="Fraction zeroed.")
+@click.option(
+    "--protect", type=float, default=0.0005, show_default=True, help="Fraction kept exact."
+)
+@click.option("--exact", multiple=True, help="Path pattern kept bit-exact (repeatable).")
+@click.option(
+    "--min-numel",
+    type=int,
+    default=4096,
+    show_default=True,
+    help="Smaller tensors stay exact.",
+)
+@click.option("--level", type=int, default=3, show_default=True, help="zstd level.")
+@click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
+def compress(
+    src: str,
+    output: str | None,
+    bins: int,
+    prune: float,
+    protect: float,
+    exact: tuple[str, ...],
+    min_numel: int,
+    level: int,
+    overwrite: bool,
+    as_json: bool,
+) -> None:
+    """Compress SRC (a torch.save file or .safetensors) into a .ckz file."""
+    out = output or src + ".ckz"
+    with _errors():
+        config = CompressionConfig(
+            quant=QuantConfig(bins=bins, prune=prune, protect=protect),
+            exact=exact,
+            min_numel=min_numel,
+            zstd_level=level,
+        )
+        storage.check_target(out, overwrite=overwrite)
+        obj = _read_input(src)
+        with _progress("compressing", os.path.getsize(src)) as progress:
+            report = api.save(obj, out, config=config, overwrite=overwrite, progress=progress)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=1))
+        return
+    lossy = [e for e in report.entries if e.codec != "exact"]
+    console.print(
+        f"{src} -> {out}: {_fmt_bytes(report.bytes_in)} -> {_fmt_bytes(report.bytes_out)} "
+        f"([bold]{report.ratio:.2f}x[/bold]) in {report.seconds:.2f} s; "
+        f"{len(lossy)} of {len(report.entries)} tensors quantized"
+    )
+
+
+@main.command()
+@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o", "--output", required=True, help="Output file: .pt (torch.save) or .safetensors."
+)
+@click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
+def decompress(src: str, output: str, overwrite: bool) -> None:
+    """Decode a .ckz file into a torch.save file (or .safetensors)."""
+    with _errors():
+        storage.check_target(output, overwrite=overwrite)
+        with _progress("decoding", os.path.getsize(src)) as progress:
+            obj = api.load(src, progress=progress)
+        if output.endswith(".safetensors"):
+            try:
+                from safetensors.torch import save as st_save
+            except ImportError:
+                raise click.ClickException(
+                    "writing .safetensors needs the safetensors package: "
+                    "pip install 'ckptzip[safetensors]'"
+                ) from None
+            skeleton, leaves = flatten(obj)
+            tensors = {path: t.contiguous() for path, t in leaves}
+            # safetensors holds flat tensors only: the structure (and its scalars) rides
+            # along in the header metadata so nothing is lost
+            meta = {"ckptzip.skeleton": json.dumps(skeleton, allow_nan=False)}
+            payload = st_save(tensors, metadata=meta)
+            size = storage.atomic_write(output, lambda f: f.write(payload), overwrite=overwrite)
+        else:
+            size = storage.atomic_write(output, lambda f: torch.save(obj, f), overwrite=overwrite)
+    console.print(f"{src} -> {output}: {_fmt_bytes(size)}")
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.2f}"
+
+
+@main.command()
+@click.argument("src", type=click.Path(exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
+def inspect(src: str, as_json: bool) -> None:
+    """Show each tensor's shape, dtype, codec, bins, pruned/protected %, bytes, ratio, error."""
+    with _errors():
+        manifest = api.read_manifest(src)
+    file_size = os.path.getsize(src)
+    rows: list[dict[str, Any]] = []
+    for e in manifest.tensors:
+        stored = sum(manifest.chunks[e.chunks[0] + j].length for j in range(e.chunks[1]))
+        cfg = e.config or {}
+        n_prot = e.meta.get("n_protected")
+        protected = n_prot / e.numel if isinstance(n_prot, int) and e.numel else cfg.get("protect")
+        rows.append(
+            {
+                "path": e.path,
+                "shape": list(e.shape),
+                "dtype": e.dtype,
+                "codec": e.codec,
+                "bins": cfg.get("bins"),
+                "pruned": cfg.get("prune"),
+                "protected": protected,
+                "bytes": stored,
+                "nbytes": e.nbytes,
+                "ratio": e.nbytes / stored if stored else None,
+                "rel_error": e.rel_error,
+            }
+        )
+    total_in = sum(r["nbytes"] for r in rows)
+    summary = {
+        "file": src,
+        "format_version": manifest.version,
+        "created_by": manifest.created_by,
+        "parent": manifest.parent,
+        "metadata": manifest.metadata,
+        "tensor_bytes": total_in,
+        "file_bytes": file_size,
+        "ratio": total_in / file_size if file_size else None,
+        "tensors": rows,
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+        return
+    table = Table(title=f"{src} (format v{manifest.version}, {manifest.created_by})")
+    for col, justify in [
+        ("path", "left"),
+        ("shape", "right"),
+        ("dtype", "left"),
+        ("codec", "left"),
+        ("bins", "right"),
+        ("pruned%", "right"),
+        ("prot.%", "right"),
+        ("bytes", "right"),
+        ("ratio", "right"),
+        ("rel.err", "right"),
+    ]:
+        # only the path may wrap: numbers broken over lines are unreadable
+        table.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            overflow="fold" if col == "path" else "ellipsis",
+            min_width=20 if col == "path" else None,
+            no_wrap=col != "path",
+        )
+    for r in rows:
+        table.add_row(
+            r["path"],
+            "×".join(map(str, r["shape"])) or "()",
+            r["dtype"],
+            r["codec"],
+            "" if r["bins"] is None else str(r["bins"]),
+            _pct(r["pruned"]),
+            _pct(r["protected"]),
+            _fmt_bytes(r["bytes"]),
+            "" if r["ratio"] is None else f"{r['ratio']:.1f}x",
+            "" if r["rel_error"] is None else f"{r['rel_error']:.1e}",
+        )
+    table.add_section()
+    table.add_row(
+        f"total ({len(rows)} tensors)",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        _fmt_bytes(file_size),
+        f"{summary['ratio']:.1f}x" if summary["ratio"] else "",
+        "",
+    )
+    console.print(table)
+    if manifest.parent:
+        console.print(f"delta against {manifest.parent['name']} ({manifest.parent['hash'][:12]}…)")
+    if manifest.metadata:
+        console.print(f"metadata: {manifest.metadata}")
+    console.print(
+        "ratio = tensor bytes in memory / bytes stored; the file total includes the manifest"
+    )
+
+
+@main.command()
+@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.option("--decode", is_flag=True, help="Also decode every tensor (slower, checks more).")
+def verify(src: str, decode: bool) -> None:
+    """Check SRC's header, manifest and every chunk checksum; exit 1 if anything is wrong."""
+    with _errors(), _progress("verifying", os.path.getsize(src)) as progress:
+        manifest = api.verify(src, decode=decode, progress=progress)
+    what = "checksums and decoding" if decode else "checksums"
+    console.print(
+        f"{src}: OK ({what}; {len(manifest.tensors)} tensors, {len(manifest.chunks)} chunks, "
+        f"format v{manifest.version})"
+    )
 
 
 if __name__ == "__main__":

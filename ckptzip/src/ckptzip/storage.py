@@ -99,7 +99,7 @@ def _storage_error(exc: OSError, path: str) -> StorageError:
 
 
 def atomic_write(
-    path: str | os.PathLike[str], write: Callable[[BinaryIO], None], *, overwrite: bool = False
+    path: str | os.PathLike[str], write: Callable[[BinaryIO], object], *, overwrite: bool = False
 ) -> int:
     """Write a file atomically by calling ``write(f)`` on a temp file, then publishing it.
 

@@ -1,0 +1,135 @@
+"""Tests of the command line: compress, decompress, inspect, verify, and their errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import ckptzip
+from ckptzip.cli import main
+
+
+def state() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "model": {"fc.weight": torch.randn(128, 64, generator=g), "fc.bias": torch.zeros(128)},
+        "step": 7,
+    }
+
+
+def run(*args: str) -> Any:
+    result = CliRunner().invoke(main, list(args))
+    return result
+
+
+@pytest.fixture
+def pt(tmp_path: Path) -> Path:
+    p = tmp_path / "ckpt.pt"
+    torch.save(state(), p)
+    return p
+
+
+def test_compress_inspect_verify_decompress(pt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.ckz"
+    r = run("compress", str(pt), "-o", str(out), "--bins", "8", "--prune", "0.1")
+    assert r.exit_code == 0, r.output
+    assert "1 of 2 tensors quantized" in r.output and "x)" in r.output
+
+    r = run("inspect", str(out))
+    assert r.exit_code == 0, r.output
+    assert "model/fc.weight" in r.output and "quant" in r.output and "total (2 tensors)" in r.output
+    doc = json.loads(run("inspect", str(out), "--json").output)
+    w = doc["tensors"][0]
+    assert (w["bins"], w["pruned"], w["codec"]) == (8, 0.1, "quant")
+    assert doc["file_bytes"] == out.stat().st_size and doc["ratio"] > 4
+
+    assert run("verify", str(out)).exit_code == 0
+    r = run("verify", "--decode", str(out))
+    assert r.exit_code == 0 and "checksums and decoding" in r.output
+
+    back = tmp_path / "back.pt"
+    assert run("decompress", str(out), "-o", str(back)).exit_code == 0
+    restored = torch.load(back, weights_only=True)
+    direct = ckptzip.load(out)
+    assert restored["step"] == 7
+    assert torch.equal(restored["model"]["fc.weight"], direct["model"]["fc.weight"])
+
+
+def test_compress_json_report_and_default_output(pt: Path) -> None:
+    r = run("compress", str(pt), "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert report["path"] == str(pt) + ".ckz"
+    # torch names the archive's inner folder after the file, so sizes differ by a few bytes
+    assert abs(report["bytes_in"] - pt.stat().st_size) < 256
+
+
+def test_safetensors_in_and_out(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    src = tmp_path / "m.safetensors"
+    save_file(state()["model"], src)
+    out = tmp_path / "m.ckz"
+    assert run("compress", str(src), "-o", str(out)).exit_code == 0
+    back = tmp_path / "back.safetensors"
+    r = run("decompress", str(out), "-o", str(back))
+    assert r.exit_code == 0, r.output
+    tensors = load_file(back)
+    assert set(tensors) == {"fc.weight", "fc.bias"}
+    assert torch.equal(tensors["fc.bias"], torch.zeros(128))
+
+
+def test_missing_safetensors_package_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "m.safetensors"
+    src.write_bytes(b"whatever")
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    r = run("compress", str(src))
+    assert r.exit_code == 1 and "pip install 'ckptzip[safetensors]'" in r.output
+
+
+class Custom:
+    pass
+
+
+def test_inputs_needing_unpickling_are_refused(tmp_path: Path) -> None:
+    src = tmp_path / "evil.pt"
+    torch.save({"obj": Custom()}, src)
+    r = run("compress", str(src))
+    assert r.exit_code == 1 and "weights_only=True" in r.output
+    assert not (tmp_path / "evil.pt.ckz").exists()
+
+
+def test_errors_are_one_line_and_exit_1(pt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.ckz"
+    assert run("compress", str(pt), "-o", str(out)).exit_code == 0
+    r = run("compress", str(pt), "-o", str(out))
+    assert r.exit_code == 1 and "--overwrite" in r.output
+    assert run("compress", str(pt), "-o", str(out), "--overwrite").exit_code == 0
+    r = run("compress", str(pt), "-o", str(tmp_path / "x.ckz"), "--bins", "1")
+    assert r.exit_code == 1 and "bins=1" in r.output
+
+    data = bytearray(out.read_bytes())
+    data[-5] ^= 0xFF
+    out.write_bytes(bytes(data))
+    r = run("verify", str(out))
+    assert r.exit_code == 1 and "checksum mismatch" in r.output
+    r = run("inspect", str(pt))
+    assert r.exit_code == 1 and "torch.save zip" in r.output
+
+
+def test_progress_bar_path(pt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ckptzip.cli as cli
+
+    monkeypatch.setattr(cli, "PROGRESS_MIN_BYTES", 0)  # force the bar on a small file
+    out = tmp_path / "c.ckz"
+    assert run("compress", str(pt), "-o", str(out)).exit_code == 0
+    assert run("verify", str(out)).exit_code == 0
+    assert run("decompress", str(out), "-o", str(tmp_path / "b.pt")).exit_code == 0
