@@ -69,12 +69,6 @@ def _greedy(row: list[float], n_actions: int, rng: random.Random) -> int:
 
     Actions past the row's end are unvisited and count as Q = 0.
     """
-    if n_actions == 2 and len(row) == 4:  # yes/no choices: the most common kind
-        q0 = row[0]
-        q1 = row[2]
-        if q0 != q1:
-            return 0 if q0 > q1 else 1
-        return int(rng.random() * 2)
     # Built-ins (slice, max, count) rather than a Python loop: this runs once per choice.
     # (A cached argmax does not pay: the greedy action is the one updated most and its
     # value usually falls, forcing a rescan anyway.)
@@ -83,21 +77,25 @@ def _greedy(row: list[float], n_actions: int, rng: random.Random) -> int:
     if known < n_actions:
         qs.extend([0.0] * (n_actions - known))
     top = max(qs)
+    action = qs.index(top)
     n_ties = qs.count(top)
-    if n_ties == 1:
-        return qs.index(top)
-    ties = [a for a, q in enumerate(qs) if q == top]
-    return ties[int(rng.random() * n_ties)]
+    if n_ties > 1:
+        # The pick-th tie in index order, found by hopping (no list of ties built).
+        for _ in range(int(rng.random() * n_ties)):
+            action = qs.index(top, action + 1)
+    return action
 
 
-def _credit(row: list[float], action: int, ret: float) -> None:
-    """The update rule: Q <- Q + (G - Q) / N, N counting the visits of (state, action)."""
-    need = 2 * (action + 1)
-    if len(row) < need:
-        row.extend([0.0] * (need - len(row)))
-    n = row[2 * action + 1] + 1.0
-    row[2 * action + 1] = n
-    row[2 * action] += (ret - row[2 * action]) / n
+def _credit_all(visits: Iterable[tuple[list[float], int]], ret: float) -> None:
+    """The update rule, for each visited ``(row, action)``: Q <- Q + (G - Q) / N, with N
+    counting the visits of that state-action pair (every-visit Monte Carlo, no discount)."""
+    for row, action in visits:
+        q_at = 2 * action
+        if len(row) <= q_at + 1:
+            row.extend([0.0] * (q_at + 2 - len(row)))
+        n = row[q_at + 1] + 1.0
+        row[q_at + 1] = n
+        row[q_at] += (ret - row[q_at]) / n
 
 
 class QTable:
@@ -134,7 +132,7 @@ class QTable:
 
     def update(self, state: Hashable, action: int, ret: float) -> None:
         """Every-visit Monte Carlo update: running mean of the returns seen after (s, a)."""
-        _credit(self.row(state), action, ret)
+        _credit_all(((self.row(state), action),), ret)
 
     def row(self, state: Hashable) -> list[float]:
         """The (mutable) value row of ``state``, inserted empty when new.
@@ -263,6 +261,11 @@ class Policy:
         rng = self.rng
         if rng.random() < self.epsilon or not row:
             action = int(rng.random() * n_actions)
+        elif n_actions == 2 and len(row) == 4:
+            # Yes/no choices, the most common kind: _greedy's rule without the call.
+            q0 = row[0]
+            q1 = row[2]
+            action = (0 if q0 > q1 else 1) if q0 != q1 else int(rng.random() * 2)
         else:
             action = _greedy(row, n_actions, rng)
         visits.append((row, action))
@@ -270,8 +273,7 @@ class Policy:
 
     def learn_rows(self, visits: Iterable[tuple[list[float], int]], reward: float) -> None:
         """Credit ``reward`` to every visit recorded by :meth:`choose_row`."""
-        for row, action in visits:
-            _credit(row, action, reward)
+        _credit_all(visits, reward)
 
     # -- persistence (plain JSON-able data; rlcheck never unpickles) -----------------
 

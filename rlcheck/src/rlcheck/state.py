@@ -80,7 +80,7 @@ class StateAbstraction:
 
     def record(self, token: Hashable) -> None:
         """Append the token of the choice just made, keeping the last ``k``."""
-        self.state = (*self.state[self._keep], token)
+        self.state = self.state[self._keep] + (token,)
 
     def push(self, label: Hashable) -> None:
         """A scope labelled ``label`` opens."""
@@ -150,7 +150,7 @@ class LabelledAncestorState(AncestorState):
 
     def push(self, label: Hashable) -> None:
         self._stack.append(self.state)
-        self.state = (*self.state[self._keep], label)
+        self.state = self.state[self._keep] + (label,)
 
 
 STATE_ABSTRACTIONS: dict[str, type[StateAbstraction]] = {
