@@ -294,3 +294,28 @@ def test_random_saves_retention_and_loads(
         assert set(expected_kept) <= set(listed) <= set(saved)
     for s in mgr.steps():
         _assert_same(mgr.load(s), ckptzip.load(direct_dir / f"{s}.ckz"))
+
+
+def test_cli_inspect_directory_shows_the_chain(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from ckptzip.cli import main
+
+    mgr = CheckpointManager(tmp_path, keyframe_every=2, config=CONFIG)
+    for s in range(3):
+        mgr.save(s, _state(s))
+    runner = CliRunner()
+    out = runner.invoke(main, ["inspect", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "delta" in out.output and "full" in out.output and "3 checkpoints" in out.output
+    rows = json.loads(runner.invoke(main, ["inspect", "--json", str(tmp_path)]).output)
+    assert [(r["step"], r["kind"], r["parent_step"]) for r in rows] == [
+        (0, "full", None),
+        (1, "delta", 0),
+        (2, "full", None),
+    ]
+    os.unlink(tmp_path / step_file_name(0))
+    out = runner.invoke(main, ["inspect", str(tmp_path)])
+    assert out.exit_code == 0 and "missing parent" in out.output

@@ -197,11 +197,49 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{100 * x:.2f}"
 
 
+def _inspect_directory(directory: str, as_json: bool) -> None:
+    """The chain table of a CheckpointManager directory (``ckptzip inspect DIR``)."""
+    from ckptzip.manager import describe_directory
+
+    with _errors():
+        entries = describe_directory(directory)
+    if as_json:
+        click.echo(json.dumps([e.to_json() for e in entries], indent=1))
+        return
+    table = Table(title=f"{directory}: {len(entries)} checkpoints")
+    for col in ("step", "kind", "bytes", "ratio", "parent", "status"):
+        table.add_column(col, justify="right" if col in ("step", "bytes", "ratio") else "left")
+    for e in entries:
+        table.add_row(
+            str(e.step),
+            e.kind,
+            _fmt_bytes(e.bytes),
+            f"{e.ratio:.1f}x" if e.bytes else "",
+            "" if e.parent_step is None else str(e.parent_step),
+            e.status,
+        )
+    console.print(table)
+    total = sum(e.bytes for e in entries)
+    raw = sum(e.tensor_bytes for e in entries)
+    if total:
+        console.print(
+            f"total {_fmt_bytes(total)} for {_fmt_bytes(raw)} of tensors ({raw / total:.1f}x); "
+            "ratio = tensor bytes in memory / file bytes"
+        )
+
+
 @main.command()
 @click.argument("src", type=click.Path(exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 def inspect(src: str, as_json: bool) -> None:
-    """Show each tensor's shape, dtype, codec, bins, pruned/protected %, bytes, ratio, error."""
+    """Show each tensor's shape, dtype, codec, bins, pruned/protected %, bytes, ratio, error.
+
+    Given a CheckpointManager directory, show its chain instead: step, kind (full/delta),
+    bytes, ratio, parent step, and whether the step can be restored.
+    """
+    if os.path.isdir(src):
+        _inspect_directory(src, as_json)
+        return
     with _errors():
         manifest = api.read_manifest(src)
     file_size = os.path.getsize(src)
