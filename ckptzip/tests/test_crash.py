@@ -1,0 +1,165 @@
+"""Crash safety of CheckpointManager: SIGKILL mid-save, and a full disk.
+
+RELIABILITY.md ckptzip rows 5, 6 and 10: a killed save never leaves a half checkpoint that is
+listed or loaded, the latest finished step always restores, temp files are cleaned up; a
+write failing with ENOSPC raises a clear StorageError, leaves no temp file and does not touch
+the previous step.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ckptzip import CheckpointManager, CompressionConfig, QuantConfig, storage
+from ckptzip.errors import StorageError
+from ckptzip.manager import describe_directory, step_file_name
+
+CONFIG = CompressionConfig(quant=QuantConfig(bins=8, protect=0.01), min_numel=64)
+
+
+def _state(step: int) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(step)
+    return {
+        "w": torch.linspace(-1, 1, 3000) + 0.01 * step * torch.randn(3000, generator=g),
+        "marker": torch.full((16,), step, dtype=torch.int64),
+        "step": step,
+    }
+
+
+def _temps(directory: Path) -> list[str]:
+    return [n for n in os.listdir(directory) if storage.is_temp_name(n)]
+
+
+def _check_directory(directory: Path) -> int | None:
+    """Every listed step restores with its own content; returns the latest step."""
+    mgr = CheckpointManager(directory, keyframe_every=4, keep=3, config=CONFIG)
+    assert _temps(directory) == []  # opening the directory removed crashed saves' temps
+    steps = mgr.steps()
+    for s in steps:
+        obj = mgr.load(s)
+        assert obj["step"] == s
+        assert torch.equal(obj["marker"], torch.full((16,), s, dtype=torch.int64))
+    assert all(e.status == "ok" for e in describe_directory(directory))
+    return steps[-1] if steps else None
+
+
+def _saver(directory: Path, start: int) -> None:  # runs in the forked child
+    try:
+        torch.set_num_threads(1)
+        mgr = CheckpointManager(directory, keyframe_every=4, keep=3, config=CONFIG)
+        step = start
+        while True:
+            mgr.save(step, _state(step))
+            step += 1
+    finally:
+        os._exit(0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_sigkill_during_saves_never_leaves_a_half_checkpoint(tmp_path: Path) -> None:
+    # Forking (instead of starting a fresh interpreter each time) keeps each of the many
+    # kills cheap: the child starts saving within milliseconds.
+    rng = random.Random(20261129)
+    directory = tmp_path / "run"
+    directory.mkdir()
+    # Calibrate the kill delays on one timed save, so kills land all over a save's phases
+    # (quantizing, writing the temp file, publishing, retention).
+    mgr = CheckpointManager(directory, keyframe_every=4, keep=3, config=CONFIG)
+    t0 = time.perf_counter()
+    mgr.save(0, _state(0))
+    one_save = time.perf_counter() - t0
+    latest: int | None = 0
+    kills = 0
+    landed_mid_save = 0
+    while kills < 60:
+        pid = os.fork()
+        if pid == 0:
+            _saver(directory, (latest or 0) + 1)
+        time.sleep(rng.uniform(0.0, 3.0 * one_save))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        kills += 1
+        landed_mid_save += bool(_temps(directory))
+        now = _check_directory(directory)
+        assert now is not None and (latest is None or now >= latest)
+        latest = now
+    assert latest is not None and latest > 5  # the saver made progress between kills
+    assert landed_mid_save >= 5, f"only {landed_mid_save} kills landed while a file was written"
+    print(f"{kills} kills, {landed_mid_save} mid-write, reached step {latest}", file=sys.stderr)
+
+
+class _FullDisk:
+    """A file object that accepts ``budget`` bytes, then fails like a full disk."""
+
+    def __init__(self, f: Any, budget: int) -> None:
+        self._f = f
+        self._budget = budget
+
+    def write(self, data: bytes) -> int:
+        n = len(memoryview(data).cast("B"))
+        if n > self._budget:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._budget -= n
+        return int(self._f.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _FullDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+
+@pytest.mark.parametrize("budget", [0, 64, 1024])
+def test_enospc_during_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=4, config=CONFIG)
+    mgr.save(1, _state(1))
+    before = (tmp_path / step_file_name(1)).read_bytes()
+
+    real_open = open
+
+    def full_disk_open(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        f = real_open(path, mode, *args, **kwargs)
+        return _FullDisk(f, budget) if "x" in mode or "w" in mode else f
+
+    monkeypatch.setattr(storage, "open", full_disk_open, raising=False)
+    with pytest.raises(StorageError, match="no space left") as info:
+        mgr.save(2, _state(2))
+    assert info.value.errno == errno.ENOSPC
+    monkeypatch.undo()
+
+    assert _temps(tmp_path) == []
+    assert mgr.steps() == [1]
+    assert (tmp_path / step_file_name(1)).read_bytes() == before
+    assert mgr.load()["step"] == 1
+    mgr.save(2, _state(2))  # once space is back, saving works and chains onto step 1
+    assert mgr.load(2)["step"] == 2 and mgr.chain(2) == [1, 2]
+
+
+def test_enospc_on_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Some file systems report a full disk only when the data is flushed.
+    mgr = CheckpointManager(tmp_path, config=CONFIG)
+    mgr.save(1, _state(1))
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(storage.os, "fsync", failing_fsync)
+    with pytest.raises(StorageError, match="no space left"):
+        mgr.save(2, _state(2))
+    monkeypatch.undo()
+    assert _temps(tmp_path) == [] and mgr.steps() == [1]
+    assert mgr.load()["step"] == 1
