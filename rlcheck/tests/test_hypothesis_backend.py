@@ -131,7 +131,7 @@ def test_same_seed_same_inputs() -> None:
 
 def test_hands_back_instead_of_giving_up() -> None:
     # No input is valid before the 300th call: the backend sees only invalid cases and
-    # must hand the run to Hypothesis's own backend before Hypothesis would give up
+    # must hand the run to Hypothesis's own backend well before Hypothesis would give up
     # (458 invalid cases and no valid one), so the run still ends normally.
     calls = 0
 

@@ -109,7 +109,10 @@ SMALL_ALPHABET = 16
 _WINDOW = 4  # learned choices kept in the state (RLCheck: k = 4-5)
 _PATH_DEPTH = 3  # innermost span labels kept in the state
 _SOFT_SIZE_CAP = 48  # string/bytes elements past min_size; keeps inputs below overrun size
-_HAND_BACK_FRACTION = 0.5  # of Hypothesis's give-up limits, see _should_hand_back
+# Fractions of Hypothesis's give-up limits at which to hand over (see _should_hand_back).
+# Half: the backend keeps time to learn, and the default backend keeps half its budget.
+_HAND_BACK_UNSATISFIABLE = 0.5
+_HAND_BACK_HEALTH_CHECK = 0.5
 _HEALTH_CHECK_VALID, _HEALTH_CHECK_INVALID = 10, 50  # filter_too_much (engine.py, 6.170)
 _SAVE_INTERVAL_S = 5.0
 _MAX_SEEN = 1 << 20  # choice-sequence hashes kept per run (bounds memory)
@@ -384,12 +387,12 @@ class RLCheckProvider(PrimitiveProvider):
         a run with 50 invalid cases before the 10th valid one. Before either limit comes
         close, hand over, so a test the default backend can run keeps running.
         """
-        if self._valid == 0 and self._invalid >= _HAND_BACK_FRACTION * _INVALID_THRESHOLD_BASE:
+        if self._valid == 0 and self._invalid >= _HAND_BACK_UNSATISFIABLE * _INVALID_THRESHOLD_BASE:
             return True
         return (
             self._health_checked
             and self._valid < _HEALTH_CHECK_VALID
-            and self._invalid >= _HAND_BACK_FRACTION * _HEALTH_CHECK_INVALID
+            and self._invalid >= _HAND_BACK_HEALTH_CHECK * _HEALTH_CHECK_INVALID
         )
 
     def _end(self, outcome: str | None) -> None:
@@ -505,7 +508,9 @@ class RLCheckProvider(PrimitiveProvider):
         ε-greedy, where both the ε share and states never visited draw from ``prior``
         (the strategy's own distribution, uniform when ``None``) instead of uniformly:
         a cold policy then generates like Hypothesis does, which keeps the early valid
-        rate, and so the run, alive while learning starts.
+        rate, and so the run, alive while learning starts. (Following the prior also
+        until the first valid case, instead of the greedy sweep over untried actions that
+        Q = 0 for unvisited actions causes, measured worse: fewer runs found any.)
         """
         state = (tuple(self._labels[-_PATH_DEPTH:]), self._window)
         table = self._policy.table(point)
@@ -664,8 +669,8 @@ class RLCheckProvider(PrimitiveProvider):
         """Element indices of a string or bytes draw, with learned continue/stop."""
         cap = min(max_size, min_size + _SOFT_SIZE_CAP)
         # Hypothesis's average size for these draws, as a continue probability.
-        average = min(max(min_size * 2, min_size + 5), 0.5 * (min_size + max_size)) - min_size
-        p_more = average / (average + 1.0)
+        average = min(max(min_size * 2, min_size + 5), 0.5 * (min_size + max_size))
+        p_more = (average - min_size) / (average - min_size + 1.0)
         prior = [1.0 - p_more, p_more]
         n = 0
         while n < cap:
