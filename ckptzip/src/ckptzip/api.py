@@ -11,7 +11,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -40,6 +40,7 @@ from ckptzip.errors import (
 from ckptzip.structure import dtype_name, flatten, unflatten
 
 __all__ = [
+    "DecodedCache",
     "Report",
     "TensorReport",
     "exact_reason",
@@ -188,6 +189,16 @@ def exact_reason(path: str, x: torch.Tensor, config: CompressionConfig) -> str |
     return None
 
 
+DecodedCache = MutableMapping[str, Mapping[str, QuantizedTensor | torch.Tensor]]
+"""Decoded checkpoints by the sha256 of their file (what a delta's parent resolves to).
+
+Callers that save or load consecutive steps of a delta chain (:class:`CheckpointManager`) pass
+one to :func:`save`, :func:`load` and :func:`read_quantized`, which read it and fill it, so each
+file of a chain is decoded once (parents are still checked on disk: present, same sha256). The
+caller bounds its size.
+"""
+
+
 @dataclass(frozen=True)
 class _FileParent:
     """A :class:`ParentView` over a decoded parent file."""
@@ -200,7 +211,9 @@ class _FileParent:
         return q if isinstance(q, QuantizedTensor) else None
 
 
-def _parent_of(child: str, parent: str | os.PathLike[str]) -> tuple[_FileParent, dict[str, str]]:
+def _parent_of(
+    child: str, parent: str | os.PathLike[str], cache: DecodedCache | None = None
+) -> tuple[_FileParent, dict[str, str]]:
     parent = os.fspath(parent)
     if not os.path.isfile(parent):
         raise MissingParentError(f"parent checkpoint {parent!r} does not exist")
@@ -211,11 +224,16 @@ def _parent_of(child: str, parent: str | os.PathLike[str]) -> tuple[_FileParent,
             "parent by file name only"
         )
     digest = storage.sha256_file(parent)
-    view = _FileParent(digest, _read_quantized(parent, depth=1))
+    table = None if cache is None else cache.get(digest)
+    if table is None:
+        table = _read_quantized(parent, depth=1, cache=cache)
+    view = _FileParent(digest, table)
     return view, {"hash": digest, "name": os.path.basename(parent)}
 
 
-def _resolve_parent(path: str, ref: Mapping[str, str], depth: int) -> _FileParent:
+def _resolve_parent(
+    path: str, ref: Mapping[str, str], depth: int, cache: DecodedCache | None = None
+) -> _FileParent:
     if depth > _MAX_CHAIN:
         raise CorruptCheckpointError(f"{path!r}: delta chain longer than {_MAX_CHAIN}")
     parent_path = os.path.join(os.path.dirname(os.path.abspath(path)), ref["name"])
@@ -230,7 +248,12 @@ def _resolve_parent(path: str, ref: Mapping[str, str], depth: int) -> _FileParen
             f"{path!r} is a delta against {ref['name']!r} with sha256 {ref['hash'][:12]}..., "
             f"but that file now has sha256 {digest[:12]}...: it was altered or replaced"
         )
-    return _FileParent(digest, _read_quantized(parent_path, depth=depth + 1))
+    # Checked even when cached: a parent gone or replaced on disk must fail here as it would
+    # in a fresh process. Hashing costs far less than decoding.
+    table = None if cache is None else cache.get(digest)
+    if table is None:
+        table = _read_quantized(parent_path, depth=depth + 1, cache=cache)
+    return _FileParent(digest, table)
 
 
 def _json_safe(meta: Any, where: str) -> None:
@@ -250,6 +273,7 @@ def save(
     overwrite: bool = False,
     metadata: Mapping[str, str] | None = None,
     progress: Progress | None = None,
+    cache: DecodedCache | None = None,
 ) -> Report:
     """Compress a checkpoint object into one ``.ckz`` file, atomically.
 
@@ -274,6 +298,9 @@ def save(
         Free-form string key/value pairs stored in the manifest.
     progress:
         Called as ``progress(done, total)`` in input bytes after each tensor.
+    cache:
+        A :data:`DecodedCache`: the parent is taken from it when present, and the new file's
+        quantized tensors are added to it (for the next delta of a chain).
 
     Returns
     -------
@@ -310,7 +337,7 @@ def save(
     parent_view: ParentView | None = None
     parent_ref: dict[str, str] | None = None
     if parent is not None:
-        parent_view, parent_ref = _parent_of(path, parent)
+        parent_view, parent_ref = _parent_of(path, parent, cache)
     lossy_codec = "quant"
     if parent_view is not None:
         try:
@@ -323,6 +350,7 @@ def save(
     done = 0
     entries: list[TensorEntry] = []
     chunks: list[bytes] = []
+    quantized: dict[str, QuantizedTensor] = {}
     for p, x in leaves:
         quant = None if exact_reason(p, x, config) is not None else config.quant_for(p)
         codec = get_codec("exact" if quant is None else lossy_codec)
@@ -335,6 +363,8 @@ def save(
             raise TypeError(f"codec {codec.id!r} wrote reserved meta keys {sorted(clash)}")
         _json_safe(enc.meta, p)
         q = enc.quantized
+        if q is not None:
+            quantized[p] = q
         rel: float | None = 0.0 if q is None else float(q.rel_error)
         if rel is not None and not math.isfinite(rel):
             rel = None
@@ -368,6 +398,10 @@ def save(
         write(f, manifest, chunks)
 
     bytes_out = storage.atomic_write(path, _write, overwrite=overwrite)
+    if cache is not None:
+        # Only the quantized tensors: all a child delta reads, and exact tensors would alias
+        # the caller's live (still training) tensors.
+        cache[storage.sha256_file(path)] = quantized
     seconds = time.perf_counter() - t0
     bytes_in = _torch_save_size(obj)
     reports = tuple(
@@ -479,12 +513,18 @@ def verify(
 
 
 def _decode_file(
-    path: str | os.PathLike[str], *, depth: int = 0, progress: Progress | None = None
+    path: str | os.PathLike[str],
+    *,
+    depth: int = 0,
+    progress: Progress | None = None,
+    cache: DecodedCache | None = None,
 ) -> tuple[Manifest, dict[str, QuantizedTensor | torch.Tensor]]:
     f, reader = _open(path)
     with f:
         m = reader.manifest
-        parent = None if m.parent is None else _resolve_parent(os.fspath(path), m.parent, depth)
+        parent = (
+            None if m.parent is None else _resolve_parent(os.fspath(path), m.parent, depth, cache)
+        )
         out: dict[str, QuantizedTensor | torch.Tensor] = {}
         total, done = sum(e.nbytes for e in m.tensors), 0
         for entry in m.tensors:
@@ -492,17 +532,24 @@ def _decode_file(
             done += entry.nbytes
             if progress is not None:
                 progress(done, total)
-        return m, out
+    if cache is not None:
+        cache[storage.sha256_file(path)] = out
+    return m, out
 
 
 def _read_quantized(
-    path: str | os.PathLike[str], *, depth: int = 0
+    path: str | os.PathLike[str], *, depth: int = 0, cache: DecodedCache | None = None
 ) -> dict[str, QuantizedTensor | torch.Tensor]:
-    return _decode_file(path, depth=depth)[1]
+    return _decode_file(path, depth=depth, cache=cache)[1]
 
 
-def read_quantized(path: str | os.PathLike[str]) -> dict[str, QuantizedTensor | torch.Tensor]:
+def read_quantized(
+    path: str | os.PathLike[str], *, cache: DecodedCache | None = None
+) -> dict[str, QuantizedTensor | torch.Tensor]:
     """Every tensor of a file by path: a :class:`QuantizedTensor` if lossy, else the tensor.
+
+    ``cache`` (a :data:`DecodedCache`) resolves a delta's parents without decoding them again
+    and receives this file's tensors.
 
     Examples
     --------
@@ -512,7 +559,7 @@ def read_quantized(path: str | os.PathLike[str]) -> dict[str, QuantizedTensor | 
     >>> read_quantized(p)
     {'step': tensor(4)}
     """
-    return _read_quantized(path)
+    return _read_quantized(path, cache=cache)
 
 
 def _device(map_location: str | torch.device | None) -> torch.device:
@@ -530,6 +577,7 @@ def load(
     *,
     map_location: str | torch.device | None = "cpu",
     progress: Progress | None = None,
+    cache: DecodedCache | None = None,
 ) -> Any:
     """Read a ``.ckz`` file back into the structure that was saved.
 
@@ -545,6 +593,8 @@ def load(
         Device for every tensor: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a ``torch.device``.
     progress:
         Called as ``progress(done, total)`` in output bytes after each tensor.
+    cache:
+        A :data:`DecodedCache` for the parents of a delta (see :func:`read_quantized`).
 
     Raises
     ------
@@ -563,7 +613,7 @@ def load(
     {'w': tensor([1., 1.]), 'lr': 0.1}
     """
     device = _device(map_location)
-    manifest, decoded = _decode_file(path, progress=progress)
+    manifest, decoded = _decode_file(path, progress=progress, cache=cache)
     leaves: list[Any] = []
     for x in decoded.values():
         if isinstance(x, QuantizedTensor):
