@@ -336,3 +336,14 @@ def test_cuda_matches_cpu() -> None:
     assert float(np.mean(qg.indices != qc.indices)) < 1e-3
     y = dequantize(qg, device="cuda")
     assert y.device.type == "cuda" and y.dtype == x.dtype
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_large_tensor_dequantize_matches_plain_lookup(dtype: torch.dtype) -> None:
+    # large enough for the paired-lookup path, odd so one index is left over
+    n = (1 << 18) + 1
+    x = torch.randn(n, generator=torch.Generator().manual_seed(8)).to(dtype)
+    q = quantize(x, QuantConfig(bins=32, protect=0.001))
+    ref = torch.as_tensor(q.levels).to(dtype)[torch.from_numpy(q.indices).long()]
+    ref[torch.from_numpy(q.protected_positions)] = q.protected_values
+    assert torch.equal(dequantize(q), ref)

