@@ -205,3 +205,19 @@ def test_indices_beyond_levels_are_rejected() -> None:
     chunks[1] = payload
     with pytest.raises(CorruptCheckpointError, match="beyond"):
         get_codec("quant").decode(meta, chunks, DecodeContext("t"))
+
+
+@pytest.mark.parametrize("n", [100, 2_000_000])
+def test_index_layouts_round_trip(n: int) -> None:
+    from ckptzip import entropy
+    from ckptzip.codecs.quantized import decode_indices, encode_indices
+
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 11, n).astype(np.uint8)
+    payload, meta = encode_indices(idx, 11, 3)
+    assert meta["index_layout"] in ("packed", "bytes")
+    assert np.array_equal(decode_indices(meta, payload, n, 11), idx)
+    # the one-byte layout, written by hand, decodes too
+    raw, info = entropy.encode(idx.tobytes())
+    meta = {"bits": 4, "index_layout": "bytes", "index_stage": info}
+    assert np.array_equal(decode_indices(meta, raw, n, 11), idx)
