@@ -45,11 +45,11 @@ def test_random_guide_is_uniform_and_seeded() -> None:
 
 
 def test_rl_guide_accepts_names_and_instances() -> None:
-    assert isinstance(RLGuide().state, LabelledAncestorState)
-    assert isinstance(RLGuide("sequence", k=7).state, SequenceState)
-    assert RLGuide("sequence", k=7).state.k == 7
+    assert isinstance(RLGuide().abstraction, LabelledAncestorState)
+    assert isinstance(RLGuide("sequence", k=7).abstraction, SequenceState)
+    assert RLGuide("sequence", k=7).abstraction.k == 7
     inst = AncestorState(k=2)
-    assert RLGuide(inst).state is inst
+    assert RLGuide(inst).abstraction is inst
     with pytest.raises(InvalidArgument, match="state=3"):
         RLGuide(3)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="'tree'"):

@@ -43,6 +43,13 @@ class RLGuide(Guide):
         corrupt or incompatible file is ignored with a warning) and saved to it,
         atomically, when the campaign ends.
 
+    Attributes
+    ----------
+    abstraction:
+        The :class:`~rlcheck.state.StateAbstraction` in use.
+    policy:
+        The :class:`~rlcheck.learner.Policy` being learned (its Q-tables).
+
     Examples
     --------
     >>> import rlcheck
@@ -66,9 +73,9 @@ class RLGuide(Guide):
         policy_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(state, StateAbstraction):
-            self.state = state
+            self.abstraction = state
         elif isinstance(state, str):
-            self.state = make_state(state, k=k)
+            self.abstraction = make_state(state, k=k)
         else:
             raise InvalidArgument(
                 f"state={state!r} must be a state abstraction name or a StateAbstraction"
@@ -87,12 +94,12 @@ class RLGuide(Guide):
             self.load(self.policy_file)
 
     def start_episode(self) -> None:
-        self.state.reset()
+        self.abstraction.reset()
         self._visits = []
 
     def choose(self, point: Hashable, options: Sequence[Any]) -> int:
         n = len(options)
-        abstraction = self.state
+        abstraction = self.abstraction
         state = abstraction.state
         # A single option has nothing to learn and records no visit.
         index = self._choose_row(point, state, n, self._visits) if n > 1 else 0
@@ -101,10 +108,10 @@ class RLGuide(Guide):
         return index
 
     def enter_scope(self, label: Hashable) -> None:
-        self.state.push(label)
+        self.abstraction.push(label)
 
     def exit_scope(self) -> None:
-        self.state.pop()
+        self.abstraction.pop()
 
     def end_episode(self, *, valid: bool, new: bool) -> None:
         self.policy.learn_rows(self._visits, reward_for(valid=valid, new=new))
@@ -123,13 +130,13 @@ class RLGuide(Guide):
             "guide": self.name,
             "seed": self._seed,
             "epsilon": self.policy.epsilon,
-            **self.state.describe(),
+            **self.abstraction.describe(),
         }
 
     # -- persistence ------------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
-        meta = self.state.describe()
+        meta = self.abstraction.describe()
         if self._generator_name:
             meta["generator"] = self._generator_name
         return meta
@@ -156,4 +163,4 @@ class RLGuide(Guide):
         return load_policy(path, self.policy, expect_meta=self._meta())
 
     def __repr__(self) -> str:
-        return f"RLGuide(state={self.state!r}, seed={self._seed!r})"
+        return f"RLGuide(state={self.abstraction!r}, seed={self._seed!r})"
