@@ -6,9 +6,14 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ckptzip._types import QuantizedTensor
+from ckptzip.codecs.base import DecodeContext, EncodeContext, get_codec
+from ckptzip.codecs.exact import tensor_to_bytes
+from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.delta import (
     DEFAULT_METHOD,
     METHODS,
@@ -22,7 +27,8 @@ from ckptzip.delta import (
     order0_entropy_bits,
     rearrangement,
 )
-from ckptzip.errors import ConfigError, CorruptCheckpointError
+from ckptzip.errors import ConfigError, CorruptCheckpointError, MissingParentError
+from ckptzip.quantize import quantize
 
 
 @st.composite
@@ -228,3 +234,151 @@ def test_chunk_count_is_checked() -> None:
     payload, prev = _payload()
     with pytest.raises(CorruptCheckpointError, match="chunks"):
         decode_delta(payload.meta, [*payload.chunks, b""], prev)
+
+
+# -- the "delta" codec -----------------------------------------------------------------------
+
+
+class _Parent:
+    """A ParentView over a dict of QuantizedTensors."""
+
+    def __init__(self, table: dict[str, QuantizedTensor]) -> None:
+        self.table = table
+        self.content_hash = "ab" * 32
+
+    def quantized(self, path: str) -> QuantizedTensor | None:
+        return self.table.get(path)
+
+
+def _codec_round_trip(
+    x: torch.Tensor, parent: _Parent | None, quant: QuantConfig
+) -> tuple[dict[str, object], QuantizedTensor, QuantizedTensor]:
+    """Encode with the delta codec, decode with the pipeline's keys added, as api does."""
+    config = CompressionConfig(quant=quant, min_numel=0)
+    enc = get_codec("delta").encode(x, EncodeContext("w", config, quant=quant, parent=parent))
+    assert enc.quantized is not None
+    meta = {
+        **enc.meta,
+        "shape": list(x.shape),
+        "dtype": str(x.dtype).removeprefix("torch."),
+        "config": quant.to_json(),
+        "rel_error": enc.quantized.rel_error,
+    }
+    out = get_codec("delta").decode(meta, enc.chunks, DecodeContext("w", parent))
+    assert isinstance(out, QuantizedTensor)
+    return enc.meta, enc.quantized, out
+
+
+def _same_quantized(a: QuantizedTensor, b: QuantizedTensor) -> None:
+    assert a.shape == b.shape and a.dtype == b.dtype and a.config == b.config
+    np.testing.assert_array_equal(a.levels, b.levels)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.protected_positions, b.protected_positions)
+    assert tensor_to_bytes(a.protected_values) == tensor_to_bytes(b.protected_values)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]),
+    st.sampled_from([(0,), (1,), (7, 9), (3000,), (40, 100)]),
+    st.sampled_from([0.0, 0.001, 0.05, 1.0]),
+    st.sampled_from([(8, 8), (8, 16), (16, 4), (2, 2)]),
+    st.booleans(),
+)
+def test_codec_round_trip_against_a_parent(
+    seed: int,
+    dtype: torch.dtype,
+    shape: tuple[int, ...],
+    drift: float,
+    bins: tuple[int, int],
+    special: bool,
+) -> None:
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(shape, generator=g, dtype=torch.float64)
+    now = (base + drift * torch.randn(shape, generator=g, dtype=torch.float64)).to(dtype)
+    if special and now.numel() > 3:
+        flat = now.view(-1)
+        flat[0], flat[1], flat[2] = float("nan"), float("inf"), float("-inf")
+    parent_q = quantize(base.to(dtype), QuantConfig(bins=bins[0], protect=0.01))
+    quant = QuantConfig(bins=bins[1], prune=0.2 if bins[1] > 2 else 0.0, protect=0.01)
+    meta, encoded, decoded = _codec_round_trip(now, _Parent({"w": parent_q}), quant)
+    _same_quantized(encoded, decoded)
+    if meta["mode"] == "delta":
+        assert meta["delta"]["bins"] == max(len(parent_q.levels), len(encoded.levels))
+
+
+def test_codec_stores_small_changes_as_a_delta() -> None:
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(50_000, generator=g)
+    now = base + 0.001 * torch.randn(50_000, generator=g)
+    quant = QuantConfig(bins=16)
+    parent = _Parent({"w": quantize(base, quant)})
+    meta, encoded, decoded = _codec_round_trip(now, parent, quant)
+    assert meta["mode"] == "delta" and meta["delta"]["method"] == DEFAULT_METHOD
+    _same_quantized(encoded, decoded)
+    full = get_codec("quant").encode(now, EncodeContext("w", CompressionConfig(), quant=quant))
+    delta = get_codec("delta").encode(
+        now, EncodeContext("w", CompressionConfig(), quant, None, parent)
+    )
+    assert sum(map(len, delta.chunks)) * 3 < sum(map(len, full.chunks))
+
+
+@pytest.mark.parametrize(
+    ("parent", "why"),
+    [
+        (None, "no parent"),
+        (_Parent({}), "parent lacks"),
+        (_Parent({"w": quantize(torch.randn(10, 500), QuantConfig())}), "parent shape"),
+        (_Parent({"w": quantize(torch.randn(5000), QuantConfig())}), "delta not smaller"),
+    ],
+)
+def test_codec_falls_back_to_a_full_encoding(parent: _Parent | None, why: str) -> None:
+    # The last case: an unrelated tensor as parent, so the differences are noise.
+    x = torch.randn(5000, generator=torch.Generator().manual_seed(9))
+    meta, encoded, decoded = _codec_round_trip(x, parent, QuantConfig())
+    assert meta["mode"] == "full" and meta["inner_codec"] == "quant"
+    assert why in str(meta["why"])
+    _same_quantized(encoded, decoded)
+
+
+def _delta_entry() -> tuple[dict[str, object], list[bytes], _Parent]:
+    base = torch.randn(20_000, generator=torch.Generator().manual_seed(1))
+    quant = QuantConfig(bins=8)
+    parent = _Parent({"w": quantize(base, quant)})
+    enc = get_codec("delta").encode(
+        base + 0.001, EncodeContext("w", CompressionConfig(), quant, None, parent)
+    )
+    assert enc.meta["mode"] == "delta"
+    meta = {**enc.meta, "shape": [20_000], "dtype": "float32", "config": quant.to_json()}
+    meta["rel_error"] = 0.0
+    return meta, enc.chunks, parent
+
+
+def test_decoding_a_delta_without_its_parent_is_a_clear_error() -> None:
+    meta, chunks, parent = _delta_entry()
+    with pytest.raises(MissingParentError, match="no parent checkpoint"):
+        get_codec("delta").decode(meta, chunks, DecodeContext("w", None))
+    with pytest.raises(MissingParentError, match="not this delta's parent"):
+        get_codec("delta").decode(meta, chunks, DecodeContext("w", _Parent({})))
+    other = _Parent({"w": quantize(torch.randn(20, 1000), QuantConfig(bins=8))})
+    with pytest.raises(MissingParentError, match="shape"):
+        get_codec("delta").decode(meta, chunks, DecodeContext("w", other))
+    assert isinstance(
+        get_codec("delta").decode(meta, chunks, DecodeContext("w", parent)), QuantizedTensor
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"mode": "sideways"}, "mode"),
+        ({"delta_chunks": 5}, "chunks"),
+        ({"n_levels": 0}, "n_levels"),
+        ({"mode": "full", "inner_codec": "delta", "inner": {}}, "wrap itself"),
+    ],
+)
+def test_damaged_codec_metadata_is_corrupt(change: dict[str, object], match: str) -> None:
+    meta, chunks, parent = _delta_entry()
+    with pytest.raises(CorruptCheckpointError, match=match):
+        get_codec("delta").decode({**meta, **change}, chunks, DecodeContext("w", parent))

@@ -3,21 +3,38 @@
 The tensor is quantized in full by the ``"quant"`` codec, so the error of every checkpoint is
 its own and never accumulates along a chain. The entry keeps that codec's chunks except the
 index chunk, which becomes a :mod:`ckptzip.delta` payload against the parent's indices at the
-same path (cyclic difference, rearranged by the parent's bin, run-length + LZMA)::
+same path. When there is no parent, the parent stored this path exactly or with another
+shape, or the delta is not smaller than the full encoding (the bin layout moved too much), the
+entry holds the ``"quant"`` encoding unchanged, so a reader needs no parent for that tensor.
 
-    chunks: [levels, delta payload (delta_chunks chunks), protected positions, values]
-    meta:   {"mode": "delta", "delta": <delta payload meta>, "delta_chunks": k,
-             **<the quant codec's meta without its index fields>}
+Format (the ``quant`` codec's is in ``FORMAT.md``; ``parent`` is the file's top-level field)
 
-When there is no parent, the parent stored this path exactly or with another shape, or the
-delta is not smaller than the full encoding (the bin layout moved too much), the entry holds
-the ``"quant"`` encoding unchanged, so a reader needs no parent for that tensor::
+Mode ``"full"``: meta ``{"mode": "full", "inner_codec": id, "inner": <that codec's meta>,
+"why": <reason, informative>}``; the chunks are that codec's.
 
-    meta: {"mode": "full", "inner_codec": "quant", "inner": <its meta>, "why": <reason>}
+Mode ``"delta"``: meta ``{"mode": "delta", "delta": D, "delta_chunks": k, "n_levels",
+"n_protected", "positions_stage", "values_stage"}`` (the last four as in ``quant``); chunks:
+``0`` levels, ``1 .. k`` the index payload, ``k+1`` protected positions, ``k+2`` protected
+values (levels, positions and values exactly as ``quant``'s chunks 0, 2, 3). ``D`` holds
+``method``, ``bins`` (B, 1..256), ``n`` (= numel), ``rearrange`` (bool) and the method's
+sizes. With ``p`` the parent entry's indices and ``x`` this entry's, the symbols are
+``d[i] = (p[i] - x[i]) mod B``, listed in position order, or with ``rearrange`` in the order
+of a stable ascending sort of ``p`` (all positions whose parent index is 0, in position order,
+then 1, ...); a reader recomputes that order from ``p`` and inverts ``x[i] = (p[i] - d[i])
+mod B``. Methods (k = 1 in each):
 
-Decoding a delta entry rebuilds the indices from the parent's and hands everything else to
-:func:`ckptzip.codecs.quantized.decode_quantized`, so levels, protected positions and values
-are validated by one implementation.
+* ``"rle+lzma"`` (written by this version): a raw LZMA2 stream (no container; filter options
+  ``dict_size`` 2^20, ``lc`` 3, ``lp`` 0, ``pb`` 0) of ``R || V`` where ``V`` holds the
+  ``D["nonzero"]`` nonzero symbols in order and ``R``, for each of them, the length ``g`` of
+  the zero run before it as ``g // 255`` bytes 255 and one byte ``g % 255``; zeros after the
+  last nonzero symbol are implied by ``n``. ``D["rle_bytes"]`` = len(R || V).
+* ``"rle+zstd"``: the same ``R || V`` as one zstd frame with its content size.
+* ``"bitmap+zstd"``: one zstd frame of the MSB-first bitmap of ``d != 0`` (ceil(n/8) bytes)
+  then the nonzero symbols; ``D["nonzero"]`` counts them.
+* ``"zstd"`` / ``"lzma"``: the n symbols as one zstd frame / raw LZMA2 stream as above.
+
+Every decoded size is bounded by ``n`` and ``D`` before decompressing; the decoded indices and
+the rest go through :func:`ckptzip.codecs.quantized.decode_quantized`'s checks.
 """
 
 from __future__ import annotations
