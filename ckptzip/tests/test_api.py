@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ckptzip
-from ckptzip.api import exact_reason, read_manifest
+from ckptzip.api import exact_reason, read_manifest, verify
 from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.errors import (
     CheckpointExistsError,
@@ -239,3 +239,26 @@ def test_save_load_property(obj: Any, bins: int) -> None:
     by_path = {e.path: e for e in report.entries}
     assert set(quantized) == set(by_path)
     _paired(obj, back, by_path)
+
+
+def test_save_load_on_an_fsspec_url() -> None:
+    fsspec = pytest.importorskip("fsspec")
+    root = f"memory://ckptzip-api-{os.getpid()}"
+    obj = {"w": torch.randn(5000), "ids": torch.arange(4), "epoch": 1}
+    try:
+        r = ckptzip.save(obj, f"{root}/p.ckz")
+        assert r.bytes_out == fsspec.filesystem("memory").size(
+            f"{root}/p.ckz".removeprefix("memory://")
+        )
+        back = ckptzip.load(f"{root}/p.ckz")
+        assert torch.equal(back["ids"], obj["ids"]) and back["epoch"] == 1
+        assert verify(f"{root}/p.ckz", decode=True).tensors[0].path == "w"
+        ckptzip.save(obj, f"{root}/c.ckz", parent=f"{root}/p.ckz")
+        assert read_manifest(f"{root}/c.ckz").parent["name"] == "p.ckz"  # type: ignore[index]
+        assert ckptzip.load(f"{root}/c.ckz")["epoch"] == 1
+        with pytest.raises(CheckpointExistsError):
+            ckptzip.save(obj, f"{root}/p.ckz")
+    finally:
+        fs = fsspec.filesystem("memory")
+        if fs.exists(root.removeprefix("memory://")):
+            fs.rm(root.removeprefix("memory://"), recursive=True)

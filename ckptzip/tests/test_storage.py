@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -117,3 +119,54 @@ def test_sha256_file(tmp_path: Path) -> None:
     p = tmp_path / "x"
     p.write_bytes(b"abc")
     assert storage.sha256_file(p).startswith("ba7816bf")
+
+
+# -- fsspec URLs -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def memfs() -> Any:
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    root = f"memory://ckptzip-test-{os.getpid()}-{id(fs)}"
+    yield root
+    if fs.exists(root.removeprefix("memory://")):
+        fs.rm(root.removeprefix("memory://"), recursive=True)
+
+
+def test_url_write_read_and_no_overwrite(memfs: str) -> None:
+    url = f"{memfs}/run/a.ckz"
+    assert storage.is_url(url) and not storage.is_url("/x/a.ckz")
+    assert storage.atomic_write(url, lambda f: f.write(b"hello")) == 5
+    with storage.open_read(url) as f:
+        assert f.read() == b"hello"
+    assert storage.is_file(url)
+    with pytest.raises(CheckpointExistsError):
+        storage.atomic_write(url, lambda f: f.write(b"new"))
+    storage.atomic_write(url, lambda f: f.write(b"new"), overwrite=True)
+    assert storage.sha256_file(url) == hashlib.sha256(b"new").hexdigest()
+    with pytest.raises(CheckpointNotFoundError):
+        storage.open_read(f"{memfs}/run/missing.ckz")
+
+
+def test_url_failed_encode_writes_nothing(memfs: str) -> None:
+    def boom(f: BinaryIO) -> None:
+        f.write(b"partial")
+        raise RuntimeError("encoder failed")
+
+    with pytest.raises(RuntimeError):
+        storage.atomic_write(f"{memfs}/b.ckz", boom)
+    assert not storage.is_file(f"{memfs}/b.ckz")
+
+
+def test_url_helpers() -> None:
+    assert storage.sibling("s3://b/run/s2.ckz", "s1.ckz") == "s3://b/run/s1.ckz"
+    assert storage.same_directory("s3://b/run/s2.ckz", "s3://b/run/s1.ckz")
+    assert not storage.same_directory("s3://b/run/s2.ckz", "s3://b/other/s1.ckz")
+    assert not storage.same_directory("s3://b/run/s2.ckz", "/run/s1.ckz")
+
+
+def test_url_without_fsspec_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    with pytest.raises(StorageError, match=r"ckptzip\[remote\]"):
+        storage.atomic_write("s3://bucket/a.ckz", lambda f: f.write(b""))

@@ -215,10 +215,9 @@ def _parent_of(
     child: str, parent: str | os.PathLike[str], cache: DecodedCache | None = None
 ) -> tuple[_FileParent, dict[str, str]]:
     parent = os.fspath(parent)
-    if not os.path.isfile(parent):
+    if not storage.is_file(parent):
         raise MissingParentError(f"parent checkpoint {parent!r} does not exist")
-    child_dir = os.path.dirname(os.path.abspath(child))
-    if not os.path.samefile(os.path.dirname(os.path.abspath(parent)), child_dir):
+    if not storage.same_directory(parent, child):
         raise ConfigError(
             f"parent {parent!r} must be in the same directory as {child!r}: a delta names its "
             "parent by file name only"
@@ -228,7 +227,8 @@ def _parent_of(
     if table is None:
         table = _read_quantized(parent, depth=1, cache=cache)
     view = _FileParent(digest, table)
-    return view, {"hash": digest, "name": os.path.basename(parent)}
+    name = parent.rstrip("/").rsplit("/", 1)[-1] if storage.is_url(parent) else parent
+    return view, {"hash": digest, "name": os.path.basename(name)}
 
 
 def _resolve_parent(
@@ -236,11 +236,11 @@ def _resolve_parent(
 ) -> _FileParent:
     if depth > _MAX_CHAIN:
         raise CorruptCheckpointError(f"{path!r}: delta chain longer than {_MAX_CHAIN}")
-    parent_path = os.path.join(os.path.dirname(os.path.abspath(path)), ref["name"])
-    if not os.path.isfile(parent_path):
+    parent_path = storage.sibling(path, ref["name"])
+    if not storage.is_file(parent_path):
         raise MissingParentError(
-            f"{path!r} is a delta against {ref['name']!r}, which is missing from "
-            f"{os.path.dirname(parent_path)!r}; restore that file to read this one"
+            f"{path!r} is a delta against {ref['name']!r}, which is missing from its "
+            "directory; restore that file to read this one"
         )
     digest = storage.sha256_file(parent_path)
     if digest != ref["hash"]:

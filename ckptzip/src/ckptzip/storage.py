@@ -6,16 +6,24 @@ listings skip it), flushed and fsynced, then published with one atomic step and 
 is fsynced so the new name survives a power cut. Without ``overwrite`` the publish step is
 ``os.link`` (fails if the name exists, so two writers cannot both win); with it, ``os.replace``.
 On any failure the temp file is removed and an existing file under the name is untouched.
+
+Paths may also be fsspec URLs (``s3://bucket/run/step_10.ckz``, ``memory://...``; needs the
+``remote`` extra). A ``.ckz`` checkpoint is one object, and object stores publish an object
+whole or not at all, so a URL is written with a single put of the finished bytes (no temp
+object, no marker needed). The no-overwrite check on a URL is check-then-put: object stores
+without conditional writes cannot make it atomic against a concurrent writer.
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
+import posixpath
 import secrets
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ckptzip.errors import CheckpointExistsError, CheckpointNotFoundError, StorageError
 
@@ -23,14 +31,83 @@ __all__ = [
     "TEMP_MARKER",
     "atomic_write",
     "check_target",
+    "is_file",
     "is_temp_name",
+    "is_url",
     "open_read",
+    "same_directory",
     "sha256_file",
+    "sibling",
     "temp_path",
 ]
 
 TEMP_MARKER = ".tmp-"
 _READ_BLOCK = 1 << 22
+
+
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an fsspec URL (``scheme://...``) rather than a local path.
+
+    Examples
+    --------
+    >>> is_url("s3://bucket/ckpt.ckz"), is_url("/tmp/ckpt.ckz"), is_url("file:///tmp/c.ckz")
+    (True, False, False)
+    """
+    text = os.fspath(path)
+    return "://" in text and not text.startswith("file://")
+
+
+def _local(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    return text[len("file://") :] if text.startswith("file://") else text
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    try:
+        import fsspec
+    except ImportError:
+        raise StorageError(
+            f"{url!r} is a URL, which needs fsspec: pip install 'ckptzip[remote]'"
+        ) from None
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as exc:  # unknown protocol, or its driver is missing
+        raise StorageError(f"cannot open {url!r}: {exc}") from exc
+
+
+def is_file(path: str | os.PathLike[str]) -> bool:
+    """Whether a finished file exists at ``path`` (local path or URL)."""
+    if is_url(path):
+        fs, p = _fs(os.fspath(path))
+        return bool(fs.isfile(p))
+    return os.path.isfile(_local(path))
+
+
+def sibling(path: str | os.PathLike[str], name: str) -> str:
+    """The file called ``name`` in the directory of ``path`` (how a delta finds its parent).
+
+    Examples
+    --------
+    >>> sibling("s3://b/run/step_2.ckz", "step_1.ckz")
+    's3://b/run/step_1.ckz'
+    """
+    text = os.fspath(path)
+    if is_url(text):
+        return posixpath.join(posixpath.dirname(text), name)
+    return os.path.join(os.path.dirname(os.path.abspath(_local(text))), name)
+
+
+def same_directory(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two files (that may not exist yet) sit in the same directory."""
+    ta, tb = os.fspath(a), os.fspath(b)
+    if is_url(ta) or is_url(tb):
+        return is_url(ta) and is_url(tb) and posixpath.dirname(ta) == posixpath.dirname(tb)
+    da = os.path.dirname(os.path.abspath(_local(ta)))
+    db = os.path.dirname(os.path.abspath(_local(tb)))
+    try:
+        return os.path.samefile(da, db)
+    except OSError:
+        return da == db
 
 
 def temp_path(path: str | os.PathLike[str]) -> str:
@@ -60,7 +137,17 @@ def check_target(path: str | os.PathLike[str], *, overwrite: bool) -> None:
     StorageError
         The directory does not exist.
     """
-    path = os.fspath(path)
+    if is_url(path):
+        fs, p = _fs(os.fspath(path))
+        if fs.isdir(p):
+            raise StorageError(f"{os.fspath(path)!r} is a directory; give a file name")
+        if not overwrite and fs.exists(p):
+            raise CheckpointExistsError(
+                f"{os.fspath(path)!r} already exists; pass overwrite=True to replace it, "
+                "or choose a new name"
+            )
+        return
+    path = _local(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise StorageError(f"directory {directory!r} does not exist; create it before saving")
@@ -119,7 +206,9 @@ def atomic_write(
     >>> atomic_write(os.path.join(d, "f.bin"), lambda f: f.write(b"abc"))
     3
     """
-    path = os.fspath(path)
+    if is_url(path):
+        return _put(os.fspath(path), write, overwrite=overwrite)
+    path = _local(path)
     check_target(path, overwrite=overwrite)
     tmp = temp_path(path)
     try:
@@ -161,6 +250,19 @@ def atomic_write(
             pass
 
 
+def _put(url: str, write: Callable[[BinaryIO], object], *, overwrite: bool) -> int:
+    check_target(url, overwrite=overwrite)
+    buf = io.BytesIO()
+    write(buf)  # the whole file first: the store then sees one complete put, or none
+    data = buf.getvalue()
+    fs, p = _fs(url)
+    try:
+        fs.pipe_file(p, data)
+    except OSError as exc:
+        raise _storage_error(exc, url) from exc
+    return len(data)
+
+
 def open_read(path: str | os.PathLike[str]) -> BinaryIO:
     """Open a finished file for reading, with the package's errors.
 
@@ -172,12 +274,17 @@ def open_read(path: str | os.PathLike[str]) -> BinaryIO:
         It cannot be read.
     """
     path = os.fspath(path)
-    if is_temp_name(os.path.basename(path)):
+    if is_temp_name(posixpath.basename(path) if is_url(path) else os.path.basename(path)):
         raise CheckpointNotFoundError(
             f"{path!r} is an unfinished write (a temp file); it is never read"
         )
     try:
-        return open(path, "rb")
+        if is_url(path):
+            fs, p = _fs(path)
+            if fs.isdir(p):
+                raise IsADirectoryError(path)
+            return fs.open(p, "rb")
+        return open(_local(path), "rb")
     except FileNotFoundError:
         raise CheckpointNotFoundError(f"no checkpoint at {path!r}") from None
     except IsADirectoryError:
