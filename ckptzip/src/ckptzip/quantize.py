@@ -309,21 +309,27 @@ def _lloyd_1d(pts: np.ndarray, w: np.ndarray, c: np.ndarray, max_iter: int) -> n
     """Weighted Lloyd iterations in 1-D on sorted points.
 
     With sorted points a partition is just ``k − 1`` cut positions, and each cluster's sums
-    are differences of prefix sums: an iteration costs ``O(k log n)``, not ``O(n)``.
+    are differences of prefix sums: an iteration costs ``O(k log n)``, not ``O(n)``, and
+    the means of consecutive non-empty segments come out sorted by themselves.
     """
     cw = np.concatenate([[0.0], np.cumsum(w)])
     cwp = np.concatenate([[0.0], np.cumsum(w * pts)])
-    cuts = np.full(c.size - 1, -1)
+    bounds = np.empty(c.size + 1, dtype=np.intp)
+    bounds[0], bounds[-1] = 0, pts.size
+    cuts = bounds[1:-1]
+    previous = np.full(c.size - 1, -1, dtype=np.intp)
     for _ in range(max_iter):
         # a point p belongs to cluster #{mids < p}: cluster j ends after the points <= mids[j]
-        new_cuts = np.searchsorted(pts, (c[1:] + c[:-1]) / 2, side="right")
-        if np.array_equal(new_cuts, cuts):  # same partition: the centres are final
+        cuts[:] = np.searchsorted(pts, 0.5 * (c[1:] + c[:-1]), side="right")
+        if np.array_equal(cuts, previous):  # same partition: the centres are final
             break
-        cuts = new_cuts
-        bounds = np.concatenate([[0], cuts, [pts.size]])
-        wsum = cw[bounds[1:]] - cw[bounds[:-1]]
-        psum = cwp[bounds[1:]] - cwp[bounds[:-1]]
-        c = np.sort(np.where(wsum > 0, psum / np.where(wsum > 0, wsum, 1.0), c))
+        previous[:] = cuts
+        wsum = np.diff(cw[bounds])
+        psum = np.diff(cwp[bounds])
+        if wsum.all():
+            c = psum / wsum
+        else:  # an empty cluster keeps its centre
+            c = np.sort(np.where(wsum > 0, psum / np.where(wsum > 0, wsum, 1.0), c))
     return c
 
 
