@@ -407,3 +407,44 @@ def test_resealed_manifest_edits(good: bytes, data: Any) -> None:
 
 def test_canary_never_appeared() -> None:
     assert not CANARY.exists()
+
+
+@pytest.fixture(scope="module")
+def delta_pair() -> tuple[Path, bytes]:
+    """A parent and a delta child in one scratch directory (the child is fuzzed in place)."""
+    d = Path(tempfile.mkdtemp(prefix="ckptzip-fuzz-delta-"))
+    obj = sample_obj()
+    ckptzip.save(obj, d / "parent.ckz", config=CONFIG)
+    obj["model"]["w"] = obj["model"]["w"] + 0.001
+    ckptzip.save(obj, d / "child.ckz", config=CONFIG, parent=d / "parent.ckz")
+    return d, (d / "child.ckz").read_bytes()
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.data())
+def test_resealed_delta_child_edits(delta_pair: tuple[Path, bytes], data: Any) -> None:
+    """The same attacker against a delta file whose parent is present."""
+    d, good_child = delta_pair
+    doc, body = split(good_child)
+    paths = _leaves(doc)
+    for _ in range(data.draw(st.integers(1, 3))):
+        where = data.draw(st.sampled_from(paths))
+        try:
+            parent = doc
+            for k in where[:-1]:
+                parent = parent[k]
+            old = parent[where[-1]]
+        except (KeyError, IndexError, TypeError):
+            continue
+        parent[where[-1]] = _jitter(old, data.draw)
+    target = d / "edited.ckz"
+    target.write_bytes(seal(doc, body))
+    try:
+        back = ckptzip.load(target)
+    except CkptzipError:
+        return
+    declared = sorted((tuple(t["shape"]), t["dtype"]) for t in doc["tensors"])
+    got = sorted((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for _, t in flatten(back)[1])
+    assert got == declared
