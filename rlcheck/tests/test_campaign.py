@@ -231,3 +231,27 @@ def test_failures_are_written_without_the_input_object(tmp_path: Path) -> None:
     (failure,) = json.loads(path.read_text())["failures"]
     assert failure["exception"] == "ValueError" and "value" not in failure
     assert failure["choices"] == list(result.failures[0].choices)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "rlcheck.gen",
+        "rlcheck.state",
+        "rlcheck.guides.random",
+        "rlcheck.guides.replay",
+        "rlcheck.guides.rl",
+        "rlcheck.campaign",
+        "rlcheck.policy_store",
+        "rlcheck.plot",
+        "rlcheck.learner",
+    ],
+)
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    if module == "rlcheck.plot":
+        pytest.importorskip("matplotlib")
+    outcome = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert outcome.attempted > 0 and outcome.failed == 0
