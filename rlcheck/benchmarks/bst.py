@@ -10,6 +10,7 @@ Run (from the repository root)::
 
     .venv/bin/python rlcheck/benchmarks/bst.py            # 100 000 trials x 3 seeds
     .venv/bin/python rlcheck/benchmarks/bst.py --quick    # 10 000 trials x 1 seed
+    .venv/bin/python rlcheck/benchmarks/bst.py --seconds 3  # same time, not same trials
 
 It prints one row per (guide, state abstraction, seed), the mean over seeds, the RL/random
 ratio of unique valid trees and of throughput, and writes JSON (and optionally a PNG).
@@ -103,10 +104,12 @@ def configs() -> dict[str, Callable[[int], Guide]]:
     }
 
 
-def run_one(name: str, guide: Guide, seed: int, trials: int) -> tuple[dict[str, Any], Any]:
+def run_one(
+    name: str, guide: Guide, seed: int, trials: int | None, seconds: float | None = None
+) -> tuple[dict[str, Any], Any]:
     check = SizeTrackingCheck()
     cpu = time.process_time()
-    result = rlcheck.run(bst, check, guide=guide, trials=trials, seed=seed)
+    result = rlcheck.run(bst, check, guide=guide, trials=trials, seconds=seconds, seed=seed)
     cpu = time.process_time() - cpu
     row = {
         "config": name,
@@ -190,24 +193,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10 000 trials, one seed")
     parser.add_argument("--trials", type=int, help="trials per run (default 100 000)")
+    parser.add_argument(
+        "--seconds", type=float, help="a time budget per run instead of a number of trials"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default 0 1 2)")
     parser.add_argument("--configs", nargs="+", help=f"subset of: {' '.join(configs())}")
     parser.add_argument("--json", type=Path, help="output JSON (default under results/)")
-    parser.add_argument("--plot", type=Path, help="PNG of unique valid trees over trials")
+    parser.add_argument(
+        "--plot", type=Path, help="PNG of unique valid trees over trials (seed 0 runs)"
+    )
     args = parser.parse_args(argv)
 
-    trials = args.trials or (10_000 if args.quick else 100_000)
+    trials = None if args.seconds else args.trials or (10_000 if args.quick else 100_000)
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     factories = configs()
     names = args.configs or list(factories)
     unknown = sorted(set(names) - set(factories))
     if unknown:
         parser.error(f"unknown configs {unknown}; choose from {list(factories)}")
-    out = args.json or Path(__file__).parent / "results" / (
-        "bst_quick.json" if args.quick else "bst.json"
+    default_name = (
+        "bst_time.json" if args.seconds else "bst_quick.json" if args.quick else "bst.json"
     )
+    out = args.json or Path(__file__).parent / "results" / default_name
 
-    print(f"BST case study: {trials} trials per run, seeds {seeds}")
+    budget = f"{args.seconds} s" if args.seconds else f"{trials} trials"
+    print(f"BST case study: {budget} per run, seeds {seeds}")
     print("(throughput is wall-clock on a shared machine: compare rows of one run only)\n")
     print(_HEADER)
     rows: list[dict[str, Any]] = []
@@ -215,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     # Seeds outermost: every configuration sees the same stretch of machine load in turn.
     for seed in seeds:
         for name in names:
-            row, result = run_one(name, factories[name](seed), seed, trials)
+            row, result = run_one(name, factories[name](seed), seed, trials, args.seconds)
             rows.append(row)
             first_results.setdefault(name, result)
             print(_format_row(row), flush=True)
@@ -227,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "bst",
         "command": " ".join(["bst.py", *(argv if argv is not None else sys.argv[1:])]),
         "trials": trials,
+        "seconds": args.seconds,
         "seeds": seeds,
         "max_depth": MAX_DEPTH,
         "python": platform.python_version(),
@@ -240,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from rlcheck.plot import plot_unique_valid
 
-        plot_unique_valid(first_results, args.plot, x="trials")
+        plot_unique_valid(first_results, args.plot, x="seconds" if args.seconds else "trials")
         print(f"wrote {args.plot}")
     return 0
 
