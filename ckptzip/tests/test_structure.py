@@ -155,3 +155,29 @@ def test_dtype_names_round_trip() -> None:
         assert dtype_name(dtype) == name and dtype_from_name(name) is dtype
     with pytest.raises(CorruptCheckpointError):
         dtype_from_name("float128")
+
+
+def test_numpy_scalars_and_subclasses_become_plain_values() -> None:
+    import collections
+
+    import numpy as np
+
+    Point = collections.namedtuple("Point", "x y")
+    obj = {
+        "i": np.int64(3),
+        "f": np.float32(0.5),
+        "b": np.bool_(True),
+        "nan": np.float64("nan"),
+        "p": Point(1, 2),
+        "size": torch.Size([2, 3]),
+        "dd": collections.defaultdict(int, a=1),
+    }
+    back = unflatten(json.loads(json.dumps(flatten(obj)[0])), [])
+    assert back["i"] == 3 and type(back["i"]) is int
+    assert back["f"] == 0.5 and type(back["f"]) is float
+    assert back["b"] is True
+    assert math.isnan(back["nan"])
+    assert back["p"] == (1, 2) and type(back["p"]) is tuple
+    assert back["size"] == (2, 3) and type(back["dd"]) is dict
+    with pytest.raises(UnsupportedValueError, match=r"torch\.from_numpy"):
+        flatten({"a": np.zeros(3)})

@@ -16,8 +16,11 @@ Skeleton nodes (format version 1)::
     {"$": "dict",  "k": [key, ...], "v": [node, ...]}   keys: str or int, order kept
     {"$": "tensor", "i": n}
 
-Anything else raises :class:`~ckptzip.errors.UnsupportedValueError` naming its path and type,
-because storing it would need pickle, which ckptzip never uses.
+Subclasses come back as their plain type: ``OrderedDict`` (every ``state_dict``) and
+``defaultdict`` as ``dict``, ``namedtuple`` and ``torch.Size`` as ``tuple``, ``IntEnum`` as
+``int``; NumPy scalars (``np.int64``, ``np.float32``, ``np.bool_``) as the Python scalar of the
+same value. Anything else raises :class:`~ckptzip.errors.UnsupportedValueError` naming its path
+and type, because storing it would need pickle, which ckptzip never uses.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from ckptzip.errors import CorruptCheckpointError, UnsupportedValueError
@@ -119,8 +123,10 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
         where = repr(path) if path else "the root"
         if depth > MAX_DEPTH:
             raise UnsupportedValueError(f"value at {where} is nested deeper than {MAX_DEPTH}")
+        if isinstance(x, (np.bool_, np.integer, np.floating)):
+            x = x.item()  # then stored as the Python scalar below
         if x is None or isinstance(x, (bool, str)):
-            return x
+            return bool(x) if isinstance(x, bool) else (x if x is None else str(x))
         if isinstance(x, int):
             return int(x)  # IntEnum and friends become plain ints
         if isinstance(x, float):
@@ -170,6 +176,11 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
                 return {"$": "tuple" if isinstance(x, tuple) else "list", "v": items}
             finally:
                 active.discard(id(x))
+        if isinstance(x, np.ndarray):
+            raise UnsupportedValueError(
+                f"value at {where} is a NumPy array; store it as a tensor "
+                "(torch.from_numpy(array)) and convert back after loading"
+            )
         raise UnsupportedValueError(
             f"value at {where} has type {type(x).__module__}.{type(x).__qualname__}, which "
             "ckptzip cannot store without pickle; convert it to tensors, numbers, strings, "
