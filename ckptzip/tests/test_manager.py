@@ -319,3 +319,30 @@ def test_cli_inspect_directory_shows_the_chain(tmp_path: Path) -> None:
     os.unlink(tmp_path / step_file_name(0))
     out = runner.invoke(main, ["inspect", str(tmp_path)])
     assert out.exit_code == 0 and "missing parent" in out.output
+
+
+def test_chains_are_decoded_once_for_sequential_saves_and_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptzip import api
+
+    decoded: list[str] = []
+    real = api._decode_file
+
+    def counting(path: Any, **kwargs: Any) -> Any:
+        decoded.append(os.path.basename(os.fspath(path)))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(api, "_decode_file", counting)
+    mgr = CheckpointManager(tmp_path, keyframe_every=50, config=CONFIG)
+    for s in range(8):
+        mgr.save(s, _state(s))
+    assert decoded == []  # every parent came from the file the manager had just written
+    fresh = CheckpointManager(tmp_path, keyframe_every=50, config=CONFIG)
+    for s in range(8):
+        fresh.load(s)
+    # one decode per step: step s's parent is the step loaded just before (no chain replay)
+    assert decoded == [step_file_name(s) for s in range(8)]
+    decoded.clear()
+    CheckpointManager(tmp_path, config=CONFIG).load(7)  # a cold load replays the chain once
+    assert decoded == [step_file_name(s) for s in range(7, -1, -1)]

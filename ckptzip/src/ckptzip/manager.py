@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,24 @@ def _locked(directory: Path, *, exclusive: bool) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+class _RecentFiles(OrderedDict[str, Mapping[str, Any]]):
+    """An :data:`ckptzip.api.DecodedCache` holding the last ``size`` files decoded or saved.
+
+    Two suffice for a chain: the parent of the next save or load, and the file just written
+    or read. Entries are keyed by content hash, so a file replaced on disk never hits.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self._size = size
+
+    def __setitem__(self, key: str, value: Mapping[str, Any]) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self._size:
+            self.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -211,6 +230,9 @@ class CheckpointManager:
         self.keyframe_every = keyframe_every
         self.keep = keep
         self.config = config if config is not None else CompressionConfig()
+        # The decoded quantized tensors of the last files saved or loaded: the next delta's
+        # parent, so a chain is decoded once rather than from its keyframe at every call.
+        self._cache = _RecentFiles(2)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -340,6 +362,7 @@ class CheckpointManager:
                 parent=None if parent is None else self.path(parent),
                 overwrite=overwrite,
                 metadata={"step": str(step)},
+                cache=self._cache,
             )
             if self.keep is not None:
                 self._retain(self.keep)
@@ -416,14 +439,14 @@ class CheckpointManager:
         with _locked(self.directory, exclusive=False):
             step = self._resolve(step)
             self.chain(step)  # a clear error naming the missing link before any decoding
-            return api.load(self.path(step), map_location=map_location)
+            return api.load(self.path(step), map_location=map_location, cache=self._cache)
 
     def read_quantized(self, step: int | None = None) -> dict[str, QuantizedTensor | torch.Tensor]:
         """The decoded tensors of ``step`` by path, as :func:`ckptzip.read_quantized` gives."""
         with _locked(self.directory, exclusive=False):
             step = self._resolve(step)
             self.chain(step)
-            return api.read_quantized(self.path(step))
+            return api.read_quantized(self.path(step), cache=self._cache)
 
     def _resolve(self, step: int | None) -> int:
         if step is None:
