@@ -262,3 +262,18 @@ def test_save_load_on_an_fsspec_url() -> None:
         fs = fsspec.filesystem("memory")
         if fs.exists(root.removeprefix("memory://")):
             fs.rm(root.removeprefix("memory://"), recursive=True)
+
+
+def test_public_names() -> None:
+    for name in [
+        "save",
+        "load",
+        "read_quantized",
+        "Report",
+        "TensorReport",
+        "QuantConfig",
+        "CompressionConfig",
+        "CkptzipError",
+        "CorruptCheckpointError",
+    ]:
+        assert name in ckptzip.__all__ and hasattr(ckptzip, name)

@@ -181,3 +181,30 @@ def test_numpy_scalars_and_subclasses_become_plain_values() -> None:
     assert back["size"] == (2, 3) and type(back["dd"]) is dict
     with pytest.raises(UnsupportedValueError, match=r"torch\.from_numpy"):
         flatten({"a": np.zeros(3)})
+
+
+json_values = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=4)
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["$", "v", "k", "i", "x"]), inner, max_size=3),
+        st.builds(
+            lambda tag, rest: {"$": tag, **rest},
+            st.sampled_from(["list", "tuple", "dict", "tensor", "float", "bogus"]),
+            st.dictionaries(st.sampled_from(["v", "k", "i"]), inner, max_size=3),
+        ),
+    ),
+    max_leaves=15,
+)
+
+
+@given(json_values, st.integers(0, 3))
+def test_unflatten_of_arbitrary_json_only_raises_corrupt(node: Any, n: int) -> None:
+    try:
+        obj = unflatten(node, [torch.zeros(1) for _ in range(n)])
+    except CorruptCheckpointError:
+        return
+    # accepted: a well-formed structure that uses each leaf exactly once
+    assert len(flatten(obj)[1]) == n
