@@ -275,61 +275,66 @@ def fit_levels(
     order = np.argsort(pts, kind="stable")
     pts, w = pts[order], w[order]
     rng = np.random.default_rng(seed)
-    best, best_cost = uniq[:0], math.inf
-    for _ in range(n_init):
-        c = _lloyd_1d(pts, w, _kmeans_pp(pts, w, k, rng), max_iter)
-        mids = (c[1:] + c[:-1]) / 2
-        cost = float(np.dot(w, (pts - c[np.searchsorted(mids, pts)]) ** 2))
-        if cost < best_cost:
-            best, best_cost = c, cost
-    return np.unique(best)
+    # All restarts advance together as rows of one array: the cost of a NumPy call, not the
+    # size of these few thousand points, is what dominates here.
+    c = _lloyd_1d(pts, w, _kmeans_pp(pts, w, k, n_init, rng), max_iter)
+    cost = [
+        float(np.dot(w, (pts - row[np.searchsorted(0.5 * (row[1:] + row[:-1]), pts)]) ** 2))
+        for row in c
+    ]
+    return np.unique(c[int(np.argmin(cost))])
 
 
-def _kmeans_pp(pts: np.ndarray, w: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Weighted k-means++ seeding: each next centre drawn with probability ∝ w·D²."""
-    last = pts.size - 1
+def _kmeans_pp(
+    pts: np.ndarray, w: np.ndarray, k: int, n_init: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Weighted k-means++ seeding, ``n_init`` independent rows: centre ∝ w·D² draws."""
+    centres = np.empty((n_init, k), dtype=np.float64)
 
-    def draw(p: np.ndarray) -> float:
-        # inverse-CDF draw: rng.choice(p=...) re-validates p on every call, 10x slower here
-        cdf = np.cumsum(p)
-        return float(pts[min(int(np.searchsorted(cdf, rng.random() * cdf[-1])), last)])
+    def draw(p: np.ndarray) -> np.ndarray:
+        # inverse-CDF draw per row (p is (n_init, n)); rng.choice would loop over rows
+        cdf = np.cumsum(p, axis=1)
+        u = rng.random(n_init) * cdf[:, -1]
+        return pts[np.minimum((cdf < u[:, None]).sum(axis=1), pts.size - 1)]
 
-    centres = [draw(w)]
-    d2 = (pts - centres[0]) ** 2
-    for _ in range(1, k):  # k draws, each vectorised over the points
+    centres[:, 0] = draw(np.broadcast_to(w, (n_init, pts.size)))
+    d2 = (pts[None, :] - centres[:, :1]) ** 2
+    for j in range(1, k):  # k draws, each vectorised over points and restarts
         p = w * d2
-        if p.sum() <= 0.0:
-            break
-        centres.append(draw(p))
-        d2 = np.minimum(d2, (pts - centres[-1]) ** 2)
-    return np.sort(np.array(centres))
+        # a row whose points are all taken (D² = 0 everywhere) repeats a centre; np.unique
+        # later merges it
+        p[p.sum(axis=1) <= 0] = w
+        centres[:, j] = draw(p)
+        np.minimum(d2, (pts[None, :] - centres[:, j : j + 1]) ** 2, out=d2)
+    return np.sort(centres, axis=1)
 
 
 def _lloyd_1d(pts: np.ndarray, w: np.ndarray, c: np.ndarray, max_iter: int) -> np.ndarray:
-    """Weighted Lloyd iterations in 1-D on sorted points.
+    """Weighted Lloyd iterations in 1-D on sorted points, for each row of centres ``c``.
 
     With sorted points a partition is just ``k − 1`` cut positions, and each cluster's sums
     are differences of prefix sums: an iteration costs ``O(k log n)``, not ``O(n)``, and
     the means of consecutive non-empty segments come out sorted by themselves.
     """
+    n_init, k = c.shape
     cw = np.concatenate([[0.0], np.cumsum(w)])
     cwp = np.concatenate([[0.0], np.cumsum(w * pts)])
-    bounds = np.empty(c.size + 1, dtype=np.intp)
-    bounds[0], bounds[-1] = 0, pts.size
-    cuts = bounds[1:-1]
-    previous = np.full(c.size - 1, -1, dtype=np.intp)
+    bounds = np.empty((n_init, k + 1), dtype=np.intp)
+    bounds[:, 0], bounds[:, -1] = 0, pts.size
+    previous = np.full((n_init, k - 1), -1, dtype=np.intp)
     for _ in range(max_iter):
         # a point p belongs to cluster #{mids < p}: cluster j ends after the points <= mids[j]
-        cuts[:] = np.searchsorted(pts, 0.5 * (c[1:] + c[:-1]), side="right")
-        if np.array_equal(cuts, previous):  # same partition: the centres are final
+        mids = 0.5 * (c[:, 1:] + c[:, :-1])
+        bounds[:, 1:-1] = np.searchsorted(pts, mids.ravel(), side="right").reshape(mids.shape)
+        if np.array_equal(bounds[:, 1:-1], previous):  # same partitions: centres are final
             break
-        previous[:] = cuts
-        wsum = np.diff(cw[bounds])
-        psum = np.diff(cwp[bounds])
+        previous[:] = bounds[:, 1:-1]
+        wsum = np.diff(cw[bounds], axis=1)
+        psum = np.diff(cwp[bounds], axis=1)
         if wsum.all():
             c = psum / wsum
         else:  # an empty cluster keeps its centre
-            c = np.sort(np.where(wsum > 0, psum / np.where(wsum > 0, wsum, 1.0), c))
+            c = np.sort(np.where(wsum > 0, psum / np.where(wsum > 0, wsum, 1.0), c), axis=1)
     return c
 
 
