@@ -56,12 +56,15 @@ _I64 = np.dtype("<i8")
 _SAMPLE_SLICES = 8
 _SAMPLE_SLICE = 1 << 15
 _SAMPLE_GAIN = 0.97
+_SAMPLE_MIN = 1 << 16
 
 
 def _sample(indices: np.ndarray) -> np.ndarray:
+    """At most a quarter of the stream, in slices spread over it."""
     n = indices.size
-    starts = np.linspace(0, n - _SAMPLE_SLICE, _SAMPLE_SLICES).astype(np.int64)
-    return np.concatenate([indices[s : s + _SAMPLE_SLICE] for s in starts])
+    width = min(_SAMPLE_SLICE, n // (4 * _SAMPLE_SLICES))
+    starts = np.linspace(0, n - width, _SAMPLE_SLICES).astype(np.int64)
+    return np.concatenate([indices[s : s + width] for s in starts])
 
 
 def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[bytes, dict[str, Any]]:
@@ -79,7 +82,7 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     best = (packed, {"bits": bits, "index_layout": "packed", "index_stage": packed_info})
     if bits == 8:
         return best
-    if flat.size > 4 * _SAMPLE_SLICES * _SAMPLE_SLICE:
+    if flat.size >= _SAMPLE_MIN:
         sample = _sample(flat)
         as_bytes = len(entropy.compress(sample.data, level))
         as_packed = len(entropy.compress(pack_indices(sample, bits), level))

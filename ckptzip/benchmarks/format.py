@@ -1,0 +1,158 @@
+"""Benchmark: the cost of ckptzip's file format around the quantizer.
+
+On the final checkpoint (model + Adam state) of each small CPU workload of ``_workloads``, it
+splits the time of :func:`ckptzip.save` and :func:`ckptzip.load` into the quantizer's share
+(``quantize`` / ``dequantize`` of the same tensors, timed alone) and the rest: structure, the
+codecs' packing and zstd, sha256 checksums, the manifest, the atomic write and the reads. It
+also times the lossless path (every tensor exact), ``verify`` (checksums only) and
+``verify(decode=True)``, and reports how much of each file the manifest takes.
+
+Speeds are MB/s of tensor bytes in memory (``numel × itemsize``), on one thread
+(``torch.set_num_threads(1)``), best of ``--repeat`` runs. Run ``python benchmarks/format.py``
+(mlp, cnn, lm) or ``--quick`` (mlp only, fewer steps); prints a table and writes JSON
+(``--json``, default ``benchmarks/results/format.json``). Timings depend on the machine and
+on whatever else runs on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _workloads
+
+import ckptzip
+from ckptzip._types import QuantizedTensor
+from ckptzip.api import read_manifest, read_quantized, verify
+from ckptzip.config import CompressionConfig
+from ckptzip.quantize import dequantize, quantize
+from ckptzip.structure import flatten
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """Smallest wall time of ``repeat`` calls (the least disturbed by other load) and a result."""
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def measure(name: str, steps: int, repeat: int, d: str) -> dict[str, Any]:
+    work = _workloads.make(name, seed=0)
+    for _, _state in _workloads.train(work, steps, every=steps):
+        pass
+    state = work.state()
+    config = CompressionConfig()
+    _, leaves = flatten(state)
+    mb = sum(t.numel() * t.element_size() for _, t in leaves) / 1e6
+    path = os.path.join(d, f"{name}.ckz")
+
+    def save() -> ckptzip.Report:
+        return ckptzip.save(state, path, config=config, overwrite=True)
+
+    t_save, report = best(save, repeat)
+    lossy = {e.path: e.config for e in report.entries if e.config is not None}
+    by_path = dict(leaves)
+    t_quant, _ = best(lambda: [quantize(by_path[p], c) for p, c in lossy.items()], repeat)
+    t_load, _ = best(lambda: ckptzip.load(path), repeat)
+    table = read_quantized(path)
+    qts = [q for q in table.values() if isinstance(q, QuantizedTensor)]
+    t_deq, _ = best(lambda: [dequantize(q) for q in qts], repeat)
+    t_verify, _ = best(lambda: verify(path), repeat)
+    t_verify_dec, _ = best(lambda: verify(path, decode=True), repeat)
+    size = os.path.getsize(path)
+    manifest = read_manifest(path)
+    exact_path = os.path.join(d, f"{name}-exact.ckz")
+    exact_cfg = CompressionConfig(min_numel=1 << 62)
+    t_esave, erep = best(
+        lambda: ckptzip.save(state, exact_path, config=exact_cfg, overwrite=True), repeat
+    )
+    t_eload, _ = best(lambda: ckptzip.load(exact_path), repeat)
+    return {
+        "workload": name,
+        "steps": steps,
+        "tensor_mb": mb,
+        "tensors": len(leaves),
+        "quantized_tensors": len(lossy),
+        "ratio": report.ratio,
+        "file_bytes": size,
+        "manifest_bytes": size - manifest.data_bytes,
+        "save_mb_s": mb / t_save,
+        "save_quantize_share": t_quant / t_save,
+        "save_format_mb_s": mb / max(t_save - t_quant, 1e-9),
+        "load_mb_s": mb / t_load,
+        "load_dequantize_share": t_deq / t_load,
+        "load_format_mb_s": mb / max(t_load - t_deq, 1e-9),
+        "verify_file_mb_s": size / 1e6 / t_verify,
+        "verify_decode_mb_s": mb / t_verify_dec,
+        "exact_ratio": erep.ratio,
+        "exact_save_mb_s": mb / t_esave,
+        "exact_load_mb_s": mb / t_eload,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="mlp only, fewer steps, 2 repeats")
+    ap.add_argument("--repeat", type=int, default=None, help="runs per timing (best is kept)")
+    ap.add_argument("--json", type=Path, default=RESULTS / "format.json", help="output JSON")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    names = ["mlp"] if args.quick else ["mlp", "cnn", "lm"]
+    steps = 20 if args.quick else 60
+    repeat = args.repeat or (2 if args.quick else 3)
+    with tempfile.TemporaryDirectory() as d:
+        rows = [measure(n, steps, repeat, d) for n in names]
+    cols = [
+        ("workload", "{}"),
+        ("tensor_mb", "{:.1f}"),
+        ("ratio", "{:.1f}x"),
+        ("manifest_bytes", "{}"),
+        ("save_mb_s", "{:.0f}"),
+        ("save_quantize_share", "{:.0%}"),
+        ("save_format_mb_s", "{:.0f}"),
+        ("load_mb_s", "{:.0f}"),
+        ("load_dequantize_share", "{:.0%}"),
+        ("load_format_mb_s", "{:.0f}"),
+        ("verify_file_mb_s", "{:.0f}"),
+        ("exact_save_mb_s", "{:.0f}"),
+        ("exact_load_mb_s", "{:.0f}"),
+    ]
+    print(" | ".join(c for c, _ in cols))
+    for r in rows:
+        print(" | ".join(f.format(r[c]) for c, f in cols))
+    result = {
+        "benchmark": "format",
+        "quick": args.quick,
+        "repeat": repeat,
+        "threads": 1,
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpu_count": os.cpu_count(),
+        },
+        "rows": rows,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
