@@ -255,3 +255,22 @@ def test_docstring_examples_run(module: str) -> None:
         pytest.importorskip("matplotlib")
     outcome = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert outcome.attempted > 0 and outcome.failed == 0
+
+
+def test_memory_does_not_grow_with_the_inputs() -> None:
+    """Uniqueness keeps 64-bit key hashes, not inputs (RELIABILITY rlcheck #4)."""
+    import tracemalloc
+
+    def bulky(g: Gen) -> tuple[tuple[int, ...], str]:
+        digits = tuple(g.integer(0, 9, label="d") for _ in range(6))
+        return digits, "x" * 4000 + repr(digits)  # ~4 KB each, almost all distinct
+
+    tracemalloc.start()
+    try:
+        result = rlcheck.run(bulky, lambda v: True, guide=RLGuide(seed=0, max_states=500),
+                             trials=5000)  # fmt: skip
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.unique_valid > 3000  # keeping them would take over 12 MB
+    assert peak < 4 * 2**20
