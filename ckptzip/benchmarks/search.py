@@ -31,6 +31,7 @@ sizes and losses are deterministic for a seed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -48,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _workloads
 
 import ckptzip
-from ckptzip.search import SearchResult, save_scores, search
+from ckptzip.search import MomentPolicy, SearchResult, save_scores, search
 from ckptzip.sensitivity import SensitivityTracker
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -266,6 +267,120 @@ def run(mode: str, names: list[str], *, seed: int, tolerance: float, batches: in
     return out
 
 
+MOMENT_VARIANTS: dict[str, MomentPolicy | None] = {
+    "exact": None,
+    "m16 pruned-with-weight, v log32 (ExCP rule)": MomentPolicy(16, True, 32),
+    "m16, v log32": MomentPolicy(16, False, 32),
+    "m8, v log16": MomentPolicy(8, False, 16),
+    "m4, v log8": MomentPolicy(4, False, 8),
+    "m16, v linear32": MomentPolicy(16, False, 32, second_log_domain=False),
+}
+# (steps trained before the checkpoint, steps resumed after it)
+OPT_PLANS = {
+    "quick": {"mlp": (300, 40), "lm": (200, 30)},
+    "full": {"mlp": (600, 100), "lm": (500, 80)},
+}
+
+
+def _resume(name: str, seed: int, state: dict[str, Any], steps: range) -> tuple[list[float], float]:
+    w = _workloads.make(name, seed)
+    w.model.load_state_dict(state["model"])
+    # load_state_dict keeps same-dtype tensors and Adam updates them in place: clone first
+    w.optimizer.load_state_dict(_workloads._clone(state["optimizer"]))
+    return [w.train_step(s) for s in steps], w.eval_fn(w.model)
+
+
+def optimizer_ablation(
+    name: str, trained: int, after: int, *, seed: int, batches: int, directory: str
+) -> dict[str, Any]:
+    """Each way of storing the moments, judged by training after a restore.
+
+    Every variant restores the same quantized weights (the search's choice); only the
+    optimizer state differs. Reported: the optimizer's bytes and ratio, the largest and mean
+    relative gap of the training loss per step against resuming with the exact moments, and
+    the held-out loss after ``after`` steps. ``cold`` (moments zeroed, step counters kept)
+    shows what the moments are worth.
+    """
+    w = _workloads.make(name, seed)
+    for step in range(trained):
+        w.train_step(step)
+    state = _workloads._clone(w.state())
+    first = search(w.model, eval_fn=_subset_eval(w, batches), optimizer=w.optimizer)
+    steps = range(trained, trained + after)
+    opt_nbytes = sum(
+        t.numel() * t.element_size()
+        for per in state["optimizer"]["state"].values()
+        for t in per.values()
+        if isinstance(t, torch.Tensor)
+    )
+    rows: dict[str, Any] = {}
+    weights: dict[str, Any] | None = None
+    reference: list[float] = []
+    for label, policy in MOMENT_VARIANTS.items():
+        if policy is None:
+            # weights as searched, optimizer exact: the reference curve
+            cfg = first.config
+            keep_exact = (*cfg.exact, "optimizer/*")
+            config = dataclasses.replace(cfg, exact=keep_exact)
+            scores: dict[str, torch.Tensor] = {}
+        else:
+            result = search(
+                w.model,
+                eval_fn=_subset_eval(w, batches),
+                optimizer=w.optimizer,
+                previous=first,
+                moments=policy,
+            )
+            config = result.config
+            scores = save_scores(w.model, result, optimizer=w.optimizer)
+        path = os.path.join(directory, f"opt-{name}.ckz")
+        report = ckptzip.save(state, path, config=config, scores=scores, overwrite=True)
+        loaded = ckptzip.load(path)
+        weights = weights or loaded["model"]
+        losses, heldout = _resume(
+            name, seed, {"model": weights, "optimizer": loaded["optimizer"]}, steps
+        )
+        if policy is None:
+            reference = losses
+        gaps = [(a - b) / b for a, b in zip(losses, reference, strict=True)]
+        _, o_out = _section_bytes(report, "optimizer/")
+        rows[label] = {
+            "policy": None if policy is None else dataclasses.asdict(policy),
+            "optimizer_bytes": o_out,
+            "optimizer_ratio": opt_nbytes / o_out,
+            "max_abs_loss_gap": max(abs(g) for g in gaps),
+            "mean_loss_gap": sum(gaps) / len(gaps),
+            "heldout_after": heldout,
+        }
+    assert weights is not None
+    cold = _workloads._clone(state["optimizer"])
+    for per in cold["state"].values():
+        for k, v in per.items():
+            if k in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+                v.zero_()
+    losses, heldout = _resume(name, seed, {"model": weights, "optimizer": cold}, steps)
+    gaps = [(a - b) / b for a, b in zip(losses, reference, strict=True)]
+    rows["cold (moments zeroed)"] = {
+        "policy": None,
+        "optimizer_bytes": 0,
+        "optimizer_ratio": None,
+        "max_abs_loss_gap": max(abs(g) for g in gaps),
+        "mean_loss_gap": sum(gaps) / len(gaps),
+        "heldout_after": heldout,
+    }
+    print(f"\n== optimizer state, {name}: checkpoint after {trained} steps, {after} steps resumed")
+    head = ("variant", "opt bytes", "ratio", "max gap", "mean gap", "held-out")
+    print(f"{head[0]:<44} {head[1]:>10} {head[2]:>6} {head[3]:>8} {head[4]:>9} {head[5]:>9}")
+    for label, r in rows.items():
+        ratio = "-" if r["optimizer_ratio"] is None else f"{r['optimizer_ratio']:.1f}"
+        print(
+            f"{label:<44} {r['optimizer_bytes']:>10} {ratio:>6} "
+            f"{100 * r['max_abs_loss_gap']:>7.2f}% {100 * r['mean_loss_gap']:>+8.2f}% "
+            f"{r['heldout_after']:>9.4f}"
+        )
+    return {"trained": trained, "after": after, "weights": first.to_json(), "variants": rows}
+
+
 def _fmt_cfg(cfgs: dict[str, Any]) -> str:
     parts = []
     for kind, c in cfgs.items():
@@ -308,6 +423,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--search-batches", type=int, default=1, help="held-out batches per trial")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fairer timing)")
+    ap.add_argument(
+        "--optimizer",
+        action="store_true",
+        help="instead: compare ways of storing the optimizer moments by training after restore",
+    )
     ap.add_argument("--out", type=Path, default=None, help="JSON path (default under results/)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -316,8 +436,21 @@ def main(argv: list[str] | None = None) -> None:
     for n in names:
         if n not in PLANS[mode]:
             PLANS[mode][n] = (400, 100, 2) if mode == "quick" else (1500, 150, 10)
-    result = run(mode, names, seed=args.seed, tolerance=args.tolerance, batches=args.search_batches)
-    out = args.out or RESULTS / ("search-quick.json" if args.quick else "search.json")
+    if args.optimizer:
+        result: dict[str, Any] = {"mode": mode, "seed": args.seed, "workloads": {}}
+        with tempfile.TemporaryDirectory() as d:
+            for n in names:
+                trained, after = OPT_PLANS[mode].get(n, (300, 40))
+                result["workloads"][n] = optimizer_ablation(
+                    n, trained, after, seed=args.seed, batches=args.search_batches, directory=d
+                )
+        stem = "search-optimizer"
+    else:
+        result = run(
+            mode, names, seed=args.seed, tolerance=args.tolerance, batches=args.search_batches
+        )
+        stem = "search"
+    out = args.out or RESULTS / (f"{stem}-quick.json" if args.quick else f"{stem}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out}")

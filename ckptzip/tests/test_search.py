@@ -12,7 +12,7 @@ from torch import nn
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import ConfigError
 from ckptzip.quantize import dequantize, quantize
-from ckptzip.search import SearchResult, layer_types, save_scores, search
+from ckptzip.search import MomentPolicy, SearchResult, layer_types, save_scores, search
 from ckptzip.sensitivity import SensitivityTracker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -26,7 +26,7 @@ def _task(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, object]:
     model.append(nn.Linear(64, 5))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(seed)
-    centres = torch.randn(5, 32, generator=g)
+    centres = 0.4 * torch.randn(5, 32, generator=g)  # overlapping classes: loss stays ~0.5
 
     def batch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
         y = torch.randint(0, 5, (n,), generator=g)
@@ -237,12 +237,26 @@ def test_sensitivity_scores_enable_the_sensitivity_metric() -> None:
     assert cfg is not None
     if cfg.prune == 0:
         return
-    # first moments are pruned with the weight's own pruning scores
+    # by default the first moments are not pruned, so they get no scores
     result = search(model, eval_fn=eval_fn, scores=scores, optimizer=opt)  # type: ignore[arg-type]
     out = save_scores(model, result, scores=scores, optimizer=opt)
     assert torch.equal(out["model/2.weight"], scores["2.weight"])
+    assert "optimizer/state/2/exp_avg" not in out
+    # with ExCP's rule they are pruned by the weight's own pruning scores
+    excp = MomentPolicy(prune_first=True)
+    result = search(model, eval_fn=eval_fn, scores=scores, optimizer=opt, moments=excp)  # type: ignore[arg-type]
+    out = save_scores(model, result, scores=scores, optimizer=opt)
     expected = scores["2.weight"] if cfg.prune_metric == "sensitivity" else model[2].weight.abs()
     torch.testing.assert_close(out["optimizer/state/2/exp_avg"], expected.detach())
+    m_path = "optimizer/state/2/exp_avg"
+    exp_avg = opt.state[model[2].weight]["exp_avg"]
+    m_cfg = result.config.quant_for(m_path)
+    assert m_cfg is not None and m_cfg.prune == cfg.prune
+    restored = dequantize(quantize(exp_avg, m_cfg, scores=out[m_path])).reshape(-1)
+    # the entries lowest by the weight's scores (a margin below the cut) are zero in the moment
+    order = out[m_path].reshape(-1).argsort()
+    surely_pruned = order[: int((cfg.prune - 0.02) * order.numel())]
+    assert (restored[surely_pruned] == 0).float().mean() > 0.99
 
 
 def test_optimizer_paths_get_moment_configs_and_the_rest_stays_exact() -> None:
@@ -252,7 +266,8 @@ def test_optimizer_paths_get_moment_configs_and_the_rest_stays_exact() -> None:
     assert cfg is not None
     m = result.config.quant_for("optimizer/state/2/exp_avg")
     v = result.config.quant_for("optimizer/state/2/exp_avg_sq")
-    assert m is not None and m.prune == cfg.prune and not m.log_domain
+    zeros = float((opt.state[model[2].weight]["exp_avg"] == 0).float().mean())
+    assert m is not None and m.prune == pytest.approx(zeros) and not m.log_domain
     assert v is not None and v.log_domain and v.prune == 0
     assert result.config.quant_for("optimizer/state/2/step") is None
     assert result.config.quant_for("optimizer/state/1/exp_avg") is None  # bias: exact
@@ -264,7 +279,7 @@ def test_optimizer_paths_get_moment_configs_and_the_rest_stays_exact() -> None:
         ({"tolerance": -0.1}, "tolerance"),
         ({"tolerance": float("nan")}, "tolerance"),
         ({"error_budget": 0.0}, "error_budget"),
-        ({"moment_bins": 1}, "moment_bins"),
+        ({"moments": "16 bins"}, "moments"),
         ({"eval_fn": 3}, "eval_fn"),
         ({"scores": {"nope": torch.zeros(1)}}, "nope"),
         ({"scores": {"0.weight": torch.zeros(3)}}, "shape"),
@@ -279,3 +294,30 @@ def test_bad_arguments_are_rejected(kwargs: dict[str, object], match: str) -> No
 def test_non_finite_baseline_is_rejected() -> None:
     with pytest.raises(ConfigError, match="exact weights"):
         search(nn.Linear(64, 80), eval_fn=lambda m: float("nan"))
+
+
+def test_zero_first_moments_stay_exactly_zero() -> None:
+    """A unit that never had a gradient has m = v = 0; a nonzero m there would make Adam's
+    next step m / (sqrt(v) + eps) huge, so the config must keep those zeros exact."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 3))
+    with torch.no_grad():
+        model[0].weight[:40] = 0.0
+        model[0].bias[:40] = -1.0  # 40 dead ReLU units: their weights never get a gradient
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(256, 64), torch.randint(0, 3, (256,))
+    for _ in range(5):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    m = opt.state[model[0].weight]["exp_avg"]
+    v = opt.state[model[0].weight]["exp_avg_sq"]
+    assert (m[:40] == 0).all() and (v[:40] == 0).all()
+    result = search(model, optimizer=opt, base=CompressionConfig(min_numel=1024))
+    for key, x_ in (("exp_avg", m), ("exp_avg_sq", v)):
+        cfg = result.config.quant_for(f"optimizer/state/0/{key}")
+        assert cfg is not None
+        back = dequantize(quantize(x_, cfg)).reshape(x_.shape)
+        assert (back[x_ == 0] == 0).all(), key  # zeros stay zero
+    # and a positive second moment never comes back as zero (m / eps would blow up)
+    assert (back[v > 0] > 0).all()

@@ -32,10 +32,11 @@ Call order::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,13 +54,21 @@ from ckptzip.errors import (
     MissingParentError,
     StorageError,
 )
+from ckptzip.search import SearchResult, save_scores, search
+from ckptzip.sensitivity import SensitivityTracker
 
 try:  # POSIX; on other platforms the lock is a no-op (documented on CheckpointManager)
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["ChainEntry", "CheckpointManager", "describe_directory", "step_file_name"]
+__all__ = [
+    "ChainEntry",
+    "CheckpointManager",
+    "SaveReport",
+    "describe_directory",
+    "step_file_name",
+]
 
 _NAME = re.compile(r"step-(\d{8,})\.ckz")
 _LOCK_NAME = ".ckptzip.lock"
@@ -176,6 +185,24 @@ class ChainEntry:
         }
 
 
+@dataclass(frozen=True)
+class SaveReport(api.Report):
+    """:class:`ckptzip.Report` plus the configuration search behind a model snapshot.
+
+    ``search`` is ``None`` when an explicit object was saved.
+    """
+
+    search: SearchResult | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        out["search"] = None if self.search is None else self.search.to_json()
+        return out
+
+
+_REPORT_FIELDS = [f for f in api.Report.__dataclass_fields__]
+
+
 class CheckpointManager:
     """Save and restore the checkpoints of one training run in ``directory``.
 
@@ -193,10 +220,37 @@ class CheckpointManager:
         too.
     config:
         The :class:`CompressionConfig` for every save (default: ``CompressionConfig()``).
+        With a ``model``, the search's per-path choices are added on top of it.
+    model, optimizer:
+        When given, ``save(step)`` snapshots them (``{"model": ..., "optimizer": ...,
+        "extra": ...}``), choosing the configuration with :func:`ckptzip.search.search`
+        (full search first, then the neighbourhood of the previous choice), and
+        :meth:`restore` loads a step back into these same objects.
+    eval_fn:
+        ``eval_fn(model) -> float``, lower is better (a held-out loss on a few batches): the
+        search keeps it within ``tolerance`` of the exact weights' value. Without it the
+        search's data-free rule applies (the report says so).
+    tolerance:
+        Allowed relative worsening of ``eval_fn`` per checkpoint.
+    window:
+        Steps before each save during which a :class:`~ckptzip.SensitivityTracker` keeps
+        ``|g·w|`` for the search (the next save is expected one save interval after the last,
+        or every ``checkpoint_every`` steps when given); ``None`` disables the tracking.
+    checkpoint_every:
+        The save interval in optimizer steps, when fixed (sharpens the tracking window).
 
     Notes
     -----
     On platforms without :mod:`fcntl` (Windows) there is no directory lock: use one writer.
+
+    With a model::
+
+        mgr = CheckpointManager("ckpts", model=model, optimizer=opt, eval_fn=heldout_loss)
+        step = mgr.restore() if mgr.latest_step() is not None else 0
+        for step in range(step, total):
+            train_step(step)
+            if (step + 1) % 500 == 0:
+                print(mgr.save(step + 1, extra={"epoch": epoch}).search.to_json())
 
     Examples
     --------
@@ -215,6 +269,12 @@ class CheckpointManager:
         keyframe_every: int = 10,
         keep: int | None = None,
         config: CompressionConfig | None = None,
+        model: torch.nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        eval_fn: Callable[[torch.nn.Module], float] | None = None,
+        tolerance: float = 0.05,
+        window: int | None = 50,
+        checkpoint_every: int | None = None,
     ) -> None:
         if isinstance(keyframe_every, bool) or not isinstance(keyframe_every, int):
             raise ConfigError(f"keyframe_every={keyframe_every!r} must be an integer >= 1")
@@ -233,6 +293,28 @@ class CheckpointManager:
         # The decoded quantized tensors of the last files saved or loaded: the next delta's
         # parent, so a chain is decoded once rather than from its keyframe at every call.
         self._cache = _RecentFiles(2)
+        if model is None and (optimizer is not None or eval_fn is not None):
+            raise ConfigError("optimizer= and eval_fn= need model= too (they go with a model)")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise ConfigError(f"model={model!r} must be a torch.nn.Module")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigError(f"optimizer={optimizer!r} must be a torch.optim.Optimizer")
+        if not 0 <= tolerance < float("inf"):
+            raise ConfigError(f"tolerance={tolerance!r} must be a finite number >= 0")
+        self.model, self.optimizer, self.eval_fn = model, optimizer, eval_fn
+        self.tolerance = tolerance
+        self.last_search: SearchResult | None = None
+        self.extra: Any = None  # the ``extra`` of the step last restored
+        self._last_saved: int | None = None
+        self._tracker: SensitivityTracker | None = None
+        if (
+            model is not None
+            and window is not None
+            and any(p.requires_grad for p in model.parameters())
+        ):
+            self._tracker = SensitivityTracker(
+                model, window=window, every=checkpoint_every, optimizer=optimizer
+            )
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -306,11 +388,12 @@ class CheckpointManager:
     def save(
         self,
         step: int,
-        obj: Any,
+        obj: Any = None,
         *,
+        extra: Any = None,
         scores: Mapping[str, torch.Tensor] | None = None,
         overwrite: bool = False,
-    ) -> api.Report:
+    ) -> SaveReport:
         """Save ``obj`` as ``step``: a keyframe or a delta against the previous step.
 
         Parameters
@@ -318,7 +401,12 @@ class CheckpointManager:
         step:
             The training step (an integer >= 0); names the file.
         obj:
-            What you would pass to ``torch.save`` (see :func:`ckptzip.save`).
+            What you would pass to ``torch.save`` (see :func:`ckptzip.save`). ``None`` with a
+            manager given a ``model``: snapshot the model, optimizer and ``extra``, with the
+            configuration searched for this checkpoint.
+        extra:
+            Anything else to snapshot with the model (epoch, RNG states, scheduler and
+            data-loader state dicts); stored losslessly unless it holds large float tensors.
         scores:
             Sensitivity scores by tensor path, passed to :func:`ckptzip.save`.
         overwrite:
@@ -326,8 +414,10 @@ class CheckpointManager:
 
         Returns
         -------
-        Report
-            What :func:`ckptzip.save` reports for the file written.
+        SaveReport
+            What :func:`ckptzip.save` reports for the file written, plus ``search`` (the
+            :class:`~ckptzip.search.SearchResult`: configuration per layer type, trials and
+            search time) when the manager snapshotted a model.
 
         Raises
         ------
@@ -339,6 +429,12 @@ class CheckpointManager:
         """
         step = _check_step(step)
         path = self.path(step)
+        config, metadata, result = self.config, {"step": str(step)}, None
+        if obj is None:
+            obj, config, scores, result = self._snapshot(extra, scores)
+            metadata["search"] = json.dumps(result.to_json())
+        elif extra is not None:
+            raise ConfigError("extra= goes with a model snapshot: pass obj=None, or put it in obj")
         with _locked(self.directory, exclusive=True):
             steps = self.steps()
             if step in steps:
@@ -357,16 +453,89 @@ class CheckpointManager:
             report = api.save(
                 obj,
                 path,
-                config=self.config,
+                config=config,
                 scores=scores,
                 parent=None if parent is None else self.path(parent),
                 overwrite=overwrite,
-                metadata={"step": str(step)},
+                metadata=metadata,
                 cache=self._cache,
             )
             if self.keep is not None:
                 self._retain(self.keep)
-        return report
+        if result is not None:
+            self._arm_tracker(step)
+        return SaveReport(**{f: getattr(report, f) for f in _REPORT_FIELDS}, search=result)
+
+    def _snapshot(
+        self, extra: Any, scores: Mapping[str, torch.Tensor] | None
+    ) -> tuple[dict[str, Any], CompressionConfig, dict[str, torch.Tensor], SearchResult]:
+        """The object to save for a model snapshot, its searched config and scores."""
+        if self.model is None:
+            raise ConfigError(
+                "save(step) without obj needs a manager given model= (and optimizer=); "
+                "otherwise pass the object to save"
+            )
+        if scores is None and self._tracker is not None and self._tracker.has_scores():
+            scores = self._tracker.scores()
+        result = search(
+            self.model,
+            eval_fn=self.eval_fn,
+            tolerance=self.tolerance,
+            scores=scores,
+            previous=self.last_search,
+            optimizer=self.optimizer,
+            base=self.config,
+        )
+        self.last_search = result
+        obj: dict[str, Any] = {"model": self.model.state_dict()}
+        if self.optimizer is not None:
+            obj["optimizer"] = self.optimizer.state_dict()
+        if extra is not None:
+            obj["extra"] = extra
+        full_scores = save_scores(self.model, result, scores=scores, optimizer=self.optimizer)
+        return obj, result.config, full_scores, result
+
+    def _arm_tracker(self, step: int) -> None:
+        # Without a fixed interval, expect the next save as far ahead as the last gap.
+        tracker, last = self._tracker, self._last_saved
+        if tracker is not None and tracker.every is None and last is not None and step > last:
+            tracker.arm(step - last)
+        self._last_saved = step
+
+    def restore(self, step: int | None = None) -> int:
+        """Load ``step`` (default: the latest) into the manager's model and optimizer.
+
+        The snapshot's ``extra`` becomes ``self.extra``. Returns the step restored.
+
+        Raises
+        ------
+        ConfigError
+            The manager has no model, or the file is not a model snapshot.
+        CheckpointNotFoundError
+            No such step.
+        """
+        if self.model is None:
+            raise ConfigError("restore() needs a manager given model=; use load() otherwise")
+        step = self._resolve(step)
+        state = self.load(step)
+        if not isinstance(state, dict) or "model" not in state:
+            raise ConfigError(
+                f"step {step} is not a model snapshot (saved with an explicit obj); use load()"
+            )
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None:
+            if "optimizer" not in state:
+                raise ConfigError(f"step {step} holds no optimizer state to restore")
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.extra = state.get("extra")
+        self._last_saved = step
+        return step
+
+    def close(self) -> None:
+        """Remove the sensitivity hooks from the model (the directory needs no closing)."""
+        if self._tracker is not None:
+            self._tracker.close()
+            self._tracker = None
 
     def _parent_for(self, step: int, steps: list[int]) -> int | None:
         """The step to delta against, or ``None`` for a keyframe."""

@@ -81,6 +81,7 @@ from ckptzip.quantize import dequantize, quantize
 __all__ = [
     "AXES",
     "LAYER_TYPES",
+    "MomentPolicy",
     "SearchResult",
     "layer_types",
     "save_scores",
@@ -470,8 +471,7 @@ def search(
     error_budget: float = 0.1,
     model_prefix: str = "model/",
     optimizer_prefix: str = "optimizer/",
-    moment_bins: int = 16,
-    second_moment_bins: int = 32,
+    moments: MomentPolicy | None = None,
 ) -> SearchResult:
     """Choose the most aggressive per-layer-type quantization whose quality stays in tolerance.
 
@@ -499,8 +499,8 @@ def search(
     model_prefix, optimizer_prefix:
         Where the model's ``state_dict`` and the optimizer's sit in the saved object
         (``{"model": ..., "optimizer": ...}`` by default).
-    moment_bins, second_moment_bins:
-        Levels for the first moments / momentum buffers and for ``exp_avg_sq``.
+    moments:
+        How the optimizer's moments are quantized (default :class:`MomentPolicy`).
 
     Returns
     -------
@@ -522,11 +522,8 @@ def search(
         raise ConfigError(f"tolerance={tolerance!r} must be a finite number >= 0")
     if not 0 < error_budget < 1:
         raise ConfigError(f"error_budget={error_budget!r} must lie in (0, 1)")
-    if moment_bins < 2 or second_moment_bins < 2:
-        raise ConfigError(
-            f"moment_bins={moment_bins!r} and second_moment_bins={second_moment_bins!r} "
-            "must be at least 2"
-        )
+    if moments is not None and not isinstance(moments, MomentPolicy):
+        raise ConfigError(f"moments={moments!r} must be a MomentPolicy")
     if eval_fn is not None and not callable(eval_fn):
         raise ConfigError(f"eval_fn={eval_fn!r} must be callable as eval_fn(model) -> float")
     base = base if base is not None else CompressionConfig()
@@ -612,8 +609,7 @@ def search(
         layer_configs,
         model_prefix,
         optimizer_prefix,
-        moment_bins,
-        second_moment_bins,
+        moments if moments is not None else MomentPolicy(),
     )
     return SearchResult(
         layer_configs=MappingProxyType(layer_configs),
@@ -644,6 +640,80 @@ _FIRST_MOMENTS = ("exp_avg", "momentum_buffer")
 _SECOND_MOMENTS = ("exp_avg_sq",)
 
 
+@dataclass(frozen=True)
+class MomentPolicy:
+    """How the optimizer's moments of a quantized weight are stored.
+
+    The defaults are the measured choice of ``benchmarks/search.py --optimizer`` (see the
+    README): training after a restore is what was compared, not reconstruction error.
+
+    Parameters
+    ----------
+    first_bins:
+        Levels for ``exp_avg`` (Adam/AdamW) and ``momentum_buffer`` (SGD).
+    prune_first:
+        Prune the first moment where its weight is pruned (ExCP's rule), using the weight's
+        own scores through :func:`save_scores`. Off by default: it was measured to perturb
+        training after a restore several times more than quantization does, for a few
+        percent of the optimizer's bytes.
+    second_bins:
+        Levels for ``exp_avg_sq``.
+    second_log_domain:
+        Quantize ``exp_avg_sq`` in the log domain (it spans many decades; linear levels
+        crush its small values, and the Adam step divides by their square root).
+    protect:
+        Fraction of each moment stored exactly (the largest entries).
+
+    Examples
+    --------
+    >>> MomentPolicy().second().log_domain
+    True
+    >>> MomentPolicy(prune_first=True).first(QuantConfig(bins=4, prune=0.3)).prune
+    0.3
+    """
+
+    first_bins: int = 16
+    prune_first: bool = False
+    second_bins: int = 32
+    second_log_domain: bool = True
+    protect: float = 0.0005
+
+    def __post_init__(self) -> None:
+        for name in ("first_bins", "second_bins"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 256:
+                raise ConfigError(f"{name}={value!r} must be an integer in [2, 256]")
+        if not 0.0 <= self.protect < 0.5:
+            raise ConfigError(f"protect={self.protect!r} must lie in [0, 0.5)")
+
+    def first(self, weight: QuantConfig, zero_fraction: float = 0.0) -> QuantConfig:
+        """The first moment's config, given its weight's and its own fraction of exact zeros.
+
+        Exact zeros stay exact: any prune fraction gives the codebook an exact zero level,
+        and without ``prune_first`` the fraction pruned (by magnitude) is the zeros' own.
+        Otherwise a zero moment would come back as the nearest nonzero level, and where the
+        second moment is zero too (a unit that never had a gradient) Adam's next step
+        ``m / (sqrt(v) + eps)`` would throw that weight far away (measured: a 30 % loss
+        jump on the ``mlp`` workload).
+        """
+        if self.prune_first and weight.prune > 0:
+            # "sensitivity" means "by the scores given": save_scores passes the weight's own
+            return QuantConfig(
+                bins=self.first_bins,
+                prune=weight.prune,
+                prune_metric="sensitivity",
+                protect=self.protect,
+            )
+        prune = min(max(zero_fraction, 0.0), 0.99 - self.protect)
+        return QuantConfig(bins=self.first_bins, prune=prune, protect=self.protect)
+
+    def second(self) -> QuantConfig:
+        """The second moment's config (never pruned: see the module docstring)."""
+        return QuantConfig(
+            bins=self.second_bins, log_domain=self.second_log_domain, protect=self.protect
+        )
+
+
 def _compression_config(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
@@ -652,8 +722,7 @@ def _compression_config(
     layer_configs: Mapping[str, QuantConfig | None],
     model_prefix: str,
     optimizer_prefix: str,
-    moment_bins: int,
-    second_moment_bins: int,
+    moments: MomentPolicy,
 ) -> CompressionConfig:
     overrides: list[tuple[str, QuantConfig]] = []
     exact: list[str] = list(base.exact)
@@ -677,24 +746,10 @@ def _compression_config(
                 if not isinstance(value, torch.Tensor) or not value.is_floating_point():
                     continue
                 if wcfg is not None and key in _FIRST_MOMENTS:
-                    overrides.append(
-                        (
-                            path,
-                            QuantConfig(
-                                bins=moment_bins,
-                                prune=wcfg.prune,
-                                prune_metric="sensitivity",
-                                protect=0.0005,
-                            ),
-                        )
-                    )
+                    zeros = float((value == 0).float().mean()) if value.numel() else 0.0
+                    overrides.append((path, moments.first(wcfg, zeros)))
                 elif wcfg is not None and key in _SECOND_MOMENTS:
-                    overrides.append(
-                        (
-                            path,
-                            QuantConfig(bins=second_moment_bins, log_domain=True, protect=0.0005),
-                        )
-                    )
+                    overrides.append((path, moments.second()))
                 else:
                     exact.append(path)
     return replace(base, overrides=(*overrides, *base.overrides), exact=tuple(exact))
@@ -739,13 +794,17 @@ def save_scores(
     for name, p in model.named_parameters():
         kind = kinds.get(name)
         cfg = result.layer_configs.get(kind) if kind is not None else None
-        if cfg is None or cfg.prune == 0 or id(p) not in index:
+        if cfg is None or id(p) not in index:
             continue
-        if cfg.prune_metric == "sensitivity" and name in scores:
-            weight_scores = scores[name]
-        else:
-            weight_scores = p.detach().abs().float().cpu()
         for key in _FIRST_MOMENTS:
-            if key in optimizer.state.get(p, {}):
-                out[f"{optimizer_prefix}state/{index[id(p)]}/{key}"] = weight_scores
+            path = f"{optimizer_prefix}state/{index[id(p)]}/{key}"
+            moment_cfg = result.config.quant_for(path)
+            if key not in optimizer.state.get(p, {}) or moment_cfg is None:
+                continue
+            if moment_cfg.prune_metric != "sensitivity" or not moment_cfg.prune:
+                continue  # not pruned with the weight (zeros alone are pruned by magnitude)
+            if cfg.prune_metric == "sensitivity" and name in scores:
+                out[path] = scores[name]
+            else:
+                out[path] = p.detach().abs().float().cpu()
     return out
