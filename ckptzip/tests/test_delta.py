@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ckptzip
 from ckptzip._types import QuantizedTensor
+from ckptzip.api import read_manifest
 from ckptzip.codecs.base import DecodeContext, EncodeContext, get_codec
 from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.config import CompressionConfig, QuantConfig
@@ -29,6 +35,8 @@ from ckptzip.delta import (
 )
 from ckptzip.errors import ConfigError, CorruptCheckpointError, MissingParentError
 from ckptzip.quantize import quantize
+from ckptzip.storage import sha256_file
+from ckptzip.structure import flatten
 
 
 @st.composite
@@ -382,3 +390,49 @@ def test_damaged_codec_metadata_is_corrupt(change: dict[str, object], match: str
     meta, chunks, parent = _delta_entry()
     with pytest.raises(CorruptCheckpointError, match=match):
         get_codec("delta").decode({**meta, **change}, chunks, DecodeContext("w", parent))
+
+
+# -- golden files: a delta written by format version 1 decodes forever ------------------------
+
+GOLDEN = Path(__file__).parent / "golden" / "delta"
+_spec = importlib.util.spec_from_file_location("make_delta_golden", GOLDEN / "make_delta_golden.py")
+assert _spec is not None and _spec.loader is not None
+make_delta_golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_delta_golden)
+EXPECTED = json.loads((GOLDEN / "expected_v1.json").read_text())
+
+
+def test_golden_delta_decodes_exactly_as_when_written() -> None:
+    for kind, digest in EXPECTED["file_sha256"].items():
+        assert sha256_file(GOLDEN / f"v1_{kind}.ckz") == digest
+    child = GOLDEN / "v1_child.ckz"
+    manifest = read_manifest(child)
+    assert manifest.parent == {"hash": EXPECTED["file_sha256"]["parent"], "name": "v1_parent.ckz"}
+    modes = {e.path: e.meta.get("mode", e.codec) for e in manifest.tensors}
+    assert modes == EXPECTED["modes"] and "delta" in modes.values()
+    restored = ckptzip.load(child)
+    _, leaves = flatten(restored)
+    assert {p: make_delta_golden.sha256_tensor(t) for p, t in leaves} == EXPECTED["decoded_sha256"]
+    # and it is the recomputed input: exact parts bit for bit, lossy ones within their error
+    _, original = make_delta_golden.objects()
+    assert restored["step"] == 2 and torch.equal(
+        restored["model"]["bias"], original["model"]["bias"]
+    )
+    for e in manifest.tensors:
+        if e.rel_error:
+            x, y = (
+                original["model"][e.path.split("/")[1]].double(),
+                restored["model"][e.path.split("/")[1]].double(),
+            )
+            finite = x.isfinite()
+            err = float((x[finite] - y[finite]).norm() / x[finite].norm())
+            assert err == pytest.approx(e.rel_error, rel=1e-6, abs=1e-9)
+
+
+def test_golden_delta_without_its_parent_is_refused(tmp_path: Path) -> None:
+    shutil.copy(GOLDEN / "v1_child.ckz", tmp_path / "v1_child.ckz")
+    with pytest.raises(MissingParentError, match=r"v1_parent\.ckz"):
+        ckptzip.load(tmp_path / "v1_child.ckz")
+    shutil.copy(GOLDEN / "v1_child.ckz", tmp_path / "v1_parent.ckz")  # a file, but not that one
+    with pytest.raises(MissingParentError, match="altered or replaced"):
+        ckptzip.load(tmp_path / "v1_child.ckz")

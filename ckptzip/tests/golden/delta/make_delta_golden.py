@@ -1,0 +1,96 @@
+"""Write the golden delta pair of the current format version. Run once per version:
+
+    python tests/golden/delta/make_delta_golden.py
+
+``v1_parent.ckz`` is a full checkpoint, ``v1_child.ckz`` a delta against it (its manifest
+names the parent by file name and sha256). Never regenerate a released version's files:
+every later ckptzip must decode the child exactly as ``expected_v1.json`` records
+(``tests/test_delta.py``). The inputs are built from integer arithmetic only (the generators
+of ``tests/golden/make_golden.py``), so they are the same on any platform and torch release.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VERSION = 1
+
+_spec = importlib.util.spec_from_file_location(
+    "make_golden", os.path.join(HERE, "..", "make_golden.py")
+)
+assert _spec is not None and _spec.loader is not None
+make_golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_golden)
+
+
+def objects() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A parent state and a child state a few "training steps" later."""
+    heavy, ramp = make_golden.heavy, make_golden.ramp
+    w = heavy(6000, torch.float32).reshape(60, 100)
+    b16 = heavy(3000, torch.bfloat16)
+    parent = {"model": {"w": w, "b16": b16, "bias": ramp(16, torch.float32)}, "step": 1}
+    # Small moves (multiples of 2**-16 from integer arithmetic), so most weights keep their
+    # bin; one tensor changes shape between the two, so it is stored in full in the child.
+    nudge = ramp(6000, torch.float64).reshape(60, 100).div(2**16)
+    child = {
+        "model": {
+            "w": (w.to(torch.float64) + nudge).to(torch.float32),
+            "b16": b16,
+            "bias": ramp(16, torch.float32).add(1),
+            "grown": heavy(5000, torch.float32),
+        },
+        "step": 2,
+    }
+    parent["model"]["grown"] = heavy(4500, torch.float32)
+    return parent, child
+
+
+def config() -> Any:
+    from ckptzip import CompressionConfig, QuantConfig
+
+    return CompressionConfig(quant=QuantConfig(bins=16, prune=0.1, protect=0.005), min_numel=1000)
+
+
+def sha256_tensor(x: torch.Tensor) -> str:
+    from ckptzip.codecs.exact import tensor_to_bytes
+
+    return hashlib.sha256(tensor_to_bytes(x)).hexdigest()
+
+
+def main() -> None:
+    import ckptzip
+    from ckptzip.api import read_manifest
+    from ckptzip.structure import flatten
+
+    parent_obj, child_obj = objects()
+    names = {"parent": f"v{VERSION}_parent.ckz", "child": f"v{VERSION}_child.ckz"}
+    paths = {k: os.path.join(HERE, v) for k, v in names.items()}
+    for path in paths.values():
+        if os.path.exists(path):
+            sys.exit(f"{path} exists: golden files of a released version are never rewritten")
+    ckptzip.save(parent_obj, paths["parent"], config=config())
+    ckptzip.save(child_obj, paths["child"], config=config(), parent=paths["parent"])
+    _, leaves = flatten(ckptzip.load(paths["child"]))
+    expected = {
+        "version": VERSION,
+        "file_sha256": {k: ckptzip.storage.sha256_file(p) for k, p in paths.items()},
+        "modes": {
+            e.path: e.meta.get("mode", e.codec) for e in read_manifest(paths["child"]).tensors
+        },
+        "decoded_sha256": {p: sha256_tensor(t) for p, t in leaves},
+    }
+    with open(os.path.join(HERE, f"expected_v{VERSION}.json"), "w") as f:
+        json.dump(expected, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
