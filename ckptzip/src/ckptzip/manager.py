@@ -32,6 +32,7 @@ Call order::
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -109,7 +110,7 @@ def _locked(directory: Path, *, exclusive: bool) -> Iterator[None]:
     try:
         fd = os.open(directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        if not exclusive and exc.errno in (13, 30):  # EACCES, EROFS: a read-only directory
+        if not exclusive and exc.errno in (errno.EACCES, errno.EROFS):  # read-only directory
             yield
             return
         raise StorageError(
