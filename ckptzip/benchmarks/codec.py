@@ -15,7 +15,9 @@ for the weights only (``model`` state dict; the headline) and for the whole chec
 per lossy tensor (median, max), and compress / decompress speed in MB/s of floating-point
 input, on one thread (``torch.set_num_threads(1)``).
 
-It also runs the codec alone on one large tensor (quantize + pack + zstd, and back), and sets
+It also runs the codec alone on two large tensors (LM weights resampled, and Gaussian;
+quantize + pack + zstd, and back), quantizes on the GPU when there is one (time, agreement
+with the CPU), and sets
 the approximate k-means (sketch, then weighted k-means on ≤ 4097 bucket centres) against
 plain Lloyd k-means on the raw values (same k, k-means++ init, vectorised, capped
 iterations) of a tensor of ``--lloyd-numel`` values (10M in full mode) drawn from the trained
@@ -296,6 +298,41 @@ def _bench_codec_tensor(x: torch.Tensor, repeat: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _bench_cuda(x: torch.Tensor, repeat: int) -> dict[str, Any]:
+    """Quantize on the GPU: time, and agreement with the CPU result on the same values."""
+    cfg = QuantConfig(bins=16, prune=0.2)
+    xc = x.cuda()
+    quantize(xc, cfg)  # warm-up: kernels, allocator
+
+    def run() -> Any:
+        q = quantize(xc, cfg)
+        torch.cuda.synchronize()
+        return q
+
+    qg, t_q = _timed(run, repeat)
+    qc = quantize(x, cfg)
+
+    def back() -> torch.Tensor:
+        y = dequantize(qg, device="cuda")
+        torch.cuda.synchronize()
+        return y
+
+    yg, t_d = _timed(back, repeat)
+    return {
+        "device": torch.cuda.get_device_name(),
+        "numel": x.numel(),
+        "quantize_seconds": t_q,
+        "dequantize_seconds": t_d,
+        "levels_max_rel_diff_vs_cpu": float(
+            np.max(np.abs(qg.levels - qc.levels)) / np.max(np.abs(qc.levels))
+        ),
+        "index_mismatch_fraction_vs_cpu": float(np.mean(qg.indices != qc.indices)),
+        "rel_error_gpu": qg.rel_error,
+        "rel_error_cpu": qc.rel_error,
+        "dequantize_matches_cpu": bool(torch.equal(yg.cpu(), dequantize(qg))),
+    }
+
+
 # -- approximate k-means against Lloyd ----------------------------------------------------------
 
 
@@ -447,20 +484,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     pool = torch.cat([x.reshape(-1) for x in lm_weights]) if lm_weights else torch.randn(100_000)
     big = pool[torch.randint(pool.numel(), (lloyd_numel,), generator=g)].float().contiguous()
-    codec_rows = _bench_codec_tensor(big, repeat)
-    result["codec_tensor"] = codec_rows
-    _print_table(
-        f"codec alone on {lloyd_numel} fp32 values (quantize+pack+zstd / unzstd+unpack+dequantize)",
-        codec_rows,
-        [
-            ("config", "config", "10:s"),
-            ("ratio_vs_fp32", "ratio", "7:.2f"),
-            ("rel_error", "rel err", "8:.4f"),
-            ("quantize_MBps", "quant MB/s", "10:.1f"),
-            ("compress_MBps", "comp MB/s", "9:.1f"),
-            ("decompress_MBps", "dec MB/s", "9:.1f"),
-        ],
-    )
+    gauss = torch.randn(lloyd_numel, generator=g) * 0.02
+    result["codec_tensor"] = {}
+    pool_label = "lm_weights_resampled" if lm_weights else "standard_normal_resampled"
+    for label, tensor in ((pool_label, big), ("gaussian", gauss)):
+        codec_rows = _bench_codec_tensor(tensor, repeat)
+        result["codec_tensor"][label] = codec_rows
+        _print_table(
+            f"codec alone on {lloyd_numel} fp32 values, {label} "
+            "(quantize+pack+zstd / unzstd+unpack+dequantize)",
+            codec_rows,
+            [
+                ("config", "config", "10:s"),
+                ("ratio_vs_fp32", "ratio", "7:.2f"),
+                ("rel_error", "rel err", "8:.4f"),
+                ("quantize_MBps", "quant MB/s", "10:.1f"),
+                ("compress_MBps", "comp MB/s", "9:.1f"),
+                ("decompress_MBps", "dec MB/s", "9:.1f"),
+            ],
+        )
+    if torch.cuda.is_available():
+        result["cuda"] = _bench_cuda(gauss, repeat)
+        print(f"\nCUDA: {result['cuda']}")
     km = _bench_kmeans(big, 16, args.lloyd_iter, repeat)
     result["kmeans"] = km
     print(f"\nk-means on {km['numel']} values, k=16")
