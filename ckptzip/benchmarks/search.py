@@ -271,7 +271,7 @@ MOMENT_VARIANTS: dict[str, MomentPolicy | None] = {
     "exact": None,
     "m16 pruned-with-weight, v log32 (ExCP rule)": MomentPolicy(16, True, 32),
     "m16, v log32": MomentPolicy(16, False, 32),
-    "m8, v log16": MomentPolicy(8, False, 16),
+    "m8, v log16 (default)": MomentPolicy(),
     "m4, v log8": MomentPolicy(4, False, 8),
     "m16, v linear32": MomentPolicy(16, False, 32, second_log_domain=False),
 }

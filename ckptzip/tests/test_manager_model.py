@@ -91,7 +91,7 @@ def _run_with_checkpoints(w: object, tmp_path: Path, steps: int, every: int) -> 
 
 
 def test_every_checkpoint_of_a_training_run_stays_within_tolerance(tmp_path: Path) -> None:
-    _run_with_checkpoints(_Tiny(), tmp_path, steps=200, every=40)
+    _run_with_checkpoints(_Tiny(), tmp_path, steps=160, every=40)
 
 
 @pytest.mark.slow
@@ -137,7 +137,7 @@ def _check_resume(make: Callable[[], Any], tmp_path: Path, trained: int, after: 
 
 
 def test_restored_optimizer_continues_training_without_a_spike(tmp_path: Path) -> None:
-    _check_resume(_Tiny, tmp_path, trained=150, after=30)
+    _check_resume(_Tiny, tmp_path, trained=120, after=25)
 
 
 @pytest.mark.slow

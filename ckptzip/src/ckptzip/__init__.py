@@ -15,13 +15,19 @@ from ckptzip.errors import (
     UnsupportedFormatError,
     UnsupportedValueError,
 )
-from ckptzip.manager import CheckpointManager
+from ckptzip.manager import CheckpointManager, SaveReport
+from ckptzip.search import MomentPolicy, SearchResult
+from ckptzip.sensitivity import SensitivityTracker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CheckpointManager",
     "CompressionConfig",
+    "MomentPolicy",
+    "SaveReport",
+    "SearchResult",
+    "SensitivityTracker",
     "QuantConfig",
     "Report",
     "TensorReport",
