@@ -347,3 +347,13 @@ def test_large_tensor_dequantize_matches_plain_lookup(dtype: torch.dtype) -> Non
     ref = torch.as_tensor(q.levels).to(dtype)[torch.from_numpy(q.indices).long()]
     ref[torch.from_numpy(q.protected_positions)] = q.protected_values
     assert torch.equal(dequantize(q), ref)
+
+
+def test_non_contiguous_and_requires_grad_input() -> None:
+    w = torch.randn(300, 200, generator=torch.Generator().manual_seed(9)).requires_grad_()
+    x = w.t()  # a transposed view: indices must follow the logical (C) order
+    q = quantize(x, QuantConfig(bins=16))
+    y = dequantize(q)
+    assert y.shape == (200, 300) and not y.requires_grad
+    assert math.isclose(q.rel_error, _measured_rel_error(x.detach(), y), rel_tol=1e-4)
+    np.testing.assert_array_equal(q.indices, quantize(x.detach().contiguous(), q.config).indices)
