@@ -100,3 +100,10 @@ def test_quant_golden_is_within_recorded_error_of_recomputed_input() -> None:
         "log_domain": False,
     }
     assert float((back["model"]["w4_pruned"] == 0).float().mean()) >= 0.29
+
+
+def test_planes_golden_equals_recomputed_input() -> None:
+    path = GOLDEN / "v1_planes.ckz"
+    same(make_golden.planes_object(), ckptzip.load(path))
+    stages = [e.meta["stage"]["enc"] for e in read_manifest(path).tensors]
+    assert stages == ["planes"] * 3  # the file exercises the byte-plane stage

@@ -1,5 +1,8 @@
 """Codec ``"exact"``: the tensor's raw bytes (little-endian, its own dtype) through zstd.
 
+Multi-byte elements go through the lossless stage as byte planes (see :mod:`ckptzip.entropy`),
+which is where float tensors compress at all.
+
 Bit-exact for every dtype in :data:`ckptzip.structure.DTYPES`, including bf16 and NaN
 payloads, because the bytes are copied, never converted. Meta: ``{"stage": <entropy record>}``,
 one chunk.
@@ -93,7 +96,9 @@ class ExactCodec(Codec):
     lossy = False
 
     def encode(self, x: torch.Tensor, ctx: EncodeContext) -> Encoded:
-        payload, info = entropy.encode(tensor_to_bytes(x), ctx.config.zstd_level)
+        payload, info = entropy.encode(
+            tensor_to_bytes(x), ctx.config.zstd_level, itemsize=x.element_size()
+        )
         return Encoded(meta={"stage": info}, chunks=[payload])
 
     def decode(

@@ -138,7 +138,10 @@ def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], li
     pos = np.ascontiguousarray(q.protected_positions, dtype=np.int64)
     gaps = np.diff(pos, prepend=np.int64(0)).astype(_I64)  # small numbers compress well
     pos_payload, pos_info = entropy.encode(gaps.tobytes(), level)
-    val_payload, val_info = entropy.encode(tensor_to_bytes(q.protected_values.to(q.dtype)), level)
+    values = q.protected_values.to(q.dtype)
+    val_payload, val_info = entropy.encode(
+        tensor_to_bytes(values), level, itemsize=values.element_size()
+    )
     meta = {
         "n_levels": int(levels.size),
         **idx_meta,
