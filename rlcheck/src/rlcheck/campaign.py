@@ -13,9 +13,9 @@ One *episode* is one call of the generator. Its input is then checked:
   the point, and a second identical one earns nothing.
 
 Uniqueness is tracked by storing ``hash(key)`` (64 bits) rather than the inputs, so memory
-grows by about 60 bytes per distinct valid input whatever the inputs' size; two distinct
-inputs colliding is a chance of about n²/2⁶⁵ (≈ 3·10⁻⁸ at a million). Unhashable inputs are
-keyed by their ``repr``.
+grows by about 80 bytes per distinct valid input (77 measured at 200 000) whatever the
+inputs' size; two distinct inputs colliding is a chance of about n²/2⁶⁵ (≈ 3·10⁻⁸ at a
+million). Unhashable inputs are keyed by their ``repr``.
 """
 
 from __future__ import annotations
