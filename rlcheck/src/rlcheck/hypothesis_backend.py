@@ -510,13 +510,19 @@ class RLCheckProvider(PrimitiveProvider):
         a cold policy then generates like Hypothesis does, which keeps the early valid
         rate, and so the run, alive while learning starts. (Following the prior also
         until the first valid case, instead of the greedy sweep over untried actions that
-        Q = 0 for unvisited actions causes, measured worse: fewer runs found any.)
+        Q = 0 for unvisited actions causes, measured worse: fewer runs found any. But for
+        yes/no choices with a skewed prior, such as a collection's continue/stop, a state
+        where every tried answer led only to invalid inputs keeps following the prior:
+        the sweep would make them 50/50 and collections far smaller than Hypothesis's.)
         """
         state = (tuple(self._labels[-_PATH_DEPTH:]), self._window)
         table = self._policy.table(point)
         rng = self._rng
-        if rng.random() < self._epsilon or not any(
-            table.value(state, a)[1] for a in range(n_actions)
+        values = [table.value(state, a) for a in range(n_actions)]
+        if (
+            rng.random() < self._epsilon
+            or not any(n for _, n in values)
+            or (n_actions == 2 and prior is not None and all(q < 0 for q, n in values if n))
         ):
             if prior is None:
                 action = rng.randrange(n_actions)
