@@ -254,3 +254,16 @@ def test_eviction_stays_cheap_on_a_full_table() -> None:
         t.update(s, 0, 1.0)
     assert time.process_time() - start < 1.5
     assert len(t) == 50_000 and t.value(149_999, 0) == (1.0, 1) and t.value(99_999, 0)[1] == 0
+
+
+def test_a_policy_that_cannot_be_saved_does_not_lose_the_campaign(tmp_path: Path) -> None:
+    def odd_labels(g: Gen) -> bool:
+        return g.boolean(label=frozenset({"not", "json"}))
+
+    guide = RLGuide(seed=0, policy_file=tmp_path / "p.json")
+    with pytest.warns(RLCheckWarning, match="could not save the learned policy"):
+        result = rlcheck.run(odd_labels, bool, guide=guide, trials=50)
+    assert result.trials == 50
+    missing_dir = RLGuide(seed=0, policy_file=tmp_path / "no" / "such" / "dir" / "p.json")
+    with pytest.warns(RLCheckWarning, match="could not save"):
+        rlcheck.run(scoped, bool, guide=missing_dir, trials=20)

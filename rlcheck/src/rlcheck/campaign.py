@@ -246,7 +246,7 @@ def run(
                 progress(Sample(now - start, n, n_valid, len(seen)))
                 next_progress = now + _PROGRESS_INTERVAL
 
-            g.choices = []
+            g.reset()
             guide.start_episode()
             ok: object
             try:

@@ -13,7 +13,9 @@ A generator is a plain function of one argument, the context ``g``, returning th
 Each choice point has a stable identity, its *point*: the ``label`` when given, otherwise
 ``(filename, lineno)`` of the call site. A guide learns one table per point, so give the
 same label to choices that mean the same thing wherever they are made, and labels to
-points whose learned policy should survive edits to the file (line numbers move).
+points whose learned policy should survive edits to the file (line numbers move). Labels
+(of choice points and of scopes) should be strings, numbers or tuples of them: that is
+what a saved policy file can hold.
 
 Every choice is recorded as an option index in :attr:`Gen.choices`; :func:`replay` re-runs
 a generator on such a sequence and gets the same input back.

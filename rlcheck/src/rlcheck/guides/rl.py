@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from rlcheck.errors import InvalidArgument
+from rlcheck.errors import InvalidArgument, RLCheckWarning
 from rlcheck.guides.base import TOKEN_TYPES, Guide
 from rlcheck.learner import Policy, reward_for
 from rlcheck.policy_store import load_policy, save_policy
@@ -118,8 +119,17 @@ class RLGuide(Guide):
         self._visits = []
 
     def end_campaign(self) -> None:
-        if self.policy_file is not None:
+        if self.policy_file is None:
+            return
+        try:
             self.save(self.policy_file)
+        except (OSError, InvalidArgument) as exc:
+            # The campaign's result matters more than the saved policy: warn, do not raise.
+            warnings.warn(
+                f"could not save the learned policy to {os.fspath(self.policy_file)!r}: {exc}",
+                RLCheckWarning,
+                stacklevel=2,
+            )
 
     def reseed(self, seed: int | None) -> None:
         self._seed = seed
