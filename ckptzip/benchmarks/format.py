@@ -5,11 +5,13 @@ splits the time of :func:`ckptzip.save` and :func:`ckptzip.load` into the quanti
 (``quantize`` / ``dequantize`` of the same tensors, timed alone) and the rest: structure, the
 codecs' packing and zstd, sha256 checksums, the manifest, the atomic write and the reads. It
 also times the lossless path (every tensor exact), ``verify`` (checksums only) and
-``verify(decode=True)``, and reports how much of each file the manifest takes.
+``verify(decode=True)``, reports how much of each file the manifest takes, and compares the
+lossless stage's plain zstd with its byte-plane coding on Gaussian fp32/bf16/fp16 weights.
 
 Speeds are MB/s of tensor bytes in memory (``numel × itemsize``), on one thread
 (``torch.set_num_threads(1)``), best of ``--repeat`` runs. Run ``python benchmarks/format.py``
-(mlp, cnn, lm) or ``--quick`` (mlp only, fewer steps); prints a table and writes JSON
+(mlp, cnn, lm, and one synthetic 8M-value tensor) or ``--quick`` (mlp only, fewer
+steps, a 2M-value tensor); prints a table and writes JSON
 (``--json``, default ``benchmarks/results/format.json``). Timings depend on the machine and
 on whatever else runs on it.
 """
@@ -34,8 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _workloads
 
 import ckptzip
+from ckptzip import entropy
 from ckptzip._types import QuantizedTensor
 from ckptzip.api import read_manifest, read_quantized, verify
+from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.config import CompressionConfig
 from ckptzip.quantize import dequantize, quantize
 from ckptzip.structure import flatten
@@ -53,15 +57,24 @@ def best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return min(times), out
 
 
-def measure(name: str, steps: int, repeat: int, d: str) -> dict[str, Any]:
+def trained(name: str, steps: int) -> dict[str, Any]:
     work = _workloads.make(name, seed=0)
     for _, _state in _workloads.train(work, steps, every=steps):
         pass
-    state = work.state()
+    return work.state()
+
+
+def synthetic(numel: int) -> dict[str, Any]:
+    """One large weight-like tensor: the regime where per-file costs (fsync, manifest) vanish."""
+    g = torch.Generator().manual_seed(0)
+    return {"model": {"w": torch.randn(numel // 1024, 1024, generator=g) * 0.02}}
+
+
+def measure(name: str, state: dict[str, Any], repeat: int, d: str) -> dict[str, Any]:
     config = CompressionConfig()
     _, leaves = flatten(state)
     mb = sum(t.numel() * t.element_size() for _, t in leaves) / 1e6
-    path = os.path.join(d, f"{name}.ckz")
+    path = os.path.join(d, "bench.ckz")
 
     def save() -> ckptzip.Report:
         return ckptzip.save(state, path, config=config, overwrite=True)
@@ -78,7 +91,7 @@ def measure(name: str, steps: int, repeat: int, d: str) -> dict[str, Any]:
     t_verify_dec, _ = best(lambda: verify(path, decode=True), repeat)
     size = os.path.getsize(path)
     manifest = read_manifest(path)
-    exact_path = os.path.join(d, f"{name}-exact.ckz")
+    exact_path = os.path.join(d, "bench-exact.ckz")
     exact_cfg = CompressionConfig(min_numel=1 << 62)
     t_esave, erep = best(
         lambda: ckptzip.save(state, exact_path, config=exact_cfg, overwrite=True), repeat
@@ -86,7 +99,6 @@ def measure(name: str, steps: int, repeat: int, d: str) -> dict[str, Any]:
     t_eload, _ = best(lambda: ckptzip.load(exact_path), repeat)
     return {
         "workload": name,
-        "steps": steps,
         "tensor_mb": mb,
         "tensors": len(leaves),
         "quantized_tensors": len(lossy),
@@ -95,16 +107,42 @@ def measure(name: str, steps: int, repeat: int, d: str) -> dict[str, Any]:
         "manifest_bytes": size - manifest.data_bytes,
         "save_mb_s": mb / t_save,
         "save_quantize_share": t_quant / t_save,
-        "save_format_mb_s": mb / max(t_save - t_quant, 1e-9),
+        # timed apart, so under load the difference can vanish: reported as None then
+        "save_format_mb_s": mb / (t_save - t_quant) if t_save > 1.05 * t_quant else None,
         "load_mb_s": mb / t_load,
         "load_dequantize_share": t_deq / t_load,
-        "load_format_mb_s": mb / max(t_load - t_deq, 1e-9),
+        "load_format_mb_s": mb / (t_load - t_deq) if t_load > 1.05 * t_deq else None,
         "verify_file_mb_s": size / 1e6 / t_verify,
         "verify_decode_mb_s": mb / t_verify_dec,
         "exact_ratio": erep.ratio,
         "exact_save_mb_s": mb / t_esave,
         "exact_load_mb_s": mb / t_eload,
     }
+
+
+def lossless(numel: int, repeat: int) -> list[dict[str, Any]]:
+    """The exact path's stage on Gaussian weights: plain zstd against byte planes."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(numel, generator=g) * 0.02
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        raw = tensor_to_bytes(base.to(dtype))
+        mb = len(raw) / 1e6
+        for mode, itemsize in (("zstd", 1), ("planes", base.to(dtype).element_size())):
+            t_enc, (payload, info) = best(
+                lambda r=raw, i=itemsize: entropy.encode(r, 3, itemsize=i), repeat
+            )
+            t_dec, _ = best(lambda p=payload, f=info: entropy.decode(p, f), repeat)
+            rows.append(
+                {
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "stage": mode,
+                    "ratio": len(raw) / len(payload),
+                    "encode_mb_s": mb / t_enc,
+                    "decode_mb_s": mb / t_dec,
+                }
+            )
+    return rows
 
 
 def main() -> None:
@@ -117,8 +155,10 @@ def main() -> None:
     names = ["mlp"] if args.quick else ["mlp", "cnn", "lm"]
     steps = 20 if args.quick else 60
     repeat = args.repeat or (2 if args.quick else 3)
+    big = (2 << 20) if args.quick else (8 << 20)
     with tempfile.TemporaryDirectory() as d:
-        rows = [measure(n, steps, repeat, d) for n in names]
+        rows = [measure(f"{n} ({steps} steps)", trained(n, steps), repeat, d) for n in names]
+        rows.append(measure(f"synthetic {big / 1e6:.1f}M", synthetic(big), repeat, d))
     cols = [
         ("workload", "{}"),
         ("tensor_mb", "{:.1f}"),
@@ -136,7 +176,15 @@ def main() -> None:
     ]
     print(" | ".join(c for c, _ in cols))
     for r in rows:
-        print(" | ".join(f.format(r[c]) for c, f in cols))
+        print(" | ".join("n/a" if r[c] is None else f.format(r[c]) for c, f in cols))
+    stage_rows = lossless(big, repeat)
+    print(f"\nlossless stage on {big / 1e6:.1f}M Gaussian weights (the exact codec's path)")
+    print("dtype | stage | ratio | encode MB/s | decode MB/s")
+    for r in stage_rows:
+        print(
+            f"{r['dtype']} | {r['stage']} | {r['ratio']:.3f}x | {r['encode_mb_s']:.0f} | "
+            f"{r['decode_mb_s']:.0f}"
+        )
     result = {
         "benchmark": "format",
         "quick": args.quick,
@@ -148,6 +196,7 @@ def main() -> None:
             "cpu_count": os.cpu_count(),
         },
         "rows": rows,
+        "lossless_stage": stage_rows,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
