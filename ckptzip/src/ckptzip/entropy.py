@@ -15,7 +15,7 @@ full zstd pass.
 bytes into ``itemsize`` planes (byte ``j`` of every element, in order) and codes each plane on
 its own as above: the sign/exponent plane of floats compresses well, the low mantissa planes
 do not and stay raw. On fp32 weights this takes zstd from about 1.08x to 1.17x, on bf16 from
-1.28x to 1.41x (``benchmarks/format.py``-style measurements on Gaussian weights).
+1.28x to 1.41x on Gaussian weights (the lossless-stage table of ``benchmarks/format.py``).
 """
 
 from __future__ import annotations
