@@ -7,10 +7,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rlcheck.cli import main
+from rlcheck.cli import _load_object, main
 
 GENS = """
     import rlcheck
@@ -104,3 +107,11 @@ def test_usage_errors_are_clear(gens: Path, args: list[str], message: str) -> No
     code, text = invoke(*(a.replace("{g}", str(gens)) for a in args))
     assert code == 2
     assert message in " ".join(text.split())
+
+
+@given(st.text(alphabet="ab-.:/ ", max_size=14))
+def test_any_spec_is_loaded_or_refused_cleanly(spec: str) -> None:
+    # No real module can be named with this alphabet ('-', ' ', leading dots), so every
+    # spec must end in a clear usage error, never in an uncaught exception.
+    with pytest.raises(click.BadParameter):
+        _load_object(spec, "MODULE:GENERATOR")

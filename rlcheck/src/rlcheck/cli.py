@@ -46,6 +46,11 @@ def _load_object(spec: str, what: str) -> Any:
             # Like ``python -m``: modules in the current directory are importable.
             if os.getcwd() not in sys.path:
                 sys.path.insert(0, os.getcwd())
+            if not all(part.isidentifier() for part in module_name.split(".")):
+                raise click.BadParameter(
+                    f"{module_name!r} is neither a dotted module name nor a .py file",
+                    param_hint=what,
+                )
             module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint=what) from exc
