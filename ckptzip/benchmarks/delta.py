@@ -80,12 +80,13 @@ def measure_run(
     keyframe_every: int,
     seed: int,
     methods: bool,
+    quant: ckptzip.QuantConfig,
     workdir: Path,
 ) -> dict[str, Any]:
     """Train, checkpoint and measure; returns the JSON-able result of one run."""
     w = _workloads.make(workload, seed)
-    config = ckptzip.CompressionConfig()
-    manager = CheckpointManager(workdir / "manager", keyframe_every=keyframe_every)
+    config = ckptzip.CompressionConfig(quant=quant)
+    manager = CheckpointManager(workdir / "manager", keyframe_every=keyframe_every, config=config)
     rows: list[dict[str, Any]] = []
     prev_path: str | None = None
     prev_hash = ""
@@ -315,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--every", type=int, default=None, help="training steps per checkpoint")
     ap.add_argument("--keyframe-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bins", type=int, default=ckptzip.QuantConfig().bins)
+    ap.add_argument("--prune", type=float, default=ckptzip.QuantConfig().prune)
     ap.add_argument("--no-methods", action="store_true", help="skip the back-end comparison")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
@@ -332,12 +335,18 @@ def main(argv: list[str] | None = None) -> None:
             keyframe_every=args.keyframe_every,
             seed=args.seed,
             methods=not args.no_methods,
+            quant=ckptzip.QuantConfig(bins=args.bins, prune=args.prune),
             workdir=Path(tmp),
         )
     result["command"] = "python benchmarks/delta.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    stem = f"delta-{workload}{'-quick' if args.quick else ''}"
+    default_quant = (args.bins, args.prune) == (
+        ckptzip.QuantConfig().bins,
+        ckptzip.QuantConfig().prune,
+    )
+    variant = "" if default_quant else f"-b{args.bins}-p{args.prune:g}"
+    stem = f"delta-{workload}{variant}{'-quick' if args.quick else ''}"
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
     plot(result, args.out / f"{stem}.png")
     _print_summary(result)
