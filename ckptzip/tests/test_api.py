@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -73,6 +74,7 @@ def test_exact_round_trip_of_a_real_checkpoint(tmp_path: Path) -> None:
     model.load_state_dict(back["model"])  # a plain dict loads like the OrderedDict did
     assert isinstance(obj["model"], OrderedDict)
     assert report.bytes_out == os.path.getsize(tmp_path / "c.ckz")
+    assert report.sha256 == hashlib.sha256((tmp_path / "c.ckz").read_bytes()).hexdigest()
     assert all(e.codec == "exact" and e.rel_error == 0.0 for e in report.entries)
 
 

@@ -7,6 +7,7 @@ raw numeric bytes only, so loading an untrusted file can fail but never executes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -118,6 +119,8 @@ class Report:
         Wall time of flattening, encoding and writing (the ``bytes_in`` measurement excluded).
     entries:
         One :class:`TensorReport` per tensor, in structure order.
+    sha256:
+        Hex sha256 of the written file (what a delta child records as its parent's hash).
     """
 
     path: str
@@ -126,6 +129,7 @@ class Report:
     ratio: float
     seconds: float
     entries: tuple[TensorReport, ...]
+    sha256: str = ""
 
     @property
     def tensor_nbytes(self) -> int:
@@ -141,7 +145,23 @@ class Report:
             "ratio": self.ratio,
             "seconds": self.seconds,
             "entries": [e.to_json() for e in self.entries],
+            "sha256": self.sha256,
         }
+
+
+class _HashingWriter:
+    """Passes writes through and hashes them: the file's sha256 without reading it back."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self._digest = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self._digest.update(data)
+        return self._f.write(data)
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
 
 
 class _CountingSink:
@@ -394,14 +414,19 @@ def save(
         created_by=f"ckptzip {ckptzip.__version__}",
     )
 
+    hashes: list[str] = []
+
     def _write(f: BinaryIO) -> None:
-        write(f, manifest, chunks)
+        hashing = _HashingWriter(f)
+        write(hashing, manifest, chunks)
+        hashes.append(hashing.hexdigest())
 
     bytes_out = storage.atomic_write(path, _write, overwrite=overwrite)
+    file_hash = hashes[-1]
     if cache is not None:
         # Only the quantized tensors: all a child delta reads, and exact tensors would alias
         # the caller's live (still training) tensors.
-        cache[storage.sha256_file(path)] = quantized
+        cache[file_hash] = quantized
     seconds = time.perf_counter() - t0
     bytes_in = _torch_save_size(obj)
     reports = tuple(
@@ -424,6 +449,7 @@ def save(
         ratio=bytes_in / bytes_out if bytes_out else math.inf,
         seconds=seconds,
         entries=reports,
+        sha256=file_hash,
     )
 
 

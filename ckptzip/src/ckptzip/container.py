@@ -28,7 +28,7 @@ import re
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ckptzip.config import QuantConfig
 from ckptzip.errors import (
@@ -47,6 +47,7 @@ __all__ = [
     "Manifest",
     "Reader",
     "TensorEntry",
+    "Writable",
     "manifest_bytes",
     "write",
 ]
@@ -323,7 +324,13 @@ def manifest_bytes(manifest: Manifest) -> bytes:
         raise ValueError(f"manifest is not strict JSON: {exc}") from exc
 
 
-def write(f: BinaryIO, manifest: Manifest, chunks: Sequence[bytes]) -> int:
+class Writable(Protocol):
+    """Anything :func:`write` can write to (a binary file, a hashing wrapper ...)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
+def write(f: Writable, manifest: Manifest, chunks: Sequence[bytes]) -> int:
     """Write a whole file to ``f``; ``manifest.chunks`` must describe ``chunks``. Returns bytes."""
     if len(chunks) != len(manifest.chunks):
         raise ValueError("manifest and chunk list disagree")
