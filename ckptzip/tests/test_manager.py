@@ -346,3 +346,14 @@ def test_chains_are_decoded_once_for_sequential_saves_and_loads(
     decoded.clear()
     CheckpointManager(tmp_path, config=CONFIG).load(7)  # a cold load replays the chain once
     assert decoded == [step_file_name(s) for s in range(7, -1, -1)]
+
+
+def test_describe_names_damaged_files_and_their_dependents(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=5, config=CONFIG)
+    for s in range(3):
+        mgr.save(s, _state(s))
+    (tmp_path / step_file_name(1)).write_bytes(b"not a checkpoint")
+    status = {e.step: e.status for e in describe_directory(tmp_path)}
+    assert status[0] == "ok"
+    assert status[1].startswith("unreadable")
+    assert "cannot be restored" in status[2]

@@ -684,6 +684,8 @@ def describe_directory(directory: str | os.PathLike[str]) -> list[ChainEntry]:
         parent = None if ref is None else _step_of(ref["name"])
         if ref is None:
             state = "ok"
+        elif parent in status and parent not in hashes:
+            state = f"parent {ref['name']} cannot be restored"  # present but unreadable
         elif parent is None or parent not in hashes:
             state = f"missing parent {ref['name']}"
         elif hashes[parent] != ref["hash"]:
