@@ -95,7 +95,7 @@ def test_search_honours_tolerance_and_leaves_model_untouched() -> None:
     assert eval_fn(_apply(model, result.config)) <= limit  # type: ignore[operator]
     cfg = result.layer_configs["linear"]
     assert cfg is not None and cfg != QuantConfig(bins=32, prune=0.0, protect=0.01)
-    assert 1 <= result.trials <= 14
+    assert 1 <= result.trials <= 14  # at most 3 + 11t for t = 1 layer type
     assert result.estimated_ratio > 4
     assert set(result.paths) == {"model/0.weight", "model/2.weight"}  # 4.weight: small
     assert result.config.quant_for("model/0.bias") is None  # small: exact
@@ -204,7 +204,7 @@ def test_nothing_feasible_keeps_weights_exact() -> None:
 
     result = search(model, eval_fn=eval_fn, tolerance=0.0)
     assert result.layer_configs == {"linear": None}
-    assert result.trials == 1 and "exact" in result.note
+    assert result.trials <= 3 and "exact" in result.note
     assert result.config.quant_for("model/2.weight") is None
 
 

@@ -19,7 +19,7 @@ taken as monotone along each axis, so:
 
 1. *Diagonal.* Point ``d`` (0..5) puts every axis of every type at ``round(d·(n−1)/5)`` of its
    ``n`` levels. The feasible part of the diagonal is a prefix; bisection finds its end ``d*``
-   in at most 4 trials (``d = 0`` first: when even it fails, everything searched stays exact).
+   in at most 3 trials (when even ``d = 0`` fails, everything searched stays exact).
 2. *Sub-cube.* From the diagonal point ``d*``, for each type (largest first) and each axis in
    the order bins, prune, protect, bisect the most aggressive feasible level between the
    current one and the end of the axis, the other coordinates fixed (``ceil(log2(k+1))``
@@ -27,13 +27,15 @@ taken as monotone along each axis, so:
 3. *Metric.* With gradient scores, each type that prunes at all and could prune more tries the
    other metric one prune level further (1 trial); it is kept when feasible.
 
-So a model with ``t`` searched layer types costs at most ``4 + 9t + t`` evaluations, typically
-about ``3 + 6t``.
+So a model with ``t`` searched layer types costs at most ``3 + 11t`` evaluations (3 + 3 + 2
+bisection steps on the axes, the metric trial and up to 2 more prune steps after it),
+typically about ``3 + 5t``, plus one evaluation of the exact weights.
 
 **Neighbourhood search** (later checkpoints, given ``previous``): never more aggressive than the
 previous choice. The previous configuration is tried first (1 trial, the usual outcome); when
-it fails, every single-axis step back toward precision is tried and the feasible one with the
-highest estimated ratio wins; then one step back on every axis at once; then the full search.
+it fails, the single-axis steps back toward precision are tried in order of estimated ratio,
+best first, and the first feasible one wins; then one step back on every axis at once; then
+the full search.
 
 **Ratio estimate.** No file is written during the search: a candidate's size is estimated
 from the quantizer's output, as the order-0 entropy of its indices (capped at the packed bit
@@ -307,45 +309,52 @@ class _Evaluator:
         self.params = params  # name -> (layer type, parameter)
         self.eval_fn = eval_fn
         self.scores = scores
-        # (name, config) -> (dequantized tensor, estimated bytes, relative error). Two configs
-        # per tensor at most: a trial changes one type, the incumbent's tensors are reused.
-        self._cache: dict[str, dict[QuantConfig, tuple[torch.Tensor, float, float]]] = {}
+        # name -> {config: dequantized tensor}, two configs per tensor at most: a trial changes
+        # one type, so the incumbent's tensors of the other types are reused.
+        self._tensors: dict[str, dict[QuantConfig, torch.Tensor]] = {}
+        # (name, config) -> (estimated bytes, relative error): small, kept for the whole search
+        self._stats: dict[tuple[str, QuantConfig], tuple[float, float]] = {}
         self.trials = 0
 
-    def _quantized(self, name: str, cfg: QuantConfig) -> tuple[torch.Tensor, float, float]:
-        per = self._cache.setdefault(name, {})
+    def _quantize(self, name: str, cfg: QuantConfig, *, keep: bool) -> torch.Tensor | None:
+        per = self._tensors.setdefault(name, {})
         hit = per.get(cfg)
-        if hit is not None:
+        if hit is not None or (not keep and (name, cfg) in self._stats):
             return hit
-        param = self.params[name][1]
-        x = param.detach()
+        x = self.params[name][1].detach()
         q = quantize(x, cfg, scores=self.scores.get(name))
-        out = (
-            dequantize(q, device=x.device).reshape(x.shape),
-            _estimated_bytes(x, q),
-            float(q.rel_error),
-        )
+        self._stats[name, cfg] = (_estimated_bytes(x, q), float(q.rel_error))
+        if not keep:
+            return None
+        out = dequantize(q, device=x.device).reshape(x.shape)
         while len(per) >= 2:
             per.pop(next(iter(per)))
         per[cfg] = out
         return out
 
+    def _stat(self, name: str, cfg: QuantConfig) -> tuple[float, float]:
+        self._quantize(name, cfg, keep=False)
+        return self._stats[name, cfg]
+
     def estimated_ratio(self, point: _Point | None) -> float:
+        """Estimated ratio of the searched weights at ``point`` (no evaluation counted)."""
         exact = sum(p.numel() * p.element_size() for _, p in self.params.values())
         if point is None:
             return 1.0
-        est = sum(self._quantized(n, point.config(k))[1] for n, (k, _) in self.params.items())
+        est = sum(self._stat(n, point.config(k))[0] for n, (k, _) in self.params.items())
         return exact / est if est > 0 else 1.0
 
     def quality(self, point: _Point) -> float:
         """eval_fn with the point's weights loaded, or the largest relative error (data-free)."""
         self.trials += 1
-        loaded = {n: self._quantized(n, point.config(k)) for n, (k, _) in self.params.items()}
         if self.eval_fn is None:
-            return max(rel for _, _, rel in loaded.values())
-        return _evaluate_with(
-            self.model, self.params, {n: t for n, (t, _, _) in loaded.items()}, self.eval_fn
-        )
+            return max(self._stat(n, point.config(k))[1] for n, (k, _) in self.params.items())
+        weights = {}
+        for n, (k, _) in self.params.items():
+            tensor = self._quantize(n, point.config(k), keep=True)
+            assert tensor is not None
+            weights[n] = tensor
+        return _evaluate_with(self.model, self.params, weights, self.eval_fn)
 
 
 def _evaluate_with(
@@ -390,15 +399,15 @@ class _Walk:
 
     def full(self, kinds: list[str], metrics: Mapping[str, str]) -> _Point | None:
         diag = [_Point.diagonal(kinds, d, metrics) for d in range(_DIAGONAL + 1)]
-        if not self.feasible(diag[0]):
-            return None
-        lo, hi = 0, _DIAGONAL  # diag[lo] feasible; find the last feasible index
+        lo, hi = -1, _DIAGONAL  # the last feasible index lies in [lo, hi]; -1: none
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if self.feasible(diag[mid]):
                 lo = mid
             else:
                 hi = mid - 1
+        if lo < 0:
+            return None
         point = diag[lo]
         for kind in kinds:
             for axis in _AXIS_ORDER:
@@ -433,9 +442,11 @@ class _Walk:
             for i, axis in enumerate(_AXIS_ORDER):
                 if lv[i] > 0:
                     backs.append(previous.with_level(kind, axis, lv[i] - 1))
-        feasible = [p for p in backs if self.feasible(p)]
-        if feasible:
-            return max(feasible, key=self.ev.estimated_ratio)
+        # Best estimated ratio first: the first feasible one is the answer (quantizing for
+        # the estimate is much cheaper than an evaluation).
+        for point in sorted(backs, key=self.ev.estimated_ratio, reverse=True):
+            if self.feasible(point):
+                return point
         all_back = previous
         for kind, lv, _ in previous.levels:
             for i, axis in enumerate(_AXIS_ORDER):
