@@ -178,7 +178,6 @@ _LAZY: dict[str, str] = {
     "exact": "ckptzip.codecs.exact",
     "quant": "ckptzip.codecs.quantized",
     "delta": "ckptzip.codecs.delta",
-    "moments": "ckptzip.codecs.moments",
 }
 
 C = TypeVar("C", bound=type[Codec])
