@@ -430,6 +430,11 @@ class CheckpointManager:
         """
         step = _check_step(step)
         path = self.path(step)
+        if not overwrite and path.exists():  # fail before any search or quantization
+            raise CheckpointExistsError(
+                f"step {step} already exists ({str(path)!r}); pass overwrite=True to "
+                "replace it, or save under another step"
+            )
         config, metadata, result = self.config, {"step": str(step)}, None
         if obj is None:
             obj, config, scores, result = self._snapshot(extra, scores)
