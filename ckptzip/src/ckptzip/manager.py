@@ -431,10 +431,7 @@ class CheckpointManager:
         step = _check_step(step)
         path = self.path(step)
         if not overwrite and path.exists():  # fail before any search or quantization
-            raise CheckpointExistsError(
-                f"step {step} already exists ({str(path)!r}); pass overwrite=True to "
-                "replace it, or save under another step"
-            )
+            raise _exists(step, path)
         config, metadata, result = self.config, {"step": str(step)}, None
         if obj is None:
             obj, config, scores, result = self._snapshot(extra, scores)
@@ -445,10 +442,7 @@ class CheckpointManager:
             steps = self.steps()
             if step in steps:
                 if not overwrite:
-                    raise CheckpointExistsError(
-                        f"step {step} already exists ({str(path)!r}); pass overwrite=True to "
-                        "replace it, or save under another step"
-                    )
+                    raise _exists(step, path)
                 dependents = [s for s in steps if s > step and step in self._chain_or_none(s)]
                 if dependents:
                     raise CheckpointExistsError(
@@ -638,6 +632,13 @@ class CheckpointManager:
     def describe(self) -> list[ChainEntry]:
         """One :class:`ChainEntry` per step (see :func:`describe_directory`)."""
         return describe_directory(self.directory)
+
+
+def _exists(step: int, path: Path) -> CheckpointExistsError:
+    return CheckpointExistsError(
+        f"step {step} already exists ({str(path)!r}); pass overwrite=True to replace it, "
+        "or save under another step"
+    )
 
 
 def _check_step(step: int) -> int:
