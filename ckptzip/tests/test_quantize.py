@@ -357,3 +357,31 @@ def test_non_contiguous_and_requires_grad_input() -> None:
     assert y.shape == (200, 300) and not y.requires_grad
     assert math.isclose(q.rel_error, _measured_rel_error(x.detach(), y), rel_tol=1e-4)
     np.testing.assert_array_equal(q.indices, quantize(x.detach().contiguous(), q.config).indices)
+
+
+@st.composite
+def _non_negative(draw: st.DrawFn) -> torch.Tensor:
+    x = draw(_tensors()).abs()  # NaN stays NaN, -inf becomes inf, -0.0 becomes 0.0
+    if x.numel() and draw(st.booleans()):  # Adam's second moment spans many decades
+        spread = torch.logspace(-30, 0, x.numel(), dtype=torch.float64).reshape(x.shape)
+        x = (x.double() * spread).to(x.dtype)
+    return x
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    _non_negative(),
+    st.builds(
+        QuantConfig,
+        bins=st.sampled_from([2, 4, 16, 64]),
+        prune=st.sampled_from([0.0, 0.2]),
+        protect=st.sampled_from([0.0, 0.01]),
+        log_domain=st.just(True),
+    ),
+)
+def test_log_domain_round_trip_properties(x: torch.Tensor, cfg: QuantConfig) -> None:
+    q = quantize(x, cfg)
+    y = _check_round_trip(x, cfg, q)
+    fin = torch.isfinite(x)
+    assert bool(torch.all(y[fin] >= 0))
+    assert bool(torch.all(y[fin & (x == 0)] == 0))  # zeros stay exact
