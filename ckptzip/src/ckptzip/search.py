@@ -33,9 +33,9 @@ typically about ``3 + 5t``, plus one evaluation of the exact weights.
 
 **Neighbourhood search** (later checkpoints, given ``previous``): never more aggressive than the
 previous choice. The previous configuration is tried first (1 trial, the usual outcome); when
-it fails, the single-axis steps back toward precision are tried in order of estimated ratio,
-best first, and the first feasible one wins; then one step back on every axis at once; then
-the full search.
+it fails, the single-axis steps back toward precision are tried in order of the total squared
+weight error they leave (measured by quantizing, no evaluation), smallest first, and the first
+feasible one wins; then one step back on every axis at once; then the full search.
 
 **Ratio estimate.** No file is written during the search: a candidate's size is estimated
 from the quantizer's output, as the order-0 entropy of its indices (capped at the packed bit
@@ -314,6 +314,7 @@ class _Evaluator:
         self._tensors: dict[str, dict[QuantConfig, torch.Tensor]] = {}
         # (name, config) -> (estimated bytes, relative error): small, kept for the whole search
         self._stats: dict[tuple[str, QuantConfig], tuple[float, float]] = {}
+        self._norms: dict[str, float] = {}
         self.trials = 0
 
     def _quantize(self, name: str, cfg: QuantConfig, *, keep: bool) -> torch.Tensor | None:
@@ -343,6 +344,16 @@ class _Evaluator:
             return 1.0
         est = sum(self._stat(n, point.config(k))[0] for n, (k, _) in self.params.items())
         return exact / est if est > 0 else 1.0
+
+    def squared_error(self, point: _Point) -> float:
+        """``Σ ||ŵ − w||²`` over the searched weights at ``point`` (no evaluation counted)."""
+        if not self._norms:
+            for n, (_, p) in self.params.items():
+                self._norms[n] = float(torch.linalg.vector_norm(p.detach().float()))
+        return sum(
+            (self._stat(n, point.config(k))[1] * self._norms[n]) ** 2
+            for n, (k, _) in self.params.items()
+        )
 
     def quality(self, point: _Point) -> float:
         """eval_fn with the point's weights loaded, or the largest relative error (data-free)."""
@@ -442,9 +453,10 @@ class _Walk:
             for i, axis in enumerate(_AXIS_ORDER):
                 if lv[i] > 0:
                     backs.append(previous.with_level(kind, axis, lv[i] - 1))
-        # Best estimated ratio first: the first feasible one is the answer (quantizing for
-        # the estimate is much cheaper than an evaluation).
-        for point in sorted(backs, key=self.ev.estimated_ratio, reverse=True):
+        # Smallest total weight error first (measured by quantizing, much cheaper than an
+        # evaluation): the step that removes the most error is the likeliest to be feasible,
+        # so the usual cost is one or two evaluations, not one per axis and type.
+        for point in sorted(backs, key=self.ev.squared_error):
             if self.feasible(point):
                 return point
         all_back = previous
