@@ -385,3 +385,12 @@ def test_log_domain_round_trip_properties(x: torch.Tensor, cfg: QuantConfig) -> 
     fin = torch.isfinite(x)
     assert bool(torch.all(y[fin] >= 0))
     assert bool(torch.all(y[fin & (x == 0)] == 0))  # zeros stay exact
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_error_is_finite_near_the_dtype_maximum(dtype: torch.dtype) -> None:
+    top = torch.finfo(dtype).max
+    x = torch.tensor([top, 1.0, -2.0, -top / 2], dtype=torch.float32).repeat(100).to(dtype)
+    q = quantize(x, QuantConfig(bins=2, protect=0.0))
+    assert math.isfinite(q.rel_error)
+    assert math.isclose(q.rel_error, _measured_rel_error(x, dequantize(q)), rel_tol=1e-6)

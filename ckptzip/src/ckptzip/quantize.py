@@ -570,9 +570,14 @@ def _quantize_finite(
         xhat.masked_fill_(pruned, 0.0)
     if protected.numel():
         xhat.index_copy_(0, protected, v[protected].to(xhat.dtype))
-    diff = xhat.to(v.dtype).sub_(v)
-    err = float(torch.linalg.vector_norm(diff))
+    err = float(torch.linalg.vector_norm(xhat.to(v.dtype) - v))  # xhat kept for a re-measure
     norm = float(torch.linalg.vector_norm(v))
+    if not (math.isfinite(err) and math.isfinite(norm)):
+        # values near the float32 maximum overflow a float32 sum of squares (or a difference):
+        # measure again in float64, only then, since it costs two extra passes
+        v64 = v.double()
+        err = float(torch.linalg.vector_norm(xhat.double().sub_(v64)))
+        norm = float(torch.linalg.vector_norm(v64))
     rel = err / norm if norm > 0 else 0.0
     return _Result(levels, indices, protected, rel, thresholds, o2i, zero_index)
 
