@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+import hypothesis.extra.numpy as hnp
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from ckptzip.config import CompressionConfig, QuantConfig
@@ -321,3 +326,45 @@ def test_zero_first_moments_stay_exactly_zero() -> None:
         assert (back[x_ == 0] == 0).all(), key  # zeros stay zero
     # and a positive second moment never comes back as zero (m / eps would blow up)
     assert (back[v > 0] > 0).all()
+
+
+def test_paths_with_glob_characters_are_matched_literally() -> None:
+    model = nn.Sequential()
+    model.add_module("a[0]", nn.Linear(64, 96))
+    model.add_module("b*", nn.Linear(96, 64))
+    result = search(model)
+    cfg = result.layer_configs["linear"]
+    assert cfg is not None
+    assert result.config.quant_for("model/a[0].weight") == cfg
+    assert result.config.quant_for("model/b*.weight") == cfg
+    assert result.config.quant_for("model/a0.weight") == result.config.quant  # no false match
+
+
+def test_search_config_round_trips_through_json() -> None:
+    model, opt, eval_fn = _task(9)
+    result = search(model, eval_fn=eval_fn, optimizer=opt)  # type: ignore[arg-type]
+    again = CompressionConfig.from_json(json.loads(json.dumps(result.config.to_json())))
+    assert again == result.config
+    json.dumps(result.to_json())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    values=hnp.arrays(
+        np.float32,
+        st.integers(64, 2000),
+        elements=st.floats(-1.0, 1.0, width=32, allow_subnormal=False),
+    ),
+    zero_every=st.integers(2, 9),
+    bins=st.sampled_from([2, 4, 8, 16]),
+)
+def test_moment_policy_keeps_zero_moments_exact(
+    values: np.ndarray, zero_every: int, bins: int
+) -> None:
+    """Whatever the values, a first moment's exact zeros come back exactly zero."""
+    m = torch.from_numpy(values.copy()) * 1e-3  # first moments are small
+    m[::zero_every] = 0.0
+    zeros = float((m == 0).float().mean())
+    cfg = MomentPolicy(first_bins=bins).first(QuantConfig(bins=4), zeros)
+    back = dequantize(quantize(m, cfg)).reshape(m.shape)
+    assert (back[m == 0] == 0).all()
