@@ -4,11 +4,15 @@ For each test of ``_hyp_suite.SUITE`` and each backend, one Hypothesis run gets 
 wall-clock budget; the test body counts valid inputs, unique valid inputs (by ``repr``)
 and unique shapes (the value with its literal values replaced by their kind). The run is
 stopped at the deadline by raising a private exception from the test body (generation
-phase only, so nothing is shrunk); ``max_examples`` is set out of reach.
+phase only, so nothing is shrunk); ``max_examples`` is set out of reach. When Hypothesis
+ends a run before the deadline (too many invalid cases, ``Unsatisfiable``), a fresh run
+follows, as a user re-running the test would; counts are over all runs of the budget.
 
-Modes, per rlcheck row:
+Modes (``--modes``):
 
-* ``rlcheck`` (cold): a fresh policy, no example database, one run of the budget.
+* ``hypothesis``: Hypothesis's own backend.
+* ``rlcheck`` (cold): a fresh policy, no example database.
+* ``rlcheck-ancestor``: as ``rlcheck`` with the ancestor-path window (off by default).
 * ``rlcheck-warm``: ``--warm-rounds`` runs of the budget in a row sharing a temporary
   example database, so each run loads the policy the previous one saved; the row is the
   last run. (Hypothesis's own backend keeps nothing useful across runs for generation.)
