@@ -216,7 +216,7 @@ def _paired(a: Any, b: Any, report: dict[str, Any], path: str = "") -> None:
         assert tensor_to_bytes(a[~fin]) == tensor_to_bytes(b[~fin])
         x, y = a[fin].double(), b[fin].double()
         err = float((x - y).norm() / x.norm()) if float(x.norm()) > 0 else 0.0
-        assert err <= entry.rel_error * (1 + 1e-6) + 1e-9
+        assert err <= entry.rel_error * (1 + 1e-4) + 1e-7  # recorded in float32
     elif isinstance(a, dict):
         assert list(a) == list(b)
         for k in a:

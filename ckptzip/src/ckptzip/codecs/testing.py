@@ -1,0 +1,87 @@
+"""A conformance check for codec implementers: run a codec the way the pipeline does.
+
+:func:`check_round_trip` encodes a tensor, passes the metadata through strict JSON as the
+container does, adds the pipeline's keys, decodes, and checks the contract of
+:mod:`ckptzip.codecs.base`: the decoded shape and dtype match, non-lossy codecs are bit-exact,
+lossy ones keep NaN/±inf and protected entries exact and stay within the error they recorded.
+Every codec in this package runs it in ``tests/test_codecs.py``; a new codec should too.
+
+Examples
+--------
+>>> import torch
+>>> from ckptzip.config import QuantConfig
+>>> out = check_round_trip("quant", torch.randn(5000), quant=QuantConfig(bins=16))
+>>> out.shape
+torch.Size([5000])
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+
+from ckptzip._types import QuantizedTensor
+from ckptzip.codecs.base import (
+    RESERVED_META_KEYS,
+    DecodeContext,
+    EncodeContext,
+    ParentView,
+    get_codec,
+)
+from ckptzip.codecs.exact import tensor_to_bytes
+from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.structure import dtype_name
+
+__all__ = ["check_round_trip"]
+
+
+def check_round_trip(
+    codec_id: str,
+    x: torch.Tensor,
+    *,
+    quant: QuantConfig | None = None,
+    parent: ParentView | None = None,
+    config: CompressionConfig | None = None,
+) -> torch.Tensor:
+    """Encode and decode ``x`` with codec ``codec_id``, assert the contract, return the result.
+
+    Raises ``AssertionError`` (with the reason) where the codec breaks the contract; returns
+    the decoded tensor (dequantized when the codec returned a :class:`QuantizedTensor`).
+    """
+    from ckptzip.quantize import dequantize
+
+    codec = get_codec(codec_id)
+    config = config or CompressionConfig()
+    enc = codec.encode(x, EncodeContext("t", config, quant=quant, parent=parent))
+    assert not set(enc.meta) & set(RESERVED_META_KEYS), "codec wrote a reserved meta key"
+    assert all(isinstance(c, bytes) for c in enc.chunks), "chunks must be bytes"
+    meta = json.loads(json.dumps(enc.meta, allow_nan=False))  # what the manifest holds
+    q = enc.quantized
+    meta.update(
+        shape=list(x.shape),
+        dtype=dtype_name(x.dtype),
+        config=None if q is None else q.config.to_json(),
+        rel_error=0.0 if q is None else q.rel_error,
+    )
+    out = codec.decode(meta, list(enc.chunks), DecodeContext("t", parent))
+    y = dequantize(out) if isinstance(out, QuantizedTensor) else out
+    assert tuple(y.shape) == tuple(x.shape), f"shape {tuple(y.shape)} != {tuple(x.shape)}"
+    assert y.dtype == x.dtype, f"dtype {y.dtype} != {x.dtype}"
+    xs, ys = x.detach().cpu(), y.cpu()
+    if not codec.lossy or q is None:
+        assert tensor_to_bytes(xs) == tensor_to_bytes(ys), "a lossless codec changed bits"
+        return y
+    xf, yf = xs.reshape(-1), ys.reshape(-1)
+    finite = torch.isfinite(xf)
+    assert tensor_to_bytes(xf[~finite]) == tensor_to_bytes(yf[~finite]), "NaN/inf not exact"
+    pos = torch.from_numpy(q.protected_positions)
+    assert tensor_to_bytes(xf[pos]) == tensor_to_bytes(yf[pos]), "protected entries not exact"
+    a, b = xf[finite].double(), yf[finite].double()
+    norm = float(a.norm())
+    if norm > 0 and math.isfinite(norm) and math.isfinite(q.rel_error):
+        err = float((a - b).norm()) / norm
+        # the recorded error is measured in float32: allow its rounding, nothing more
+        assert err <= q.rel_error * (1 + 1e-4) + 1e-7, f"error {err} > recorded {q.rel_error}"
+    return y
