@@ -148,6 +148,23 @@ def test_hands_back_instead_of_giving_up() -> None:
     assert 200 <= stats.invalid < 300
 
 
+def test_hands_back_before_the_filter_health_check_fails() -> None:
+    # Health checks on: Hypothesis fails a run with 50 invalid cases before the 10th valid
+    # one, so the backend hands over after 25 (the first 30 calls are invalid here).
+    calls = 0
+
+    @settings(backend="rlcheck", max_examples=20, database=None, deadline=None)
+    @given(st.integers())
+    def inner(n: int) -> None:
+        nonlocal calls
+        calls += 1
+        assume(calls > 30)
+
+    inner()  # no FailedHealthCheck
+    stats = _stats_of(inner)
+    assert stats.handed_back and stats.invalid == 25
+
+
 # -- failures replay and shrink (RELIABILITY rlcheck #1) ---------------------------------
 
 
