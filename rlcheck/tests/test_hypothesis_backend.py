@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDatabase
 from hypothesis.internal.conjecture.provider_conformance import run_conformance_test
 from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
+from hypothesis.internal.intervalsets import IntervalSet
 
+import rlcheck.hypothesis_backend as backend_module
 from rlcheck.errors import InvalidArgument, RLCheckWarning
 from rlcheck.hypothesis_backend import (
     RLCheckProvider,
@@ -303,6 +305,34 @@ def test_integer_buckets_partition_the_range(lo: int, width: int) -> None:
     for (a, b), (c, _) in itertools.pairwise(buckets):
         assert a <= b and c == b + 1
     assert len(buckets) <= 2 * 16
+
+
+def _episodes(provider: RLCheckProvider, n: int) -> list[Any]:
+    drawn = []
+    for _ in range(n):
+        with provider.per_test_case_context_manager():
+            drawn.append(
+                (
+                    provider.draw_integer(0, 1000),
+                    provider.draw_boolean(0.5),
+                    provider.draw_string(IntervalSet.from_string("ab"), max_size=5),
+                )
+            )
+    return drawn
+
+
+def test_seeded_provider_is_deterministic_outside_hypothesis() -> None:
+    first = _episodes(RLCheckProvider(None, seed=7, persist=False), 100)
+    second = _episodes(RLCheckProvider(None, seed=7, persist=False), 100)
+    assert first == second
+    assert len(set(first)) > 50
+
+
+def test_seen_set_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backend_module, "_MAX_SEEN", 10)
+    provider = RLCheckProvider(None, seed=3, persist=False)
+    _episodes(provider, 200)
+    assert len(provider._seen) == 10
 
 
 # -- the provider contract ---------------------------------------------------------------
