@@ -4,8 +4,8 @@ Run from the repository root or from ``ckptzip/``::
 
     python ckptzip/examples/demo.py
 
-It trains the small MLP classifier (Gaussian mixture data) of ``benchmarks/_workloads.py`` on CPU for
-a few seconds, saves ``{"model", "optimizer", "step"}`` with :func:`ckptzip.save`, shows the
+It trains the small MLP classifier (Gaussian mixture data) of ``benchmarks/_workloads.py`` on
+CPU for a few seconds, saves ``{"model", "optimizer", "step"}`` with :func:`ckptzip.save`, shows the
 per-tensor table of ``ckptzip inspect``, loads the file back into a fresh model and optimizer,
 and compares the held-out loss with the exact weights. Then it trains on through a
 :class:`ckptzip.CheckpointManager` (keyframes and delta chains), shows the chain as
@@ -27,7 +27,7 @@ import ckptzip
 from ckptzip.cli import main as cli
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-from _workloads import make  # noqa: E402  (benchmarks/ is not a package)
+from _workloads import make  # benchmarks/ is not a package: found through sys.path
 
 STEPS = 100
 

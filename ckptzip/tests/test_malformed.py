@@ -387,14 +387,13 @@ def test_resealed_manifest_edits(good: bytes, data: Any) -> None:
     paths = _leaves(doc)
     for _ in range(data.draw(st.integers(1, 3))):
         where = data.draw(st.sampled_from(paths))
-        try:  # an earlier edit may have removed the way to this place
+        try:  # an earlier edit may have removed or replaced the way to this place
             parent = doc
             for k in where[:-1]:
                 parent = parent[k]
-            old = parent[where[-1]]
+            parent[where[-1]] = _jitter(parent[where[-1]], data.draw)
         except (KeyError, IndexError, TypeError):
             continue
-        parent[where[-1]] = _jitter(old, data.draw)
     try:
         back = decode_bytes(seal(doc, body))
     except CkptzipError:
@@ -431,14 +430,13 @@ def test_resealed_delta_child_edits(delta_pair: tuple[Path, bytes], data: Any) -
     paths = _leaves(doc)
     for _ in range(data.draw(st.integers(1, 3))):
         where = data.draw(st.sampled_from(paths))
-        try:
+        try:  # an earlier edit may have removed or replaced the way to this place
             parent = doc
             for k in where[:-1]:
                 parent = parent[k]
-            old = parent[where[-1]]
+            parent[where[-1]] = _jitter(parent[where[-1]], data.draw)
         except (KeyError, IndexError, TypeError):
             continue
-        parent[where[-1]] = _jitter(old, data.draw)
     target = d / "edited.ckz"
     target.write_bytes(seal(doc, body))
     try:
