@@ -24,6 +24,7 @@ from rlcheck.hypothesis_backend import (
     RLCheckProvider,
     _integer_buckets,
     backend_stats,
+    database_key,
     policy_path,
     reset_backend_stats,
 )
@@ -230,29 +231,35 @@ def test_internal_error_falls_back_with_one_warning(
 # -- persistence (RELIABILITY rlcheck #3) ------------------------------------------------
 
 
-def _run_with_db(db: Any, key: bytes, max_examples: int = 80) -> Any:
+def _make_test(db: Any, max_examples: int = 80) -> Any:
+    # The same source every time: Hypothesis keys the test (and rlcheck its policy file)
+    # by a digest of the undecorated function, as for any ordinary @given test.
     @settings(backend="rlcheck", max_examples=max_examples, database=db, **QUIET)
     @given(st.lists(st.integers(0, 9)))
     def inner(xs: list[int]) -> None:
         assume(len(xs) >= 2 and _strictly_increasing(xs))
 
-    inner._hypothesis_internal_database_key = key  # type: ignore[attr-defined]
-    inner()
     return inner
+
+
+def _policy_file(db: Any) -> Path:
+    path = policy_path(db, database_key(_make_test(db)))
+    assert path is not None
+    return path
 
 
 def test_policy_is_saved_and_loaded_by_the_next_run(tmp_path: Path) -> None:
     db = DirectoryBasedExampleDatabase(tmp_path)
-    path = policy_path(db, b"persist-key")
-    assert path is not None and path.parent == tmp_path / "rlcheck"
-    _run_with_db(db, b"persist-key")
+    path = _policy_file(db)
+    assert path.parent == tmp_path / "rlcheck"
+    _make_test(db)()
     assert path.exists()
     first = Policy()
     assert load_policy(path, first)
     assert first.n_states() > 0
     with warnings.catch_warnings():
         warnings.simplefilter("error", RLCheckWarning)  # a good file loads silently
-        _run_with_db(db, b"persist-key")
+        _make_test(db)()
     second = Policy()
     assert load_policy(path, second)
     assert second.n_states() >= first.n_states()
@@ -266,32 +273,51 @@ def test_policy_is_saved_and_loaded_by_the_next_run(tmp_path: Path) -> None:
 )
 def test_corrupt_policy_file_is_ignored_with_a_warning(tmp_path: Path, content: bytes) -> None:
     db = DirectoryBasedExampleDatabase(tmp_path)
-    path = policy_path(db, b"corrupt-key")
-    assert path is not None
+    path = _policy_file(db)
     path.parent.mkdir(parents=True)
     path.write_bytes(content)
     with pytest.warns(RLCheckWarning, match="ignoring policy file"):
-        _run_with_db(db, b"corrupt-key")
+        _make_test(db)()
     # The run replaced the bad file with a good one.
     assert load_policy(path, Policy())
 
 
 def test_policy_of_another_kind_is_ignored(tmp_path: Path) -> None:
     db = DirectoryBasedExampleDatabase(tmp_path)
-    path = policy_path(db, b"other-key")
-    assert path is not None
+    path = _policy_file(db)
     path.parent.mkdir(parents=True)
     doc = {"format": "rlcheck-policy-file", "version": 1, "meta": {"kind": "generator"}}
     path.write_text(json.dumps({**doc, "policy": Policy().to_dict()}))
     with pytest.warns(RLCheckWarning, match="kind"):
-        _run_with_db(db, b"other-key")
+        _make_test(db)()
 
 
 def test_no_persistence_without_a_directory_database() -> None:
     assert policy_path(InMemoryExampleDatabase(), b"k") is None
     assert policy_path(None, b"k") is None
     assert policy_path(DirectoryBasedExampleDatabase("/tmp/x"), None) is None
-    _run_with_db(InMemoryExampleDatabase(), b"memory-key", max_examples=20)
+    _make_test(InMemoryExampleDatabase(), max_examples=20)()
+
+
+def test_database_key_matches_hypothesis(tmp_path: Path) -> None:
+    # The key rlcheck files the policy under is the one Hypothesis files examples under.
+    db = DirectoryBasedExampleDatabase(tmp_path)
+
+    @settings(backend="rlcheck", database=db, max_examples=200, **QUIET)
+    @given(st.integers(0, 100))
+    def failing(n: int) -> None:
+        assert n < 50
+
+    with pytest.raises(AssertionError):
+        failing()
+    key = database_key(failing)
+    assert key is not None and list(db.fetch(key))
+    assert policy_path(db, key) == _stored_policy(tmp_path)
+
+
+def _stored_policy(tmp_path: Path) -> Path:
+    (found,) = (tmp_path / "rlcheck").glob("*.policy.json")
+    return found
 
 
 # -- domains -----------------------------------------------------------------------------

@@ -91,6 +91,7 @@ __all__ = [
     "RLCheckProvider",
     "TestStats",
     "backend_stats",
+    "database_key",
     "policy_path",
     "reset_backend_stats",
 ]
@@ -202,6 +203,33 @@ def policy_path(database: Any, database_key: bytes | None) -> Path | None:
         return None
     digest = hashlib.sha384(database_key).hexdigest()[:32]
     return Path(directory) / "rlcheck" / f"{digest}.policy.json"
+
+
+def database_key(test: Any) -> bytes | None:
+    """The example-database key Hypothesis uses for a ``@given`` test (``None`` if none).
+
+    The same rule as Hypothesis's engine: an explicitly set key, else the digest of the
+    undecorated test function (its source and signature), so the key, and the policy
+    file with it, stays the same from run to run while the test is unchanged.
+
+    Examples
+    --------
+    >>> from hypothesis import given, strategies as st
+    >>> @given(st.integers())
+    ... def test_example(n):
+    ...     pass
+    >>> len(database_key(test_example))
+    48
+    """
+    explicit = getattr(test, "_hypothesis_internal_database_key", None)
+    if explicit is not None:
+        return bytes(explicit)
+    inner = getattr(getattr(test, "hypothesis", None), "inner_test", None)
+    if inner is None:
+        return None
+    from hypothesis.internal.reflection import function_digest
+
+    return function_digest(inner)
 
 
 def _database_directory(database: Any) -> Path | None:
@@ -423,6 +451,8 @@ class RLCheckProvider(PrimitiveProvider):
                     # The engine's first (simplest) case is not ours: the run's last
                     # valid case is our (max_examples - 1)-th.
                     self._valid == self._max_examples - 1
+                    # A failure ends generation soon (shrinking is not ours).
+                    or outcome == "failure"
                     or time.monotonic() - persistence.last_save > _SAVE_INTERVAL_S
                 ):
                     persistence.save()
@@ -453,8 +483,7 @@ class RLCheckProvider(PrimitiveProvider):
         _STATS[self._name] = replace(previous, runs=previous.runs + 1)
         self._base = _STATS[self._name]
         if self._persist_enabled and current is not None and test is not None:
-            key = getattr(test, "_hypothesis_internal_database_key", None)
-            path = policy_path(current.database, key)
+            path = policy_path(current.database, database_key(test))
             if path is not None:
                 self._persistence = _Persistence(path, self._policy)
                 self._persistence.load()
