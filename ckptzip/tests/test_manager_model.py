@@ -230,3 +230,24 @@ def test_manager_misuse_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a model snapshot"):
         withmodel.restore(1)
     withmodel.close()
+
+
+def test_gradients_are_tracked_before_the_second_save(tmp_path: Path) -> None:
+    """Without checkpoint_every, the first gap sets the window for the next save."""
+    w = _Tiny()
+    mgr = CheckpointManager(
+        tmp_path, model=w.model, optimizer=w.optimizer, eval_fn=w.eval_fn, window=5
+    )
+    for step in range(20):
+        w.train_step(step)
+    assert mgr._tracker is not None and not mgr._tracker.active
+    mgr.save(20)
+    flags = []
+    for step in range(20, 40):
+        flags.append(mgr._tracker.active)
+        w.train_step(step)
+    assert flags == [False] * 15 + [True] * 5  # the 5 steps before the expected save at 40
+    assert set(mgr._tracker.scores()) == {n for n, _ in w.model.named_parameters()}
+    report = mgr.save(40)  # the search gets those scores (the sensitivity metric is open)
+    assert report.search is not None and report.search.layer_configs["linear"] is not None
+    mgr.close()

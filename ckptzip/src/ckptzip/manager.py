@@ -316,6 +316,7 @@ class CheckpointManager:
             self._tracker = SensitivityTracker(
                 model, window=window, every=checkpoint_every, optimizer=optimizer
             )
+        self._mark = 0  # the tracker's step count at the last save
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -496,10 +497,12 @@ class CheckpointManager:
         return obj, result.config, full_scores, result
 
     def _arm_tracker(self, step: int) -> None:
-        # Without a fixed interval, expect the next save as far ahead as the last gap.
-        tracker, last = self._tracker, self._last_saved
-        if tracker is not None and tracker.every is None and last is not None and step > last:
-            tracker.arm(step - last)
+        # Without a fixed interval, expect the next save as many optimizer steps ahead as the
+        # last gap (counted by the tracker, so it holds whatever the step numbers mean).
+        tracker = self._tracker
+        if tracker is not None and tracker.every is None and tracker.step > self._mark:
+            tracker.arm(tracker.step - self._mark)
+        self._mark = tracker.step if tracker is not None else 0
         self._last_saved = step
 
     def restore(self, step: int | None = None) -> int:
@@ -529,6 +532,8 @@ class CheckpointManager:
             self.optimizer.load_state_dict(state["optimizer"])
         self.extra = state.get("extra")
         self._last_saved = step
+        if self._tracker is not None:
+            self._mark = self._tracker.step
         return step
 
     def close(self) -> None:
