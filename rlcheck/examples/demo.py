@@ -1,6 +1,6 @@
 """rlcheck demo: RL-guided vs random generation of binary search trees, same time budget.
 
-Run: ``.venv/bin/python rlcheck/examples/demo.py`` (about 25 seconds). The generator and
+Run: ``.venv/bin/python rlcheck/examples/demo.py`` (about 45 seconds). The generator and
 check are those of the case study in ``rlcheck/benchmarks/bst.py``: trees of values 0..10
 built by choices (value, has-left, has-right), valid when the BST invariant holds.
 """
@@ -8,6 +8,7 @@ built by choices (value, has-left, has-right), valid when the BST invariant hold
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,6 +57,26 @@ def main() -> None:
         "trees as random generation in the same time."
     )
     print("Full benchmark (100 000 trials x 3 seeds): python rlcheck/benchmarks/bst.py")
+    _hypothesis_part()
+
+
+def _hypothesis_part() -> None:
+    """The same guidance under an unchanged Hypothesis test, through the pytest plugin."""
+    here = Path(__file__).resolve().parent
+    print(
+        "\nA Hypothesis test with a strict assume(), on Hypothesis's own backend and on "
+        'backend="rlcheck"\n(pytest examples/hypothesis_assume.py --rlcheck-compare):',
+        flush=True,
+    )
+    cmd = [sys.executable, "-m", "pytest", str(here / "hypothesis_assume.py")]
+    cmd += ["-q", "-p", "no:randomly", "-p", "no:cacheprovider", "--rlcheck-compare"]
+    out = subprocess.run(cmd, cwd=here.parent, capture_output=True, text=True, check=False)
+    lines = out.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if "rlcheck: Hypothesis backend" in line), 0)
+    print("\n".join(lines[start:]))
+    if out.returncode != 0:
+        print(out.stderr[-2000:])
+        raise SystemExit(f"the Hypothesis example failed (exit {out.returncode})")
 
 
 if __name__ == "__main__":
