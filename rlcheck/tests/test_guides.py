@@ -23,6 +23,7 @@ from rlcheck import (
     SequenceState,
 )
 from rlcheck.learner import Policy, QTable, reward_for
+from rlcheck.state import TOKEN_TYPES
 
 
 def scoped(g: Gen) -> tuple[Any, ...]:
@@ -130,28 +131,65 @@ def test_rl_guide_steers_towards_valid_inputs() -> None:
     assert rl.unique_valid >= rnd.unique_valid
 
 
-def test_fused_fast_path_learns_exactly_like_choose_and_learn() -> None:
-    slow, fast = Policy(seed=3), Policy(seed=3)
-    rng = random.Random(0)
-    for _ in range(500):
-        slow_visits, fast_visits = [], []
-        for step in range(rng.randrange(1, 6)):
-            point, n = rng.choice([("a", 2), ("b", 5), ("c", 1)])
-            state = (step, rng.randrange(2))
-            a = slow.choose(point, state, n)
-            b = fast.choose_row(point, state, n, fast_visits)
-            assert a == b
-            if n > 1:
-                slow_visits.append((point, state, a))
-        reward = rng.choice([20.0, 0.0, -1.0])
-        slow.learn(slow_visits, reward)
-        fast.learn_rows(fast_visits, reward)
-    # the fast path inserts a state's row when choosing; states never credited stay empty
-    fast_tables = {
-        p: {s: r for s, r in t.items() if r} for p, t in ((p, fast.table(p)) for p in fast.points)
-    }
-    slow_tables = {p: dict(slow.table(p).items()) for p in slow.points}
-    assert fast_tables == slow_tables
+class PlainRLGuide(rlcheck.Guide):
+    """The RL guide written with the plain rule, one call per step: Policy.choose at each
+    choice, Policy.learn at the end of the episode, the abstraction's own methods."""
+
+    def __init__(self, state: str, k: int, seed: int) -> None:
+        self.abstraction = rlcheck.make_state(state, k=k)
+        self.policy = Policy(seed=seed)
+        self.visits: list[tuple[Any, Any, int]] = []
+
+    def start_episode(self) -> None:
+        self.abstraction.reset()
+        self.visits = []
+
+    def choose(self, point: Any, options: Any) -> int:
+        state = self.abstraction.state
+        index = self.policy.choose(point, state, len(options))
+        if len(options) > 1:
+            self.visits.append((point, state, index))
+        token = options[index]
+        self.abstraction.record(token if type(token) in TOKEN_TYPES else index)
+        return index
+
+    def enter_scope(self, label: Any) -> None:
+        self.abstraction.push(label)
+
+    def exit_scope(self) -> None:
+        self.abstraction.pop()
+
+    def end_episode(self, *, valid: bool, new: bool) -> None:
+        self.policy.learn(self.visits, reward_for(valid=valid, new=new))
+
+
+def expression(g: Gen, depth: int = 0) -> Any:
+    """Every kind of choice: integers, booleans, non-token options, single options, scopes."""
+    op = g.choice([("+",), ("-",), ("leaf",)], label="op") if depth < 3 else ("leaf",)
+    if op == ("leaf",):
+        return g.integer(0, 6, label="leaf") + g.integer(7, 7, label="one option")
+    with g.scope("L"):
+        left = expression(g, depth + 1)
+    with g.scope(("R", depth)):
+        right = expression(g, depth + 1)
+    return (op[0], left, right, g.boolean(label="flag"))
+
+
+@pytest.mark.parametrize(("state", "k"), [("sequence", 4), ("ancestor", 4), ("labelled", 5)])
+def test_fast_path_chooses_and_learns_exactly_like_the_plain_rule(state: str, k: int) -> None:
+    # The guide's fused closure (cached greedy actions, rows held by the visits) against
+    # the plain Policy.choose / Policy.learn: same seed, same inputs, same Q-tables.
+    def check(value: Any) -> bool:
+        return str(value).count("6") < 2
+
+    fast_inputs: list[Any] = []
+    plain_inputs: list[Any] = []
+    fast, plain = RLGuide(state, k=k, seed=5), PlainRLGuide(state, k, seed=5)
+    rlcheck.run(expression, lambda v: fast_inputs.append(v) or check(v), guide=fast, trials=3000)
+    rlcheck.run(expression, lambda v: plain_inputs.append(v) or check(v), guide=plain, trials=3000)
+    assert fast_inputs == plain_inputs
+    assert len(set(map(str, fast_inputs))) > 300  # the runs explored, not one input repeated
+    assert fast.policy.to_dict() == plain.policy.to_dict()
 
 
 def reference_best(row: list[float], n: int, rng: random.Random) -> int:

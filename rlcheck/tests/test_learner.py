@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlcheck.errors import InvalidArgument, PolicyFileError
-from rlcheck.learner import Policy, QTable, reward_for
+from rlcheck.learner import Policy, QTable, Visit, reward_for
+from rlcheck.state import SequenceState
 
 
 def test_update_is_running_mean_of_returns() -> None:
@@ -128,3 +129,59 @@ def test_corrupt_snapshot_rejected_and_policy_unchanged(data: object) -> None:
     with pytest.raises(PolicyFileError):
         p.load_dict(data)
     assert p.to_dict() == before
+
+
+class _OneState(SequenceState):
+    """A window that never moves: every choice reads (and credits) the same row."""
+
+    __slots__ = ()
+
+    def record(self, token: object) -> None:
+        pass
+
+
+@given(
+    st.lists(st.tuples(st.integers(2, 6), st.sampled_from([20.0, 0.0, -1.0, 3.5])), max_size=60),
+    st.sampled_from([0.0, 0.25]),
+    st.integers(0, 2**32),
+)
+def test_cached_greedy_action_is_what_a_scan_finds(
+    steps: list[tuple[int, float]], epsilon: float, seed: int
+) -> None:
+    # One row chosen and credited over and over, with the number of options changing
+    # (the cache is only valid for the n it was made for): the fast path's choices and
+    # values are the plain rule's.
+    fast, plain = Policy(epsilon=epsilon, seed=seed), Policy(epsilon=epsilon, seed=seed)
+    visits: list[Visit] = []
+    choose = fast.window_chooser(visits, _OneState(k=1))
+    for n, reward in steps:
+        action = choose("p", range(n))
+        assert action == plain.choose("p", (), n)
+        fast.learn_rows(visits, reward)
+        visits.clear()
+        plain.learn([("p", (), action)], reward)
+    assert fast.to_dict() == plain.to_dict()
+
+
+def test_window_chooser_records_tokens_and_indices() -> None:
+    window = SequenceState(k=3)
+    choose = Policy(seed=0).window_chooser([], window)
+    marker = object()
+    choose("one", ("only",))
+    choose("objects", (marker, marker))  # not a token type: the index stands in
+    choose("ints", range(5, 6))
+    assert window.state[0] == "only" and window.state[1] in (0, 1) and window.state[2] == 5
+
+
+def test_policy_settings_are_read_only() -> None:
+    p = Policy(epsilon=0.1, seed=0)
+    with pytest.raises(AttributeError):
+        p.epsilon = 0.5  # type: ignore[misc]
+    p.rng.seed(3)  # reseeding in place is how to restart the stream
+    assert p.epsilon == 0.1
+
+
+def test_non_finite_values_in_a_snapshot_are_rejected() -> None:
+    data = {"format": "rlcheck-policy", "version": 1, "tables": [[1, [["s", [float("nan"), 1.0]]]]]}
+    with pytest.raises(PolicyFileError, match="malformed"):
+        Policy().load_dict(data)

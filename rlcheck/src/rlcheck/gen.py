@@ -89,7 +89,7 @@ class Gen:
         self.guide = guide
         self.max_choices = max_choices
         self.choices: list[int] = []
-        self._choose = guide.choose
+        self._choose = guide.chooser()
 
     def reset(self) -> None:
         """Forget the recorded choices (the campaign calls this before each episode)."""

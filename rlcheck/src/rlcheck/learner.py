@@ -21,16 +21,23 @@ random; an unseen state gets a uniform choice.
 Memory is bounded: each table holds at most ``max_states`` states; past that, the oldest
 inserted state is evicted (its knowledge is the least likely to matter to the current
 policy, which keeps moving towards inputs it has not made yet).
+
+Speed: the generator guide calls the rule once per choice point, so its hot path is a
+fused closure (:meth:`Policy.window_chooser`) over rows that cache their greedy action (see
+:class:`QTable`); :meth:`Policy.choose` and :meth:`Policy.learn` are the plain reference,
+and the tests check that both paths make the same choices from the same seed.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 from rlcheck.errors import InvalidArgument, PolicyFileError
+from rlcheck.state import TOKEN_TYPES, StateAbstraction
 
 __all__ = [
     "REWARD_DUPLICATE",
@@ -38,6 +45,7 @@ __all__ = [
     "REWARD_NEW",
     "Policy",
     "QTable",
+    "Visit",
     "reward_for",
 ]
 
@@ -65,15 +73,42 @@ def reward_for(*, valid: bool, new: bool) -> float:
     return REWARD_NEW if new else REWARD_DUPLICATE
 
 
-def _greedy(row: list[float], n_actions: int, rng: random.Random) -> int:
-    """Greedy action of a non-empty row ``[q_0, n_0, q_1, n_1, ...]``, ties at random.
+# A state's row (the value of ``QTable._rows``) is a flat list: a three-slot header
+# caching the greedy action, then ``q_a, n_a`` for each action a, grown on demand::
+#
+#     [n_cached, best, bound, q_0, n_0, q_1, n_1, ...]
+#
+# While ``row[_N_CACHED] == n`` (0: no cache), ``row[_BOUND]`` is at least the Q of every
+# action but the one whose Q sits at ``row[_BEST]``, among the first n (unvisited = 0).
+# So ``row[row[_BEST]] > row[_BOUND]`` proves that action the unique greedy one, exactly
+# what a full scan would return, without a scan. Crediting another action raises the
+# bound when its Q passes it; crediting the cached action needs nothing, since the test
+# reads its current Q. Only when the greedy action's Q falls to the bound (or n differs)
+# is the row scanned again. (A plain cached argmax does not pay: the greedy action is
+# the one credited most, and its value usually falls; the bound rarely forces a rescan.)
+_N_CACHED = 0
+_BEST = 1
+_BOUND = 2
+_HEAD = 3
+_Row = list[Any]  # floats, but for the two int slots _N_CACHED and _BEST
+
+Visit = tuple[_Row, int]
+"""One visited choice: the state's row and where the chosen action's Q sits in it."""
+_NEG_INF = float("-inf")
+
+
+def _new_row() -> _Row:
+    return [0, 0, 0.0]
+
+
+def _greedy(row: _Row, n_actions: int, rng: random.Random) -> int:
+    """Greedy action of a row with at least one visit, ties at random; refreshes the
+    row's cache when the greedy action is unique.
 
     Actions past the row's end are unvisited and count as Q = 0.
     """
-    # Built-ins (slice, max, count) rather than a Python loop: this runs once per choice.
-    # (A cached argmax does not pay: the greedy action is the one updated most and its
-    # value usually falls, forcing a rescan anyway.)
-    qs = row[: 2 * n_actions : 2]
+    # Built-ins (slice, max, index, count) rather than a Python loop.
+    qs = row[_HEAD : _HEAD + 2 * n_actions : 2]
     known = len(qs)
     if known < n_actions:
         qs.extend([0.0] * (n_actions - known))
@@ -81,29 +116,49 @@ def _greedy(row: list[float], n_actions: int, rng: random.Random) -> int:
     action = qs.index(top)
     n_ties = qs.count(top)
     if n_ties > 1:
+        row[_N_CACHED] = 0
         # The pick-th tie in index order, found by hopping (no list of ties built).
         for _ in range(int(rng.random() * n_ties)):
             action = qs.index(top, action + 1)
+    elif action < known:
+        qs[action] = _NEG_INF
+        row[_BOUND] = max(qs)
+        row[_BEST] = _HEAD + 2 * action
+        row[_N_CACHED] = n_actions
+    else:
+        # An unvisited action past the row's end: about to be visited, so not cached.
+        row[_N_CACHED] = 0
     return action
 
 
-def _credit_all(visits: Iterable[tuple[list[float], int]], ret: float) -> None:
-    """The update rule, for each visited ``(row, action)``: Q <- Q + (G - Q) / N, with N
-    counting the visits of that state-action pair (every-visit Monte Carlo, no discount)."""
-    for row, action in visits:
-        q_at = 2 * action
-        if len(row) <= q_at + 1:
-            row.extend([0.0] * (q_at + 2 - len(row)))
-        n = row[q_at + 1] + 1.0
-        row[q_at + 1] = n
-        row[q_at] += (ret - row[q_at]) / n
+def _slot(row: _Row, action: int) -> int:
+    """Where ``action``'s Q sits in ``row``, growing the row to hold it."""
+    at = _HEAD + 2 * action
+    if len(row) <= at:
+        row.extend([0.0] * (at + 2 - len(row)))
+    return at
+
+
+def _credit_all(visits: Iterable[Visit], ret: float) -> None:
+    """The update rule, for each visit ``(row, _slot(row, action))``: Q <- Q + (G - Q) / N,
+    with N counting the visits of that state-action pair (every-visit Monte Carlo, no
+    discount); keeps the row's greedy cache valid (see ``_HEAD``)."""
+    for row, at in visits:
+        n = row[at + 1] + 1.0
+        row[at + 1] = n
+        q = row[at]
+        q += (ret - q) / n
+        row[at] = q
+        if q > row[_BOUND] and at != row[_BEST]:
+            row[_BOUND] = q
 
 
 class QTable:
     """Action values for one kind of choice point, keyed by (state, action index).
 
-    Each state maps to a list ``[q_0, n_0, q_1, n_1, ...]`` grown on demand, which keeps the
-    hot path (``best``) to one dict lookup and a short scan.
+    Each state maps to one flat list of floats (a small cache of its greedy action, then
+    Q and visit count per action, grown on demand), which keeps the hot path to one dict
+    lookup and, usually, two comparisons.
     """
 
     __slots__ = ("_order", "_rows", "max_states")
@@ -112,7 +167,7 @@ class QTable:
         if max_states < 1:
             raise InvalidArgument(f"max_states={max_states!r} must be at least 1")
         self.max_states = max_states
-        self._rows: dict[Hashable, list[float]] = {}
+        self._rows: dict[Hashable, _Row] = {}
         # States in insertion order, for O(1) eviction of the oldest: taking a dict's first
         # key instead costs O(deleted entries) in CPython (measured: 240 µs per new state
         # once a 100 000-state table is full, against 4 µs before).
@@ -124,33 +179,35 @@ class QTable:
     def value(self, state: Hashable, action: int) -> tuple[float, int]:
         """``(Q, visit count)`` of one state-action pair; ``(0.0, 0)`` when never visited."""
         row = self._rows.get(state)
-        if row is None or 2 * action >= len(row):
+        at = _HEAD + 2 * action
+        if row is None or at >= len(row):
             return 0.0, 0
-        return row[2 * action], int(row[2 * action + 1])
+        return row[at], int(row[at + 1])
 
     def best(self, state: Hashable, n_actions: int, rng: random.Random) -> int:
         """The greedy action index (ties at random); uniform when the state is unseen."""
         row = self._rows.get(state)
-        if not row:
+        if row is None or len(row) == _HEAD:
             return int(rng.random() * n_actions)
         return _greedy(row, n_actions, rng)
 
     def update(self, state: Hashable, action: int, ret: float) -> None:
         """Every-visit Monte Carlo update: running mean of the returns seen after (s, a)."""
-        _credit_all(((self.row(state), action),), ret)
+        row = self.row(state)
+        _credit_all(((row, _slot(row, action)),), ret)
 
-    def row(self, state: Hashable) -> list[float]:
-        """The (mutable) value row of ``state``, inserted empty when new.
+    def row(self, state: Hashable) -> _Row:
+        """The (mutable, internal) row of ``state``, inserted empty when new.
 
         When the table is full, the oldest inserted state is evicted first.
         """
         row = self._rows.get(state)
         if row is None:
-            row = []
+            row = _new_row()
             self._put(state, row)
         return row
 
-    def _put(self, state: Hashable, row: list[float]) -> None:
+    def _put(self, state: Hashable, row: _Row) -> None:
         rows = self._rows
         if state not in rows:
             if len(rows) >= self.max_states:
@@ -158,8 +215,10 @@ class QTable:
             self._order.append(state)
         rows[state] = row
 
-    def items(self) -> Iterable[tuple[Hashable, list[float]]]:
-        return self._rows.items()
+    def items(self) -> Iterator[tuple[Hashable, list[float]]]:
+        """``(state, [q_0, n_0, q_1, n_1, ...])`` for each state, oldest first (copies)."""
+        for state, row in self._rows.items():
+            yield state, row[_HEAD:]
 
 
 class Policy:
@@ -188,10 +247,22 @@ class Policy:
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise InvalidArgument(f"epsilon={epsilon!r} must lie in [0, 1]")
-        self.epsilon = epsilon
+        self._epsilon = epsilon
         self.max_states = max_states
-        self.rng = random.Random(seed)
+        self._rng = random.Random(seed)
+        # Changed in place only (see load_dict): window_chooser's closures hold it, and the
+        # random stream, and read epsilon once (hence both are read-only).
         self._tables: dict[Hashable, QTable] = {}
+
+    @property
+    def epsilon(self) -> float:
+        """Exploration probability (fixed at construction)."""
+        return self._epsilon
+
+    @property
+    def rng(self) -> random.Random:
+        """The policy's random stream (reseed it in place: ``policy.rng.seed(s)``)."""
+        return self._rng
 
     def table(self, point: Hashable) -> QTable:
         """The Q-table of one kind of choice point (created empty on first use)."""
@@ -214,10 +285,10 @@ class Policy:
             if n_actions == 1:
                 return 0
             raise InvalidArgument(f"n_actions={n_actions!r} must be positive at {point!r}")
-        rng = self.rng
+        rng = self._rng
         # int(random() * n) rather than randrange(n): several times cheaper on this hot path,
         # always in range for n < 2**53, and uniform up to a 2**-53 bias.
-        if rng.random() < self.epsilon:
+        if rng.random() < self._epsilon:
             return int(rng.random() * n_actions)
         t = self._tables.get(point)
         if t is None:
@@ -233,22 +304,90 @@ class Policy:
                 t = self.table(point)
             t.update(state, action, reward)
 
-    # -- fused fast path (same rule): one table lookup per choice instead of two ------
+    # -- fused fast path (same rule): one call per choice point -----------------------
+
+    def window_chooser(
+        self, visits: list[Visit], window: StateAbstraction
+    ) -> Callable[[Hashable, Sequence[Any]], int]:
+        """A fast ``choose(point, options) -> index`` for a generator's choice points.
+
+        Each call reads the state from ``window.state``, makes the choice :meth:`choose`
+        would make there (same rule, same random stream), appends the visit to ``visits``
+        for :meth:`learn_rows` (it holds the state's row itself, so crediting needs no
+        second lookup) and records the chosen option in ``window``. A single option is
+        answered without a visit, as there is nothing to learn. The one difference from
+        :meth:`choose` + :meth:`learn`: an unseen state gets its (empty) row when chosen
+        rather than when credited.
+
+        This is the generator guide's hot path, run once per choice point, so it is one
+        closure with everything bound to locals.
+
+        Examples
+        --------
+        >>> from rlcheck.state import SequenceState
+        >>> p, visits, window = Policy(seed=0), [], SequenceState(k=2)
+        >>> choose = p.window_chooser(visits, window)
+        >>> a = choose("coin", ("heads", "tails"))
+        >>> window.state == (("heads", "tails")[a],)
+        True
+        >>> p.learn_rows(visits, 20.0)
+        >>> p.table("coin").value((), a)
+        (20.0, 1)
+        """
+        tables = self._tables
+        table = self.table
+        rng = self._rng
+        random_ = rng.random
+        epsilon = self._epsilon
+        append = visits.append
+        tokens = TOKEN_TYPES
+        # The window's own ``record`` unless it is the base class's, which is inlined.
+        record = None if type(window).record is StateAbstraction.record else window.record
+        keep = window._keep
+
+        def choose(point: Hashable, options: Sequence[Any]) -> int:
+            n = len(options)
+            state = window.state
+            if n > 1:
+                t = tables.get(point)
+                if t is None:
+                    t = table(point)
+                row = t._rows.get(state)
+                if row is None:
+                    row = t.row(state)
+                # The random draws come in the plain rule's order: ε first, then uniform
+                # or tie-breaking; a cache hit draws nothing, like a scan finding a
+                # unique maximum. Row offsets are literals here (_N_CACHED = 0, _BEST = 1,
+                # _BOUND = 2, _HEAD = 3): about 1 % of a BST trial's instructions.
+                explore = random_() < epsilon
+                if not explore and row[0] == n and row[row[1]] > row[2]:
+                    at = row[1]
+                    index = (at - 3) >> 1
+                else:
+                    index = int(random_() * n) if explore or len(row) == 3 else _greedy(row, n, rng)
+                    at = 3 + 2 * index
+                    if len(row) <= at:  # _slot, inline
+                        row.extend([0.0] * (at + 2 - len(row)))
+                append((row, at))
+            else:
+                index = 0
+            token = options[index]
+            if record is None:  # StateAbstraction.record, inline
+                window.state = state[keep] + (token if token.__class__ in tokens else index,)
+            else:
+                record(token if token.__class__ in tokens else index)
+            return index
+
+        return choose
 
     def choose_row(
         self,
         point: Hashable,
         state: Hashable,
         n_actions: int,
-        visits: list[tuple[list[float], int]],
+        visits: list[Visit],
     ) -> int:
-        """:meth:`choose`, also appending ``(row, action)`` to ``visits`` for
-        :meth:`learn_rows`.
-
-        The visit holds the state's value row itself, so the end-of-episode update needs
-        no second lookup. Equivalent to ``choose`` + ``learn`` except that an unseen state
-        gets its (empty) row when chosen rather than when credited. Needs
-        ``n_actions >= 1``; a single option is returned without a visit.
+        """:meth:`choose`, also appending the visit to ``visits`` for :meth:`learn_rows`.
 
         Examples
         --------
@@ -258,31 +397,15 @@ class Policy:
         >>> p.table("coin").value((), a)
         (20.0, 1)
         """
-        if n_actions <= 1:
-            if n_actions == 1:
-                return 0
-            raise InvalidArgument(f"n_actions={n_actions!r} must be positive at {point!r}")
-        t = self._tables.get(point)
-        if t is None:
-            t = self.table(point)
-        row = t._rows.get(state)
-        if row is None:
-            row = t.row(state)
-        rng = self.rng
-        if rng.random() < self.epsilon or not row:
-            action = int(rng.random() * n_actions)
-        elif n_actions == 2 and len(row) == 4:
-            # Yes/no choices, the most common kind: _greedy's rule without the call.
-            q0 = row[0]
-            q1 = row[2]
-            action = (0 if q0 > q1 else 1) if q0 != q1 else int(rng.random() * 2)
-        else:
-            action = _greedy(row, n_actions, rng)
-        visits.append((row, action))
+        action = self.choose(point, state, n_actions)
+        if n_actions > 1:
+            row = self.table(point).row(state)
+            visits.append((row, _slot(row, action)))
         return action
 
-    def learn_rows(self, visits: Iterable[tuple[list[float], int]], reward: float) -> None:
-        """Credit ``reward`` to every visit recorded by :meth:`choose_row`."""
+    def learn_rows(self, visits: Iterable[Visit], reward: float) -> None:
+        """Credit ``reward`` to every visit recorded by :meth:`window_chooser` or
+        :meth:`choose_row`."""
         _credit_all(visits, reward)
 
     # -- persistence (plain JSON-able data; rlcheck never unpickles) -----------------
@@ -296,7 +419,7 @@ class Policy:
         return {
             "format": _FORMAT,
             "version": _FORMAT_VERSION,
-            "epsilon": self.epsilon,
+            "epsilon": self._epsilon,
             "tables": tables,
         }
 
@@ -318,14 +441,20 @@ class Policy:
                 table = QTable(max_states=self.max_states)
                 for state_enc, row in rows:
                     values = [float(v) for v in row]
-                    if len(values) % 2 or any(values[i] < 0 for i in range(1, len(values), 2)):
+                    if (
+                        len(values) % 2
+                        or any(values[i] < 0 for i in range(1, len(values), 2))
+                        or not all(map(math.isfinite, values))
+                    ):
                         raise PolicyFileError("malformed Q-table row")
                     if len(table) < self.max_states:
-                        table._put(_decode(state_enc), values)
+                        table._put(_decode(state_enc), _new_row() + values)
                 tables[_decode(point_enc)] = table
         except (KeyError, TypeError, ValueError) as exc:
             raise PolicyFileError(f"malformed policy snapshot: {exc}") from exc
-        self._tables = tables
+        # In place: a chooser made before the load keeps seeing the policy's tables.
+        self._tables.clear()
+        self._tables.update(tables)
 
 
 def _encode(key: Hashable) -> Any:

@@ -35,12 +35,17 @@ from rlcheck.errors import InvalidArgument
 
 __all__ = [
     "STATE_ABSTRACTIONS",
+    "TOKEN_TYPES",
     "AncestorState",
     "LabelledAncestorState",
     "SequenceState",
     "StateAbstraction",
     "make_state",
 ]
+
+TOKEN_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+"""Chosen options of these types are state tokens as they are; any other option is
+represented by its index, which keeps states hashable and policies JSON-serialisable."""
 
 
 class StateAbstraction:

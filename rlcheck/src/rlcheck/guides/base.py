@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar
 
-__all__ = ["Guide"]
+from rlcheck.state import TOKEN_TYPES
 
-# Chosen options of these types are used as state tokens as they are; any other option is
-# represented by its index, which keeps states hashable and policies JSON-serialisable.
-TOKEN_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+__all__ = ["TOKEN_TYPES", "Guide"]
 
 
 class Guide:
@@ -37,6 +35,10 @@ class Guide:
     All methods but :meth:`choose` default to doing nothing, so a stateless guide is a
     few lines. Guides are seeded and deterministic: the same seed, generator and check
     give the same inputs.
+
+    :class:`~rlcheck.Gen` calls the function returned by :meth:`chooser` (once per
+    context) instead of :meth:`choose` itself, so a guide may hand out a faster
+    equivalent of its ``choose``.
     """
 
     name: ClassVar[str] = "guide"
@@ -45,6 +47,11 @@ class Guide:
     def choose(self, point: Hashable, options: Sequence[Any]) -> int:
         """Index into ``options`` of the option to take at ``point``."""
         raise NotImplementedError
+
+    def chooser(self) -> Callable[[Hashable, Sequence[Any]], int]:
+        """The function the generation context calls at each choice point: :meth:`choose`
+        unless the guide overrides this with an equivalent that is faster to call."""
+        return self.choose
 
     def start_campaign(self, name: str) -> None:
         """A campaign on the generator called ``name`` begins."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from rlcheck.errors import InvalidArgument, RLCheckWarning
-from rlcheck.guides.base import TOKEN_TYPES, Guide
-from rlcheck.learner import Policy, reward_for
+from rlcheck.guides.base import Guide
+from rlcheck.learner import Policy, Visit, reward_for
 from rlcheck.policy_store import load_policy, save_policy
 from rlcheck.state import StateAbstraction, make_state
 
@@ -47,9 +47,9 @@ class RLGuide(Guide):
     Attributes
     ----------
     abstraction:
-        The :class:`~rlcheck.state.StateAbstraction` in use.
+        The :class:`~rlcheck.state.StateAbstraction` in use (read-only).
     policy:
-        The :class:`~rlcheck.learner.Policy` being learned (its Q-tables).
+        The :class:`~rlcheck.learner.Policy` being learned, its Q-tables (read-only).
 
     Examples
     --------
@@ -74,20 +74,36 @@ class RLGuide(Guide):
         policy_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(state, StateAbstraction):
-            self.abstraction = state
+            self._abstraction = state
         elif isinstance(state, str):
-            self.abstraction = make_state(state, k=k)
+            self._abstraction = make_state(state, k=k)
         else:
             raise InvalidArgument(
                 f"state={state!r} must be a state abstraction name or a StateAbstraction"
             )
-        self.policy = Policy(epsilon=epsilon, seed=seed, max_states=max_states)
+        self._policy = Policy(epsilon=epsilon, seed=seed, max_states=max_states)
         self.policy_file = policy_file
         self._seed = seed
         self._generator_name = ""
-        self._visits: list[tuple[list[float], int]] = []
-        # Bound methods cached: ``choose`` runs once per choice point, the hot path.
-        self._choose_row = self.policy.choose_row
+        # One list for the guide's life, cleared in place: the fused chooser (the hot path,
+        # see Policy.window_chooser) holds it.
+        self._visits: list[Visit] = []
+        self._choose = self._policy.window_chooser(self._visits, self._abstraction)
+
+    @property
+    def abstraction(self) -> StateAbstraction:
+        return self._abstraction
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    def chooser(self) -> Callable[[Hashable, Sequence[Any]], int]:
+        # A subclass that overrides ``choose`` gets its own method called.
+        return self._choose if type(self).choose is RLGuide.choose else self.choose
+
+    def choose(self, point: Hashable, options: Sequence[Any]) -> int:
+        return self._choose(point, options)
 
     def start_campaign(self, name: str) -> None:
         self._generator_name = name
@@ -95,28 +111,18 @@ class RLGuide(Guide):
             self.load(self.policy_file)
 
     def start_episode(self) -> None:
-        self.abstraction.reset()
-        self._visits = []
-
-    def choose(self, point: Hashable, options: Sequence[Any]) -> int:
-        n = len(options)
-        abstraction = self.abstraction
-        state = abstraction.state
-        # A single option has nothing to learn and records no visit.
-        index = self._choose_row(point, state, n, self._visits) if n > 1 else 0
-        token = options[index]
-        abstraction.record(token if token.__class__ in TOKEN_TYPES else index)
-        return index
+        self._abstraction.reset()
+        self._visits.clear()
 
     def enter_scope(self, label: Hashable) -> None:
-        self.abstraction.push(label)
+        self._abstraction.push(label)
 
     def exit_scope(self) -> None:
-        self.abstraction.pop()
+        self._abstraction.pop()
 
     def end_episode(self, *, valid: bool, new: bool) -> None:
-        self.policy.learn_rows(self._visits, reward_for(valid=valid, new=new))
-        self._visits = []
+        self._policy.learn_rows(self._visits, reward_for(valid=valid, new=new))
+        self._visits.clear()
 
     def end_campaign(self) -> None:
         if self.policy_file is None:
@@ -133,20 +139,20 @@ class RLGuide(Guide):
 
     def reseed(self, seed: int | None) -> None:
         self._seed = seed
-        self.policy.rng.seed(seed)
+        self._policy.rng.seed(seed)
 
     def describe(self) -> dict[str, Any]:
         return {
             "guide": self.name,
             "seed": self._seed,
-            "epsilon": self.policy.epsilon,
-            **self.abstraction.describe(),
+            "epsilon": self._policy.epsilon,
+            **self._abstraction.describe(),
         }
 
     # -- persistence ------------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
-        meta = self.abstraction.describe()
+        meta = self._abstraction.describe()
         if self._generator_name:
             meta["generator"] = self._generator_name
         return meta
@@ -164,13 +170,13 @@ class RLGuide(Guide):
         >>> RLGuide(seed=1).load(path)
         True
         """
-        save_policy(path, self.policy, meta=self._meta())
+        save_policy(path, self._policy, meta=self._meta())
 
     def load(self, path: str | os.PathLike[str]) -> bool:
         """Load a policy saved by :meth:`save`; ``False`` (with a warning, unless the file
         is missing) when it is unusable or was saved for another state abstraction or
         generator."""
-        return load_policy(path, self.policy, expect_meta=self._meta())
+        return load_policy(path, self._policy, expect_meta=self._meta())
 
     def __repr__(self) -> str:
-        return f"RLGuide(state={self.abstraction!r}, seed={self._seed!r})"
+        return f"RLGuide(state={self._abstraction!r}, seed={self._seed!r})"
