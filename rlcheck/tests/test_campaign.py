@@ -177,6 +177,106 @@ def test_generator_bugs_propagate() -> None:
         rlcheck.run(broken, bool, trials=3)
 
 
+# -- a failing guide does not lose the campaign (RELIABILITY.md, rlcheck row 2) ----------
+
+
+class FlakyLearner:
+    """Stands in for a learner method: works ``calls`` times, then raises."""
+
+    def __init__(self, real: Any, calls: int) -> None:
+        self.real, self.calls = real, calls
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls -= 1
+        if self.calls < 0:
+            raise RuntimeError("injected learner bug")
+        return self.real(*args)
+
+
+def run_with_broken_update(seed: int, tmp_path: Path | None = None) -> rlcheck.Result:
+    guide = RLGuide(seed=seed, policy_file=tmp_path / "p.json" if tmp_path else None)
+    # The end-of-episode update of the learner fails on the 301st episode.
+    guide.policy.learn_rows = FlakyLearner(guide.policy.learn_rows, 300)  # type: ignore[method-assign]
+    return rlcheck.run(pair, Judge(), guide=guide, trials=1000)
+
+
+def test_a_learner_error_falls_back_to_random_with_one_warning() -> None:
+    with pytest.warns(rlcheck.RLCheckWarning, match="injected learner bug") as caught:
+        result = run_with_broken_update(seed=3)
+    assert len(caught) == 1
+    assert result.trials == 1000 and result.stop_reason == "trials"
+    assert result.trials == result.valid + result.invalid
+    assert result.guide_fallback is not None
+    assert "RLGuide.end_episode raised RuntimeError" in result.guide_fallback
+    # the 301st input was made and checked (and counted) before its update failed
+    assert "trials 302 on used RandomGuide(seed=3)" in result.guide_fallback
+    assert result.guide["guide"] == "rl"  # the guide the run was asked for
+    assert result.to_dict()["guide_fallback"] == result.guide_fallback
+    # the fallback is seeded too: the same run gives the same result
+    with pytest.warns(rlcheck.RLCheckWarning):
+        again = run_with_broken_update(seed=3)
+    assert (again.valid, again.unique_valid) == (result.valid, result.unique_valid)
+
+
+def test_a_guide_error_inside_a_choice_point_drops_that_episode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rlcheck.learner
+
+    # The greedy scan fails on its 50th call, in the middle of generating an input.
+    monkeypatch.setattr(rlcheck.learner, "_greedy", FlakyLearner(rlcheck.learner._greedy, 49))
+    judge = Judge()
+    with pytest.warns(rlcheck.RLCheckWarning, match="RLGuide.choose raised RuntimeError"):
+        result = rlcheck.run(pair, judge, guide=RLGuide(seed=0), trials=500)
+    assert result.trials == 500 == len(judge.inputs)  # the broken episode is not counted
+    assert result.guide_fallback is not None and "choose" in result.guide_fallback
+
+
+def test_a_generator_swallowing_the_guide_error_still_falls_back() -> None:
+    class BrokenGuide(RandomGuide):
+        def choose(self, point: Any, options: Any) -> int:
+            raise ValueError("no choice today")
+
+    def forgiving(g: Gen) -> int:
+        try:
+            return g.integer(0, 9)
+        except ValueError:
+            return 0
+
+    with pytest.warns(rlcheck.RLCheckWarning, match="no choice today"):
+        result = rlcheck.run(forgiving, lambda x: True, guide=BrokenGuide(seed=1), trials=200)
+    assert result.trials == 200 and result.unique_valid == 10  # random found every digit
+    assert "trials 1 on" in (result.guide_fallback or "")
+
+
+@pytest.mark.parametrize("method", ["start_campaign", "start_episode", "enter_scope", "exit_scope"])
+def test_errors_in_other_guide_methods_fall_back_too(method: str) -> None:
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise OSError(f"{method} is broken")
+
+    def scoped(g: Gen) -> int:
+        with g.scope("inner"):
+            return g.integer(0, 3)
+
+    guide = RLGuide(seed=0)
+    setattr(guide, method, boom)
+    with pytest.warns(rlcheck.RLCheckWarning, match=f"{method} is broken"):
+        result = rlcheck.run(scoped, lambda x: True, guide=guide, trials=50)
+    assert result.trials == 50 and f"RLGuide.{method} raised OSError" in (
+        result.guide_fallback or ""
+    )
+
+
+def test_a_failed_guide_does_not_overwrite_its_policy_file(tmp_path: Path) -> None:
+    with pytest.warns(rlcheck.RLCheckWarning):
+        run_with_broken_update(seed=0, tmp_path=tmp_path)
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_no_fallback_on_a_healthy_run() -> None:
+    assert rlcheck.run(pair, Judge(), trials=100, seed=0).guide_fallback is None
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -12,6 +12,14 @@ One *episode* is one call of the generator. Its input is then checked:
   after ``max_failures`` of them. A failure is rewarded like a valid input: finding it was
   the point, and a second identical one earns nothing.
 
+An exception raised by the guide itself (in ``choose``, a scope, ``start_campaign``,
+``start_episode`` or ``end_episode``: a bug in a learner, not in the generator or the
+check) does not lose the campaign: the episode in progress is dropped, one
+:class:`~rlcheck.RLCheckWarning` says what happened, the rest of the run uses plain random
+generation (:class:`~rlcheck.RandomGuide`, same seed), and :attr:`Result.guide_fallback`
+records it. The failed guide's ``end_campaign`` is not called, so a policy file is not
+overwritten with what a broken learner left.
+
 Uniqueness is tracked by storing ``hash(key)`` (64 bits) rather than the inputs, so memory
 grows by about 80 bytes per distinct valid input (77 measured at 200 000) whatever the
 inputs' size; two distinct inputs colliding is a chance of about n²/2⁶⁵ (≈ 3·10⁻⁸ at a
@@ -25,14 +33,16 @@ import math
 import os
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rlcheck.errors import Invalid, InvalidArgument
+from rlcheck.errors import Invalid, InvalidArgument, RLCheckWarning
 from rlcheck.gen import Gen
 from rlcheck.guides.base import Guide
+from rlcheck.guides.random import RandomGuide
 from rlcheck.guides.rl import RLGuide
 
 __all__ = ["Failure", "Result", "Sample", "run"]
@@ -92,6 +102,9 @@ class Result:
     stop_reason: str
     """``"trials"``, ``"seconds"``, ``"failures"`` or ``"interrupted"``."""
     series: tuple[Sample, ...]
+    guide_fallback: str | None = None
+    """``None``, or what the guide raised and from which trial on random generation took
+    over (the counts cover the whole run)."""
 
     @property
     def trials_per_second(self) -> float:
@@ -134,6 +147,17 @@ def _key_hash(value: Any, key: Callable[[Any], Hashable] | None) -> int:
         return hash(k)
     except TypeError:  # lists, dicts, ...: their repr is a faithful enough identity
         return hash(repr(k))
+
+
+def _fallback_seed(guide: Guide, seed: int | None) -> int | None:
+    """The run's seed, else the failed guide's own (so a seeded guide stays reproducible)."""
+    if seed is not None:
+        return seed
+    try:
+        own = guide.describe().get("seed")
+    except Exception:  # the guide is broken already; a fresh stream will do
+        return None
+    return own if isinstance(own, int) else None
 
 
 def _name_of(obj: object) -> str:
@@ -224,7 +248,12 @@ def run(
     sample_interval = _FIRST_SAMPLE_INTERVAL
     stop_reason = "trials"
 
-    guide.start_campaign(name)
+    described = guide.describe()
+    fallback: str | None = None
+    try:
+        guide.start_campaign(name)
+    except Exception as exc:
+        guide, g, fallback = _fall_back(guide, "start_campaign", exc, 0, seed, max_choices)
     start = time.perf_counter()
     deadline = start + seconds if seconds is not None else math.inf
     next_sample = start + sample_interval
@@ -247,51 +276,75 @@ def run(
                 next_progress = now + _PROGRESS_INTERVAL
 
             g.reset()
-            guide.start_episode()
+            try:
+                guide.start_episode()
+            except Exception as exc:
+                guide, g, fallback = _fall_back(guide, "start_episode", exc, n, seed, max_choices)
+                continue
             ok: object
             try:
                 value = generator(g)
             except Invalid:
                 ok = False
+            except Exception:
+                if g._guide_error is None:
+                    raise  # a bug in the generator itself: the user's to see
+                ok = False
             else:
+                ok = None
+            if g._guide_error is not None:
+                # The guide failed inside a choice point or scope (even if the generator
+                # caught it): this episode is dropped, random generation takes over.
+                where, error = g._guide_error
+                guide, g, fallback = _fall_back(guide, where, error, n, seed, max_choices)
+                continue
+            if ok is None:
                 try:
                     ok = check(value)
                 except Invalid:
                     ok = False
                 except Exception as exc:
-                    n += 1
-                    h = _key_hash(value, key)
-                    guide.end_episode(valid=True, new=h not in failed)
-                    failed.add(h)
-                    failures.append(_failure(n, value, g.choices, exc))
-                    if len(failures) == max_failures:
-                        stop_reason = "failures"
-                        break
-                    continue
+                    failures.append(_failure(n + 1, value, g.choices, exc))
+                    ok = exc
                 if ok is None:
                     raise InvalidArgument(
                         f"check {_name_of(check)} returned None for {value!r}; it must return "
                         "True (valid) or False (invalid); is a `return` missing?"
                     )
             n += 1
-            if ok:
+            if isinstance(ok, Exception):
+                # A found bug is rewarded like a valid input: finding it was the point.
+                h = _key_hash(value, key)
+                valid, new = True, h not in failed
+                failed.add(h)
+            elif ok:
                 n_valid += 1
                 h = _key_hash(value, key)
-                new = h not in seen
+                valid, new = True, h not in seen
                 if new:
                     seen.add(h)
-                guide.end_episode(valid=True, new=new)
             else:
                 n_invalid += 1
-                guide.end_episode(valid=False, new=False)
+                valid = new = False
+            try:
+                guide.end_episode(valid=valid, new=new)
+            except Exception as exc:
+                guide, g, fallback = _fall_back(guide, "end_episode", exc, n, seed, max_choices)
+            if isinstance(ok, Exception) and len(failures) == max_failures:
+                stop_reason = "failures"
+                break
     except KeyboardInterrupt:
         stop_reason = "interrupted"  # the episode in progress is not counted
     elapsed = time.perf_counter() - start
-    guide.end_campaign()
+    try:
+        guide.end_campaign()
+    except Exception as exc:
+        fallback = f"{type(guide).__name__}.end_campaign raised {type(exc).__name__}: {exc}"
+        warnings.warn(f"the guide failed at the end of the run: {fallback}", RLCheckWarning, 2)
     series.append(Sample(elapsed, n, n_valid, len(seen)))
     return Result(
         generator=name,
-        guide=guide.describe(),
+        guide=described,
         seed=seed,
         trials=n,
         valid=n_valid,
@@ -301,7 +354,27 @@ def run(
         seconds=elapsed,
         stop_reason=stop_reason,
         series=tuple(series),
+        guide_fallback=fallback,
     )
+
+
+def _fall_back(
+    guide: Guide, where: str, error: BaseException, trials: int, seed: int | None, max_choices: int
+) -> tuple[Guide, Gen, str]:
+    """Random generation for the rest of a run whose guide raised ``error``; one warning."""
+    fallback_seed = _fallback_seed(guide, seed)
+    reason = (
+        f"{type(guide).__name__}.{where} raised {type(error).__name__}: {error}; "
+        f"trials {trials + 1} on used RandomGuide(seed={fallback_seed!r})"
+    )
+    warnings.warn(
+        f"the guide failed, so the run goes on with random generation: {reason}",
+        RLCheckWarning,
+        stacklevel=3,
+    )
+    random_guide = RandomGuide(seed=fallback_seed)
+    random_guide.start_campaign("")
+    return random_guide, Gen(random_guide, max_choices=max_choices), reason
 
 
 def _failure(trial: int, value: object, choices: list[int], exc: BaseException) -> Failure:

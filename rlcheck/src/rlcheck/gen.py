@@ -76,7 +76,7 @@ class Gen:
     (True, 1)
     """
 
-    __slots__ = ("_choose", "choices", "guide", "max_choices")
+    __slots__ = ("_choose", "_guide_error", "choices", "guide", "max_choices")
 
     def __init__(self, guide: Guide, *, max_choices: int = 10_000) -> None:
         if not isinstance(guide, Guide):
@@ -90,6 +90,9 @@ class Gen:
         self.max_choices = max_choices
         self.choices: list[int] = []
         self._choose = guide.chooser()
+        # The guide method that raised here and its exception: the campaign tells a broken
+        # guide from a broken generator by it (the exception itself passes through as is).
+        self._guide_error: tuple[str, Exception] | None = None
 
     def reset(self) -> None:
         """Forget the recorded choices (the campaign calls this before each episode)."""
@@ -136,7 +139,11 @@ class Gen:
             raise self._overrun()
         # (choice, integer and boolean repeat these lines rather than share a helper:
         # one call fewer per choice point is a measurable share of generation time.)
-        index = self._choose(label, options)
+        try:
+            index = self._choose(label, options)
+        except Exception as exc:
+            self._guide_error = ("choose", exc)
+            raise
         choices.append(index)
         return options[index]
 
@@ -160,7 +167,11 @@ class Gen:
         choices = self.choices
         if len(choices) >= self.max_choices:
             raise self._overrun()
-        index = self._choose(label, range(low, high + 1))
+        try:
+            index = self._choose(label, range(low, high + 1))
+        except Exception as exc:
+            self._guide_error = ("choose", exc)
+            raise
         choices.append(index)
         return low + index
 
@@ -179,7 +190,11 @@ class Gen:
         choices = self.choices
         if len(choices) >= self.max_choices:
             raise self._overrun()
-        index = self._choose(label, _BOOLS)
+        try:
+            index = self._choose(label, _BOOLS)
+        except Exception as exc:
+            self._guide_error = ("choose", exc)
+            raise
         choices.append(index)
         return index == 1
 
@@ -196,18 +211,23 @@ class Gen:
         >>> with g.scope("LEFT"):
         ...     _ = g.boolean(label="has_left")
         """
-        return _Scope(self.guide, label)
+        return _Scope(self, label)
 
 
 class _Scope:
-    __slots__ = ("_guide", "_label")
+    __slots__ = ("_gen", "_label")
 
-    def __init__(self, guide: Guide, label: Hashable) -> None:
-        self._guide = guide
+    def __init__(self, gen: Gen, label: Hashable) -> None:
+        self._gen = gen
         self._label = label
 
     def __enter__(self) -> None:
-        self._guide.enter_scope(self._label)
+        gen = self._gen
+        try:
+            gen.guide.enter_scope(self._label)
+        except Exception as exc:
+            gen._guide_error = ("enter_scope", exc)
+            raise
 
     def __exit__(
         self,
@@ -215,7 +235,12 @@ class _Scope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._guide.exit_scope()
+        gen = self._gen
+        try:
+            gen.guide.exit_scope()
+        except Exception as error:
+            gen._guide_error = ("exit_scope", error)
+            raise
 
 
 def replay(generator: Callable[[Gen], T], choices: Iterable[int], *, strict: bool = True) -> T:
