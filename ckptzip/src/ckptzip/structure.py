@@ -224,7 +224,12 @@ def unflatten(skeleton: Any, leaves: Sequence[Any]) -> Any:
             raise bad(node, f"unexpected JSON type {type(node).__name__}")
         tag = node.get("$")
         if tag == "float":
-            if set(node) != {"$", "v"} or node["v"] not in _NONFINITE:
+            # isinstance first: an unhashable "v" (a list) must not reach the dict lookup
+            if (
+                set(node) != {"$", "v"}
+                or not isinstance(node["v"], str)
+                or node["v"] not in _NONFINITE
+            ):
                 raise bad(node, "expected {'$': 'float', 'v': 'nan' | 'inf' | '-inf'}")
             return _NONFINITE[node["v"]]
         if tag == "tensor":
