@@ -137,6 +137,7 @@ def _median_block_time(step: object, blocks: int, steps: int) -> float:
     return statistics.median(times)
 
 
+@pytest.mark.slow  # many timing repetitions: 10-40 s on a shared machine
 def test_hook_overhead_outside_window_is_under_one_percent() -> None:
     """The disabled hooks' cost, measured directly, is under 1 % of a real training step.
 
