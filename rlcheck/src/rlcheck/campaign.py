@@ -282,6 +282,7 @@ def run(
                 guide, g, fallback = _fall_back(guide, "start_episode", exc, n, seed, max_choices)
                 continue
             ok: object
+            bug: Exception | None = None
             try:
                 value = generator(g)
             except Invalid:
@@ -305,14 +306,14 @@ def run(
                     ok = False
                 except Exception as exc:
                     failures.append(_failure(n + 1, value, g.choices, exc))
-                    ok = exc
+                    ok = bug = exc
                 if ok is None:
                     raise InvalidArgument(
                         f"check {_name_of(check)} returned None for {value!r}; it must return "
                         "True (valid) or False (invalid); is a `return` missing?"
                     )
             n += 1
-            if isinstance(ok, Exception):
+            if bug is not None:
                 # A found bug is rewarded like a valid input: finding it was the point.
                 h = _key_hash(value, key)
                 valid, new = True, h not in failed
@@ -330,7 +331,7 @@ def run(
                 guide.end_episode(valid=valid, new=new)
             except Exception as exc:
                 guide, g, fallback = _fall_back(guide, "end_episode", exc, n, seed, max_choices)
-            if isinstance(ok, Exception) and len(failures) == max_failures:
+            if bug is not None and len(failures) == max_failures:
                 stop_reason = "failures"
                 break
     except KeyboardInterrupt:

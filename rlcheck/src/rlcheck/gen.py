@@ -215,18 +215,18 @@ class Gen:
 
 
 class _Scope:
-    __slots__ = ("_gen", "_label")
+    __slots__ = ("_gen", "_guide", "_label")
 
     def __init__(self, gen: Gen, label: Hashable) -> None:
         self._gen = gen
+        self._guide = gen.guide
         self._label = label
 
     def __enter__(self) -> None:
-        gen = self._gen
         try:
-            gen.guide.enter_scope(self._label)
+            self._guide.enter_scope(self._label)
         except Exception as exc:
-            gen._guide_error = ("enter_scope", exc)
+            self._gen._guide_error = ("enter_scope", exc)
             raise
 
     def __exit__(
@@ -235,11 +235,10 @@ class _Scope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        gen = self._gen
         try:
-            gen.guide.exit_scope()
+            self._guide.exit_scope()
         except Exception as error:
-            gen._guide_error = ("exit_scope", error)
+            self._gen._guide_error = ("exit_scope", error)
             raise
 
 
