@@ -11,6 +11,7 @@ Run (from the repository root)::
     .venv/bin/python rlcheck/benchmarks/bst.py            # 100 000 trials x 3 seeds
     .venv/bin/python rlcheck/benchmarks/bst.py --quick    # 10 000 trials x 1 seed
     .venv/bin/python rlcheck/benchmarks/bst.py --seconds 3  # same time, not same trials
+    .venv/bin/python rlcheck/benchmarks/bst.py --repeat 3   # fastest of 3 timings per run
 
 It prints one row per (guide, state abstraction, seed), the mean over seeds, the RL/random
 ratio of unique valid trees and of throughput, and writes JSON (and optionally a PNG).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -126,6 +128,19 @@ def run_one(
     return row, result
 
 
+def _keep_fastest(row: dict[str, Any], again: dict[str, Any]) -> None:
+    """Fold a repeated run into ``row``: the same seed gives the same inputs (checked), so
+    only the timing differs; the fastest run is the one least slowed by other processes."""
+    for field in ("trials", "valid", "unique_valid", "max_valid_size"):
+        if row[field] != again[field]:
+            raise RuntimeError(f"{row['config']} seed {row['seed']}: {field} differs on a rerun")
+    for field in ("seconds", "cpu_seconds"):
+        row[field] = min(row[field], again[field])
+    for field in ("trials_per_s", "trials_per_cpu_s"):
+        row[field] = max(row[field] or 0, again[field] or 0)
+    row["repeats"] = row.get("repeats", 1) + 1
+
+
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean over seeds per configuration, with ratios to random."""
     by_config: dict[str, list[dict[str, Any]]] = {}
@@ -189,6 +204,11 @@ def _print_summary(summary: list[dict[str, Any]]) -> None:
     )
 
 
+def _load_average() -> float | None:
+    """The host's 1-minute load average (other processes competing for its cores)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10 000 trials, one seed")
@@ -198,12 +218,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default 0 1 2)")
     parser.add_argument("--configs", nargs="+", help=f"subset of: {' '.join(configs())}")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each configuration this many times and keep the fastest timing (counts "
+        "are identical: same seed, same inputs); steadier throughput on a shared machine",
+    )
     parser.add_argument("--json", type=Path, help="output JSON (default under results/)")
     parser.add_argument(
         "--plot", type=Path, help="PNG of unique valid trees over trials (seed 0 runs)"
     )
     args = parser.parse_args(argv)
 
+    if args.repeat < 1 or (args.seconds and args.repeat > 1):
+        parser.error("--repeat takes a positive count, and only with a trial budget")
     trials = None if args.seconds else args.trials or (10_000 if args.quick else 100_000)
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     factories = configs()
@@ -216,19 +245,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     out = args.json or Path(__file__).parent / "results" / default_name
 
+    load_at_start = _load_average()
     budget = f"{args.seconds} s" if args.seconds else f"{trials} trials"
     print(f"BST case study: {budget} per run, seeds {seeds}")
     print("(throughput is wall-clock on a shared machine: compare rows of one run only)\n")
     print(_HEADER)
     rows: list[dict[str, Any]] = []
     first_results: dict[str, Any] = {}
-    # Seeds outermost: every configuration sees the same stretch of machine load in turn.
-    for seed in seeds:
-        for name in names:
-            row, result = run_one(name, factories[name](seed), seed, trials, args.seconds)
-            rows.append(row)
-            first_results.setdefault(name, result)
-            print(_format_row(row), flush=True)
+    by_run: dict[tuple[str, int], dict[str, Any]] = {}
+    for repeat in range(args.repeat):
+        # Seeds outermost: every configuration sees the same stretch of machine load in turn.
+        for seed in seeds:
+            for name in names:
+                row, result = run_one(name, factories[name](seed), seed, trials, args.seconds)
+                first = by_run.get((name, seed))
+                if first is None:
+                    by_run[name, seed] = row
+                    rows.append(row)
+                    first_results.setdefault(name, result)
+                else:
+                    _keep_fastest(first, row)
+                print(_format_row(row) + (f"  (repeat {repeat + 1})" if repeat else ""), flush=True)
     summary = summarise(rows)
     _print_summary(summary)
 
@@ -239,9 +276,13 @@ def main(argv: list[str] | None = None) -> int:
         "trials": trials,
         "seconds": args.seconds,
         "seeds": seeds,
+        "repeat": args.repeat,
         "max_depth": MAX_DEPTH,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        # Throughput depends on the host and on what else runs there: say what it was.
+        "cpu_count": os.cpu_count(),
+        "load_average_1min": {"start": load_at_start, "end": _load_average()},
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": rows,
         "summary": summary,

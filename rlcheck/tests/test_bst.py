@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -93,6 +94,23 @@ def test_script_writes_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [s["config"] for s in data["summary"]] == ["random", "rl/labelled"]
     assert data["summary"][0]["unique_valid_vs_random"] == 1.0
     assert all(r["trials"] == 300 for r in data["rows"])
+    assert data["cpu_count"] == os.cpu_count() and set(data["load_average_1min"]) == {
+        "start",
+        "end",
+    }
+
+
+def test_repeats_keep_the_counts_and_the_fastest_timing(tmp_path: Path) -> None:
+    out = tmp_path / "bst.json"
+    argv = ["--trials", "200", "--seeds", "0", "--configs", "rl/ancestor", "--repeat", "3"]
+    assert bst.main([*argv, "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    single = tmp_path / "once.json"
+    assert bst.main([*argv[:-2], "--json", str(single)]) == 0
+    (once,) = json.loads(single.read_text())["rows"]
+    assert row["repeats"] == 3 and row["unique_valid"] == once["unique_valid"]
+    with pytest.raises(SystemExit):
+        bst.main(["--seconds", "1", "--repeat", "2"])
 
 
 @pytest.mark.slow
