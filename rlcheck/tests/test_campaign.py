@@ -338,6 +338,7 @@ def test_failures_are_written_without_the_input_object(tmp_path: Path) -> None:
     [
         "rlcheck.gen",
         "rlcheck.state",
+        "rlcheck.guides.base",
         "rlcheck.guides.random",
         "rlcheck.guides.replay",
         "rlcheck.guides.rl",

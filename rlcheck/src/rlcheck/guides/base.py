@@ -50,7 +50,17 @@ class Guide:
 
     def chooser(self) -> Callable[[Hashable, Sequence[Any]], int]:
         """The function the generation context calls at each choice point: :meth:`choose`
-        unless the guide overrides this with an equivalent that is faster to call."""
+        unless the guide overrides this with an equivalent that is faster to call.
+
+        Examples
+        --------
+        >>> from rlcheck.guides import RandomGuide, RLGuide
+        >>> guide = RandomGuide(seed=0)
+        >>> guide.chooser() == guide.choose
+        True
+        >>> RLGuide(seed=0).chooser()("coin", (False, True)) in (0, 1)
+        True
+        """
         return self.choose
 
     def start_campaign(self, name: str) -> None:
