@@ -115,3 +115,19 @@ def test_any_spec_is_loaded_or_refused_cleanly(spec: str) -> None:
     # spec must end in a clear usage error, never in an uncaught exception.
     with pytest.raises(click.BadParameter):
         _load_object(spec, "MODULE:GENERATOR")
+
+
+def test_a_guide_fallback_is_shown(gens: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlcheck.learner
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("injected learner bug")
+
+    monkeypatch.setattr(rlcheck.learner, "_greedy", broken)
+    with pytest.warns(rlcheck.RLCheckWarning, match="injected learner bug"):
+        code, text = invoke(
+            f"{gens}:pair", "--check", f"{gens}:ordered", "--trials", "300", "--seed", "1",
+            "--guide", "rl", "--quiet",
+        )  # fmt: skip
+    assert code == 0, text
+    assert "guide fallback" in text and "RandomGuide" in text

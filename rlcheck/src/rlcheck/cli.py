@@ -204,6 +204,9 @@ def run_command(
         ("trials/s", f"{result.trials_per_second:,.0f}"),
         ("stopped by", result.stop_reason),
     ]
+    if result.guide_fallback is not None:
+        # the campaign finished on random generation: the figures are not the guide's alone
+        rows.append(("guide fallback", result.guide_fallback))
     for name, value in rows:
         table.add_row(name, value)
     out.print(table)
