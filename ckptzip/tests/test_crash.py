@@ -75,14 +75,19 @@ def test_sigkill_during_saves_never_leaves_a_half_checkpoint(tmp_path: Path) -> 
     directory.mkdir()
     # Calibrate the kill delays on one timed save, so kills land all over a save's phases
     # (quantizing, writing the temp file, publishing, retention).
-    mgr = CheckpointManager(directory, keyframe_every=4, keep=3, config=CONFIG)
+    CheckpointManager(directory, keyframe_every=4, keep=3, config=CONFIG).save(0, _state(0))
+    # Time what a forked saver does first: open the directory with a fresh manager (no decoded
+    # parent cached) and save a delta step. Timing a warm manager's save instead made the
+    # delays too short for the saver to get anywhere on a quiet machine.
     t0 = time.perf_counter()
-    mgr.save(0, _state(0))
+    CheckpointManager(directory, keyframe_every=4, keep=3, config=CONFIG).save(1, _state(1))
     one_save = time.perf_counter() - t0
-    latest: int | None = 0
+    latest: int | None = 1
     kills = 0
     landed_mid_save = 0
-    while kills < 60:
+    # At least 60 kills; then more (up to 600) until 5 have landed while a temp file was being
+    # written: on a quiet machine the write is a small part of a save, quantizing the rest.
+    while kills < 60 or (landed_mid_save < 5 and kills < 600):
         pid = os.fork()
         if pid == 0:
             _saver(directory, (latest or 0) + 1)
