@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -279,3 +280,57 @@ def test_public_names() -> None:
         "CorruptCheckpointError",
     ]:
         assert name in ckptzip.__all__ and hasattr(ckptzip, name)
+
+
+def _adam_with_dead_units() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A trained Linear+Adam whose first 8 output units never got a gradient (m = v = 0)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(256, 64)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(10):
+        out = model(torch.randn(32, 256))
+        out[:, 8:].pow(2).mean().backward()  # units 0..7 are dead
+        opt.step()
+        opt.zero_grad()
+    return model, opt
+
+
+def _one_step_after_restore(path: Any) -> torch.Tensor:
+    """The weight change of one Adam step taken right after restoring ``path``."""
+    model, opt = _adam_with_dead_units()
+    state = ckptzip.load(path)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    before = model.weight.detach().clone()
+    model(torch.randn(32, 256))[:, 8:].pow(2).mean().backward()
+    opt.step()
+    return (model.weight.detach() - before).abs()
+
+
+@pytest.mark.parametrize("prune", [0.0, 0.3])
+def test_moment_rules_keep_a_restored_adam_step_sane(tmp_path: Path, prune: float) -> None:
+    model, opt = _adam_with_dead_units()
+    obj = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    cfg = ckptzip.CompressionConfig(quant=ckptzip.QuantConfig(bins=8, prune=prune), min_numel=64)
+    report = ckptzip.save(obj, tmp_path / "safe.ckz", config=cfg)
+    by_path = {e.path: e for e in report.entries}
+    v = by_path["optimizer/state/0/exp_avg_sq"]
+    assert v.config is not None and v.config.log_domain and v.config.prune == 0.0
+    state = ckptzip.load(tmp_path / "safe.ckz")
+    m_back = state["optimizer"]["state"][0]["exp_avg"]
+    assert torch.count_nonzero(m_back[:8]) == 0  # dead units' zero moments stay exactly zero
+    # Adam's step is at most about lr per element, and the dead units do not move at all.
+    step = _one_step_after_restore(tmp_path / "safe.ckz")
+    assert float(step.max()) < 1e-2
+    assert float(step[:8].max()) == 0.0
+
+    unsafe = dataclasses.replace(cfg, moment_rules=False)
+    ckptzip.save(obj, tmp_path / "unsafe.ckz", config=unsafe)
+    # Without the rules the same checkpoint restores an optimizer that moves the dead units
+    # (their zero first moment came back as a nonzero level) or, with pruning (zeros in the
+    # second moment under nonzero first moments), throws weights far away.
+    step = _one_step_after_restore(tmp_path / "unsafe.ckz")
+    if prune > 0:
+        assert float(step.max()) > 1.0
+    else:
+        assert float(step[:8].max()) > 0.0

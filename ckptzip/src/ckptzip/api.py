@@ -7,13 +7,14 @@ raw numeric bytes only, so loading an untrusted file can fail but never executes
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import math
 import os
 import time
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 import torch
@@ -29,7 +30,7 @@ from ckptzip.codecs.base import (
     ParentView,
     get_codec,
 )
-from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.config import FIRST_MOMENT_KEYS, CompressionConfig, QuantConfig
 from ckptzip.container import Manifest, Reader, TensorEntry, chunk_refs, write
 from ckptzip.errors import (
     CkptzipError,
@@ -183,6 +184,28 @@ def _torch_save_size(obj: Any) -> int:
     sink = _CountingSink()
     torch.save(obj, sink)  # type: ignore[arg-type]
     return sink.n
+
+
+def _is_first_moment(path: str, config: CompressionConfig) -> bool:
+    """A first-moment path that no explicit override configures (those are the caller's)."""
+    return path.rsplit("/", 1)[-1] in FIRST_MOMENT_KEYS and not any(
+        fnmatch.fnmatchcase(path, pat) for pat, _ in config.overrides
+    )
+
+
+def _keep_zeros_exact(x: torch.Tensor, quant: QuantConfig) -> QuantConfig | None:
+    """``quant`` with its prune fraction raised to ``x``'s fraction of exact zeros.
+
+    Pruning by magnitude removes exactly the zeros then (they tie at the bottom), so they come
+    back as the codebook's exact zero level, not as the nearest nonzero one. A moment that is
+    (almost) all zeros is stored exactly: it costs next to nothing losslessly.
+    """
+    zeros = float((x == 0).sum()) / max(x.numel(), 1)
+    if zeros <= quant.prune:
+        return quant
+    if zeros + quant.protect >= 0.99:
+        return None
+    return replace(quant, prune=zeros, prune_metric="magnitude")
 
 
 def exact_reason(path: str, x: torch.Tensor, config: CompressionConfig) -> str | None:
@@ -373,6 +396,8 @@ def save(
     quantized: dict[str, QuantizedTensor] = {}
     for p, x in leaves:
         quant = None if exact_reason(p, x, config) is not None else config.quant_for(p)
+        if quant is not None and config.moment_rules and _is_first_moment(p, config):
+            quant = _keep_zeros_exact(x, quant)
         codec = get_codec("exact" if quant is None else lossy_codec)
         score = None if scores is None or quant is None else scores.get(p)
         enc: Encoded = codec.encode(

@@ -7,12 +7,17 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from ckptzip.errors import ConfigError
 
-__all__ = ["CompressionConfig", "QuantConfig"]
+__all__ = ["FIRST_MOMENT_KEYS", "SECOND_MOMENT_KEYS", "CompressionConfig", "QuantConfig"]
+
+FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
+"""Optimizer-state keys of first moments (Adam/AdamW, SGD with momentum)."""
+SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")
+"""Optimizer-state keys of second moments (Adam/AdamW, AMSGrad's running maximum)."""
 
 PruneMetric = Literal["magnitude", "sensitivity"]
 _PRUNE_METRICS = ("magnitude", "sensitivity")
@@ -101,6 +106,13 @@ class CompressionConfig:
         more than quantizing saves).
     zstd_level:
         zstandard level of the lossless stage.
+    moment_rules:
+        Keep optimizer moments that ``quant`` would break safe (paths not matched by
+        ``overrides``): second moments (``exp_avg_sq``) are quantized in the log domain and
+        never pruned, first moments (``exp_avg``, ``momentum_buffer``) never lose their exact
+        zeros (see :func:`ckptzip.api.save`). Adam divides by ``sqrt(exp_avg_sq)``: a pruned
+        second moment, or a zero first moment restored as a small level over a zero second
+        moment, makes the first step after a restore throw those weights far away.
     """
 
     quant: QuantConfig = field(default_factory=QuantConfig)
@@ -108,6 +120,7 @@ class CompressionConfig:
     exact: tuple[str, ...] = ()
     min_numel: int = 4096
     zstd_level: int = 3
+    moment_rules: bool = True
 
     def __post_init__(self) -> None:
         if self.min_numel < 0:
@@ -130,6 +143,13 @@ class CompressionConfig:
         for pat, cfg in self.overrides:
             if fnmatch.fnmatchcase(path, pat):
                 return cfg
+        if self.moment_rules:
+            leaf = path.rsplit("/", 1)[-1]
+            if leaf in SECOND_MOMENT_KEYS:
+                return replace(self.quant, prune=0.0, prune_metric="magnitude", log_domain=True)
+            if leaf in FIRST_MOMENT_KEYS:
+                # the prune fraction is raised to the tensor's own zeros when it is saved
+                return replace(self.quant, prune=0.0, prune_metric="magnitude")
         return self.quant
 
     def to_json(self) -> dict[str, Any]:
@@ -139,6 +159,7 @@ class CompressionConfig:
             "exact": list(self.exact),
             "min_numel": self.min_numel,
             "zstd_level": self.zstd_level,
+            "moment_rules": self.moment_rules,
         }
 
     @classmethod
@@ -152,6 +173,7 @@ class CompressionConfig:
                 exact=tuple(data["exact"]),
                 min_numel=int(data["min_numel"]),
                 zstd_level=int(data["zstd_level"]),
+                moment_rules=bool(data.get("moment_rules", True)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"bad CompressionConfig: {exc}") from exc
