@@ -112,7 +112,8 @@ class CompressionConfig:
         never pruned, first moments (``exp_avg``, ``momentum_buffer``) never lose their exact
         zeros (see :func:`ckptzip.api.save`). Adam divides by ``sqrt(exp_avg_sq)``: a pruned
         second moment, or a zero first moment restored as a small level over a zero second
-        moment, makes the first step after a restore throw those weights far away.
+        moment, makes the first step after a restore throw those weights far away. (Pruning
+        a first moment is safe: a zero first moment only skips that weight's step.)
     """
 
     quant: QuantConfig = field(default_factory=QuantConfig)
@@ -147,9 +148,8 @@ class CompressionConfig:
             leaf = path.rsplit("/", 1)[-1]
             if leaf in SECOND_MOMENT_KEYS:
                 return replace(self.quant, prune=0.0, prune_metric="magnitude", log_domain=True)
-            if leaf in FIRST_MOMENT_KEYS:
-                # the prune fraction is raised to the tensor's own zeros when it is saved
-                return replace(self.quant, prune=0.0, prune_metric="magnitude")
+            # First moments keep ``quant``; their prune fraction is raised to the tensor's own
+            # share of exact zeros when it is saved (the tensor is needed for that).
         return self.quant
 
     def to_json(self) -> dict[str, Any]:
