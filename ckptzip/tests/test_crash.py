@@ -53,9 +53,48 @@ def _check_directory(directory: Path) -> int | None:
     return steps[-1] if steps else None
 
 
-def _saver(directory: Path, start: int) -> None:  # runs in the forked child
+class _DieMidWrite:
+    """A file whose ``write`` writes part of its data, then SIGKILLs the process."""
+
+    def __init__(self, f: Any, fraction: float) -> None:
+        self._f = f
+        self._fraction = fraction
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data).cast("B")
+        self._f.write(view[: int(len(view) * self._fraction)])
+        self._f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _DieMidWrite:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+
+def _saver(directory: Path, start: int, die_in_save: int | None, fraction: float) -> None:
+    """Save steps from ``start`` on, forever; with ``die_in_save=k``, die inside the k-th
+    save's write of its temp file (after ``fraction`` of the first write's bytes)."""
     try:
         torch.set_num_threads(1)
+        if die_in_save is not None:
+            saves = [0]
+            real_open = open
+
+            def open_(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+                f = real_open(file, mode, *args, **kwargs)
+                if "x" in mode or "w" in mode:  # a temp file being written
+                    saves[0] += 1
+                    if saves[0] > die_in_save:
+                        return _DieMidWrite(f, fraction)
+                return f
+
+            storage.open = open_  # type: ignore[attr-defined]  # the module's builtin lookup
         mgr = CheckpointManager(directory, keyframe_every=4, keep=3, config=CONFIG)
         step = start
         while True:
@@ -85,15 +124,27 @@ def test_sigkill_during_saves_never_leaves_a_half_checkpoint(tmp_path: Path) -> 
     latest: int | None = 1
     kills = 0
     landed_mid_save = 0
-    # At least 60 kills; then more (up to 600) until 5 have landed while a temp file was being
-    # written: on a quiet machine the write is a small part of a save, quantizing the rest.
-    while kills < 60 or (landed_mid_save < 5 and kills < 600):
+    while kills < 60:
+        # Every third kill is aimed: the saver kills itself part-way through writing a temp
+        # file (on a quiet machine the write is too small a part of a save for random timing
+        # to hit it often); the others land at random moments of any phase.
+        aimed = kills % 3 == 2
         pid = os.fork()
         if pid == 0:
-            _saver(directory, (latest or 0) + 1)
-        time.sleep(rng.uniform(0.0, 3.0 * one_save))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+            die = rng.randrange(3) if aimed else None
+            _saver(directory, (latest or 0) + 1, die, rng.random())
+        if aimed:
+            deadline = time.monotonic() + 60
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:  # a save that never writes: fail loudly
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    raise AssertionError("the aimed saver did not die while writing")
+                time.sleep(0.005)
+        else:
+            time.sleep(rng.uniform(0.0, 3.0 * one_save))
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         kills += 1
         landed_mid_save += bool(_temps(directory))
         now = _check_directory(directory)
