@@ -377,13 +377,8 @@ def _leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return [path]
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(st.data())
-def test_resealed_manifest_edits(good: bytes, data: Any) -> None:
-    """An attacker who recomputes the manifest digest: edits of any field fail cleanly."""
-    doc, body = split(good)
+def _edit_leaves(doc: Any, data: Any) -> None:
+    """Replace one to three leaves of a manifest with hostile values, in place."""
     paths = _leaves(doc)
     for _ in range(data.draw(st.integers(1, 3))):
         where = data.draw(st.sampled_from(paths))
@@ -394,6 +389,16 @@ def test_resealed_manifest_edits(good: bytes, data: Any) -> None:
             parent[where[-1]] = _jitter(parent[where[-1]], data.draw)
         except (KeyError, IndexError, TypeError):
             continue
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.data())
+def test_resealed_manifest_edits(good: bytes, data: Any) -> None:
+    """An attacker who recomputes the manifest digest: edits of any field fail cleanly."""
+    doc, body = split(good)
+    _edit_leaves(doc, data)
     try:
         back = decode_bytes(seal(doc, body))
     except CkptzipError:
@@ -427,16 +432,7 @@ def test_resealed_delta_child_edits(delta_pair: tuple[Path, bytes], data: Any) -
     """The same attacker against a delta file whose parent is present."""
     d, good_child = delta_pair
     doc, body = split(good_child)
-    paths = _leaves(doc)
-    for _ in range(data.draw(st.integers(1, 3))):
-        where = data.draw(st.sampled_from(paths))
-        try:  # an earlier edit may have removed or replaced the way to this place
-            parent = doc
-            for k in where[:-1]:
-                parent = parent[k]
-            parent[where[-1]] = _jitter(parent[where[-1]], data.draw)
-        except (KeyError, IndexError, TypeError):
-            continue
+    _edit_leaves(doc, data)
     target = d / "edited.ckz"
     target.write_bytes(seal(doc, body))
     try:

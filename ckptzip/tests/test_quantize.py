@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -269,44 +271,19 @@ def test_non_finite_scores_count_as_zero() -> None:
     assert int((dequantize(q) == 0).sum()) >= 10
 
 
-def test_dequantize_rejects_inconsistent_parts() -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda q: {"levels": q.levels[:1]}, "beyond"),
+        (lambda q: {"indices": q.indices[:-1]}, "100 uint8"),
+        (lambda q: {"protected_positions": np.array([100]), "protected_values": torch.zeros(1)},
+         "outside"),
+    ],
+)  # fmt: skip
+def test_dequantize_rejects_inconsistent_parts(change: Any, message: str) -> None:
     q = quantize(torch.randn(100), QuantConfig(bins=4))
-    bad = QuantizedTensor(
-        q.shape,
-        q.dtype,
-        q.config,
-        q.levels[:1],
-        q.indices,
-        q.protected_positions,
-        q.protected_values,
-        q.rel_error,
-    )
-    with pytest.raises(CorruptCheckpointError, match="beyond"):
-        dequantize(bad)
-    bad = QuantizedTensor(
-        q.shape,
-        q.dtype,
-        q.config,
-        q.levels,
-        q.indices[:-1],
-        q.protected_positions,
-        q.protected_values,
-        q.rel_error,
-    )
-    with pytest.raises(CorruptCheckpointError, match="100 uint8"):
-        dequantize(bad)
-    bad = QuantizedTensor(
-        q.shape,
-        q.dtype,
-        q.config,
-        q.levels,
-        q.indices,
-        np.array([100]),
-        torch.zeros(1),
-        q.rel_error,
-    )
-    with pytest.raises(CorruptCheckpointError, match="outside"):
-        dequantize(bad)
+    with pytest.raises(CorruptCheckpointError, match=message):
+        dequantize(dataclasses.replace(q, **change(q)))
 
 
 def test_fit_levels_weighted_and_seeded() -> None:
