@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from _checks import assert_same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,24 +47,6 @@ def checkpoint() -> dict[str, Any]:
         "history": [0.5, math.nan, math.inf],
         "note": None,
     }
-
-
-def assert_same(a: Any, b: Any) -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
-        assert tensor_to_bytes(a) == tensor_to_bytes(b)  # bit-exact, NaN payloads too
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            assert_same(x, y)
-    elif isinstance(a, float) and math.isnan(a):
-        assert isinstance(b, float) and math.isnan(b)
-    else:
-        assert type(a) is type(b) and a == b
 
 
 def test_exact_round_trip_of_a_real_checkpoint(tmp_path: Path) -> None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from _checks import assert_same
 
 import ckptzip
 from ckptzip.api import read_manifest, read_quantized
@@ -51,26 +50,8 @@ def test_file_bytes_unchanged_and_decoding_stable(name: str) -> None:
     assert read_manifest(path).version == 1
 
 
-def same(a: Any, b: Any) -> None:
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        assert tensor_to_bytes(a) == tensor_to_bytes(b)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            same(x, y)
-    elif isinstance(a, float) and math.isnan(a):
-        assert isinstance(b, float) and math.isnan(b)
-    else:
-        assert type(a) is type(b) and a == b
-
-
 def test_exact_golden_equals_recomputed_input() -> None:
-    same(make_golden.exact_object(), ckptzip.load(GOLDEN / "v1_exact.ckz"))
+    assert_same(make_golden.exact_object(), ckptzip.load(GOLDEN / "v1_exact.ckz"))
 
 
 def test_quant_golden_is_within_recorded_error_of_recomputed_input() -> None:
@@ -79,7 +60,7 @@ def test_quant_golden_is_within_recorded_error_of_recomputed_input() -> None:
     back = ckptzip.load(path)
     entries = {e.path: e for e in read_manifest(path).tensors}
     assert back["epoch"] == 3
-    same(original["model"]["bias"], back["model"]["bias"])
+    assert_same(original["model"]["bias"], back["model"]["bias"])
     for key, x in original["model"].items():
         entry = entries[f"model/{key}"]
         if entry.codec == "exact":
@@ -104,6 +85,6 @@ def test_quant_golden_is_within_recorded_error_of_recomputed_input() -> None:
 
 def test_planes_golden_equals_recomputed_input() -> None:
     path = GOLDEN / "v1_planes.ckz"
-    same(make_golden.planes_object(), ckptzip.load(path))
+    assert_same(make_golden.planes_object(), ckptzip.load(path))
     stages = [e.meta["stage"]["enc"] for e in read_manifest(path).tensors]
     assert stages == ["planes"] * 3  # the file exercises the byte-plane stage

@@ -91,13 +91,10 @@ def _check_round_trip(x: torch.Tensor, cfg: QuantConfig, q: QuantizedTensor) -> 
     return y
 
 
-@settings(deadline=None, max_examples=150)
-@given(_tensors(), _CONFIGS)
-def test_round_trip_properties(x: torch.Tensor, cfg: QuantConfig) -> None:
-    q = quantize(x, cfg)
-    y = _check_round_trip(x, cfg, q)
-    # pruned: at least the asked count is exactly zero, and they are the smallest by |x|
-    flat_x, flat_y = x.reshape(-1).double(), y.reshape(-1).double()
+def _prune_candidates(
+    flat_x: torch.Tensor, cfg: QuantConfig, q: QuantizedTensor
+) -> tuple[torch.Tensor, int]:
+    """Mask of finite, unprotected entries, and how many of them the config prunes."""
     fin = torch.isfinite(flat_x)
     fin[torch.from_numpy(q.protected_positions)] = False
     n_finite = int(torch.isfinite(flat_x).sum())
@@ -105,6 +102,17 @@ def test_round_trip_properties(x: torch.Tensor, cfg: QuantConfig) -> None:
         math.floor(cfg.prune * n_finite + 0.5),
         n_finite - math.floor(cfg.protect * n_finite + 0.5),
     )
+    return fin, k_prune
+
+
+@settings(deadline=None, max_examples=150)
+@given(_tensors(), _CONFIGS)
+def test_round_trip_properties(x: torch.Tensor, cfg: QuantConfig) -> None:
+    q = quantize(x, cfg)
+    y = _check_round_trip(x, cfg, q)
+    # pruned: at least the asked count is exactly zero, and they are the smallest by |x|
+    flat_x, flat_y = x.reshape(-1).double(), y.reshape(-1).double()
+    fin, k_prune = _prune_candidates(flat_x, cfg, q)
     if k_prune:
         assert int((flat_y == 0).sum()) >= k_prune
         cand = flat_x[fin].abs()
@@ -120,13 +128,7 @@ def test_round_trip_with_scores(x: torch.Tensor, cfg: QuantConfig, seed: int) ->
     y = _check_round_trip(x, cfg, q)
     if cfg.prune_metric == "sensitivity" and cfg.prune > 0 and x.numel():
         flat_x, flat_y = x.reshape(-1), y.reshape(-1)
-        fin = torch.isfinite(flat_x)
-        fin[torch.from_numpy(q.protected_positions)] = False
-        n_finite = int(torch.isfinite(flat_x).sum())
-        k_prune = min(
-            math.floor(cfg.prune * n_finite + 0.5),
-            n_finite - math.floor(cfg.protect * n_finite + 0.5),
-        )
+        fin, k_prune = _prune_candidates(flat_x, cfg, q)
         if k_prune:
             s = scores.reshape(-1)[fin]
             kth = torch.sort(s).values[k_prune - 1]

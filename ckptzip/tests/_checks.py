@@ -1,0 +1,29 @@
+"""Assertions shared by the test modules."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ckptzip.codecs.exact import tensor_to_bytes
+
+
+def assert_same(a: Any, b: Any) -> None:
+    """``a`` and ``b`` are the same structure with bit-identical tensors (NaN payloads too)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        assert tensor_to_bytes(a) == tensor_to_bytes(b)  # bit-exact, NaN payloads too
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y)
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b)
+    else:
+        assert type(a) is type(b) and a == b
