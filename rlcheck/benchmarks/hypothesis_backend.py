@@ -42,7 +42,7 @@ from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _hyp_suite import SUITE, SuiteTest
 
-from rlcheck.hypothesis_backend import RLCheckProvider, backend_stats, reset_backend_stats
+from rlcheck.hypothesis import BackendStats, RLCheckProvider, collect_stats
 
 
 class _AncestorWindowProvider(RLCheckProvider):
@@ -93,7 +93,7 @@ def measure(
     )(given(strategy)(body))
     # Distinct tests must not share one policy file: key them by name.
     run._hypothesis_internal_database_key = f"rlcheck-bench-{test.name}".encode()  # type: ignore[attr-defined]
-    reset_backend_stats()
+    collected = BackendStats()
     start = time.monotonic()
     deadline = start + seconds
     runs = gave_up = flaky = 0
@@ -103,7 +103,8 @@ def measure(
     while time.monotonic() < deadline:
         runs += 1
         try:
-            run()
+            with collect_stats(collected):
+                run()
         except _TimeUp:
             break
         except Unsatisfiable:
@@ -115,7 +116,7 @@ def measure(
         if seed is not None:
             break
     elapsed = min(time.monotonic(), deadline) - start
-    stats = next(iter(backend_stats().values()), None)
+    stats = next(iter(collected.as_dict().values()), None)
     return {
         "test": test.name,
         "backend": backend,

@@ -19,7 +19,7 @@ import os
 __all__ = ["ENV_VAR"]
 
 ENV_VAR = "RLCHECK_HYPOTHESIS_BACKEND"
-_PROVIDER_PATH = "rlcheck.hypothesis_backend.RLCheckProvider"
+_PROVIDER_PATH = "rlcheck.hypothesis.provider.RLCheckProvider"
 
 
 def _hypothesis_setup_hook() -> None:

@@ -101,9 +101,13 @@ def test_campaign_can_continue_past_bugs() -> None:
     assert result.trials == result.valid + result.invalid + len(result.failures)
 
 
-def test_check_returning_none_is_refused() -> None:
-    with pytest.raises(InvalidArgument, match=r"returned None.*return"):
-        rlcheck.run(pair, lambda p: None, trials=5, seed=0)
+def test_assert_style_check_returning_none_passes_unless_it_raises() -> None:
+    def check(p: tuple[int, int]) -> None:
+        assert p[0] != 3, "planted"
+
+    result = rlcheck.run(pair, check, guide=RandomGuide(seed=0), trials=300, max_failures=0)
+    assert result.valid > 200 and result.invalid == 0
+    assert result.failures and all(f.exception == "AssertionError" for f in result.failures)
 
 
 def test_uniqueness_by_key_and_for_unhashable_inputs() -> None:

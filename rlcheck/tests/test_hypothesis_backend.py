@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +19,15 @@ from hypothesis.internal.conjecture.provider_conformance import run_conformance_
 from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
 from hypothesis.internal.intervalsets import IntervalSet
 
-import rlcheck.hypothesis_backend as backend_module
+import rlcheck.hypothesis.provider as provider_module
 from rlcheck.errors import InvalidArgument, RLCheckWarning
+from rlcheck.hypothesis.buckets import integer_buckets
 from rlcheck.hypothesis_backend import (
+    BackendStats,
     RLCheckProvider,
-    _integer_buckets,
-    backend_stats,
+    collect_stats,
     database_key,
     policy_path,
-    reset_backend_stats,
 )
 from rlcheck.learner import Policy
 from rlcheck.policy_store import load_policy
@@ -38,14 +39,14 @@ def _strictly_increasing(xs: list[int]) -> bool:
     return all(a < b for a, b in itertools.pairwise(xs))
 
 
-def _stats_of(test: Any) -> Any:
-    name = f"{test.__module__}.{test.__qualname__}"
-    return backend_stats()[name]
+def _stats_of(stats: BackendStats, test: Any) -> Any:
+    return stats[f"{test.__module__}.{test.__qualname__}"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_stats() -> None:
-    reset_backend_stats()
+@pytest.fixture
+def stats() -> Iterator[BackendStats]:
+    with collect_stats() as collected:
+        yield collected
 
 
 # -- registration ------------------------------------------------------------------------
@@ -60,7 +61,7 @@ def test_entry_point_registers_backend_lazily() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     lines = out.stdout.splitlines()
-    assert lines[0] == "rlcheck.hypothesis_backend.RLCheckProvider"
+    assert lines[0] == "rlcheck.hypothesis.provider.RLCheckProvider"
     assert lines[1] == "[]"  # importing Hypothesis imports nothing of rlcheck
 
 
@@ -72,7 +73,7 @@ def test_environment_variable_switches_the_default_backend() -> None:
     )
     assert out.stdout.strip() == "rlcheck"
     assert settings.get_profile("rlcheck").backend == "rlcheck"
-    assert AVAILABLE_PROVIDERS["rlcheck"] == "rlcheck.hypothesis_backend.RLCheckProvider"
+    assert AVAILABLE_PROVIDERS["rlcheck"] == "rlcheck.hypothesis.provider.RLCheckProvider"
 
 
 def test_bad_options_are_rejected() -> None:
@@ -85,7 +86,7 @@ def test_bad_options_are_rejected() -> None:
 # -- running ordinary tests --------------------------------------------------------------
 
 
-def test_given_test_runs_on_the_backend_and_counts_cases() -> None:
+def test_given_test_runs_on_the_backend_and_counts_cases(stats: BackendStats) -> None:
     seen: list[Any] = []
 
     @settings(backend="rlcheck", max_examples=60, database=None, **QUIET)
@@ -94,7 +95,7 @@ def test_given_test_runs_on_the_backend_and_counts_cases() -> None:
         seen.append(value)
 
     inner()
-    stats = _stats_of(inner)
+    stats = _stats_of(stats, inner)
     # The run's first case (the simplest input) is Hypothesis's own, not the backend's.
     assert stats.valid >= 59 and stats.cases >= stats.valid
     assert 0 < stats.unique_valid <= stats.valid
@@ -102,7 +103,7 @@ def test_given_test_runs_on_the_backend_and_counts_cases() -> None:
     assert len({repr(v) for v in seen}) > 10
 
 
-def test_learning_raises_the_valid_rate_of_a_strict_assume() -> None:
+def test_learning_raises_the_valid_rate_of_a_strict_assume(stats: BackendStats) -> None:
     # Valid only when three booleans all come out True: 1/8 at random.
     @settings(backend="rlcheck", max_examples=400, database=None, **QUIET)
     @given(st.booleans(), st.booleans(), st.booleans(), st.integers(0, 3))
@@ -110,7 +111,7 @@ def test_learning_raises_the_valid_rate_of_a_strict_assume() -> None:
         assume(a and b and c)
 
     inner()
-    stats = _stats_of(inner)
+    stats = _stats_of(stats, inner)
     # A greedy policy with ε = 0.25 keeps the valid rate well above the random 1/8.
     assert stats.valid / stats.cases > 0.4
 
@@ -132,7 +133,7 @@ def test_same_seed_same_inputs() -> None:
     assert record() == record()
 
 
-def test_hands_back_instead_of_giving_up() -> None:
+def test_hands_back_instead_of_giving_up(stats: BackendStats) -> None:
     # No input is valid before the 300th call: the backend sees only invalid cases and
     # must hand the run to Hypothesis's own backend well before Hypothesis would give up
     # (458 invalid cases and no valid one), so the run still ends normally.
@@ -146,12 +147,12 @@ def test_hands_back_instead_of_giving_up() -> None:
         assume(calls > 300)
 
     inner()  # no Unsatisfiable
-    stats = _stats_of(inner)
+    stats = _stats_of(stats, inner)
     assert stats.handed_back and stats.valid == 0
     assert 200 <= stats.invalid < 300
 
 
-def test_hands_back_before_the_filter_health_check_fails() -> None:
+def test_hands_back_before_the_filter_health_check_fails(stats: BackendStats) -> None:
     # Health checks on: Hypothesis fails a run with 50 invalid cases before the 10th valid
     # one, so the backend hands over after 25 (the first 30 calls are invalid here).
     calls = 0
@@ -164,14 +165,14 @@ def test_hands_back_before_the_filter_health_check_fails() -> None:
         assume(calls > 30)
 
     inner()  # no FailedHealthCheck
-    stats = _stats_of(inner)
+    stats = _stats_of(stats, inner)
     assert stats.handed_back and stats.invalid == 25
 
 
 # -- failures replay and shrink (RELIABILITY rlcheck #1) ---------------------------------
 
 
-def test_planted_bug_is_found_shrunk_and_replayed(tmp_path: Path) -> None:
+def test_planted_bug_is_found_shrunk_and_replayed(tmp_path: Path, stats: BackendStats) -> None:
     db = DirectoryBasedExampleDatabase(tmp_path / "db")
     failing: list[list[int]] = []
 
@@ -188,7 +189,7 @@ def test_planted_bug_is_found_shrunk_and_replayed(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="planted bug"):
         test()
     assert failing[-1] == [0, 1, 5]  # the minimal failing input, after shrinking
-    assert not _stats_of(test).handed_back  # found by the backend, not after a hand-back
+    assert not _stats_of(stats, test).handed_back  # found by the backend, not after a hand-back
 
     failing.clear()
     replay = settings(backend="rlcheck", database=db, phases=[Phase.reuse], **QUIET)(
@@ -204,7 +205,7 @@ def test_planted_bug_is_found_shrunk_and_replayed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("method", ["choose", "learn"])
 def test_internal_error_falls_back_with_one_warning(
-    method: str, monkeypatch: pytest.MonkeyPatch
+    method: str, monkeypatch: pytest.MonkeyPatch, stats: BackendStats
 ) -> None:
     def broken(self: Policy, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("injected learner failure")
@@ -225,7 +226,7 @@ def test_internal_error_falls_back_with_one_warning(
     assert len(ours) == 1
     assert "injected learner failure" in str(ours[0].message)
     assert calls >= 50  # the run went on, on Hypothesis's own backend
-    assert _stats_of(inner).fallback
+    assert _stats_of(stats, inner).fallback
 
 
 # -- persistence (RELIABILITY rlcheck #3) ------------------------------------------------
@@ -326,7 +327,7 @@ def _stored_policy(tmp_path: Path) -> Path:
 @given(st.integers(-(2**70), 2**70), st.integers(0, 2**70))
 def test_integer_buckets_partition_the_range(lo: int, width: int) -> None:
     hi = lo + width
-    buckets = sorted(_integer_buckets(lo, hi))
+    buckets = sorted(integer_buckets(lo, hi))
     assert buckets[0][0] == lo and buckets[-1][1] == hi
     for (a, b), (c, _) in itertools.pairwise(buckets):
         assert a <= b and c == b + 1
@@ -355,10 +356,10 @@ def test_seeded_provider_is_deterministic_outside_hypothesis() -> None:
 
 
 def test_seen_set_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(backend_module, "_MAX_SEEN", 10)
+    monkeypatch.setattr(provider_module, "_MAX_SEEN", 10)
     provider = RLCheckProvider(None, seed=3, persist=False)
     _episodes(provider, 200)
-    assert len(provider._seen) == 10
+    assert len(provider._ledger._seen) == 10
 
 
 # -- the provider contract ---------------------------------------------------------------
@@ -375,3 +376,47 @@ def test_conformance_quick() -> None:
 @pytest.mark.slow
 def test_conformance_full() -> None:
     run_conformance_test(RLCheckProvider)
+
+
+# -- compatibility and control flow ------------------------------------------------------
+
+
+def test_installed_hypothesis_is_supported_and_every_internal_access_resolves() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    from rlcheck.hypothesis.compat import SUPPORTED_RANGE, check_compat
+
+    checks = check_compat()
+    assert all(checks.values()), [name for name, ok in checks.items() if not ok]
+    # The range the code claims is the one pyproject pins.
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    (pin,) = [d for d in pyproject["project"]["dependencies"] if d.startswith("hypothesis")]
+    low, high = (".".join(map(str, v)) for v in SUPPORTED_RANGE)
+    assert pin == f"hypothesis>={low.removesuffix('.0')},<{high.split('.')[0]}"
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_interrupts_pass_through_untouched_and_earn_nothing(exc: type[BaseException]) -> None:
+    provider = RLCheckProvider(None, seed=1, persist=False)
+    raised = exc("stop")
+    with pytest.raises(exc) as info, provider.per_test_case_context_manager():
+        provider.draw_integer(0, 10)
+        raise raised
+    assert info.value is raised
+    assert provider._ledger.cases == 0
+    assert provider._policy.n_states() == 0  # nothing learned from it
+
+
+def test_statistics_belong_to_their_collector() -> None:
+    @settings(backend="rlcheck", max_examples=10, database=None, **QUIET)
+    @given(st.booleans())
+    def inner(b: bool) -> None:
+        pass
+
+    with collect_stats() as first:
+        inner()
+    with collect_stats() as second:
+        inner()
+        inner()
+    inner()  # no collector: nothing kept anywhere
+    assert _stats_of(first, inner).runs == 1 and _stats_of(second, inner).runs == 2

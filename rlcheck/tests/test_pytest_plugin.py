@@ -90,18 +90,28 @@ def test_bug(n):
 def test_case_counts_and_table() -> None:
     counts = CaseCounts()
 
+    class Node:
+        def __init__(self, value: object) -> None:
+            self.value = value
+
     class Obs:
         type = "test_case"
 
-        def __init__(self, status: str, representation: str) -> None:
+        def __init__(self, status: str, choices: tuple[object, ...]) -> None:
             self.status = status
-            self.representation = representation
+            self.metadata = {"choice_nodes": [Node(c) for c in choices]}
 
-    for status, rep in [("passed", "a"), ("passed", "a"), ("gave_up", "b"), ("failed", "c")]:
-        counts.observe(Obs(status, rep))
-    assert (counts.cases, counts.valid, counts.unique_valid) == (4, 3, 2)
-    table = format_table(
-        {"t::x": {"rlcheck": counts, "hypothesis": CaseCounts(cases=2, valid=1)}},
-        compare=True,
-    )
-    assert table.splitlines()[2].split() == ["t::x", "4", "3", "2", "2", "1", "0", "-"]
+    for status, choices in [
+        ("passed", (1,)),
+        ("passed", (1,)),
+        ("gave_up", (2,)),
+        ("failed", (3,)),
+    ]:
+        counts.observe(Obs(status, choices))
+    # One definition of unique (the episode ledger's, by choice sequence); failures apart.
+    assert (counts.cases, counts.valid, counts.unique_valid) == (4, 2, 1)
+    base = CaseCounts()
+    base.ledger.record("valid", (0,))
+    base.ledger.record("invalid")
+    table = format_table({"t::x": {"rlcheck": counts, "hypothesis": base}}, compare=True)
+    assert table.splitlines()[2].split() == ["t::x", "4", "2", "1", "2", "1", "1", "1.0"]

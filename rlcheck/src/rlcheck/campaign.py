@@ -2,7 +2,8 @@
 
 One *episode* is one call of the generator. Its input is then checked:
 
-- ``check(value)`` returns true: valid. It is *new* when its key has not been seen
+- ``check(value)`` returns true, or ``None`` (an assert-style check: it passes unless it
+  raises, like a pytest test): valid. It is *new* when its key has not been seen
   before (the key is the value itself, or ``key(value)``); the guide gets +20 for new,
   0 for a duplicate.
 - ``check(value)`` returns false, or the generator or the check raises
@@ -20,10 +21,10 @@ generation (:class:`~rlcheck.RandomGuide`, same seed), and :attr:`Result.guide_f
 records it. The failed guide's ``end_campaign`` is not called, so a policy file is not
 overwritten with what a broken learner left.
 
-Uniqueness is tracked by storing ``hash(key)`` (64 bits) rather than the inputs, so memory
-grows by about 80 bytes per distinct valid input (77 measured at 200 000) whatever the
-inputs' size; two distinct inputs colliding is a chance of about n²/2⁶⁵ (≈ 3·10⁻⁸ at a
-million). Unhashable inputs are keyed by their ``repr``.
+Counting, rewards and uniqueness are the episode ledger's (:mod:`rlcheck.ledger`, shared
+with the Hypothesis backend): an input's identity here is its key, and the ledger keeps a
+64-bit fingerprint of it rather than the input (about 80 bytes per distinct valid input,
+77 measured at 200 000, whatever the inputs' size).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from rlcheck.gen import Gen
 from rlcheck.guides.base import Guide
 from rlcheck.guides.random import RandomGuide
 from rlcheck.guides.rl import RLGuide
+from rlcheck.ledger import Ledger, Outcome
 
 __all__ = ["Failure", "Result", "Sample", "run"]
 
@@ -141,12 +143,9 @@ class Result:
         plot_unique_valid({self.guide.get("guide", "run"): self}, path, x=x)
 
 
-def _key_hash(value: Any, key: Callable[[Any], Hashable] | None) -> int:
-    k = value if key is None else key(value)
-    try:
-        return hash(k)
-    except TypeError:  # lists, dicts, ...: their repr is a faithful enough identity
-        return hash(repr(k))
+def _identity(value: Any, key: Callable[[Any], Hashable] | None) -> Hashable:
+    """An input's identity for the ledger (see :mod:`rlcheck.ledger`)."""
+    return value if key is None else key(value)
 
 
 def _fallback_seed(guide: Guide, seed: int | None) -> int | None:
@@ -186,9 +185,9 @@ def run(
     generator:
         Function of a :class:`rlcheck.Gen` returning an input.
     check:
-        Validity check: returns true for a valid input (``None`` is refused, as a likely
-        missing ``return``); raising :class:`rlcheck.Invalid` marks the input invalid; any
-        other exception is a found bug.
+        Validity check: returns true (or ``None``, as an assert-style check does) for a
+        valid input, false for an invalid one; raising :class:`rlcheck.Invalid` marks the
+        input invalid; any other exception is a found bug.
     guide:
         Decides the choices; default ``RLGuide()`` (ancestor path with labels, k = 4).
     seconds, trials:
@@ -240,9 +239,7 @@ def run(
     name = _name_of(generator)
     max_trials = trials if trials is not None else -1
 
-    seen: set[int] = set()  # key hashes of valid inputs
-    failed: set[int] = set()  # key hashes of failing inputs
-    n = n_valid = n_invalid = 0
+    ledger = Ledger()
     failures: list[Failure] = []
     series: list[Sample] = [Sample(0.0, 0, 0, 0)]
     sample_interval = _FIRST_SAMPLE_INTERVAL
@@ -259,79 +256,66 @@ def run(
     next_sample = start + sample_interval
     next_progress = start + _PROGRESS_INTERVAL
     try:
-        while n != max_trials:
+        while ledger.cases != max_trials:
             now = time.perf_counter()
             if now >= deadline:
                 stop_reason = "seconds"
                 break
             if now >= next_sample:
-                series.append(Sample(now - start, n, n_valid, len(seen)))
+                series.append(Sample(now - start, ledger.cases, ledger.valid, ledger.unique_valid))
                 if len(series) >= _MAX_SAMPLES:
                     # Keep memory bounded on long runs: halve the resolution.
                     series = series[::2]
                     sample_interval *= 2
                 next_sample = now + sample_interval
             if progress is not None and now >= next_progress:
-                progress(Sample(now - start, n, n_valid, len(seen)))
+                progress(Sample(now - start, ledger.cases, ledger.valid, ledger.unique_valid))
                 next_progress = now + _PROGRESS_INTERVAL
 
             g.reset()
             try:
                 guide.start_episode()
             except Exception as exc:
-                guide, g, fallback = _fall_back(guide, "start_episode", exc, n, seed, max_choices)
+                guide, g, fallback = _fall_back(
+                    guide, "start_episode", exc, ledger.cases, seed, max_choices
+                )
                 continue
-            ok: object
-            bug: Exception | None = None
+            outcome: Outcome | None = None
             try:
                 value = generator(g)
             except Invalid:
-                ok = False
+                outcome = "invalid"
             except Exception:
-                if g._guide_error is None:
+                if g.guide_error is None:
                     raise  # a bug in the generator itself: the user's to see
-                ok = False
-            else:
-                ok = None
-            if g._guide_error is not None:
+                outcome = "invalid"
+            guide_error = g.guide_error
+            if guide_error is not None:
                 # The guide failed inside a choice point or scope (even if the generator
                 # caught it): this episode is dropped, random generation takes over.
-                where, error = g._guide_error
-                guide, g, fallback = _fall_back(guide, where, error, n, seed, max_choices)
+                guide, g, fallback = _fall_back(
+                    guide, *guide_error, ledger.cases, seed, max_choices
+                )
                 continue
-            if ok is None:
+            if outcome is None:
                 try:
                     ok = check(value)
                 except Invalid:
-                    ok = False
+                    outcome = "invalid"
                 except Exception as exc:
-                    failures.append(_failure(n + 1, value, g.choices, exc))
-                    ok = bug = exc
-                if ok is None:
-                    raise InvalidArgument(
-                        f"check {_name_of(check)} returned None for {value!r}; it must return "
-                        "True (valid) or False (invalid); is a `return` missing?"
-                    )
-            n += 1
-            if bug is not None:
-                # A found bug is rewarded like a valid input: finding it was the point.
-                h = _key_hash(value, key)
-                valid, new = True, h not in failed
-                failed.add(h)
-            elif ok:
-                n_valid += 1
-                h = _key_hash(value, key)
-                valid, new = True, h not in seen
-                if new:
-                    seen.add(h)
-            else:
-                n_invalid += 1
-                valid = new = False
+                    failures.append(_failure(ledger.cases + 1, value, g.choices, exc))
+                    outcome = "failure"
+                else:
+                    # ``None`` (an assert-style check that returned nothing) passes.
+                    outcome = "valid" if ok is None or ok else "invalid"
+            new = ledger.record(outcome, None if outcome == "invalid" else _identity(value, key))
             try:
-                guide.end_episode(valid=valid, new=new)
+                guide.end_episode(valid=outcome != "invalid", new=new)
             except Exception as exc:
-                guide, g, fallback = _fall_back(guide, "end_episode", exc, n, seed, max_choices)
-            if bug is not None and len(failures) == max_failures:
+                guide, g, fallback = _fall_back(
+                    guide, "end_episode", exc, ledger.cases, seed, max_choices
+                )
+            if outcome == "failure" and len(failures) == max_failures:
                 stop_reason = "failures"
                 break
     except KeyboardInterrupt:
@@ -342,15 +326,15 @@ def run(
     except Exception as exc:
         fallback = f"{type(guide).__name__}.end_campaign raised {type(exc).__name__}: {exc}"
         warnings.warn(f"the guide failed at the end of the run: {fallback}", RLCheckWarning, 2)
-    series.append(Sample(elapsed, n, n_valid, len(seen)))
+    series.append(Sample(elapsed, ledger.cases, ledger.valid, ledger.unique_valid))
     return Result(
         generator=name,
         guide=described,
         seed=seed,
-        trials=n,
-        valid=n_valid,
-        unique_valid=len(seen),
-        invalid=n_invalid,
+        trials=ledger.cases,
+        valid=ledger.valid,
+        unique_valid=ledger.unique_valid,
+        invalid=ledger.invalid,
         failures=tuple(failures),
         seconds=elapsed,
         stop_reason=stop_reason,

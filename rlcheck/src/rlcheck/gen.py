@@ -94,6 +94,13 @@ class Gen:
         # guide from a broken generator by it (the exception itself passes through as is).
         self._guide_error: tuple[str, Exception] | None = None
 
+    @property
+    def guide_error(self) -> tuple[str, Exception] | None:
+        """``(guide method, exception)`` when the guide raised during this episode (in a
+        choice point or a scope, even if the generator caught it), else ``None``: a
+        campaign tells a broken guide from a broken generator by it."""
+        return self._guide_error
+
     def reset(self) -> None:
         """Forget the recorded choices (the campaign calls this before each episode)."""
         self.choices = []

@@ -21,35 +21,48 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from rlcheck.ledger import Ledger, Outcome
+
 __all__ = ["CaseCounts"]
 
 
-@dataclass
+_OUTCOMES: dict[str, Outcome] = {"gave_up": "invalid", "passed": "valid", "failed": "failure"}
+
+
 class CaseCounts:
-    """Test cases one backend ran for one test: all, valid, and distinct valid inputs."""
+    """Test cases one backend ran for one test, counted by an episode ledger
+    (:mod:`rlcheck.ledger`: a test case's identity is its choice sequence, as for the
+    backend's own statistics)."""
 
     __test__ = False  # keeps pytest from collecting it
 
-    cases: int = 0
-    valid: int = 0
-    _valid_inputs: set[str] = field(default_factory=set, repr=False)
+    def __init__(self) -> None:
+        self.ledger = Ledger()
+
+    @property
+    def cases(self) -> int:
+        return self.ledger.cases
+
+    @property
+    def valid(self) -> int:
+        return self.ledger.valid
 
     @property
     def unique_valid(self) -> int:
-        return len(self._valid_inputs)
+        return self.ledger.unique_valid
 
     def observe(self, observation: Any) -> None:
+        """Count one Hypothesis observation (others than test cases are ignored)."""
+        from rlcheck.hypothesis.compat import observed_choices
+
         if getattr(observation, "type", None) != "test_case":
             return
-        self.cases += 1
-        if observation.status != "gave_up":
-            self.valid += 1
-            self._valid_inputs.add(observation.representation)
+        outcome = _OUTCOMES.get(observation.status, "invalid")
+        self.ledger.record(outcome, observed_choices(observation))
 
 
 # Per session (a pytester run inside a session gets its own): nodeid -> backend -> counts.
@@ -82,25 +95,23 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if not _active(item.config) or not _is_hypothesis_test(item):
         yield
         return
-    from hypothesis import settings
+    from rlcheck.hypothesis.compat import with_test_settings
 
-    target = _settings_holder(item)
-    original = target._hypothesis_internal_use_settings
+    test = item.obj  # type: ignore[attr-defined]
     results = item.config.stash.setdefault(_RESULTS, {}).setdefault(item.nodeid, {})
-    try:
-        if item.config.getoption("rlcheck_compare"):
-            counts = results.setdefault("hypothesis", CaseCounts())
-            target._hypothesis_internal_use_settings = settings(original, backend="hypothesis")
-            # The comparison run only counts; the test's verdict is the rlcheck run's,
-            # which follows (and replays any failure from the database).
-            with _counting(counts.observe), contextlib.suppress(Exception):
-                item.runtest()
-        counts = results.setdefault("rlcheck", CaseCounts())
-        target._hypothesis_internal_use_settings = settings(original, backend="rlcheck")
-        with _counting(counts.observe):
-            yield
-    finally:
-        target._hypothesis_internal_use_settings = original
+    if item.config.getoption("rlcheck_compare"):
+        counts = results.setdefault("hypothesis", CaseCounts())
+        # The comparison run only counts; the test's verdict is the rlcheck run's,
+        # which follows (and replays any failure from the database).
+        with (
+            with_test_settings(test, backend="hypothesis"),
+            _counting(counts.observe),
+            contextlib.suppress(Exception),
+        ):
+            item.runtest()
+    counts = results.setdefault("rlcheck", CaseCounts())
+    with with_test_settings(test, backend="rlcheck"), _counting(counts.observe):
+        yield
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -117,10 +128,13 @@ def format_table(results: dict[str, dict[str, CaseCounts]], *, compare: bool) ->
 
     Examples
     --------
-    >>> print(format_table({"t.py::test_a": {"rlcheck": CaseCounts(5, 4)}}, compare=False))
+    >>> counts = CaseCounts()
+    >>> for outcome in ("valid", "valid", "invalid"):
+    ...     _ = counts.ledger.record(outcome, outcome)
+    >>> print(format_table({"t.py::test_a": {"rlcheck": counts}}, compare=False))
     test          cases  valid  unique valid
     ------------  -----  -----  ------------
-    t.py::test_a      5      4             0
+    t.py::test_a      3      2             1
     """
     header = ["test", "cases", "valid", "unique valid"]
     if compare:
@@ -154,21 +168,9 @@ def _is_hypothesis_test(item: pytest.Item) -> bool:
     return bool(is_hypothesis_test(obj))
 
 
-def _settings_holder(item: pytest.Item) -> Any:
-    # Methods are bound: Hypothesis keeps the settings on the underlying function.
-    obj = item.obj  # type: ignore[attr-defined]
-    return getattr(obj, "__func__", obj)
-
-
 @contextmanager
 def _counting(callback: Callable[[Any], None]) -> Iterator[None]:
-    from hypothesis.internal import observability
+    from rlcheck.hypothesis.compat import observing
 
-    collect = observability.OBSERVABILITY_COLLECT_COVERAGE
-    # Coverage tracing would slow both backends down and is not needed for counting.
-    observability.OBSERVABILITY_COLLECT_COVERAGE = False
-    try:
-        with observability.with_observability_callback(callback):
-            yield
-    finally:
-        observability.OBSERVABILITY_COLLECT_COVERAGE = collect
+    with observing(callback, choices=True):
+        yield

@@ -1,0 +1,262 @@
+"""Every access rlcheck makes to Hypothesis beyond its documented API, in one place.
+
+rlcheck supports the Hypothesis versions pinned in ``pyproject.toml``
+(:data:`SUPPORTED_RANGE`); :func:`check_compat` says whether the installed one is in that
+range and whether every access below resolves (the test suite runs it). Nothing else in
+rlcheck reaches into Hypothesis's private modules or attributes.
+
+========================================  ==============================================
+internal access                           public alternative (used where it exists)
+========================================  ==============================================
+``PrimitiveProvider``,                    documented for alternative backends (the
+``COLLECTION_DEFAULT_MAX_SIZE``           provider API), but importable only from
+(``internal.conjecture.providers``)       ``hypothesis.internal``
+``AVAILABLE_PROVIDERS`` (the hook)        documented registration point for backends;
+                                          none other exists
+``choice_permitted``,                     none: the float constraints' meaning
+``make_float_clamper``,                   (``smallest_nonzero_magnitude``, signed zeros)
+``next_up``/``next_down``                 as Hypothesis checks it
+``IntervalSet`` (``draw_string``'s        none: it is the type of the argument
+argument)
+``_current_build_context``                none for the running test and its random
++ ``data._random``                        stream; ``@seed``/``derandomize`` then apply
+``_hypothesis_internal_database_key``,    none: the key Hypothesis files examples under
+``function_digest``
+``database._wrapped``                     none: the directory of a wrapped database
+``INVALID_THRESHOLD_BASE``                none: the give-up rule's constant
+health-check limits (10 valid /           none: local constants of
+50 invalid)                               ``ConjectureRunner.record_for_health_check``
+``_hypothesis_internal_use_settings``     settings profiles (``rlcheck``) for whole
+                                          suites; the plugin still needs a test's own
+                                          settings object to change only its backend
+``with_observability_callback``           ``PrimitiveProvider.on_observation`` (costs
+                                          observability on every run; not used)
+``OBSERVABILITY_COLLECT_COVERAGE``,       the ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_*``
+``OBSERVABILITY_CHOICES``                 environment variables, read at import only
+``StopTest``, ``UnsatisfiedAssumption``   none: the engine's control-flow exceptions
+========================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+from hypothesis.errors import BackendCannotProceed, StopTest, UnsatisfiedAssumption
+from hypothesis.internal.conjecture.choice import choice_permitted
+from hypothesis.internal.conjecture.providers import (
+    AVAILABLE_PROVIDERS,
+    COLLECTION_DEFAULT_MAX_SIZE,
+    PrimitiveProvider,
+)
+from hypothesis.internal.floats import make_float_clamper, next_down, next_up
+from hypothesis.internal.intervalsets import IntervalSet
+
+__all__ = [
+    "AVAILABLE_PROVIDERS",
+    "COLLECTION_DEFAULT_MAX_SIZE",
+    "HEALTH_CHECK_INVALID",
+    "HEALTH_CHECK_VALID",
+    "INVALID_THRESHOLD_BASE",
+    "PASS_THROUGH",
+    "REJECTIONS",
+    "SUPPORTED_RANGE",
+    "BackendCannotProceed",
+    "IntervalSet",
+    "PrimitiveProvider",
+    "check_compat",
+    "choice_permitted",
+    "current_test",
+    "database_directory",
+    "database_key",
+    "make_float_clamper",
+    "next_down",
+    "next_up",
+    "observed_choices",
+    "observing",
+    "run_random",
+    "test_settings",
+    "with_test_settings",
+]
+
+SUPPORTED_RANGE = ((6, 130, 0), (7, 0, 0))
+"""Oldest supported Hypothesis version (inclusive) and the first unsupported one; the
+same range as ``pyproject.toml``'s dependency."""
+
+try:  # the engine's give-up rule: a run with no valid case stops after this many invalid
+    from hypothesis.internal.conjecture.engine import INVALID_THRESHOLD_BASE
+except ImportError:  # pragma: no cover - versions before the constant was named
+    INVALID_THRESHOLD_BASE = 458
+
+HEALTH_CHECK_VALID = 10
+"""``filter_too_much`` fails a run with ``HEALTH_CHECK_INVALID`` invalid cases before the
+``HEALTH_CHECK_VALID``-th valid one (``engine.py``, unchanged over the supported range)."""
+HEALTH_CHECK_INVALID = 50
+
+REJECTIONS: tuple[type[BaseException], ...] = (UnsatisfiedAssumption, StopTest)
+"""What ends a test case as invalid: ``assume()``/``.filter()`` rejections, overruns."""
+PASS_THROUGH: tuple[type[BaseException], ...] = (
+    BackendCannotProceed,
+    KeyboardInterrupt,
+    SystemExit,
+    GeneratorExit,
+)
+"""Exceptions that end a test case with no outcome at all: not counted, not rewarded,
+passed on untouched."""
+
+
+def _version() -> tuple[int, int, int]:
+    parts = [*(int(p) for p in hypothesis.__version__.split(".")[:3] if p.isdigit()), 0, 0, 0]
+    return parts[0], parts[1], parts[2]
+
+
+def current_test() -> tuple[Any, random.Random | None]:
+    """The ``@given`` test being run now and the run's random stream (``None``, ``None``
+    outside a test)."""
+    from hypothesis.control import _current_build_context
+
+    context = _current_build_context.value
+    if context is None:
+        return None, None
+    test = getattr(context, "wrapped_test", None)
+    source = getattr(getattr(context, "data", None), "_random", None)
+    return test, source if isinstance(source, random.Random) else None
+
+
+def database_key(test: Any) -> bytes | None:
+    """The example-database key Hypothesis uses for a ``@given`` test (``None`` if none).
+
+    The same rule as Hypothesis's engine: an explicitly set key, else the digest of the
+    undecorated test function (its source and signature).
+
+    Examples
+    --------
+    >>> from hypothesis import given, strategies as st
+    >>> @given(st.integers())
+    ... def test_example(n):
+    ...     pass
+    >>> len(database_key(test_example))
+    48
+    """
+    explicit = getattr(test, "_hypothesis_internal_database_key", None)
+    if explicit is not None:
+        return bytes(explicit)
+    inner = getattr(getattr(test, "hypothesis", None), "inner_test", None)
+    if inner is None:
+        return None
+    from hypothesis.internal.reflection import function_digest
+
+    return function_digest(inner)
+
+
+def database_directory(database: Any) -> Path | None:
+    """The directory of a directory-based example database, looking inside multiplexed
+    and read-only wrappers; ``None`` for other databases."""
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    if isinstance(database, DirectoryBasedExampleDatabase):
+        return Path(database.path)
+    inner = getattr(database, "_wrapped", None)
+    if isinstance(inner, (list, tuple)):
+        for db in inner:
+            found = database_directory(db)
+            if found is not None:
+                return found
+    elif inner is not None:
+        return database_directory(inner)
+    return None
+
+
+def run_random(seed_source: random.Random) -> int:
+    """A 64-bit seed drawn from a run's random stream."""
+    return seed_source.getrandbits(64)
+
+
+def test_settings(test: Any) -> Any:
+    """The settings object attached to a ``@given`` test (the function or bound method)."""
+    return getattr(test, "__func__", test)._hypothesis_internal_use_settings
+
+
+@contextlib.contextmanager
+def with_test_settings(test: Any, **changes: Any) -> Iterator[None]:
+    """Run with the test's own settings changed by ``changes`` (e.g. ``backend=``), then
+    restore them."""
+    from hypothesis import settings
+
+    holder = getattr(test, "__func__", test)
+    original = holder._hypothesis_internal_use_settings
+    holder._hypothesis_internal_use_settings = settings(original, **changes)
+    try:
+        yield
+    finally:
+        holder._hypothesis_internal_use_settings = original
+
+
+@contextlib.contextmanager
+def observing(callback: Callable[[Any], None], *, choices: bool = False) -> Iterator[None]:
+    """Deliver test-case observations to ``callback`` inside the block, coverage tracing
+    off (counting needs none, and it slows both backends); ``choices=True`` includes each
+    case's choice nodes (``metadata["choice_nodes"]``). The module flags are restored."""
+    from hypothesis.internal import observability
+
+    saved = observability.OBSERVABILITY_COLLECT_COVERAGE, observability.OBSERVABILITY_CHOICES
+    observability.OBSERVABILITY_COLLECT_COVERAGE = False
+    observability.OBSERVABILITY_CHOICES = choices
+    try:
+        with observability.with_observability_callback(callback):
+            yield
+    finally:
+        observability.OBSERVABILITY_COLLECT_COVERAGE, observability.OBSERVABILITY_CHOICES = saved
+
+
+def observed_choices(observation: Any) -> tuple[Any, ...] | None:
+    """The choice sequence of a test-case observation made inside
+    ``observing(..., choices=True)`` (``None`` when it carries none)."""
+    metadata = getattr(observation, "metadata", None)
+    nodes = (
+        metadata.get("choice_nodes")
+        if isinstance(metadata, dict)
+        else getattr(metadata, "choice_nodes", None)
+    )
+    if nodes is None:
+        return None
+    return tuple(node.value for node in nodes)
+
+
+def check_compat() -> dict[str, bool]:
+    """Whether the installed Hypothesis is in :data:`SUPPORTED_RANGE` and each access
+    above resolves (names → ``True``/``False``).
+
+    >>> all(check_compat().values())
+    True
+    """
+    from hypothesis import control, given, strategies
+
+    @given(strategies.none())
+    def _probe(x: None) -> None:
+        pass
+
+    from hypothesis.internal import observability, reflection
+    from hypothesis.internal.conjecture import data
+
+    low, high = SUPPORTED_RANGE
+    return {
+        "version in range": low <= _version() < high,
+        "_current_build_context": hasattr(control, "_current_build_context"),
+        "ConjectureData._random": "_random" in data.ConjectureData.__init__.__code__.co_names,
+        "_hypothesis_internal_use_settings": hasattr(_probe, "_hypothesis_internal_use_settings"),
+        "function_digest": hasattr(reflection, "function_digest"),
+        "with_observability_callback": hasattr(observability, "with_observability_callback"),
+        "OBSERVABILITY_COLLECT_COVERAGE": hasattr(observability, "OBSERVABILITY_COLLECT_COVERAGE"),
+        "OBSERVABILITY_CHOICES": hasattr(observability, "OBSERVABILITY_CHOICES"),
+        "AVAILABLE_PROVIDERS": isinstance(AVAILABLE_PROVIDERS, dict),
+        "PrimitiveProvider.span_start": hasattr(PrimitiveProvider, "span_start"),
+        "IntervalSet": callable(IntervalSet),
+        "float helpers": all(
+            map(callable, (choice_permitted, make_float_clamper, next_up, next_down))
+        ),
+    }

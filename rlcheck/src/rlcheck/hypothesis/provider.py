@@ -1,0 +1,739 @@
+"""rlcheck as a Hypothesis backend: RL guidance for unchanged ``@given`` tests.
+
+After ``pip install rlcheck``, any Hypothesis test can run on the backend::
+
+    @settings(backend="rlcheck")
+    @given(st.lists(st.integers(0, 20)))
+    def test_sorted_input(xs):
+        assume(len(xs) >= 3 and xs == sorted(set(xs)))
+        ...
+
+Every strategy draws its values through the five primitive draws of a
+:class:`~hypothesis.internal.conjecture.providers.PrimitiveProvider`; this module's
+:class:`RLCheckProvider` answers those draws with the one learner of rlcheck
+(:class:`rlcheck.learner.Policy`). How a draw becomes a choice point:
+
+* **Point** (one Q-table each): the draw's kind and constraints, e.g. ``("i", 0, 20)``
+  for ``draw_integer(0, 20)``.
+* **State**: the innermost labels of the open strategy spans (``span_start`` labels: the
+  ancestor path of the value being built) plus the last few learned choices in draw order
+  (``window="sequence"``, the default). ``window="ancestor"`` instead forgets the choices
+  made inside a span when it closes, so siblings do not see each other (the RLCheck
+  paper's best abstraction for its hand-labelled generators); on Hypothesis strategies,
+  whose spans carry no LEFT/RIGHT labels, the sequence window measured better (README).
+* **Actions**: small finite domains are learned value by value (booleans, integer ranges
+  of at most 32 values, which covers ``sampled_from`` and collection continue/stop
+  draws). Large domains are learned through a coarse choice with the rest drawn at
+  random: a magnitude bucket for wide integers and floats, a continue/stop decision per
+  element plus a character class (or the character itself, for alphabets of at most 16
+  characters) for strings and bytes.
+* **Episode** = one test case, closed in :meth:`RLCheckProvider.per_test_case_context_manager`
+  and counted by the episode ledger (:mod:`rlcheck.ledger`, shared with ``rlcheck.run``):
+  an ``assume()`` or ``.filter()`` rejection (or an overrun) is invalid (reward −1); a
+  passing case is valid, +20 when its choice sequence (its identity) is new in this run,
+  0 when it repeats one; a failing case is a failure, rewarded likewise among failures.
+  ``KeyboardInterrupt``, ``SystemExit`` and ``BackendCannotProceed`` pass through
+  untouched: no outcome, no reward.
+
+Hypothesis facts the design leans on (read in ``hypothesis/internal/conjecture/engine.py``;
+every access to Hypothesis internals is in :mod:`rlcheck.hypothesis.compat`): a run
+stops after ``max_examples`` valid cases and gives up (``Unsatisfiable``) once invalid
+cases exceed ``458 + 100 × valid``; the first case, database replay and
+shrinking use Hypothesis's own backend, and every failure found here is replayed on it.
+Hence:
+
+* the learned policy is saved under the example database's directory, keyed by the
+  test's database key (atomic JSON via :mod:`rlcheck.policy_store`), and loaded by the
+  next run, so learning accumulates across runs;
+* when invalid cases reach half of Hypothesis's give-up threshold, the provider hands
+  the rest of the run to Hypothesis's own backend (``BackendCannotProceed("exhausted")``),
+  so a test the default backend can run never becomes ``Unsatisfiable`` here;
+* any internal error of the provider does the same, with one :class:`RLCheckWarning`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import random
+import time
+import warnings
+import weakref
+from collections.abc import Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from hypothesis import settings as hypothesis_settings
+
+from rlcheck.errors import InvalidArgument, RLCheckWarning
+from rlcheck.hypothesis import buckets
+from rlcheck.hypothesis.compat import (
+    COLLECTION_DEFAULT_MAX_SIZE,
+    HEALTH_CHECK_INVALID,
+    HEALTH_CHECK_VALID,
+    INVALID_THRESHOLD_BASE,
+    PASS_THROUGH,
+    REJECTIONS,
+    BackendCannotProceed,
+    IntervalSet,
+    PrimitiveProvider,
+    choice_permitted,
+    current_test,
+    database_directory,
+    database_key,
+    make_float_clamper,
+    run_random,
+)
+from rlcheck.learner import Policy
+from rlcheck.ledger import Counts, Ledger, Outcome
+from rlcheck.policy_store import load_policy, save_policy
+
+__all__ = [
+    "BACKEND_NAME",
+    "PROFILE_NAME",
+    "BackendStats",
+    "RLCheckProvider",
+    "TestStats",
+    "collect_stats",
+    "database_key",
+    "policy_path",
+]
+
+BACKEND_NAME = "rlcheck"
+"""The name to pass as ``@settings(backend=...)``."""
+PROFILE_NAME = "rlcheck"
+"""The Hypothesis settings profile (registered on import of Hypothesis) that selects it."""
+
+WindowMode = Literal["ancestor", "sequence"]
+
+_WINDOW = 4  # learned choices kept in the state (RLCheck: k = 4-5)
+_PATH_DEPTH = 3  # innermost span labels kept in the state
+_SOFT_SIZE_CAP = 48  # string/bytes elements past min_size; keeps inputs below overrun size
+# Fractions of Hypothesis's give-up limits at which to hand over (see _should_hand_back).
+# Half: the backend keeps time to learn, and the default backend keeps half its budget.
+_HAND_BACK_UNSATISFIABLE = 0.5
+_HAND_BACK_HEALTH_CHECK = 0.5
+_SAVE_INTERVAL_S = 5.0
+_MAX_SEEN = 1 << 20  # choice-sequence fingerprints kept per run (bounds memory)
+_LABEL_MASK = (1 << 32) - 1  # span labels are 64-bit; 32 bits keep saved files small
+_POLICY_META = {"kind": "rlcheck-hypothesis-backend", "layout": 1}
+
+
+@dataclass(frozen=True)
+class TestStats:
+    """What the backend saw for one test function, summed over its runs.
+
+    Counts are the episode ledger's (:class:`rlcheck.ledger.Counts`): ``unique_valid``
+    counts valid cases whose choice sequence was new within its run; ``failures`` are
+    counted apart from ``valid``. ``handed_back`` is true when a run handed generation
+    back to Hypothesis's own backend (too many invalid cases, or an internal error: then
+    ``fallback`` is true too).
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest test class despite the name
+
+    cases: int = 0
+    valid: int = 0
+    unique_valid: int = 0
+    invalid: int = 0
+    failures: int = 0
+    runs: int = 0
+    handed_back: bool = False
+    fallback: bool = False
+
+    def __add__(self, other: TestStats) -> TestStats:
+        return TestStats(
+            self.cases + other.cases,
+            self.valid + other.valid,
+            self.unique_valid + other.unique_valid,
+            self.invalid + other.invalid,
+            self.failures + other.failures,
+            self.runs + other.runs,
+            self.handed_back or other.handed_back,
+            self.fallback or other.fallback,
+        )
+
+
+class BackendStats:
+    """Per-test statistics of the backend's runs, owned by whoever collects them.
+
+    Fill one with :func:`collect_stats`; keys are the tests' qualified names
+    (``module.function``). Each run of a test is one entry, updated as the run goes, so
+    a statistics object read in the middle of a run is up to date.
+
+    Examples
+    --------
+    >>> stats = BackendStats()
+    >>> stats.update("t.test_a", 0, Counts(cases=3, valid=2, unique_valid=2, invalid=1))
+    >>> stats["t.test_a"].valid, stats["t.test_a"].runs
+    (2, 1)
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[int, TestStats]] = {}
+        self._next_run = 0
+
+    def start_run(self, name: str) -> int:
+        """A new run of test ``name``: its run id for :meth:`update`."""
+        run = self._next_run
+        self._next_run += 1
+        self._runs.setdefault(name, {})[run] = TestStats(runs=1)
+        return run
+
+    def update(
+        self,
+        name: str,
+        run: int,
+        counts: Counts,
+        *,
+        handed_back: bool = False,
+        fallback: bool = False,
+    ) -> None:
+        """Set the counts of one run (flags only ever turn on)."""
+        runs = self._runs.setdefault(name, {})
+        previous = runs.get(run, TestStats(runs=1))
+        runs[run] = TestStats(
+            counts.cases,
+            counts.valid,
+            counts.unique_valid,
+            counts.invalid,
+            counts.failures,
+            1,
+            previous.handed_back or handed_back or fallback,
+            previous.fallback or fallback,
+        )
+
+    def __getitem__(self, name: str) -> TestStats:
+        total = TestStats()
+        for stats in self._runs[name].values():
+            total = total + stats
+        return total
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._runs
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def as_dict(self) -> dict[str, TestStats]:
+        """Every test's statistics, summed over its runs."""
+        return {name: self[name] for name in self._runs}
+
+
+_COLLECTOR: ContextVar[BackendStats | None] = ContextVar("rlcheck_backend_stats", default=None)
+
+
+@contextmanager
+def collect_stats(stats: BackendStats | None = None) -> Iterator[BackendStats]:
+    """Gather the backend's per-test statistics of the runs inside the block.
+
+    Hypothesis creates providers itself, so they find the collector in a context
+    variable (local to the thread and task, restored on exit; collectors nest, the
+    innermost one wins).
+
+    Examples
+    --------
+    >>> from hypothesis import given, settings, strategies as st
+    >>> @settings(backend="rlcheck", max_examples=10, database=None)
+    ... @given(st.booleans())
+    ... def test_flag(b):
+    ...     pass
+    >>> with collect_stats() as stats:
+    ...     test_flag()
+    >>> [s.runs for s in stats.as_dict().values()]
+    [1]
+    """
+    stats = BackendStats() if stats is None else stats
+    token = _COLLECTOR.set(stats)
+    try:
+        yield stats
+    finally:
+        _COLLECTOR.reset(token)
+
+
+def policy_path(database: Any, database_key: bytes | None) -> Path | None:
+    """Where the backend keeps the learned policy of one test, or ``None`` if nowhere.
+
+    Policies live next to the failing examples, under ``<database dir>/rlcheck/``, one
+    file per test named after its Hypothesis database key. Tests without a key, and
+    databases that are not directories (in-memory), get no persistence.
+
+    Examples
+    --------
+    >>> from hypothesis.database import DirectoryBasedExampleDatabase
+    >>> db = DirectoryBasedExampleDatabase("/tmp/db")
+    >>> str(policy_path(db, b"k")).startswith("/tmp/db/rlcheck/")
+    True
+    >>> policy_path(None, b"k") is None
+    True
+    """
+    directory = database_directory(database)
+    if directory is None or not database_key:
+        return None
+    digest = hashlib.sha384(database_key).hexdigest()[:32]
+    return Path(directory) / "rlcheck" / f"{digest}.policy.json"
+
+
+class _Persistence:
+    """The policy file of one test: load once, save when asked and at the end."""
+
+    def __init__(self, path: Path | None, policy: Policy) -> None:
+        self.path = path
+        self.policy = policy
+        self.dirty = False
+        self.last_save = time.monotonic()
+
+    def load(self) -> bool:
+        if self.path is None:
+            return False
+        return load_policy(self.path, self.policy, expect_meta=_POLICY_META)
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        save_policy(self.path, self.policy, meta=_POLICY_META)
+        self.dirty = False
+        self.last_save = time.monotonic()
+
+    def final_save(self) -> None:
+        # Runs from weakref.finalize (garbage collection or interpreter exit): never raise.
+        try:
+            self.save()
+        except Exception as exc:
+            warnings.warn(
+                f"rlcheck could not save the learned policy to {str(self.path)!r}: {exc}",
+                RLCheckWarning,
+                stacklevel=1,
+            )
+
+
+class RLCheckProvider(PrimitiveProvider):
+    """A Hypothesis backend that learns which draws lead to new valid test cases.
+
+    One instance serves one run of one ``@given`` test (``lifetime = "test_function"``);
+    see the module docstring for how draws map to the learner.
+
+    Parameters
+    ----------
+    conjecturedata:
+        Always ``None`` for this lifetime (Hypothesis's calling convention).
+    epsilon:
+        Exploration probability of the ε-greedy policy.
+    window:
+        ``"sequence"`` (the last choices in draw order) or ``"ancestor"`` (choices inside
+        a closed span are forgotten: siblings do not see each other).
+    seed:
+        Seed of the provider's randomness; by default taken from Hypothesis's own random
+        stream, so ``@seed`` and ``derandomize=True`` make runs reproducible.
+    persist:
+        Load and save the learned policy under the example database directory.
+
+    Examples
+    --------
+    >>> from hypothesis import given, settings, strategies as st
+    >>> @settings(backend="rlcheck", max_examples=20, database=None)
+    ... @given(st.booleans())
+    ... def test_anything(b):
+    ...     pass
+    >>> test_anything()
+    """
+
+    lifetime: ClassVar[Literal["test_case", "test_function"]] = "test_function"
+    #: Defaults of the constructor options; a subclass can change them, since Hypothesis
+    #: instantiates a backend without arguments.
+    epsilon: ClassVar[float] = 0.25
+    window: ClassVar[WindowMode] = "sequence"
+
+    def __init__(
+        self,
+        conjecturedata: Any = None,
+        /,
+        *,
+        epsilon: float | None = None,
+        window: WindowMode | None = None,
+        seed: int | None = None,
+        persist: bool = True,
+    ) -> None:
+        super().__init__(conjecturedata)
+        epsilon = type(self).epsilon if epsilon is None else epsilon
+        window = type(self).window if window is None else window
+        if not 0.0 <= epsilon <= 1.0:
+            raise InvalidArgument(f"epsilon={epsilon!r} must lie in [0, 1]")
+        if window not in ("ancestor", "sequence"):
+            raise InvalidArgument(f"window={window!r} must be 'ancestor' or 'sequence'")
+        self._epsilon = epsilon
+        self._ancestor = window == "ancestor"
+        self._seed = seed
+        self._persist_enabled = persist
+        # The learner's own ε-exploration is uniform; here exploration follows the
+        # strategy's own distribution instead (see ``_choose``), so the learner is greedy.
+        self._policy = Policy(epsilon=0.0, seed=seed)
+        self._rng = random.Random(seed)
+        self._started = False
+        self._broken: BaseException | None = None
+        self._persistence: _Persistence | None = None
+        self._name = "<unknown test>"
+        self._max_examples = 100
+        self._health_checked = False
+        # per-episode state
+        self._labels: list[int] = []
+        self._window: tuple[Hashable, ...] = ()
+        self._saved_windows: list[tuple[Hashable, ...]] = []
+        self._visits: list[tuple[Hashable, Hashable, int]] = []
+        self._choices: list[Hashable] = []
+        # per run: the episode ledger, and where its counts are reported
+        self._ledger = Ledger(max_seen=_MAX_SEEN)
+        self._stats: BackendStats | None = None
+        self._run_id = 0
+        self._caches: dict[Hashable, Any] = {}
+
+    # -- episodes -------------------------------------------------------------------
+
+    def per_test_case_context_manager(self) -> AbstractContextManager[None]:
+        return self._episode()
+
+    @contextmanager
+    def _episode(self) -> Iterator[None]:
+        self._begin()
+        outcome: Outcome | None = "valid"
+        try:
+            yield
+        except REJECTIONS:
+            # assume()/filter rejections and overruns: the input is not valid.
+            outcome = "invalid"
+            raise
+        except PASS_THROUGH:
+            # Interrupts, exits, hand-backs: no outcome, no reward.
+            outcome = None
+            raise
+        except BaseException:
+            # The test failed: an input that found a bug.
+            outcome = "failure"
+            raise
+        finally:
+            self._end(outcome)
+
+    def _begin(self) -> None:
+        if self._broken is not None:
+            raise BackendCannotProceed("exhausted")
+        try:
+            if not self._started:
+                self._start_run()
+            if self._should_hand_back():
+                self._record(handed_back=True)
+                raise BackendCannotProceed("exhausted")
+        except BackendCannotProceed:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+            raise BackendCannotProceed("exhausted") from exc
+        self._labels = []
+        self._window = ()
+        self._saved_windows = []
+        self._visits = []
+        self._choices = []
+
+    def _should_hand_back(self) -> bool:
+        """Whether to let Hypothesis's own backend finish this run.
+
+        Hypothesis raises ``Unsatisfiable`` only when a run ends with no valid case at
+        all, after more than 458 invalid ones; its ``filter_too_much`` health check fails
+        a run with 50 invalid cases before the 10th valid one. Before either limit comes
+        close, hand over, so a test the default backend can run keeps running.
+        """
+        ledger = self._ledger
+        valid = ledger.valid + ledger.failures
+        if valid == 0 and ledger.invalid >= _HAND_BACK_UNSATISFIABLE * INVALID_THRESHOLD_BASE:
+            return True
+        return (
+            self._health_checked
+            and valid < HEALTH_CHECK_VALID
+            and ledger.invalid >= _HAND_BACK_HEALTH_CHECK * HEALTH_CHECK_INVALID
+        )
+
+    def _end(self, outcome: Outcome | None) -> None:
+        # Never raises: an exception here would replace the test's own outcome.
+        if outcome is None or self._broken is not None:
+            return
+        try:
+            new = self._ledger.record(outcome, tuple(self._choices))
+            self._policy.learn(self._visits, Ledger.reward(outcome, new))
+            self._record()
+            persistence = self._persistence
+            if persistence is not None and self._visits:
+                persistence.dirty = True
+                if (
+                    # The engine's first (simplest) case is not ours: the run's last
+                    # valid case is our (max_examples - 1)-th.
+                    self._ledger.valid == self._max_examples - 1
+                    # A failure ends generation soon (shrinking is not ours).
+                    or outcome == "failure"
+                    or time.monotonic() - persistence.last_save > _SAVE_INTERVAL_S
+                ):
+                    persistence.save()
+        except Exception as exc:
+            self._fail(exc)
+
+    def _start_run(self) -> None:
+        self._started = True
+        test, source = current_test()
+        if test is not None:
+            self._name = f"{test.__module__}.{test.__qualname__}"
+        current = hypothesis_settings.default
+        if current is not None:
+            from hypothesis import HealthCheck
+
+            self._max_examples = current.max_examples
+            self._health_checked = HealthCheck.filter_too_much not in (
+                current.suppress_health_check
+            )
+        if self._seed is None and source is not None:
+            seed = run_random(source)
+            self._policy.rng.seed(seed)
+            self._rng.seed(seed ^ 0x5DEECE66D)
+        self._stats = _COLLECTOR.get()
+        if self._stats is not None:
+            self._run_id = self._stats.start_run(self._name)
+        if self._persist_enabled and current is not None and test is not None:
+            path = policy_path(current.database, database_key(test))
+            if path is not None:
+                self._persistence = _Persistence(path, self._policy)
+                self._persistence.load()
+                weakref.finalize(self, self._persistence.final_save)
+
+    def _record(self, *, handed_back: bool = False, fallback: bool = False) -> None:
+        if self._stats is not None:
+            self._stats.update(
+                self._name,
+                self._run_id,
+                self._ledger.counts(),
+                handed_back=handed_back,
+                fallback=fallback,
+            )
+
+    def _fail(self, exc: BaseException) -> None:
+        """Internal error: warn once and hand the test back to Hypothesis's backend."""
+        if self._broken is not None:
+            return
+        self._broken = exc
+        warnings.warn(
+            f"rlcheck's Hypothesis backend hit an internal error ({type(exc).__name__}: "
+            f"{exc}) in {self._name}; the rest of this run uses Hypothesis's own backend. "
+            "Please report this at the rlcheck issue tracker.",
+            RLCheckWarning,
+            stacklevel=2,
+        )
+        with contextlib.suppress(Exception):  # the warning above is what matters
+            self._record(fallback=True)
+
+    # -- spans and state -------------------------------------------------------------
+
+    def span_start(self, label: int, /) -> None:
+        self._labels.append(label & _LABEL_MASK)
+        self._saved_windows.append(self._window)
+
+    def span_end(self, discard: bool, /) -> None:
+        if not self._labels:
+            return
+        self._labels.pop()
+        saved = self._saved_windows.pop()
+        if self._ancestor:
+            self._window = saved
+
+    def _choose(self, point: Hashable, n_actions: int, prior: list[float] | None = None) -> int:
+        """One learned choice among ``n_actions``.
+
+        ε-greedy, where both the ε share and states never visited draw from ``prior``
+        (the strategy's own distribution, uniform when ``None``) instead of uniformly:
+        a cold policy then generates like Hypothesis does, which keeps the early valid
+        rate, and so the run, alive while learning starts. (Following the prior also
+        until the first valid case, instead of the greedy sweep over untried actions that
+        Q = 0 for unvisited actions causes, measured worse: fewer runs found any. But for
+        yes/no choices with a skewed prior, such as a collection's continue/stop, a state
+        where every tried answer led only to invalid inputs keeps following the prior:
+        the sweep would make them 50/50 and collections far smaller than Hypothesis's.)
+        """
+        state = (tuple(self._labels[-_PATH_DEPTH:]), self._window)
+        table = self._policy.table(point)
+        rng = self._rng
+        values = [table.value(state, a) for a in range(n_actions)]
+        if (
+            rng.random() < self._epsilon
+            or not any(n for _, n in values)
+            or (n_actions == 2 and prior is not None and all(q < 0 for q, n in values if n))
+        ):
+            if prior is None:
+                action = rng.randrange(n_actions)
+            else:
+                action = rng.choices(range(n_actions), prior)[0]
+        else:
+            action = self._policy.choose(point, state, n_actions)
+        self._visits.append((point, state, action))
+        self._window = (*self._window[-(_WINDOW - 1) :], action)
+        return action
+
+    def _guarded(self, exc: Exception) -> BackendCannotProceed:
+        self._fail(exc)
+        return BackendCannotProceed("exhausted")
+
+    # -- the five primitive draws ----------------------------------------------------
+
+    def draw_boolean(self, p: float = 0.5) -> bool:
+        if p <= 0 or p >= 1:
+            self._choices.append(p >= 1)  # forced, but part of the choice sequence
+            return p >= 1
+        if self._broken is not None:
+            raise BackendCannotProceed("exhausted")
+        try:
+            if p < 0.02 or p > 0.98:
+                # Rare-event switches inside Hypothesis's strategies: learning them would
+                # make the rare branch common under a fresh (uniform) policy.
+                value = self._rng.random() < p
+            else:
+                value = self._choose(("b", round(p, 3)), 2, [1.0 - p, p]) == 1
+            self._choices.append(value)
+            return value
+        except Exception as exc:
+            raise self._guarded(exc) from exc
+
+    def draw_integer(
+        self,
+        min_value: int | None = None,
+        max_value: int | None = None,
+        *,
+        weights: dict[int, float] | None = None,
+        shrink_towards: int = 0,
+    ) -> int:
+        if self._broken is not None:
+            raise BackendCannotProceed("exhausted")
+        try:
+            value = self._draw_integer(min_value, max_value)
+            self._choices.append(value)
+            return value
+        except Exception as exc:
+            raise self._guarded(exc) from exc
+
+    def _draw_integer(self, min_value: int | None, max_value: int | None) -> int:
+        if (
+            min_value is not None
+            and max_value is not None
+            and max_value - min_value < buckets.SMALL_DOMAIN
+        ):
+            return min_value + self._choose(("i", min_value, max_value), max_value - min_value + 1)
+        lo, hi = buckets.integer_bounds(min_value, max_value)
+        ranges = self._cached(("ib", lo, hi), lambda: buckets.integer_buckets(lo, hi))
+        weights = self._cached(("iw", lo, hi), lambda: buckets.integer_prior(ranges, lo, hi))
+        a, b = ranges[self._choose(("I", min_value, max_value), len(ranges), weights)]
+        return self._rng.randint(a, b)
+
+    def draw_float(
+        self,
+        *,
+        min_value: float = -math.inf,
+        max_value: float = math.inf,
+        allow_nan: bool = True,
+        smallest_nonzero_magnitude: float,
+    ) -> float:
+        if self._broken is not None:
+            raise BackendCannotProceed("exhausted")
+        try:
+            constraints = {
+                "min_value": min_value,
+                "max_value": max_value,
+                "allow_nan": allow_nan,
+                "smallest_nonzero_magnitude": smallest_nonzero_magnitude,
+            }
+            lo_key, hi_key = buckets.float_key(min_value), buckets.float_key(max_value)
+            key = ("fb", lo_key, hi_key, allow_nan, smallest_nonzero_magnitude)
+            specials, ranges = self._cached(key, lambda: buckets.float_buckets(constraints))
+            n = len(ranges) + (1 if specials else 0)
+            action = self._choose(("f", lo_key, hi_key), n)
+            if action < len(ranges):
+                value = buckets.sample_range(self._rng, *ranges[action])
+            else:
+                value = self._rng.choice(specials)
+            if not choice_permitted(value, constraints):  # type: ignore[arg-type]
+                clamp = make_float_clamper(
+                    min_value,
+                    max_value,
+                    allow_nan=allow_nan,
+                    smallest_nonzero_magnitude=smallest_nonzero_magnitude,
+                )
+                value = clamp(value)
+            self._choices.append(value)
+            return value
+        except Exception as exc:
+            raise self._guarded(exc) from exc
+
+    def draw_string(
+        self,
+        intervals: IntervalSet,
+        *,
+        min_size: int = 0,
+        max_size: int = COLLECTION_DEFAULT_MAX_SIZE,
+    ) -> str:
+        if self._broken is not None:
+            raise BackendCannotProceed("exhausted")
+        try:
+            if len(intervals) == 0:
+                self._choices.append("")
+                return ""
+            classes, weights = self._cached(
+                ("sc", intervals), lambda: buckets.char_classes(intervals)
+            )
+            point = ("c", len(intervals), len(classes))
+            chars = []
+            for _ in self._sizes(min_size, max_size, "s"):
+                cls = classes[self._choose(point, len(classes), weights)]
+                chars.append(chr(cls[self._rng.randrange(len(cls))]))
+            value = "".join(chars)
+            self._choices.append(value)
+            return value
+        except Exception as exc:
+            raise self._guarded(exc) from exc
+
+    def draw_bytes(
+        self,
+        min_size: int = 0,
+        max_size: int = COLLECTION_DEFAULT_MAX_SIZE,
+    ) -> bytes:
+        if self._broken is not None:
+            raise BackendCannotProceed("exhausted")
+        try:
+            out = bytearray()
+            for _ in self._sizes(min_size, max_size, "y"):
+                n = len(buckets.BYTE_CLASSES)
+                a, b = buckets.BYTE_CLASSES[self._choose(("y",), n, buckets.BYTE_PRIOR)]
+                out.append(self._rng.randint(a, b))
+            value = bytes(out)
+            self._choices.append(value)
+            return value
+        except Exception as exc:
+            raise self._guarded(exc) from exc
+
+    def _sizes(self, min_size: int, max_size: int, kind: str) -> Iterator[int]:
+        """Element indices of a string or bytes draw, with learned continue/stop."""
+        cap = min(max_size, min_size + _SOFT_SIZE_CAP)
+        # Hypothesis's average size for these draws, as a continue probability.
+        average = min(max(min_size * 2, min_size + 5), 0.5 * (min_size + max_size))
+        p_more = (average - min_size) / (average - min_size + 1.0)
+        prior = [1.0 - p_more, p_more]
+        n = 0
+        while n < cap:
+            if n >= min_size and self._choose(("more", kind), 2, prior) == 0:
+                return
+            yield n
+            n += 1
+
+    def _cached(self, key: Hashable, make: Any) -> Any:
+        found = self._caches.get(key)
+        if found is None:
+            if len(self._caches) > 1024:  # bounded: constraints vary with the test
+                self._caches.clear()
+            found = self._caches[key] = make()
+        return found
