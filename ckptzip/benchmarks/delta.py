@@ -17,7 +17,7 @@ for the whole checkpoint (model + optimizer: file sizes) and for the weights onl
 tensors' bytes in those files, against ``torch.save`` of the state dict). Ratios are
 ``torch.save`` bytes / bytes written. The entropy stage is set against the order-0 entropy
 of the rearranged symbol stream, the entropy given the previous bin, and the other back ends
-of :mod:`ckptzip.delta`.
+of :mod:`ckptzip.bindiff`.
 
 Run ``python benchmarks/delta.py`` (full) or ``--quick``; writes JSON and a PNG plot under
 ``benchmarks/results/``. Timings on a shared machine are noisy; sizes are deterministic.
@@ -40,20 +40,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _workloads
+from _measure import conditional_entropy_bits, measure_methods
 
 import ckptzip
 from ckptzip import CheckpointManager, storage
 from ckptzip._types import QuantizedTensor
 from ckptzip.api import read_manifest
-from ckptzip.delta import (
-    DEFAULT_METHOD,
-    conditional_entropy_bits,
-    cyclic_difference,
-    encode_delta,
-    measure_methods,
-    order0_entropy_bits,
-    rearrangement,
-)
+from ckptzip.bindiff import DEFAULT_METHOD, cyclic_difference, encode_delta, rearrangement
+from ckptzip.entropy import order0_entropy_bits
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

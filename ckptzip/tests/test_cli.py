@@ -133,3 +133,52 @@ def test_progress_bar_path(pt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert run("compress", str(pt), "-o", str(out)).exit_code == 0
     assert run("verify", str(out)).exit_code == 0
     assert run("decompress", str(out), "-o", str(tmp_path / "b.pt")).exit_code == 0
+
+
+def test_compress_says_it_is_lossy_and_how_to_make_it_exact(pt: Path, tmp_path: Path) -> None:
+    assert "LOSSY by default" in run("compress", "--help").output
+    assert "--exact '*'" in run("compress", "--help").output
+    r = run("compress", str(pt), "-o", str(tmp_path / "a.ckz"))
+    assert r.exit_code == 0, r.output
+    assert "lossy" in r.output and "--exact '*'" in r.output
+    r = run("compress", str(pt), "-o", str(tmp_path / "b.ckz"), "--exact", "*")
+    assert r.exit_code == 0, r.output
+    assert "lossless: all 2 tensors stored bit-exact" in r.output
+    torch.testing.assert_close(ckptzip.load(tmp_path / "b.ckz"), state(), rtol=0, atol=0)
+
+
+def test_an_exact_pattern_that_matches_nothing_is_a_warning(pt: Path, tmp_path: Path) -> None:
+    r = CliRunner().invoke(
+        main, ["compress", str(pt), "-o", str(tmp_path / "c.ckz"), "--exact", "model"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "--exact 'model' matches no tensor" in r.output and "'/'-joined" in r.output
+    assert "'model/*'" in r.output
+    r = run("compress", str(pt), "-o", str(tmp_path / "d.ckz"), "--exact", "model/*")
+    assert "matches no tensor" not in r.output
+
+
+def test_one_ratio_definition_for_compress_and_inspect(pt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.ckz"
+    r = run("compress", str(pt), "-o", str(out))
+    shown = {line.split("(")[-1].split("x)")[0] for line in r.output.splitlines() if "x)" in line}
+    doc = json.loads(run("inspect", str(out), "--json").output)
+    assert shown == {f"{doc['ratio']:.2f}"}
+    assert doc["ratio_definition"] in r.output
+
+
+def test_inspect_notes_come_from_the_codecs(tmp_path: Path) -> None:
+    d = tmp_path / "chain"
+    d.mkdir()
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(10_000, generator=g)
+    ckptzip.save({"w": w, "b": torch.ones(3)}, d / "p.ckz")
+    # an unrelated tensor as the child's: its delta entry is stored in full
+    ckptzip.save(
+        {"w": torch.randn(10_000, generator=g), "b": torch.ones(3)}, d / "c.ckz", parent=d / "p.ckz"
+    )
+    doc = json.loads(run("inspect", str(d / "c.ckz"), "--json").output)
+    rows = {r["path"]: r for r in doc["tensors"]}
+    assert rows["w"]["codec"] == "delta" and rows["w"]["note"].startswith("stored in full")
+    assert rows["w"]["protected"] is not None and rows["w"]["protected"] > 0  # from the inner codec
+    assert rows["b"]["note"] == "fewer than min_numel=4096 elements"

@@ -70,7 +70,7 @@ def rewrite_manifest(data: bytes, edit: Any) -> bytes:
         (lambda d: d["tensors"][0].update(shape=[2**30, 2**30]), "2\\*\\*48"),
         (lambda d: d["tensors"][0].update(dtype="float128"), "dtype"),
         (lambda d: d["tensors"][0].update(rel_error=-1), "rel_error"),
-        (lambda d: d["tensors"][0].update(config={"bins": 1000}), "bins"),
+        (lambda d: d["tensors"][0].update(config=[16]), "config must be an object"),
         (lambda d: d["tensors"][0].update(chunks=[1, 1]), "start at 0"),
         (lambda d: d["tensors"][1].update(path="t0"), "share the path"),
         (lambda d: d["tensors"].pop(), "use 1 chunks"),

@@ -16,7 +16,8 @@ from ckptzip.errors import (
     UnsupportedValueError,
 )
 from ckptzip.manager import CheckpointManager, SaveReport
-from ckptzip.search import MomentPolicy, SearchResult
+from ckptzip.plan import MomentPolicy
+from ckptzip.search import SearchResult
 from ckptzip.sensitivity import SensitivityTracker
 
 __version__ = "0.1.0"

@@ -7,14 +7,13 @@ raw numeric bytes only, so loading an untrusted file can fail but never executes
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import math
 import os
 import time
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import torch
@@ -23,22 +22,22 @@ import ckptzip
 from ckptzip import storage
 from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
-    RESERVED_META_KEYS,
     DecodeContext,
+    Decoded,
     EncodeContext,
     Encoded,
     ParentView,
     get_codec,
 )
-from ckptzip.config import FIRST_MOMENT_KEYS, CompressionConfig, QuantConfig
+from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.container import Manifest, Reader, TensorEntry, chunk_refs, write
 from ckptzip.errors import (
     CkptzipError,
     ConfigError,
     CorruptCheckpointError,
     MissingParentError,
-    UnsupportedFormatError,
 )
+from ckptzip.plan import Planner, Prequantized, exact_reason
 from ckptzip.structure import dtype_name, flatten, unflatten
 
 __all__ = [
@@ -186,52 +185,6 @@ def _torch_save_size(obj: Any) -> int:
     return sink.n
 
 
-def _is_first_moment(path: str, config: CompressionConfig) -> bool:
-    """A first-moment path that no explicit override configures (those are the caller's)."""
-    return path.rsplit("/", 1)[-1] in FIRST_MOMENT_KEYS and not any(
-        fnmatch.fnmatchcase(path, pat) for pat, _ in config.overrides
-    )
-
-
-def _keep_zeros_exact(x: torch.Tensor, quant: QuantConfig) -> QuantConfig | None:
-    """``quant`` with its prune fraction raised to ``x``'s fraction of exact zeros.
-
-    Pruning by magnitude removes exactly the zeros then (they tie at the bottom), so they come
-    back as the codebook's exact zero level, not as the nearest nonzero one. A moment that is
-    (almost) all zeros is stored exactly: it costs next to nothing losslessly.
-    """
-    zeros = float((x == 0).sum()) / max(x.numel(), 1)
-    if zeros <= quant.prune:
-        return quant
-    if zeros + quant.protect >= 0.99:
-        return None
-    return replace(quant, prune=zeros, prune_metric="magnitude")
-
-
-def exact_reason(path: str, x: torch.Tensor, config: CompressionConfig) -> str | None:
-    """Why the tensor at ``path`` is stored exactly, or ``None`` when it may be quantized.
-
-    Examples
-    --------
-    >>> exact_reason("optimizer/state/0/step", torch.tensor(5.0), CompressionConfig())
-    '0-d tensor'
-    >>> exact_reason("model/w", torch.zeros(10_000), CompressionConfig()) is None
-    True
-    """
-    parts = path.split("/")
-    if not x.is_floating_point() or x.dtype.itemsize == 1:
-        return f"dtype {dtype_name(x.dtype)}"  # integers, bool, complex, float8
-    if x.dim() == 0:
-        return "0-d tensor"
-    if len(parts) >= 3 and parts[-1] == "step" and parts[-3] == "state":
-        return "optimizer step counter"
-    if x.numel() < max(config.min_numel, 1):
-        return f"fewer than min_numel={config.min_numel} elements"
-    if config.quant_for(path) is None:
-        return "matched config.exact"
-    return None
-
-
 DecodedCache = MutableMapping[str, Mapping[str, QuantizedTensor | torch.Tensor]]
 """Decoded checkpoints by the sha256 of their file (what a delta's parent resolves to).
 
@@ -317,6 +270,7 @@ def save(
     metadata: Mapping[str, str] | None = None,
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
+    prequantized: Mapping[str, Prequantized] | None = None,
 ) -> Report:
     """Compress a checkpoint object into one ``.ckz`` file, atomically.
 
@@ -328,9 +282,11 @@ def save(
     path:
         The file to write (its directory must exist).
     config:
-        How to compress (default :class:`CompressionConfig`). Floating-point tensors with at
-        least ``config.min_numel`` elements are quantized; integer/bool tensors, 0-d tensors,
-        optimizer step counters and paths in ``config.exact`` stay bit-exact.
+        How to compress (default :class:`CompressionConfig`): lossy by default. Floating-point
+        tensors with at least ``config.min_numel`` elements are quantized; integer/bool
+        tensors, float8, 0-d tensors, optimizer step counters and paths in ``config.exact``
+        stay bit-exact (the rules are :class:`ckptzip.plan.Planner`'s). For a bit-exact file
+        pass ``CompressionConfig(exact=("*",))``.
     scores:
         Sensitivity scores ``|g·w|`` by tensor path (same shape as the tensor).
     parent:
@@ -344,6 +300,10 @@ def save(
     cache:
         A :data:`DecodedCache`: the parent is taken from it when present, and the new file's
         quantized tensors are added to it (for the next delta of a chain).
+    prequantized:
+        Tensors the search already quantized (:attr:`SearchResult.prequantized`): stored as
+        they are, not quantized again, where the plan chose the same config and the tensor
+        was not modified since.
 
     Returns
     -------
@@ -381,35 +341,32 @@ def save(
     parent_ref: dict[str, str] | None = None
     if parent is not None:
         parent_view, parent_ref = _parent_of(path, parent, cache)
-    lossy_codec = "quant"
-    if parent_view is not None:
-        try:
-            get_codec("delta")
-            lossy_codec = "delta"
-        except UnsupportedFormatError:
-            pass
+    planner = Planner(config, parent=parent_view is not None, prequantized=prequantized)
+    plan = planner.plan(leaves)
 
     total = sum(x.numel() * x.element_size() for _, x in leaves)
     done = 0
     entries: list[TensorEntry] = []
     chunks: list[bytes] = []
     quantized: dict[str, QuantizedTensor] = {}
-    for p, x in leaves:
-        quant = None if exact_reason(p, x, config) is not None else config.quant_for(p)
-        if quant is not None and config.moment_rules and _is_first_moment(p, config):
-            quant = _keep_zeros_exact(x, quant)
-        codec = get_codec("exact" if quant is None else lossy_codec)
-        score = None if scores is None or quant is None else scores.get(p)
-        enc: Encoded = codec.encode(
-            x, EncodeContext(path=p, config=config, quant=quant, scores=score, parent=parent_view)
+    configs: list[QuantConfig | None] = []
+    for t, (p, x) in zip(plan, leaves, strict=True):
+        codec = get_codec(t.codec)
+        ctx = EncodeContext(
+            path=p,
+            config=config,
+            quant=t.quant,
+            scores=None if scores is None or t.quant is None else scores.get(p),
+            parent=parent_view,
+            reason=t.reason,
+            quantized=planner.prequantized_for(t, x),
         )
-        clash = set(enc.meta) & set(RESERVED_META_KEYS)
-        if clash:
-            raise TypeError(f"codec {codec.id!r} wrote reserved meta keys {sorted(clash)}")
+        enc: Encoded = codec.encode(x, ctx)
         _json_safe(enc.meta, p)
         q = enc.quantized
         if q is not None:
             quantized[p] = q
+        configs.append(None if q is None else q.config)
         rel: float | None = 0.0 if q is None else float(q.rel_error)
         if rel is not None and not math.isfinite(rel):
             rel = None
@@ -460,12 +417,12 @@ def save(
             shape=e.shape,
             dtype=e.dtype,
             codec=e.codec,
-            config=e.quant_config(),
+            config=cfg,
             bytes=sum(manifest.chunks[e.chunks[0] + j].length for j in range(e.chunks[1])),
             nbytes=e.nbytes,
             rel_error=e.rel_error,
         )
-        for e in entries
+        for e, cfg in zip(entries, configs, strict=True)
     )
     return Report(
         path=path,
@@ -478,24 +435,12 @@ def save(
     )
 
 
-def _check_decoded(entry: TensorEntry, out: Any) -> None:
-    """A codec's output must match the manifest's shape and dtype exactly."""
-    if isinstance(out, (QuantizedTensor, torch.Tensor)):
-        shape, dtype = tuple(out.shape), out.dtype
-    else:
-        raise CorruptCheckpointError(f"{entry.path!r}: codec returned {type(out).__name__}")
-    if shape != entry.shape or dtype_name(dtype) != entry.dtype:
-        raise CorruptCheckpointError(
-            f"{entry.path!r}: decoded {dtype_name(dtype)}{list(shape)} but the manifest "
-            f"records {entry.dtype}{list(entry.shape)}"
-        )
-
-
-def _decode_entry(reader: Reader, entry: TensorEntry, parent: ParentView | None) -> Any:
+def _decode_entry(reader: Reader, entry: TensorEntry, parent: ParentView | None) -> Decoded:
     codec = get_codec(entry.codec)
+    ctx = DecodeContext.from_entry(entry, parent)
     chunks = reader.tensor_chunks(entry)
     try:
-        out = codec.decode(entry.decode_meta(), chunks, DecodeContext(entry.path, parent))
+        out = codec.decode(entry.meta, chunks, ctx)
     except CkptzipError:
         raise
     except MemoryError:
@@ -505,7 +450,14 @@ def _decode_entry(reader: Reader, entry: TensorEntry, parent: ParentView | None)
             f"{reader.name}: tensor {entry.path!r} ({entry.codec}) cannot be decoded: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    _check_decoded(entry, out)
+    # a codec's output must match the manifest's shape and dtype exactly
+    if not isinstance(out, Decoded):
+        raise CorruptCheckpointError(f"{entry.path!r}: codec returned {type(out).__name__}")
+    if out.shape != entry.shape or out.dtype != ctx.dtype:
+        raise CorruptCheckpointError(
+            f"{entry.path!r}: decoded {dtype_name(out.dtype)}{list(out.shape)} but the "
+            f"manifest records {entry.dtype}{list(entry.shape)}"
+        )
     return out
 
 
@@ -569,14 +521,14 @@ def _decode_file(
     depth: int = 0,
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
-) -> tuple[Manifest, dict[str, QuantizedTensor | torch.Tensor]]:
+) -> tuple[Manifest, dict[str, Decoded]]:
     f, reader = _open(path)
     with f:
         m = reader.manifest
         parent = (
             None if m.parent is None else _resolve_parent(os.fspath(path), m.parent, depth, cache)
         )
-        out: dict[str, QuantizedTensor | torch.Tensor] = {}
+        out: dict[str, Decoded] = {}
         total, done = sum(e.nbytes for e in m.tensors), 0
         for entry in m.tensors:
             out[entry.path] = _decode_entry(reader, entry, parent)
@@ -584,14 +536,14 @@ def _decode_file(
             if progress is not None:
                 progress(done, total)
     if cache is not None:
-        cache[storage.sha256_file(path)] = out
+        cache[storage.sha256_file(path)] = {p: d.value() for p, d in out.items()}
     return m, out
 
 
 def _read_quantized(
     path: str | os.PathLike[str], *, depth: int = 0, cache: DecodedCache | None = None
 ) -> dict[str, QuantizedTensor | torch.Tensor]:
-    return _decode_file(path, depth=depth, cache=cache)[1]
+    return {p: d.value() for p, d in _decode_file(path, depth=depth, cache=cache)[1].items()}
 
 
 def read_quantized(
@@ -665,12 +617,5 @@ def load(
     """
     device = _device(map_location)
     manifest, decoded = _decode_file(path, progress=progress, cache=cache)
-    leaves: list[Any] = []
-    for x in decoded.values():
-        if isinstance(x, QuantizedTensor):
-            from ckptzip.quantize import dequantize  # only files with lossy tensors need it
-
-            leaves.append(dequantize(x, device=device))
-        else:
-            leaves.append(x.to(device))
+    leaves = [d.materialize(device) for d in decoded.values()]
     return unflatten(manifest.skeleton, leaves)

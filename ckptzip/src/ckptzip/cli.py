@@ -22,9 +22,14 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from ckptzip import __version__, api, storage
+from ckptzip.codecs.base import Description, get_codec
 from ckptzip.config import CompressionConfig, QuantConfig
-from ckptzip.errors import CheckpointExistsError, CkptzipError
+from ckptzip.container import TensorEntry
+from ckptzip.errors import CheckpointExistsError, CkptzipError, UnsupportedFormatError
 from ckptzip.structure import flatten
+
+RATIO = "ratio = tensor bytes in memory / bytes in the file"
+"""The one ratio the CLI reports (``compress``, ``inspect``, ``inspect DIR``)."""
 
 # Progress bars appear only when a file is big enough for the wait to be noticeable.
 PROGRESS_MIN_BYTES = 64 << 20
@@ -74,6 +79,10 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover - loop always returns
 
 
+def _ratio(tensor_bytes: int, file_bytes: int) -> float | None:
+    return tensor_bytes / file_bytes if file_bytes else None
+
+
 def _read_input(path: str) -> Any:
     """A torch.save file (weights_only: no arbitrary code) or a .safetensors file."""
     if path.endswith(".safetensors"):
@@ -114,7 +123,12 @@ def main() -> None:
 @click.option(
     "--protect", type=float, default=0.0005, show_default=True, help="Fraction kept exact."
 )
-@click.option("--exact", multiple=True, help="Path pattern kept bit-exact (repeatable).")
+@click.option(
+    "--exact",
+    multiple=True,
+    help="Path pattern kept bit-exact (repeatable; fnmatch against '/'-joined paths such as "
+    "'model/fc.weight'; --exact '*' makes the whole file lossless).",
+)
 @click.option(
     "--min-numel",
     type=int,
@@ -137,7 +151,12 @@ def compress(
     overwrite: bool,
     as_json: bool,
 ) -> None:
-    """Compress SRC (a torch.save file or .safetensors) into a .ckz file."""
+    """Compress SRC (a torch.save file or .safetensors) into a .ckz file.
+
+    LOSSY by default: floating-point tensors of at least --min-numel elements are quantized
+    to --bins levels (integers, small tensors and step counters stay bit-exact). For a
+    bit-exact file pass --exact '*'.
+    """
     out = output or src + ".ckz"
     with _errors():
         config = CompressionConfig(
@@ -148,17 +167,36 @@ def compress(
         )
         storage.check_target(out, overwrite=overwrite)
         obj = _read_input(src)
+        paths = [p for p, _ in flatten(obj)[1]]
+        for pat in exact:
+            if not any(CompressionConfig(exact=(pat,)).is_exact(p) for p in paths):
+                example = paths[0] if paths else "model/fc.weight"
+                err_console.print(
+                    f"warning: --exact {pat!r} matches no tensor; paths are '/'-joined, "
+                    f"e.g. {example!r} (a pattern like {pat.rstrip('/*') + '/*'!r} matches "
+                    "everything below a key)"
+                )
         with _progress("compressing", os.path.getsize(src)) as progress:
             report = api.save(obj, out, config=config, overwrite=overwrite, progress=progress)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
         return
-    lossy = [e for e in report.entries if e.codec != "exact"]
+    lossy = [e for e in report.entries if e.config is not None]
+    ratio = _ratio(report.tensor_nbytes, report.bytes_out)
     console.print(
         f"{src} -> {out}: {_fmt_bytes(report.bytes_in)} -> {_fmt_bytes(report.bytes_out)} "
-        f"([bold]{report.ratio:.2f}x[/bold]) in {report.seconds:.2f} s; "
-        f"{len(lossy)} of {len(report.entries)} tensors quantized"
+        f"([bold]{'' if ratio is None else f'{ratio:.2f}x'}[/bold]) in {report.seconds:.2f} s"
     )
+    if lossy:
+        worst = max((e.rel_error for e in lossy if e.rel_error is not None), default=None)
+        err = "" if worst is None else f", largest relative error {worst:.1e}"
+        console.print(
+            f"[bold]lossy[/bold]: {len(lossy)} of {len(report.entries)} tensors quantized to "
+            f"{bins} levels{err}; for a bit-exact file pass --exact '*'"
+        )
+    else:
+        console.print(f"lossless: all {len(report.entries)} tensors stored bit-exact")
+    console.print(RATIO)
 
 
 @main.command()
@@ -214,7 +252,7 @@ def _inspect_directory(directory: str, as_json: bool) -> None:
             str(e.step),
             e.kind,
             _fmt_bytes(e.bytes),
-            f"{e.ratio:.1f}x" if e.bytes else "",
+            f"{e.ratio:.2f}x" if e.bytes else "",
             "" if e.parent_step is None else str(e.parent_step),
             e.status,
         )
@@ -223,16 +261,25 @@ def _inspect_directory(directory: str, as_json: bool) -> None:
     raw = sum(e.tensor_bytes for e in entries)
     if total:
         console.print(
-            f"total {_fmt_bytes(total)} for {_fmt_bytes(raw)} of tensors ({raw / total:.1f}x); "
-            "ratio = tensor bytes in memory / file bytes"
+            f"total {_fmt_bytes(total)} for {_fmt_bytes(raw)} of tensors ({raw / total:.2f}x); "
+            + RATIO
         )
+
+
+def _describe(entry: TensorEntry) -> Description:
+    """The entry's codec describes it (an uninstalled codec: nothing to say)."""
+    try:
+        return get_codec(entry.codec).describe(entry.meta)
+    except UnsupportedFormatError:
+        return Description(note=f"codec {entry.codec!r} is not installed")
 
 
 @main.command()
 @click.argument("src", type=click.Path(exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 def inspect(src: str, as_json: bool) -> None:
-    """Show each tensor's shape, dtype, codec, bins, pruned/protected %, bytes, ratio, error.
+    """Show each tensor's shape, dtype, codec, bins, pruned/protected %, bytes, ratio, error
+    and a note (why an exact tensor is exact, how a delta entry was stored).
 
     Given a CheckpointManager directory, show its chain instead: step, kind (full/delta),
     bytes, ratio, parent step, and whether the step can be restored.
@@ -247,8 +294,8 @@ def inspect(src: str, as_json: bool) -> None:
     for e in manifest.tensors:
         stored = sum(manifest.chunks[e.chunks[0] + j].length for j in range(e.chunks[1]))
         cfg = e.config or {}
-        n_prot = e.meta.get("n_protected")
-        protected = n_prot / e.numel if isinstance(n_prot, int) and e.numel else cfg.get("protect")
+        desc = _describe(e)
+        protected = desc.protected / e.numel if desc.protected is not None and e.numel else None
         rows.append(
             {
                 "path": e.path,
@@ -260,8 +307,9 @@ def inspect(src: str, as_json: bool) -> None:
                 "protected": protected,
                 "bytes": stored,
                 "nbytes": e.nbytes,
-                "ratio": e.nbytes / stored if stored else None,
+                "ratio": _ratio(e.nbytes, stored),
                 "rel_error": e.rel_error,
+                "note": desc.note,
             }
         )
     total_in = sum(r["nbytes"] for r in rows)
@@ -273,7 +321,8 @@ def inspect(src: str, as_json: bool) -> None:
         "metadata": manifest.metadata,
         "tensor_bytes": total_in,
         "file_bytes": file_size,
-        "ratio": total_in / file_size if file_size else None,
+        "ratio": _ratio(total_in, file_size),
+        "ratio_definition": RATIO,
         "tensors": rows,
     }
     if as_json:
@@ -291,14 +340,15 @@ def inspect(src: str, as_json: bool) -> None:
         ("bytes", "right"),
         ("ratio", "right"),
         ("rel.err", "right"),
+        ("note", "left"),
     ]:
         # only the path may wrap: numbers broken over lines are unreadable
         table.add_column(
             col,
             justify=justify,  # type: ignore[arg-type]
-            overflow="fold" if col == "path" else "ellipsis",
+            overflow="fold" if col in ("path", "note") else "ellipsis",
             min_width=20 if col == "path" else None,
-            no_wrap=col != "path",
+            no_wrap=col not in ("path", "note"),
         )
     for r in rows:
         table.add_row(
@@ -310,8 +360,9 @@ def inspect(src: str, as_json: bool) -> None:
             _pct(r["pruned"]),
             _pct(r["protected"]),
             _fmt_bytes(r["bytes"]),
-            "" if r["ratio"] is None else f"{r['ratio']:.1f}x",
+            "" if r["ratio"] is None else f"{r['ratio']:.2f}x",
             "" if r["rel_error"] is None else f"{r['rel_error']:.1e}",
+            r["note"],
         )
     table.add_section()
     table.add_row(
@@ -323,7 +374,8 @@ def inspect(src: str, as_json: bool) -> None:
         "",
         "",
         _fmt_bytes(file_size),
-        f"{summary['ratio']:.1f}x" if summary["ratio"] else "",
+        f"{summary['ratio']:.2f}x" if summary["ratio"] else "",
+        "",
         "",
     )
     console.print(table)
@@ -331,9 +383,13 @@ def inspect(src: str, as_json: bool) -> None:
         console.print(f"delta against {manifest.parent['name']} ({manifest.parent['hash'][:12]}…)")
     if manifest.metadata:
         console.print(f"metadata: {manifest.metadata}")
-    console.print(
-        "ratio = tensor bytes in memory / bytes stored; the file total includes the manifest"
-    )
+    lossy = sum(1 for e in manifest.tensors if e.config is not None)
+    if lossy:
+        console.print(
+            f"lossy: {lossy} of {len(manifest.tensors)} tensors quantized (compress with "
+            "--exact '*' for a bit-exact file)"
+        )
+    console.print(f"{RATIO} (the file total includes the manifest)")
 
 
 @main.command()

@@ -7,17 +7,12 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ckptzip.errors import ConfigError
 
-__all__ = ["FIRST_MOMENT_KEYS", "SECOND_MOMENT_KEYS", "CompressionConfig", "QuantConfig"]
-
-FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
-"""Optimizer-state keys of first moments (Adam/AdamW, SGD with momentum)."""
-SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")
-"""Optimizer-state keys of second moments (Adam/AdamW, AMSGrad's running maximum)."""
+__all__ = ["CompressionConfig", "QuantConfig"]
 
 PruneMetric = Literal["magnitude", "sensitivity"]
 _PRUNE_METRICS = ("magnitude", "sensitivity")
@@ -108,12 +103,13 @@ class CompressionConfig:
         zstandard level of the lossless stage.
     moment_rules:
         Keep optimizer moments that ``quant`` would break safe (paths not matched by
-        ``overrides``): second moments (``exp_avg_sq``) are quantized in the log domain and
-        never pruned, first moments (``exp_avg``, ``momentum_buffer``) never lose their exact
-        zeros (see :func:`ckptzip.api.save`). Adam divides by ``sqrt(exp_avg_sq)``: a pruned
-        second moment, or a zero first moment restored as a small level over a zero second
-        moment, makes the first step after a restore throw those weights far away. (Pruning
-        a first moment is safe: a zero first moment only skips that weight's step.)
+        ``overrides``): second moments (``exp_avg_sq``, ``max_exp_avg_sq``) are quantized in
+        the log domain and never pruned, first moments (``exp_avg``, ``momentum_buffer``)
+        never lose their exact zeros (the rules are :mod:`ckptzip.plan`'s). Adam divides by
+        ``sqrt(exp_avg_sq)``: a pruned second moment, or a zero first moment restored as a
+        small level over a zero second moment, makes the first step after a restore throw
+        those weights far away. (Pruning a first moment is safe: a zero first moment only
+        skips that weight's step.)
     """
 
     quant: QuantConfig = field(default_factory=QuantConfig)
@@ -137,20 +133,28 @@ class CompressionConfig:
             ):
                 raise ConfigError(f"override {item!r} must be a (pattern, QuantConfig) pair")
 
-    def quant_for(self, path: str) -> QuantConfig | None:
-        """The QuantConfig for the tensor at ``path``, or ``None`` when it must stay exact."""
-        if any(fnmatch.fnmatchcase(path, pat) for pat in self.exact):
-            return None
+    def is_exact(self, path: str) -> bool:
+        """Whether ``path`` matches one of the ``exact`` patterns."""
+        return any(fnmatch.fnmatchcase(path, pat) for pat in self.exact)
+
+    def override_for(self, path: str) -> QuantConfig | None:
+        """The first override whose pattern matches ``path``, if any."""
         for pat, cfg in self.overrides:
             if fnmatch.fnmatchcase(path, pat):
                 return cfg
-        if self.moment_rules:
-            leaf = path.rsplit("/", 1)[-1]
-            if leaf in SECOND_MOMENT_KEYS:
-                return replace(self.quant, prune=0.0, prune_metric="magnitude", log_domain=True)
-            # First moments keep ``quant``; their prune fraction is raised to the tensor's own
-            # share of exact zeros when it is saved (the tensor is needed for that).
-        return self.quant
+        return None
+
+    def quant_for(self, path: str) -> QuantConfig | None:
+        """The configured QuantConfig for ``path``: ``None`` when it matches ``exact``, else
+        its override or ``quant``.
+
+        This is the configuration as written; what :func:`ckptzip.save` does with a tensor
+        (eligibility, the moment rules) is decided by :class:`ckptzip.plan.Planner`.
+        """
+        if self.is_exact(path):
+            return None
+        override = self.override_for(path)
+        return self.quant if override is None else override
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -30,12 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
-from ckptzip.config import QuantConfig
-from ckptzip.errors import (
-    ConfigError,
-    CorruptCheckpointError,
-    UnsupportedFormatError,
-)
+from ckptzip.errors import CorruptCheckpointError, UnsupportedFormatError
 from ckptzip.structure import DTYPES, dtype_from_name, unflatten
 
 __all__ = [
@@ -86,9 +81,9 @@ class TensorEntry:
     """One tensor's manifest entry.
 
     ``chunks`` is ``(first, count)``: the entry owns chunks ``first .. first+count-1``; the
-    entries tile the chunk list in order. ``config`` is the QuantConfig JSON of a lossy tensor
-    (``None`` when exact); ``rel_error`` the measured relative L2 error (0 when exact,
-    ``None`` when it could not be measured).
+    entries tile the chunk list in order. ``config`` is the JSON object of a lossy tensor's
+    quantization config (``None`` when exact; the codec parses it); ``rel_error`` the measured
+    relative L2 error (0 when exact, ``None`` when it could not be measured).
     """
 
     path: str
@@ -108,19 +103,6 @@ class TensorEntry:
     def nbytes(self) -> int:
         """Size of the decoded tensor in bytes."""
         return self.numel * _ITEMSIZE[self.dtype]
-
-    def quant_config(self) -> QuantConfig | None:
-        return None if self.config is None else QuantConfig.from_json(self.config)
-
-    def decode_meta(self) -> dict[str, Any]:
-        """The codec's meta plus the pipeline's validated keys (see ``codecs.base``)."""
-        return {
-            **self.meta,
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "config": self.config,
-            "rel_error": self.rel_error,
-        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -286,12 +268,9 @@ def _entry_from_json(i: int, t: Any, first: int, n_chunks: int) -> TensorEntry:
         raise _bad(f"{where}: codec must be a non-empty string")
     if not isinstance(t["meta"], dict):
         raise _bad(f"{where}: meta must be an object")
-    config = t["config"]
-    if config is not None:
-        try:
-            QuantConfig.from_json(config)
-        except ConfigError as exc:
-            raise _bad(f"{where}: {exc}") from None
+    if t["config"] is not None and not isinstance(t["config"], dict):
+        # its fields are the codec's to check (DecodeContext.from_entry), not the container's
+        raise _bad(f"{where}: config must be an object or null")
     rel = t["rel_error"]
     if rel is not None and (
         not isinstance(rel, (int, float)) or isinstance(rel, bool) or not rel >= 0
@@ -310,7 +289,7 @@ def _entry_from_json(i: int, t: Any, first: int, n_chunks: int) -> TensorEntry:
         dtype=t["dtype"],
         codec=t["codec"],
         meta=t["meta"],
-        config=config,
+        config=t["config"],
         rel_error=None if rel is None else float(rel),
         chunks=(ch[0], ch[1]),
     )

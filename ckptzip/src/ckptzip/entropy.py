@@ -1,4 +1,8 @@
-"""The lossless stage: zstandard, bounded on decode by sizes the manifest records.
+"""Every lossless stage of the format: zstd, byte planes, LZMA, run lengths, bitmaps.
+
+Two kinds of stage live here, each bounded on decode by sizes the manifest records.
+
+**Byte stages** (:func:`encode` / :func:`decode`, used by the exact and quant codecs):
 
 A stage is a payload plus a small JSON record ``{"enc": "zstd" | "raw", "size": n}``: ``size``
 is the decoded length, written by :func:`encode` and checked by :func:`decode` before and after
@@ -16,10 +20,30 @@ bytes into ``itemsize`` planes (byte ``j`` of every element, in order) and codes
 its own as above: the sign/exponent plane of floats compresses well, the low mantissa planes
 do not and stay raw. On fp32 weights this takes zstd from about 1.08x to 1.17x, on bf16 from
 1.28x to 1.41x on Gaussian weights (the lossless-stage table of ``benchmarks/format.py``).
+
+**Symbol back ends** (:data:`SYMBOL_METHODS`, :func:`encode_symbols` / :func:`decode_symbols`,
+used by :mod:`ckptzip.bindiff` for bin-index differences): a uint8 symbol stream of known
+length ``n`` as one chunk, by
+
+* ``"zstd"`` / ``"lzma"``: the n symbols as one zstd frame / one raw LZMA2 stream;
+* ``"rle+zstd"`` / ``"rle+lzma"``: run lengths: for each nonzero symbol, the length ``g`` of
+  the zero run before it as ``g // 255`` bytes 255 and one byte ``g % 255``, then the nonzero
+  symbols (meta ``nonzero``, ``rle_bytes``), as a zstd frame / raw LZMA2 stream;
+* ``"bitmap+zstd"``: the MSB-first bitmap of ``symbol != 0`` then the nonzero symbols, one
+  zstd frame (meta ``nonzero``).
+
+The raw LZMA2 filter options (``dict_size`` 2^20, ``lc`` 3, ``lp`` 0, ``pb`` 0) are part of the
+format. Every decoded size is bounded by ``n`` before decompressing.
+
+:func:`order0_entropy_bits` is the order-0 bound the search's size estimate and the benchmarks
+measure streams against.
 """
 
 from __future__ import annotations
 
+import lzma
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,7 +51,17 @@ import zstandard
 
 from ckptzip.errors import ConfigError, CorruptCheckpointError
 
-__all__ = ["MAX_RATIO", "compress", "decode", "decompress", "encode"]
+__all__ = [
+    "MAX_RATIO",
+    "SYMBOL_METHODS",
+    "compress",
+    "decode",
+    "decode_symbols",
+    "decompress",
+    "encode",
+    "encode_symbols",
+    "order0_entropy_bits",
+]
 
 # Plane splitting pays off only once the per-plane frame overhead is amortised.
 _PLANES_MIN = 4096
@@ -207,3 +241,208 @@ def _decode_planes(
             f"the planes cover {offset} of the payload's {len(payload)} bytes"
         )
     return out.tobytes()
+
+
+# -- symbol back ends ----------------------------------------------------------------------
+
+# LZMA2 tuned for bin-difference streams (measured by benchmarks/delta.py's back-end
+# comparison): the gain comes from LZMA's context-modelling range coder, not from long matches,
+# so a cheap match finder (hash chains, short nice_len) is ~3 % larger than preset 6 at ~1/6
+# the time. pb=lp=0: symbols are single bytes with no alignment. A 1 MiB window bounds decode
+# memory. The decoder needs the same dict_size/lc/lp/pb, so they are part of the format.
+_LZMA_FILTERS: list[dict[str, Any]] = [
+    {
+        "id": lzma.FILTER_LZMA2,
+        "dict_size": 1 << 20,
+        "lc": 3,
+        "lp": 0,
+        "pb": 0,
+        "mode": lzma.MODE_NORMAL,
+        "mf": lzma.MF_HC4,
+        "nice_len": 16,
+        "depth": 2,
+    }
+]
+
+
+def _lzma_compress(data: bytes, level: int) -> bytes:
+    return lzma.compress(data, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+
+
+def _lzma_decompress(data: bytes, size: int) -> bytes:
+    dec = lzma.LZMADecompressor(format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+    try:
+        out = dec.decompress(data, max_length=size + 1)
+    except lzma.LZMAError as exc:
+        raise CorruptCheckpointError(f"payload is not valid lzma data: {exc}") from exc
+    if len(out) != size:
+        raise CorruptCheckpointError(
+            f"lzma payload decompressed to {len(out)}+ bytes, the metadata says {size}"
+        )
+    return out
+
+
+def _zero_runs(symbols: np.ndarray) -> bytes:
+    """Run-length form: zero-run lengths (255-escaped bytes) then the nonzero symbols."""
+    nz = np.flatnonzero(symbols)
+    gaps = np.diff(nz, prepend=-1) - 1
+    quot, rem = np.divmod(gaps, 255)
+    ends = np.cumsum(quot + 1) - 1
+    runs = np.full(int(ends[-1]) + 1 if ends.size else 0, 255, dtype=np.uint8)
+    runs[ends] = rem.astype(np.uint8)
+    return runs.tobytes() + symbols[nz].tobytes()
+
+
+def _from_zero_runs(data: bytes, n: int, nonzero: int) -> np.ndarray:
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if nonzero > raw.size or nonzero > n:
+        raise CorruptCheckpointError(f"run-length payload announces {nonzero} nonzero symbols")
+    runs, values = raw[: raw.size - nonzero], raw[raw.size - nonzero :]
+    ends = np.flatnonzero(runs != 255)
+    if ends.size != nonzero or (ends.size and ends[-1] != runs.size - 1) or (values == 0).any():
+        raise CorruptCheckpointError("run-length payload is inconsistent with its metadata")
+    escapes = np.diff(ends, prepend=-1) - 1
+    gaps = escapes.astype(np.int64) * 255 + runs[ends]
+    positions = np.cumsum(gaps + 1) - 1
+    if positions.size and positions[-1] >= n:
+        raise CorruptCheckpointError(
+            f"run-length payload places a symbol at {int(positions[-1])} past the end ({n})"
+        )
+    out = np.zeros(n, dtype=np.uint8)
+    out[positions] = values
+    return out
+
+
+@dataclass(frozen=True)
+class _Method:
+    """One symbol back end: symbols -> (chunks, meta) and back, bounded by ``n``."""
+
+    encode: Callable[[np.ndarray, int], tuple[list[bytes], dict[str, Any]]]
+    decode: Callable[[Sequence[bytes], dict[str, Any], int], np.ndarray]
+
+
+def _bounded(meta: dict[str, Any], key: str, limit: int) -> int:
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise CorruptCheckpointError(f"stage metadata {key}={value!r} is out of range [0, {limit}]")
+    return value
+
+
+def _one_chunk(chunks: Sequence[bytes]) -> bytes:
+    if len(chunks) != 1:
+        raise CorruptCheckpointError(f"symbol payload has {len(chunks)} chunks, expected 1")
+    return bytes(chunks[0])
+
+
+_Coder = Callable[[bytes, int], bytes]
+
+
+def _raw_method(pack: _Coder, unpack: _Coder) -> _Method:
+    def enc(symbols: np.ndarray, level: int) -> tuple[list[bytes], dict[str, Any]]:
+        return [pack(symbols.tobytes(), level)], {}
+
+    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int) -> np.ndarray:
+        return np.frombuffer(unpack(_one_chunk(chunks), n), dtype=np.uint8).copy()
+
+    return _Method(enc, dec)
+
+
+def _rle_method(pack: _Coder, unpack: _Coder) -> _Method:
+    def enc(symbols: np.ndarray, level: int) -> tuple[list[bytes], dict[str, Any]]:
+        data = _zero_runs(symbols)
+        return [pack(data, level)], {
+            "rle_bytes": len(data),
+            "nonzero": int(np.count_nonzero(symbols)),
+        }
+
+    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int) -> np.ndarray:
+        nonzero = _bounded(meta, "nonzero", n)
+        # n symbols need at most n // 255 + n escape/run bytes plus the nonzero values.
+        size = _bounded(meta, "rle_bytes", 2 * n + n // 255 + 1)
+        return _from_zero_runs(unpack(_one_chunk(chunks), size), n, nonzero)
+
+    return _Method(enc, dec)
+
+
+def _bitmap_method() -> _Method:
+    def enc(symbols: np.ndarray, level: int) -> tuple[list[bytes], dict[str, Any]]:
+        mask = symbols != 0
+        data = np.packbits(mask).tobytes() + symbols[mask].tobytes()
+        return [compress(data, level)], {"nonzero": int(mask.sum())}
+
+    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int) -> np.ndarray:
+        nonzero = _bounded(meta, "nonzero", n)
+        nbits = (n + 7) // 8
+        raw = np.frombuffer(decompress(_one_chunk(chunks), nbits + nonzero), np.uint8)
+        mask = np.unpackbits(raw[:nbits], count=n).astype(bool)
+        values = raw[nbits:]
+        if int(mask.sum()) != nonzero or (values == 0).any():
+            raise CorruptCheckpointError("bitmap payload is inconsistent with its metadata")
+        out = np.zeros(n, dtype=np.uint8)
+        out[mask] = values
+        return out
+
+    return _Method(enc, dec)
+
+
+SYMBOL_METHODS: dict[str, _Method] = {
+    "zstd": _raw_method(compress, decompress),
+    "rle+zstd": _rle_method(compress, decompress),
+    "bitmap+zstd": _bitmap_method(),
+    "lzma": _raw_method(_lzma_compress, _lzma_decompress),
+    "rle+lzma": _rle_method(_lzma_compress, _lzma_decompress),
+}
+"""Symbol back ends by id; a payload records the id it was written with."""
+
+
+def encode_symbols(
+    symbols: np.ndarray, method: str, level: int = 3
+) -> tuple[list[bytes], dict[str, Any]]:
+    """Code a uint8 symbol stream with back end ``method``: its chunks and meta.
+
+    Examples
+    --------
+    >>> s = np.zeros(1000, np.uint8); s[::100] = 3
+    >>> chunks, meta = encode_symbols(s, "rle+lzma")
+    >>> meta["nonzero"], bool((decode_symbols(chunks, meta, 1000, "rle+lzma") == s).all())
+    (10, True)
+    """
+    if method not in SYMBOL_METHODS:
+        raise ConfigError(f"method={method!r} is unknown; choose one of {sorted(SYMBOL_METHODS)}")
+    flat = np.ascontiguousarray(np.asarray(symbols, dtype=np.uint8).reshape(-1))
+    return SYMBOL_METHODS[method].encode(flat, level)
+
+
+def decode_symbols(
+    chunks: Sequence[bytes], meta: dict[str, Any], n: int, method: str
+) -> np.ndarray:
+    """Invert :func:`encode_symbols` for a stream of ``n`` symbols (bounded by ``n``)."""
+    found = SYMBOL_METHODS.get(method)
+    if found is None:
+        raise CorruptCheckpointError(
+            f"symbol back end {method!r} is unknown; known: {sorted(SYMBOL_METHODS)}"
+        )
+    return found.decode(chunks, meta, n)
+
+
+def order0_entropy_bits(symbols: np.ndarray) -> float:
+    """Total order-0 (memoryless) entropy of a symbol stream, in bits.
+
+    ``n · H`` with ``H = -Σ p log2 p`` over the empirical symbol frequencies: the size an ideal
+    coder that sees each symbol alone could reach. Coders that exploit runs or context (zstd,
+    lzma) can go below it; a plain Huffman coder cannot.
+
+    Examples
+    --------
+    >>> order0_entropy_bits(np.array([0, 0, 1, 1], np.uint8))
+    4.0
+    >>> order0_entropy_bits(np.zeros(10, np.uint8))
+    0.0
+    """
+    s = np.asarray(symbols).reshape(-1)
+    if s.size == 0:
+        return 0.0
+    counts = np.bincount(s.astype(np.int64))
+    counts = counts[counts > 0].astype(np.float64)
+    p = counts / s.size
+    return float(-(counts * np.log2(p)).sum()) + 0.0  # + 0.0 turns -0.0 into 0.0

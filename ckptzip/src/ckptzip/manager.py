@@ -38,7 +38,7 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -434,9 +434,11 @@ class CheckpointManager:
         if not overwrite and path.exists():  # fail before any search or quantization
             raise _exists(step, path)
         config, metadata, result = self.config, {"step": str(step)}, None
+        prequantized = None
         if obj is None:
             obj, config, scores, result = self._snapshot(extra, scores)
             metadata["search"] = json.dumps(result.to_json())
+            prequantized = result.prequantized
         elif extra is not None:
             raise ConfigError("extra= goes with a model snapshot: pass obj=None, or put it in obj")
         with _locked(self.directory, exclusive=True):
@@ -460,6 +462,7 @@ class CheckpointManager:
                 overwrite=overwrite,
                 metadata=metadata,
                 cache=self._cache,
+                prequantized=prequantized,
             )
             if self.keep is not None:
                 self._retain(self.keep)
@@ -487,7 +490,8 @@ class CheckpointManager:
             optimizer=self.optimizer,
             base=self.config,
         )
-        self.last_search = result
+        # the next search needs the choice, not the quantized tensors: let save release them
+        self.last_search = replace(result, prequantized={})
         obj: dict[str, Any] = {"model": self.model.state_dict()}
         if self.optimizer is not None:
             obj["optimizer"] = self.optimizer.state_dict()

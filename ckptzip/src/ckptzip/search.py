@@ -50,17 +50,29 @@ parameters' ``.data`` and restores the original tensor objects (and a copy of ev
 in case ``eval_fn`` runs the model in training mode) in a ``finally`` block.
 
 **Optimizer state** (decision: no separate codec). The "quant" codec already does all the
-moments need, so :func:`search` only chooses per-path configs for them:
+moments need, so :func:`search` only chooses per-path configs for them, by the rules of
+:mod:`ckptzip.plan` (:class:`~ckptzip.plan.MomentPolicy`):
 
 * ``exp_avg`` (Adam/AdamW) and SGD's ``momentum_buffer``: quantized with
-  :attr:`MomentPolicy.first_bins` levels, exact zeros kept exact. ExCP's rule, pruning them
-  where the weight is pruned, is available (``MomentPolicy(prune_first=True)``: the moment
-  gets its weight's prune fraction and, through :func:`save_scores`, the weight's own pruning
-  scores) but off by default, because it measured worse for training after a restore.
-* ``exp_avg_sq`` is positive with a dynamic range of many decades: quantized in the log
-  domain with :attr:`MomentPolicy.second_bins` levels, never pruned (a zero second moment
-  under a nonzero first moment would blow up the next Adam update).
+  :attr:`MomentPolicy.first_bins` levels, exact zeros kept exact (a moment that is almost all
+  zeros is stored exactly). ExCP's rule, pruning them where the weight is pruned, is available
+  (``MomentPolicy(prune_first=True)``: the moment gets its weight's prune fraction and, through
+  :func:`save_scores`, the weight's own pruning scores) but off by default, because it
+  measured worse for training after a restore.
+* ``exp_avg_sq`` and AMSGrad's ``max_exp_avg_sq`` are positive with a dynamic range of many
+  decades: quantized in the log domain with :attr:`MomentPolicy.second_bins` levels, never
+  pruned (a zero second moment under a nonzero first moment would blow up the next Adam
+  update).
 * step counters, hyper-parameters and every other optimizer tensor stay exact.
+
+**Which tensors are searched** is the plan's rule too (:func:`ckptzip.plan.exact_reason`):
+floating-point parameters of at least ``base.min_numel`` elements, not 0-d, not float8, not
+matched by ``base.exact``. Tied parameters (one tensor under two names) are searched once and
+both names get its config.
+
+**Quantize once.** The quantized tensors of the accepted configuration are returned in
+:attr:`SearchResult.prequantized`; :func:`ckptzip.save` stores them as they are (the file holds
+exactly what the search evaluated) as long as the weights were not modified since.
 
 The effect of these choices on training after a restore is measured by
 ``benchmarks/search.py --optimizer`` and checked in ``tests/test_manager_model.py``.
@@ -75,14 +87,23 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import nn
 
 from ckptzip._types import QuantizedTensor
 from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.entropy import order0_entropy_bits
 from ckptzip.errors import ConfigError
 from ckptzip.packing import bits_for
+from ckptzip.plan import (
+    FIRST_MOMENT_KEYS,
+    MomentPolicy,
+    Prequantized,
+    exact_reason,
+    fingerprint,
+    moment_kind,
+    zero_fraction,
+)
 from ckptzip.quantize import dequantize, quantize
 
 __all__ = [
@@ -254,6 +275,10 @@ class SearchResult:
         Tensor path → layer type of every searched weight.
     note:
         One line for reports (says when the data-free rule was used or nothing was feasible).
+    prequantized:
+        Tensor path → the searched weight quantized with its chosen config, as evaluated;
+        pass it to :func:`ckptzip.save` (``prequantized=``) to store it without quantizing
+        again (empty when nothing was chosen).
     """
 
     layer_configs: Mapping[str, QuantConfig | None]
@@ -268,6 +293,9 @@ class SearchResult:
     estimated_ratio: float
     paths: Mapping[str, str] = field(default_factory=dict)
     note: str = ""
+    prequantized: Mapping[str, Prequantized] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able summary (the per-path config is left out: see ``config.to_json()``)."""
@@ -293,9 +321,7 @@ class SearchResult:
 def _estimated_bytes(x: torch.Tensor, q: QuantizedTensor) -> float:
     """Bytes the quantized tensor should take after entropy coding (see module docstring)."""
     n = x.numel()
-    counts = np.bincount(q.indices, minlength=len(q.levels)).astype(np.float64)
-    p = counts[counts > 0] / max(n, 1)
-    entropy = float(-(p * np.log2(p)).sum()) if p.size else 0.0
+    entropy = order0_entropy_bits(q.indices) / max(n, 1)
     index_bits = min(entropy, float(bits_for(max(len(q.levels), 2))))
     protected = len(q.protected_positions) * (x.element_size() + 4)
     return n * index_bits / 8 + protected + 8 * len(q.levels) + 64
@@ -321,7 +347,33 @@ class _Evaluator:
         # (name, config) -> (estimated bytes, relative error): small, kept for the whole search
         self._stats: dict[tuple[str, QuantConfig], tuple[float, float]] = {}
         self._norms: dict[str, float] = {}
+        # The quantizer's outputs: the two latest per tensor, and those of the latest feasible
+        # point (what the search returns for save to store without quantizing again).
+        self._recent: dict[str, dict[QuantConfig, QuantizedTensor]] = {}
+        self._accepted: dict[tuple[str, QuantConfig], QuantizedTensor] = {}
         self.trials = 0
+
+    def quantized(self, name: str, cfg: QuantConfig) -> QuantizedTensor:
+        """``name`` quantized with ``cfg``: from the caches, or quantized now."""
+        q = self._accepted.get((name, cfg)) or self._recent.get(name, {}).get(cfg)
+        return q if q is not None else self._run_quantizer(name, cfg)
+
+    def accept(self, point: _Point) -> None:
+        """Keep the quantized tensors of a feasible point (the last one is the search's)."""
+        self._accepted = {
+            (n, point.config(k)): self.quantized(n, point.config(k))
+            for n, (k, _) in self.params.items()
+        }
+
+    def _run_quantizer(self, name: str, cfg: QuantConfig) -> QuantizedTensor:
+        x = self.params[name][1].detach()
+        q = quantize(x, cfg, scores=self.scores.get(name))
+        self._stats[name, cfg] = (_estimated_bytes(x, q), float(q.rel_error))
+        recent = self._recent.setdefault(name, {})
+        while len(recent) >= 2:
+            recent.pop(next(iter(recent)))
+        recent[cfg] = q
+        return q
 
     def _quantize(self, name: str, cfg: QuantConfig, *, keep: bool) -> torch.Tensor | None:
         per = self._tensors.setdefault(name, {})
@@ -329,8 +381,7 @@ class _Evaluator:
         if hit is not None or (not keep and (name, cfg) in self._stats):
             return hit
         x = self.params[name][1].detach()
-        q = quantize(x, cfg, scores=self.scores.get(name))
-        self._stats[name, cfg] = (_estimated_bytes(x, q), float(q.rel_error))
+        q = self.quantized(name, cfg)
         if not keep:
             return None
         out = dequantize(q, device=x.device).reshape(x.shape)
@@ -412,7 +463,10 @@ class _Walk:
         if point not in self.seen:
             self.seen[point] = self.ev.quality(point)
         q = self.seen[point]
-        return not math.isnan(q) and q <= self.limit
+        ok = not math.isnan(q) and q <= self.limit
+        if ok:
+            self.ev.accept(point)
+        return ok
 
     def full(self, kinds: list[str], metrics: Mapping[str, str]) -> _Point | None:
         diag = [_Point.diagonal(kinds, d, metrics) for d in range(_DIAGONAL + 1)]
@@ -562,14 +616,10 @@ def search(
     kinds_of = layer_types(model)
     scores = dict(scores or {})
     params: dict[str, tuple[str, nn.Parameter]] = {}
-    for name, p in model.named_parameters():
-        path = model_prefix + name
-        if (
-            p.is_floating_point()
-            and p.numel() >= max(base.min_numel, 1)
-            and base.quant_for(path) is not None
-        ):
+    for name, p in model.named_parameters():  # tied parameters: the first name only
+        if exact_reason(model_prefix + name, p.detach(), base) is None:
             params[name] = (kinds_of[name], p)
+    before = {n: fingerprint(p.detach()) for n, (_, p) in params.items()}
     unknown = sorted(set(scores) - {n for n, _ in model.named_parameters()})
     if unknown:
         raise ConfigError(
@@ -642,6 +692,14 @@ def search(
         optimizer_prefix,
         moments if moments is not None else MomentPolicy(),
     )
+    prequantized: dict[str, Prequantized] = {}
+    if chosen is not None:
+        for alias, name in _aliases(model).items():
+            if name not in params:
+                continue
+            x, cfg = params[name][1].detach(), chosen.config(params[name][0])
+            if fingerprint(x) == before[name]:  # eval_fn did not write to the weights
+                prequantized[model_prefix + alias] = Prequantized.of(x, ev.quantized(name, cfg))
     return SearchResult(
         layer_configs=MappingProxyType(layer_configs),
         config=config,
@@ -655,6 +713,7 @@ def search(
         estimated_ratio=ev.estimated_ratio(chosen),
         paths=MappingProxyType({model_prefix + n: k for n, (k, _) in params.items()}),
         note="; ".join(notes),
+        prequantized=MappingProxyType(prequantized),
     )
 
 
@@ -667,85 +726,13 @@ def _param_indices(optimizer: torch.optim.Optimizer) -> dict[int, int]:
     return out
 
 
-_FIRST_MOMENTS = ("exp_avg", "momentum_buffer")
-_SECOND_MOMENTS = ("exp_avg_sq",)
-
-
-@dataclass(frozen=True)
-class MomentPolicy:
-    """How the optimizer's moments of a quantized weight are stored.
-
-    The defaults are the measured choice of ``benchmarks/search.py --optimizer`` (see the
-    README): training after a restore is what was compared, not reconstruction error. With
-    8 and 16 levels the training loss after a restore stayed within 0.5 % of resuming with
-    exact moments at every step (``mlp``, ``lm``), for about 10-12x on the optimizer state;
-    4 and 8 levels gave 14-20x within 1.7 %; zeroed moments cost 30 %.
-
-    Parameters
-    ----------
-    first_bins:
-        Levels for ``exp_avg`` (Adam/AdamW) and ``momentum_buffer`` (SGD).
-    prune_first:
-        Prune the first moment where its weight is pruned (ExCP's rule), using the weight's
-        own scores through :func:`save_scores`. Off by default: measured, it perturbed
-        training after a restore 5-20x more than quantization alone (1-2 % against 0.1-0.2 %
-        with 16 and 32 levels) for 5-7 % of the optimizer's bytes.
-    second_bins:
-        Levels for ``exp_avg_sq``.
-    second_log_domain:
-        Quantize ``exp_avg_sq`` in the log domain (it spans many decades; linear levels
-        crush its small values, and the Adam step divides by their square root).
-    protect:
-        Fraction of each moment stored exactly (the largest entries).
-
-    Examples
-    --------
-    >>> MomentPolicy().second().log_domain
-    True
-    >>> MomentPolicy(prune_first=True).first(QuantConfig(bins=4, prune=0.3)).prune
-    0.3
-    """
-
-    first_bins: int = 8
-    prune_first: bool = False
-    second_bins: int = 16
-    second_log_domain: bool = True
-    protect: float = 0.0005
-
-    def __post_init__(self) -> None:
-        for name in ("first_bins", "second_bins"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 256:
-                raise ConfigError(f"{name}={value!r} must be an integer in [2, 256]")
-        if not 0.0 <= self.protect < 0.5:
-            raise ConfigError(f"protect={self.protect!r} must lie in [0, 0.5)")
-
-    def first(self, weight: QuantConfig, zero_fraction: float = 0.0) -> QuantConfig:
-        """The first moment's config, given its weight's and its own fraction of exact zeros.
-
-        Exact zeros stay exact: any prune fraction gives the codebook an exact zero level,
-        and without ``prune_first`` the fraction pruned (by magnitude) is the zeros' own.
-        Otherwise a zero moment would come back as the nearest nonzero level, and where the
-        second moment is zero too (a unit that never had a gradient) Adam's next step
-        ``m / (sqrt(v) + eps)`` would throw that weight far away (measured: a 30 % loss
-        jump on the ``mlp`` workload).
-        """
-        if self.prune_first and weight.prune > 0:
-            # "sensitivity" means "by the scores given": save_scores passes the weight's own
-            return QuantConfig(
-                bins=self.first_bins,
-                prune=weight.prune,
-                prune_metric="sensitivity",
-                protect=self.protect,
-            )
-        prune = min(max(zero_fraction, 0.0), 0.99 - self.protect)
-        return QuantConfig(bins=self.first_bins, prune=prune, protect=self.protect)
-
-    def second(self) -> QuantConfig:
-        """The second moment's config (never pruned: see the module docstring)."""
-        return QuantConfig(
-            bins=self.second_bins, log_domain=self.second_log_domain, protect=self.protect
-        )
+def _aliases(model: nn.Module) -> dict[str, str]:
+    """Every parameter name (tied ones too) → the name ``named_parameters()`` lists it under."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        out[name] = first.setdefault(id(p), name)
+    return out
 
 
 def _compression_config(
@@ -760,9 +747,11 @@ def _compression_config(
 ) -> CompressionConfig:
     overrides: list[tuple[str, QuantConfig]] = []
     exact: list[str] = list(base.exact)
+    aliases = _aliases(model)
     for name, tensor in model.state_dict().items():
         path = model_prefix + name
-        cfg = layer_configs.get(params[name][0]) if name in params else None
+        canonical = aliases.get(name, name)  # a tied weight follows the name it was searched as
+        cfg = layer_configs.get(params[canonical][0]) if canonical in params else None
         if cfg is None:
             if tensor.is_floating_point():  # buffers and unsearched weights: never lossy
                 exact.append(_escape(path))
@@ -779,13 +768,14 @@ def _compression_config(
                 path = _escape(prefix + str(key))
                 if not isinstance(value, torch.Tensor) or not value.is_floating_point():
                     continue
-                if wcfg is not None and key in _FIRST_MOMENTS:
-                    zeros = float((value == 0).float().mean()) if value.numel() else 0.0
-                    overrides.append((path, moments.first(wcfg, zeros)))
-                elif wcfg is not None and key in _SECOND_MOMENTS:
-                    overrides.append((path, moments.second()))
-                else:
+                kind = moment_kind(prefix + str(key))
+                cfg = None
+                if wcfg is not None and kind is not None:
+                    cfg = moments.for_moment(kind, wcfg, zero_fraction(value))
+                if cfg is None:
                     exact.append(path)
+                else:
+                    overrides.append((path, cfg))
     return replace(base, overrides=(*overrides, *base.overrides), exact=tuple(exact))
 
 
@@ -830,7 +820,7 @@ def save_scores(
         cfg = result.layer_configs.get(kind) if kind is not None else None
         if cfg is None or id(p) not in index:
             continue
-        for key in _FIRST_MOMENTS:
+        for key in FIRST_MOMENT_KEYS:
             path = f"{optimizer_prefix}state/{index[id(p)]}/{key}"
             moment_cfg = result.config.quant_for(path)
             if key not in optimizer.state.get(p, {}) or moment_cfg is None:

@@ -1,37 +1,42 @@
 """The codec contract: how one tensor becomes manifest metadata plus raw chunks, and back.
 
 A codec turns one tensor into an :class:`Encoded` (a JSON-able ``meta`` dict for the
-manifest and a list of byte ``chunks``) and back. Codecs are found by a stable string
-``id`` that is written into every manifest entry, so an id, once released, never changes
-meaning: a new encoding gets a new id (or a new ``meta`` field that old files lack).
+manifest and a list of byte ``chunks``) and back into a :class:`Decoded`. Codecs are found by a
+stable string ``id`` that is written into every manifest entry, so an id, once released, never
+changes meaning: a new encoding gets a new id (or a new ``meta`` field that old files lack).
 
-Call order on save (driven by :func:`ckptzip.save`)::
+Call order on save (driven by :func:`ckptzip.save`, after :class:`ckptzip.plan.Planner` chose
+each tensor's codec and config)::
 
-    codec = get_codec(id)                  # "exact", "quant", "delta", ...
+    codec = get_codec(treatment.codec)     # "exact", "quant", "delta", ...
     enc = codec.encode(x, EncodeContext(...))
-    # the container stores enc.meta in the tensor's manifest entry (next to the shape,
-    # dtype, codec id, config and rel_error the pipeline adds) and checksums enc.chunks
+    # the container stores enc.meta in the tensor's manifest entry, next to the fields the
+    # pipeline owns (shape, dtype, codec id, config and rel_error of enc.quantized), and
+    # checksums enc.chunks
 
 Call order on load (driven by :func:`ckptzip.load` / :func:`ckptzip.read_quantized`)::
 
     chunks = ...                           # already checksum-verified by the container
-    out = get_codec(entry.codec).decode(entry.meta, chunks, DecodeContext(...))
-    # out is a torch.Tensor (exact) or a QuantizedTensor, which load() dequantizes
+    ctx = DecodeContext.from_entry(entry, parent)   # the pipeline's fields, validated
+    out = get_codec(entry.codec).decode(entry.meta, chunks, ctx)
+    tensor = out.materialize(device)       # the one way to get the tensor back
+
+and ``ckptzip inspect`` calls ``get_codec(entry.codec).describe(entry.meta)``, so the CLI never
+reads a codec's private fields.
 
 Rules every codec follows:
 
 * ``decode`` never trusts sizes it has not checked: every lossless stage records its
   decompressed size in ``meta`` and decodes through :mod:`ckptzip.entropy`, which bounds the
-  output by that size; element counts come from the manifest's validated shape.
+  output by that size; element counts come from ``ctx.shape`` (the manifest's validated shape).
 * ``decode`` raises :class:`~ckptzip.errors.CorruptCheckpointError` for anything inconsistent
   (missing meta keys, wrong chunk count, sizes that disagree with the shape) and never returns
   a tensor of the wrong shape or dtype.
 * ``meta`` holds only JSON types (dict with str keys, list, str, int, finite float, bool,
-  None); no pickle, no bytes. The keys in :data:`RESERVED_META_KEYS` belong to the
-  pipeline: a codec never writes them, and on decode the pipeline adds them to ``meta``
-  already validated (``shape``: list of int, ``dtype``: a name in
-  :data:`ckptzip.structure.DTYPES`, ``config``: a QuantConfig JSON object or ``None``,
-  ``rel_error``: float), so a codec can size its output from the manifest.
+  None); no pickle, no bytes. The tensor's shape, dtype, config and error are not in it: the
+  pipeline records them and hands them to ``decode`` in the :class:`DecodeContext`.
+* ``describe`` reads only ``meta`` and must not raise on hostile input (missing or mistyped
+  fields give an empty description).
 * Codecs are stateless; one instance serves every tensor.
 
 Writing a codec::
@@ -42,8 +47,14 @@ Writing a codec::
         def encode(self, x, ctx): ...
         def decode(self, meta, chunks, ctx): ...
 
-and add ``"mine": "package.module"`` with :func:`register_lazy` (or import the module
-before use) so :func:`get_codec` finds it by id when reading a file.
+Run :func:`ckptzip.codecs.testing.check_round_trip` on it. A codec in another package is found
+when a file names its id through the entry-point group :data:`ENTRY_POINT_GROUP`
+(``ckptzip.codecs``), as numcodecs finds its codecs; in ``pyproject.toml``::
+
+    [project.entry-points."ckptzip.codecs"]
+    mine = "mypackage.codecs:MyCodec"
+
+(the value may also name a module whose import registers the codec).
 """
 
 from __future__ import annotations
@@ -52,27 +63,34 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from ckptzip._types import QuantizedTensor
 from ckptzip.config import CompressionConfig, QuantConfig
-from ckptzip.errors import CorruptCheckpointError, UnsupportedFormatError
+from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedFormatError
+from ckptzip.structure import dtype_from_name
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "Codec",
     "DecodeContext",
+    "Decoded",
+    "Description",
     "EncodeContext",
     "Encoded",
     "ParentView",
-    "RESERVED_META_KEYS",
     "available_codecs",
     "get_codec",
     "meta_get",
     "register_codec",
     "register_lazy",
 ]
+
+ENTRY_POINT_GROUP = "ckptzip.codecs"
+"""The entry-point group third-party codecs register under (name: codec id)."""
 
 
 class ParentView(Protocol):
@@ -101,8 +119,9 @@ class Encoded:
     chunks:
         Raw payloads; the container stores each one with its own checksum, in order.
     quantized:
-        The :class:`QuantizedTensor` the codec produced, if it quantized (so a later delta
-        can use its indices without decoding the file again); ``None`` for exact codecs.
+        The :class:`QuantizedTensor` the codec stored, if lossy (the pipeline records its
+        config and error, and a later delta uses its indices without decoding the file
+        again); ``None`` for exact codecs.
     """
 
     meta: dict[str, Any]
@@ -112,7 +131,7 @@ class Encoded:
 
 @dataclass(frozen=True)
 class EncodeContext:
-    """Everything a codec may use besides the tensor itself.
+    """Everything a codec may use besides the tensor itself (the plan's decision included).
 
     Attributes
     ----------
@@ -121,12 +140,16 @@ class EncodeContext:
     config:
         The whole checkpoint's :class:`CompressionConfig`.
     quant:
-        ``config.quant_for(path)`` after the exact/min_numel rules; ``None`` means the
-        tensor must be stored exactly.
+        The plan's :class:`QuantConfig`; ``None`` means the tensor must be stored exactly.
     scores:
         Sensitivity scores ``|g·w|`` for this tensor (same shape), if known.
     parent:
         The previous checkpoint of a delta chain, if any.
+    reason:
+        Why the plan stores the tensor exactly (an exact codec records it for ``inspect``).
+    quantized:
+        The tensor already quantized with ``quant`` (by the search): a lossy codec stores it
+        instead of quantizing again.
     """
 
     path: str
@@ -134,14 +157,122 @@ class EncodeContext:
     quant: QuantConfig | None = None
     scores: torch.Tensor | None = None
     parent: ParentView | None = None
+    reason: str | None = None
+    quantized: QuantizedTensor | None = None
+
+
+class EntryFields(Protocol):
+    """The pipeline's fields of a manifest entry (what :meth:`DecodeContext.from_entry` reads)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def config(self) -> dict[str, Any] | None: ...
+    @property
+    def rel_error(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
 class DecodeContext:
-    """Everything a codec may use to decode besides its meta and chunks."""
+    """Everything a codec may use to decode besides its meta and chunks.
+
+    Attributes
+    ----------
+    path, shape, dtype:
+        The tensor's path, shape and dtype as the manifest records them (validated).
+    config:
+        The :class:`QuantConfig` of a lossy entry, ``None`` for an exact one.
+    rel_error:
+        The error recorded at save time (``None`` when it was not measurable).
+    parent:
+        The parent checkpoint of a delta file, if any.
+    """
 
     path: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    config: QuantConfig | None = None
+    rel_error: float | None = None
     parent: ParentView | None = None
+
+    @classmethod
+    def from_entry(cls, entry: EntryFields, parent: ParentView | None = None) -> DecodeContext:
+        """The context of a manifest entry: the one place the pipeline's fields are parsed."""
+        try:
+            config = None if entry.config is None else QuantConfig.from_json(entry.config)
+        except ConfigError as exc:
+            raise CorruptCheckpointError(f"{entry.path!r}: {exc}") from None
+        return cls(
+            path=entry.path,
+            shape=tuple(entry.shape),
+            dtype=dtype_from_name(entry.dtype),
+            config=config,
+            rel_error=entry.rel_error,
+            parent=parent,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Decoded:
+    """What ``decode`` returns: the stored tensor, exact or quantized.
+
+    Exactly one of ``tensor`` and ``quantized`` is set; :meth:`materialize` is the one way to
+    get the tensor back either way.
+    """
+
+    tensor: torch.Tensor | None = None
+    quantized: QuantizedTensor | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tensor is None) == (self.quantized is None):
+            raise TypeError("Decoded holds exactly one of tensor and quantized")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        src = self.tensor if self.tensor is not None else self.quantized
+        assert src is not None
+        return tuple(src.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        src = self.tensor if self.tensor is not None else self.quantized
+        assert src is not None
+        return src.dtype
+
+    def value(self) -> torch.Tensor | QuantizedTensor:
+        """The exact tensor, or the :class:`QuantizedTensor` (what ``read_quantized`` gives)."""
+        out = self.tensor if self.tensor is not None else self.quantized
+        assert out is not None
+        return out
+
+    def materialize(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """The tensor in its original dtype and shape, on ``device`` (default: CPU)."""
+        if self.tensor is not None:
+            return self.tensor if device is None else self.tensor.to(device)
+        from ckptzip.quantize import dequantize  # only files with lossy tensors need it
+
+        assert self.quantized is not None
+        return dequantize(self.quantized, device="cpu" if device is None else device)
+
+
+@dataclass(frozen=True)
+class Description:
+    """What a codec says about one of its entries, for ``ckptzip inspect``.
+
+    Attributes
+    ----------
+    protected:
+        Entries stored exactly inside a lossy tensor (``None``: not applicable).
+    note:
+        One line: why an exact tensor is exact, how a delta entry was stored, ...
+    """
+
+    protected: int | None = None
+    note: str = ""
 
 
 class Codec(ABC):
@@ -163,13 +294,13 @@ class Codec(ABC):
         """Encode ``x`` (any device, dense) into metadata and chunks."""
 
     @abstractmethod
-    def decode(
-        self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
-    ) -> torch.Tensor | QuantizedTensor:
-        """Rebuild the tensor (or its :class:`QuantizedTensor`) from ``meta`` and ``chunks``."""
+    def decode(self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> Decoded:
+        """Rebuild the tensor (exact or quantized) from ``meta`` and ``chunks``."""
 
+    def describe(self, meta: dict[str, Any]) -> Description:
+        """A description of an entry this codec wrote (never raises; see the contract)."""
+        return Description()
 
-RESERVED_META_KEYS = ("shape", "dtype", "config", "rel_error")
 
 _REGISTRY: dict[str, Codec] = {}
 # Codecs that live in modules which may not be imported yet: importing the module registers
@@ -215,13 +346,38 @@ def register_lazy(codec_id: str, module: str) -> None:
     _LAZY[codec_id] = module
 
 
+def _entry_point(codec_id: str) -> Any:
+    """The entry point of ``codec_id`` in :data:`ENTRY_POINT_GROUP`, or ``None``."""
+    found = entry_points(group=ENTRY_POINT_GROUP, name=codec_id)
+    return next(iter(found), None)
+
+
+def _load_plugin(codec_id: str, ep: Any) -> None:
+    """Load a third-party codec: a Codec subclass is registered, a module registers itself."""
+    try:
+        obj = ep.load()
+    except Exception as exc:  # a broken plugin must name itself, not crash the reader
+        raise UnsupportedFormatError(
+            f"codec {codec_id!r} comes from the entry point {ep.value!r} "
+            f"({ENTRY_POINT_GROUP}), which failed to load: {type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(obj, type) and issubclass(obj, Codec) and codec_id not in _REGISTRY:
+        if getattr(obj, "id", None) != codec_id:
+            raise UnsupportedFormatError(
+                f"entry point {codec_id!r} = {ep.value!r} names a codec whose id is "
+                f"{getattr(obj, 'id', None)!r}; the entry-point name must be the codec id"
+            )
+        register_codec(obj)
+
+
 def get_codec(codec_id: str) -> Codec:
-    """The registered codec with this id.
+    """The registered codec with this id: built in, or from a ``ckptzip.codecs`` entry point.
 
     Raises
     ------
     UnsupportedFormatError
-        No codec of that id exists in this release (the file needs a newer ckptzip).
+        No codec of that id is installed (it names the id: install the package that
+        provides it, or upgrade ckptzip).
 
     Examples
     --------
@@ -239,16 +395,28 @@ def get_codec(codec_id: str) -> Codec:
             ) from exc
         codec = _REGISTRY.get(codec_id)
     if codec is None:
+        ep = _entry_point(codec_id)
+        if ep is not None:
+            _load_plugin(codec_id, ep)
+            codec = _REGISTRY.get(codec_id)
+            if codec is None:
+                raise UnsupportedFormatError(
+                    f"the entry point {ep.value!r} for codec {codec_id!r} registered no codec "
+                    f"of that id"
+                )
+    if codec is None:
         raise UnsupportedFormatError(
-            f"unknown codec id {codec_id!r} (known: {', '.join(available_codecs())}); "
-            "the file was written by a newer ckptzip, upgrade to read it"
+            f"unknown codec id {codec_id!r} (known: {', '.join(available_codecs())}): install "
+            f"the package that provides it (entry-point group {ENTRY_POINT_GROUP!r}) or "
+            "upgrade ckptzip"
         )
     return codec
 
 
 def available_codecs() -> list[str]:
-    """Ids of every codec that is registered or can be imported on demand."""
-    return sorted(set(_REGISTRY) | set(_LAZY))
+    """Ids of every codec that is registered, built in, or installed as an entry point."""
+    plugins = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return sorted(set(_REGISTRY) | set(_LAZY) | plugins)
 
 
 T = TypeVar("T")

@@ -1,16 +1,18 @@
 """Codec ``"delta"``: a quantized tensor stored as bin-index differences against its parent.
 
-The tensor is quantized in full by the ``"quant"`` codec, so the error of every checkpoint is
-its own and never accumulates along a chain. The entry keeps that codec's chunks except the
-index chunk, which becomes a :mod:`ckptzip.delta` payload against the parent's indices at the
-same path. When there is no parent, the parent stored this path exactly or with another
-shape, or the delta is not smaller than the full encoding (the bin layout moved too much), the
-entry holds the ``"quant"`` encoding unchanged, so a reader needs no parent for that tensor.
+The tensor is quantized in full (as the plan configured it), so the error of every checkpoint
+is its own and never accumulates along a chain. The entry stores the quantized tensor's side
+parts (levels, protected positions and values, :class:`~ckptzip.codecs.quantized.SideParts`)
+and, instead of its indices, a :mod:`ckptzip.bindiff` payload against the parent's indices at
+the same path. When the parent stored this path exactly or with another shape, or the delta is
+not smaller than the full encoding (the bin layout moved too much), the entry holds the
+``"quant"`` encoding unchanged, so a reader needs no parent for that tensor.
 
 Format (the ``quant`` codec's is in ``FORMAT.md``; ``parent`` is the file's top-level field)
 
 Mode ``"full"``: meta ``{"mode": "full", "inner_codec": id, "inner": <that codec's meta>,
-"why": <reason, informative>}``; the chunks are that codec's.
+"why": <reason, informative>}``; the chunks are that codec's. This version writes
+``"quant"`` as the inner codec (files of 0.1 may also hold ``"exact"``).
 
 Mode ``"delta"``: meta ``{"mode": "delta", "delta": D, "delta_chunks": k, "n_levels",
 "n_protected", "positions_stage", "values_stage"}`` (the last four as in ``quant``); chunks:
@@ -21,58 +23,48 @@ sizes. With ``p`` the parent entry's indices and ``x`` this entry's, the symbols
 ``d[i] = (p[i] - x[i]) mod B``, listed in position order, or with ``rearrange`` in the order
 of a stable ascending sort of ``p`` (all positions whose parent index is 0, in position order,
 then 1, ...); a reader recomputes that order from ``p`` and inverts ``x[i] = (p[i] - d[i])
-mod B``. Methods (k = 1 in each):
-
-* ``"rle+lzma"`` (written by this version): a raw LZMA2 stream (no container; filter options
-  ``dict_size`` 2^20, ``lc`` 3, ``lp`` 0, ``pb`` 0) of ``R || V`` where ``V`` holds the
-  ``D["nonzero"]`` nonzero symbols in order and ``R``, for each of them, the length ``g`` of
-  the zero run before it as ``g // 255`` bytes 255 and one byte ``g % 255``; zeros after the
-  last nonzero symbol are implied by ``n``. ``D["rle_bytes"]`` = len(R || V).
-* ``"rle+zstd"``: the same ``R || V`` as one zstd frame with its content size.
-* ``"bitmap+zstd"``: one zstd frame of the MSB-first bitmap of ``d != 0`` (ceil(n/8) bytes)
-  then the nonzero symbols; ``D["nonzero"]`` counts them.
-* ``"zstd"`` / ``"lzma"``: the n symbols as one zstd frame / raw LZMA2 stream as above.
+mod B``. The methods (k = 1 in each; ``"rle+lzma"`` written by this version) are the symbol
+back ends of :mod:`ckptzip.entropy`.
 
 Every decoded size is bounded by ``n`` and ``D`` before decompressing; the decoded indices and
-the rest go through :func:`ckptzip.codecs.quantized.decode_quantized`'s checks.
+the side parts go through :func:`ckptzip.codecs.quantized.decode_side`'s checks.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from ckptzip._types import QuantizedTensor
+from ckptzip.bindiff import DEFAULT_METHOD, decode_delta, encode_delta
 from ckptzip.codecs.base import (
     Codec,
     DecodeContext,
+    Decoded,
+    Description,
     EncodeContext,
     Encoded,
     get_codec,
     meta_get,
     register_codec,
 )
-from ckptzip.codecs.quantized import decode_quantized
-from ckptzip.delta import DEFAULT_METHOD, decode_delta, encode_delta
-from ckptzip.errors import CorruptCheckpointError, MissingParentError
-from ckptzip.packing import bits_for
+from ckptzip.codecs.quantized import (
+    SideParts,
+    decode_side,
+    describe_quantized,
+    encode_quantized,
+    encode_side,
+    n_levels_of,
+    quantized_for,
+)
+from ckptzip.errors import CorruptCheckpointError, MissingParentError, UnsupportedFormatError
 
 __all__ = ["DeltaCodec"]
 
 _FULL_CODEC = "quant"
-# The quant codec's fields that describe its index chunk, which a delta entry replaces.
-_INDEX_FIELDS = ("bits", "index_layout", "index_stage")
-
-
-def _nbytes(chunks: Sequence[bytes]) -> int:
-    return sum(len(c) for c in chunks)
-
-
-def _wrap_full(enc: Encoded, codec_id: str, reason: str) -> Encoded:
-    meta = {"mode": "full", "inner_codec": codec_id, "inner": enc.meta, "why": reason}
-    return Encoded(meta, list(enc.chunks), enc.quantized)
+_SIDE_FIELDS = ("n_levels", "n_protected", "positions_stage", "values_stage")
 
 
 @register_codec
@@ -90,84 +82,76 @@ class DeltaCodec(Codec):
     lossy = True
 
     def encode(self, x: torch.Tensor, ctx: EncodeContext) -> Encoded:
-        if ctx.quant is None:
-            return _wrap_full(get_codec("exact").encode(x, ctx), "exact", "exact tensor")
-        full = get_codec(_FULL_CODEC).encode(x, ctx)
-        q = full.quantized
-        if q is None:
-            return _wrap_full(full, _FULL_CODEC, "not quantized")
+        q = quantized_for(x, ctx)
+        level = ctx.config.zstd_level
+
+        def full(why: str) -> Encoded:
+            meta, chunks = encode_quantized(q, level)
+            wrapped = {"mode": "full", "inner_codec": _FULL_CODEC, "inner": meta, "why": why}
+            return Encoded(wrapped, chunks, q)
+
         prev = None if ctx.parent is None else ctx.parent.quantized(ctx.path)
         if prev is None:
             why = "no parent" if ctx.parent is None else "parent lacks a quantized tensor here"
-            return _wrap_full(full, _FULL_CODEC, why)
+            return full(why)
         if tuple(prev.shape) != tuple(q.shape):
-            return _wrap_full(full, _FULL_CODEC, f"parent shape {list(prev.shape)}")
+            return full(f"parent shape {list(prev.shape)}")
         if q.numel == 0:
-            return _wrap_full(full, _FULL_CODEC, "empty tensor")
+            return full("empty tensor")
         bins = max(len(prev.levels), len(q.levels))
         payload = encode_delta(prev.indices, q.indices, bins, method=DEFAULT_METHOD)
-        # The quant codec's chunks are [levels, indices, positions, values] (its docstring):
-        # keep all but the index chunk.
-        meta = dict(full.meta)
-        delta_chunks = [full.chunks[0], *payload.chunks, *full.chunks[2:]]
-        if _nbytes(delta_chunks) >= _nbytes(full.chunks):
-            return _wrap_full(full, _FULL_CODEC, "delta not smaller")
-        for key in _INDEX_FIELDS:
-            meta.pop(key, None)
-        meta.update(mode="delta", delta=payload.meta, delta_chunks=len(payload.chunks))
-        return Encoded(meta, delta_chunks, q)
+        side = encode_side(q, level)
+        chunks = [side.levels, *payload.chunks, side.positions, side.values]
+        whole = full("delta not smaller")
+        if sum(map(len, chunks)) >= sum(map(len, whole.chunks)):
+            return whole
+        meta = {**side.meta, "mode": "delta", "delta": payload.meta}
+        meta["delta_chunks"] = len(payload.chunks)
+        return Encoded(meta, chunks, q)
 
-    def decode(
-        self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
-    ) -> torch.Tensor | QuantizedTensor:
+    def decode(self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> Decoded:
         mode = meta_get(meta, "mode", str)
         if mode == "full":
             inner_id = meta_get(meta, "inner_codec", str)
             if inner_id == self.id:
                 raise CorruptCheckpointError(f"{ctx.path!r}: a delta entry cannot wrap itself")
-            inner = dict(meta_get(meta, "inner", dict))
-            # The pipeline's validated keys (shape, dtype, config, rel_error) belong to the
-            # entry, so the inner codec sees them exactly as if it had written the entry.
-            for key in ("shape", "dtype", "config", "rel_error"):
-                if key in meta:
-                    inner[key] = meta[key]
-            return get_codec(inner_id).decode(inner, chunks, ctx)
+            return get_codec(inner_id).decode(meta_get(meta, "inner", dict), chunks, ctx)
         if mode != "delta":
             raise CorruptCheckpointError(f"{ctx.path!r}: unknown delta entry mode {mode!r}")
-        return self._decode_delta(meta, chunks, ctx)
-
-    def _decode_delta(
-        self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
-    ) -> QuantizedTensor:
         k = meta_get(meta, "delta_chunks", int)
         if k < 0 or len(chunks) != k + 3:
             raise CorruptCheckpointError(
                 f"{ctx.path!r}: delta entry has {len(chunks)} chunks, expected delta_chunks+3"
             )
-        n_levels = meta_get(meta, "n_levels", int)
-        if not 1 <= n_levels <= 256:
-            raise CorruptCheckpointError(f"{ctx.path!r}: n_levels={n_levels} is out of range")
-        shape = tuple(meta_get(meta, "shape", list))
+        n_levels_of(meta, ctx)  # checked before the parent is looked at
         if ctx.parent is None:
             raise MissingParentError(
                 f"{ctx.path!r} is delta-coded but no parent checkpoint was given; load it from "
                 "the directory that holds its parent (or through CheckpointManager)"
             )
         prev = ctx.parent.quantized(ctx.path)
-        if prev is None or tuple(prev.shape) != shape:
+        if prev is None or tuple(prev.shape) != ctx.shape:
             raise MissingParentError(
                 f"{ctx.path!r}: the parent checkpoint {ctx.parent.content_hash[:12]}... has no "
-                f"quantized tensor of shape {list(shape)} at this path: it is not this delta's "
-                "parent"
+                f"quantized tensor of shape {list(ctx.shape)} at this path: it is not this "
+                "delta's parent"
             )
         indices = decode_delta(meta_get(meta, "delta", dict), chunks[1 : 1 + k], prev.indices)
-        # Hand the rebuilt indices to the quant codec's decoder as a raw byte layout, so the
-        # levels, protected positions and values are checked by that one implementation.
-        full_meta = {key: v for key, v in meta.items() if key not in ("mode", "delta")}
-        full_meta.update(
-            bits=bits_for(n_levels),
-            index_layout="bytes",
-            index_stage={"enc": "raw", "size": int(indices.size)},
-        )
-        full_chunks = [chunks[0], indices.tobytes(), chunks[1 + k], chunks[2 + k]]
-        return decode_quantized(full_meta, full_chunks, ctx)
+        side_meta = {f: meta.get(f) for f in _SIDE_FIELDS}
+        side = SideParts(side_meta, chunks[0], chunks[1 + k], chunks[2 + k])
+        return Decoded(quantized=decode_side(side, indices, ctx))
+
+    def describe(self, meta: dict[str, Any]) -> Description:
+        if not isinstance(meta, dict):
+            return Description()
+        if meta.get("mode") == "full":
+            inner_id, inner = meta.get("inner_codec"), meta.get("inner")
+            why = meta.get("why")
+            inner_desc = None
+            if isinstance(inner_id, str) and inner_id != self.id and isinstance(inner, dict):
+                # a codec that is not installed: describe what is known
+                with contextlib.suppress(UnsupportedFormatError):
+                    inner_desc = get_codec(inner_id).describe(inner)
+            note = f"stored in full ({why})" if isinstance(why, str) else "stored in full"
+            return Description(None if inner_desc is None else inner_desc.protected, note)
+        return Description(describe_quantized(meta).protected, "delta against the parent")

@@ -4,8 +4,9 @@ Multi-byte elements go through the lossless stage as byte planes (see :mod:`ckpt
 which is where float tensors compress at all.
 
 Bit-exact for every dtype in :data:`ckptzip.structure.DTYPES`, including bf16 and NaN
-payloads, because the bytes are copied, never converted. Meta: ``{"stage": <entropy record>}``,
-one chunk.
+payloads, because the bytes are copied, never converted. Meta: ``{"stage": <entropy record>}``
+and, since 0.2, ``"why"``: the plan's reason for storing the tensor exactly (informative,
+shown by ``ckptzip inspect``); one chunk.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ from ckptzip import entropy
 from ckptzip.codecs.base import (
     Codec,
     DecodeContext,
+    Decoded,
+    Description,
     EncodeContext,
     Encoded,
     meta_get,
     register_codec,
 )
 from ckptzip.errors import CorruptCheckpointError
-from ckptzip.structure import dtype_from_name
+from ckptzip.structure import dtype_name
 
 __all__ = ["ExactCodec", "tensor_from_bytes", "tensor_to_bytes"]
 
@@ -87,8 +90,8 @@ class ExactCodec(Codec):
     >>> from ckptzip.config import CompressionConfig
     >>> x = torch.arange(6, dtype=torch.int32).reshape(2, 3)
     >>> enc = ExactCodec().encode(x, EncodeContext("x", CompressionConfig()))
-    >>> meta = dict(enc.meta, shape=[2, 3], dtype="int32", config=None, rel_error=0.0)
-    >>> torch.equal(ExactCodec().decode(meta, enc.chunks, DecodeContext("x")), x)
+    >>> out = ExactCodec().decode(enc.meta, enc.chunks, DecodeContext("x", (2, 3), torch.int32))
+    >>> torch.equal(out.materialize(), x)
     True
     """
 
@@ -99,22 +102,26 @@ class ExactCodec(Codec):
         payload, info = entropy.encode(
             tensor_to_bytes(x), ctx.config.zstd_level, itemsize=x.element_size()
         )
-        return Encoded(meta={"stage": info}, chunks=[payload])
+        meta: dict[str, Any] = {"stage": info}
+        if ctx.reason is not None:
+            meta["why"] = ctx.reason
+        return Encoded(meta=meta, chunks=[payload])
 
-    def decode(
-        self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
-    ) -> torch.Tensor:
+    def decode(self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> Decoded:
         if len(chunks) != 1:
             raise CorruptCheckpointError(
                 f"exact tensor {ctx.path!r} has {len(chunks)} chunks, expected 1"
             )
-        dtype = dtype_from_name(meta_get(meta, "dtype", str))
-        shape = meta_get(meta, "shape", list)
         stage = meta_get(meta, "stage", dict)
-        expected = math.prod(shape) * dtype.itemsize
+        expected = math.prod(ctx.shape) * ctx.dtype.itemsize
         if stage.get("size") != expected:  # checked before decompressing anything
             raise CorruptCheckpointError(
                 f"exact tensor {ctx.path!r}: stage size {stage.get('size')!r} disagrees with "
-                f"its {meta['dtype']} shape {shape} ({expected} bytes)"
+                f"its {dtype_name(ctx.dtype)} shape {list(ctx.shape)} ({expected} bytes)"
             )
-        return tensor_from_bytes(entropy.decode(chunks[0], stage), dtype, shape)
+        data = entropy.decode(chunks[0], stage)
+        return Decoded(tensor=tensor_from_bytes(data, ctx.dtype, ctx.shape))
+
+    def describe(self, meta: dict[str, Any]) -> Description:
+        why = meta.get("why") if isinstance(meta, dict) else None
+        return Description(note=why if isinstance(why, str) else "")

@@ -15,14 +15,17 @@ chunk   content
 
 Meta: ``{"n_levels", "bits", "index_layout", "index_stage", "n_protected",
 "positions_stage", "values_stage"}``; the stages are :mod:`ckptzip.entropy` records, so every
-decoded size is known before decoding. :func:`encode_quantized` / :func:`decode_quantized` are
-shared with codecs that store a :class:`QuantizedTensor` in other ways (they may replace the
-index chunk and reuse the rest).
+decoded size is known before decoding. Codecs that store a :class:`QuantizedTensor`'s indices
+in another way (``"delta"``) reuse the rest through :class:`SideParts`
+(:func:`encode_side` / :func:`decode_side`): named parts, so no codec depends on another's
+chunk order.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,8 @@ from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
     Codec,
     DecodeContext,
+    Decoded,
+    Description,
     EncodeContext,
     Encoded,
     meta_get,
@@ -42,9 +47,20 @@ from ckptzip.codecs.exact import tensor_from_bytes, tensor_to_bytes
 from ckptzip.config import QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError
 from ckptzip.packing import bits_for, pack_indices, packed_size, unpack_indices
-from ckptzip.structure import dtype_from_name
 
-__all__ = ["QuantCodec", "decode_quantized", "encode_quantized"]
+__all__ = [
+    "QuantCodec",
+    "SideParts",
+    "decode_indices",
+    "decode_quantized",
+    "decode_side",
+    "encode_indices",
+    "encode_quantized",
+    "encode_side",
+    "describe_quantized",
+    "n_levels_of",
+    "quantized_for",
+]
 
 _F64 = np.dtype("<f8")
 _I64 = np.dtype("<i8")
@@ -117,24 +133,27 @@ def decode_indices(meta: dict[str, Any], payload: bytes, n: int, n_levels: int) 
         idx = np.frombuffer(data, dtype=np.uint8).copy()
     else:
         raise CorruptCheckpointError(f"unknown index layout {layout!r}")
-    if n and (n_levels == 0 or int(idx.max()) >= n_levels):
-        raise CorruptCheckpointError(f"an index addresses a level beyond the {n_levels} levels")
     return idx
 
 
-def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], list[bytes]]:
-    """Meta and the four chunks (levels, indices, positions, values) of ``q``.
+@dataclass(frozen=True)
+class SideParts:
+    """A :class:`QuantizedTensor`'s stored parts besides its indices.
 
-    Examples
-    --------
-    >>> from ckptzip.quantize import quantize
-    >>> q = quantize(torch.linspace(-1, 1, 1000), QuantConfig(bins=4, protect=0.01))
-    >>> meta, chunks = encode_quantized(q, 3)
-    >>> meta["n_levels"], meta["bits"], len(chunks)
-    (4, 2, 4)
+    ``meta`` holds ``n_levels``, ``n_protected``, ``positions_stage`` and ``values_stage``;
+    ``levels`` is raw little-endian float64, ``positions`` (first position, then gaps, int64)
+    and ``values`` (raw bytes of the tensor's dtype) are lossless-stage payloads.
     """
+
+    meta: dict[str, Any]
+    levels: bytes
+    positions: bytes
+    values: bytes
+
+
+def encode_side(q: QuantizedTensor, level: int) -> SideParts:
+    """The levels, protected positions and protected values of ``q``, encoded."""
     levels = np.ascontiguousarray(q.levels, dtype=_F64)
-    idx_payload, idx_meta = encode_indices(q.indices, int(levels.size), level)
     pos = np.ascontiguousarray(q.protected_positions, dtype=np.int64)
     gaps = np.diff(pos, prepend=np.int64(0)).astype(_I64)  # small numbers compress well
     pos_payload, pos_info = entropy.encode(gaps.tobytes(), level)
@@ -144,12 +163,11 @@ def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], li
     )
     meta = {
         "n_levels": int(levels.size),
-        **idx_meta,
         "n_protected": int(pos.size),
         "positions_stage": pos_info,
         "values_stage": val_info,
     }
-    return meta, [levels.tobytes(), idx_payload, pos_payload, val_payload]
+    return SideParts(meta, levels.tobytes(), pos_payload, val_payload)
 
 
 def _sized(meta: dict[str, Any], key: str, expected: int, ctx: DecodeContext) -> dict[str, Any]:
@@ -161,39 +179,49 @@ def _sized(meta: dict[str, Any], key: str, expected: int, ctx: DecodeContext) ->
     return stage
 
 
-def decode_quantized(
-    meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
-) -> QuantizedTensor:
-    """Rebuild the :class:`QuantizedTensor` from :func:`encode_quantized`'s output.
-
-    ``meta`` must carry the pipeline's ``shape``, ``dtype``, ``config`` and ``rel_error``.
-    """
-    if len(chunks) != 4:
-        raise CorruptCheckpointError(f"{ctx.path!r}: {len(chunks)} chunks, expected 4")
-    shape = tuple(meta_get(meta, "shape", list))
-    dtype = dtype_from_name(meta_get(meta, "dtype", str))
-    if not dtype.is_floating_point:
-        raise CorruptCheckpointError(f"{ctx.path!r}: a quantized tensor cannot be {dtype}")
-    try:
-        config = QuantConfig.from_json(meta_get(meta, "config", dict))
-    except ConfigError as exc:
-        raise CorruptCheckpointError(f"{ctx.path!r}: {exc}") from None
-    rel = meta.get("rel_error")
-    n = int(np.prod(shape, dtype=np.int64))
+def n_levels_of(meta: dict[str, Any], ctx: DecodeContext) -> int:
+    """The entry's level count, checked against its config (before anything is decoded)."""
+    config = _config(ctx)
     n_levels = meta_get(meta, "n_levels", int)
-    if not 0 <= n_levels <= min(config.bins, 256) or (n and n_levels == 0):
+    n: int = math.prod(ctx.shape)
+    if not 0 <= n_levels <= min(config.bins, 256) or (n > 0 and n_levels == 0):
         raise CorruptCheckpointError(f"{ctx.path!r}: n_levels={n_levels} is out of range")
-    if len(chunks[0]) != 8 * n_levels:
+    return n_levels
+
+
+def _config(ctx: DecodeContext) -> QuantConfig:
+    if ctx.config is None:
+        raise CorruptCheckpointError(f"{ctx.path!r}: a quantized entry needs a config")
+    if not ctx.dtype.is_floating_point:
+        raise CorruptCheckpointError(f"{ctx.path!r}: a quantized tensor cannot be {ctx.dtype}")
+    return ctx.config
+
+
+def decode_side(side: SideParts, indices: np.ndarray, ctx: DecodeContext) -> QuantizedTensor:
+    """Rebuild the :class:`QuantizedTensor` from its side parts and decoded ``indices``.
+
+    Every check of a quantized entry is here: the level count and codebook, that each index
+    addresses a level, the protected positions and values against the shape.
+    """
+    config = _config(ctx)
+    meta = side.meta
+    n = math.prod(ctx.shape)
+    n_levels = n_levels_of(meta, ctx)
+    if len(side.levels) != 8 * n_levels:
         raise CorruptCheckpointError(f"{ctx.path!r}: levels chunk has the wrong size")
-    levels = np.frombuffer(chunks[0], dtype=_F64).astype(np.float64)
+    levels = np.frombuffer(side.levels, dtype=_F64).astype(np.float64)
     if not np.isfinite(levels).all() or (np.diff(levels) < 0).any():
         raise CorruptCheckpointError(f"{ctx.path!r}: levels are not finite and sorted")
-    indices = decode_indices(meta, chunks[1], n, n_levels)
-
+    if indices.size != n:
+        raise CorruptCheckpointError(f"{ctx.path!r}: {indices.size} indices for {n} elements")
+    if n and (n_levels == 0 or int(indices.max()) >= n_levels):
+        raise CorruptCheckpointError(
+            f"{ctx.path!r}: an index addresses a level beyond the {n_levels} levels"
+        )
     k = meta_get(meta, "n_protected", int)
     if not 0 <= k <= n:
         raise CorruptCheckpointError(f"{ctx.path!r}: n_protected={k} is out of range")
-    gaps = entropy.decode(chunks[2], _sized(meta, "positions_stage", 8 * k, ctx))
+    gaps = entropy.decode(side.positions, _sized(meta, "positions_stage", 8 * k, ctx))
     if len(gaps) != 8 * k:
         raise CorruptCheckpointError(f"{ctx.path!r}: protected positions have the wrong size")
     g = np.frombuffer(gaps, dtype=_I64)
@@ -204,11 +232,14 @@ def decode_quantized(
             f"{ctx.path!r}: protected positions are not increasing positions inside the tensor"
         )
     positions = np.cumsum(g, dtype=np.int64)
-    raw_values = entropy.decode(chunks[3], _sized(meta, "values_stage", k * dtype.itemsize, ctx))
-    values = tensor_from_bytes(raw_values, dtype, (k,))
+    raw_values = entropy.decode(
+        side.values, _sized(meta, "values_stage", k * ctx.dtype.itemsize, ctx)
+    )
+    values = tensor_from_bytes(raw_values, ctx.dtype, (k,))
+    rel = ctx.rel_error
     return QuantizedTensor(
-        shape=shape,
-        dtype=dtype,
+        shape=ctx.shape,
+        dtype=ctx.dtype,
         config=config,
         levels=levels,
         indices=indices,
@@ -216,6 +247,58 @@ def decode_quantized(
         protected_values=values,
         rel_error=float(rel) if isinstance(rel, (int, float)) else float("nan"),
     )
+
+
+def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], list[bytes]]:
+    """The ``"quant"`` codec's meta and four chunks (levels, indices, positions, values).
+
+    Examples
+    --------
+    >>> from ckptzip.quantize import quantize
+    >>> q = quantize(torch.linspace(-1, 1, 1000), QuantConfig(bins=4, protect=0.01))
+    >>> meta, chunks = encode_quantized(q, 3)
+    >>> meta["n_levels"], meta["bits"], len(chunks)
+    (4, 2, 4)
+    """
+    side = encode_side(q, level)
+    idx_payload, idx_meta = encode_indices(q.indices, side.meta["n_levels"], level)
+    meta = {**side.meta, **idx_meta}
+    return meta, [side.levels, idx_payload, side.positions, side.values]
+
+
+def decode_quantized(
+    meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
+) -> QuantizedTensor:
+    """Invert :func:`encode_quantized`."""
+    if len(chunks) != 4:
+        raise CorruptCheckpointError(f"{ctx.path!r}: {len(chunks)} chunks, expected 4")
+    n_levels = n_levels_of(meta, ctx)
+    indices = decode_indices(meta, chunks[1], math.prod(ctx.shape), n_levels)
+    return decode_side(SideParts(meta, chunks[0], chunks[2], chunks[3]), indices, ctx)
+
+
+def quantized_for(x: torch.Tensor, ctx: EncodeContext) -> QuantizedTensor:
+    """``x`` quantized as the plan says: the search's result when given, else quantized now."""
+    if ctx.quant is None:
+        raise ConfigError(f"{ctx.path!r}: a lossy codec needs a QuantConfig")
+    q = ctx.quantized
+    if q is not None:
+        if q.config != ctx.quant or tuple(q.shape) != tuple(x.shape) or q.dtype != x.dtype:
+            raise ConfigError(
+                f"{ctx.path!r}: the given quantized tensor ({q.config}, {list(q.shape)}) is not "
+                f"{ctx.quant} of shape {list(x.shape)}"
+            )
+        return q
+    from ckptzip.quantize import quantize  # the quantizer pulls in the sketch machinery
+
+    return quantize(x, ctx.quant, scores=ctx.scores)
+
+
+def describe_quantized(meta: dict[str, Any]) -> Description:
+    """The ``inspect`` description of an entry with ``n_protected`` in its meta."""
+    k = meta.get("n_protected") if isinstance(meta, dict) else None
+    ok = isinstance(k, int) and not isinstance(k, bool)
+    return Description(protected=k if ok else None)
 
 
 @register_codec
@@ -236,15 +319,12 @@ class QuantCodec(Codec):
     lossy = True
 
     def encode(self, x: torch.Tensor, ctx: EncodeContext) -> Encoded:
-        from ckptzip.quantize import quantize  # the quantizer pulls in the sketch machinery
-
-        if ctx.quant is None:
-            raise ConfigError(f"{ctx.path!r}: the quant codec needs a QuantConfig")
-        q = quantize(x, ctx.quant, scores=ctx.scores)
+        q = quantized_for(x, ctx)
         meta, chunks = encode_quantized(q, ctx.config.zstd_level)
         return Encoded(meta=meta, chunks=chunks, quantized=q)
 
-    def decode(
-        self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
-    ) -> QuantizedTensor:
-        return decode_quantized(meta, chunks, ctx)
+    def decode(self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> Decoded:
+        return Decoded(quantized=decode_quantized(meta, chunks, ctx))
+
+    def describe(self, meta: dict[str, Any]) -> Description:
+        return describe_quantized(meta)

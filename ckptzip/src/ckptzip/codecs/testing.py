@@ -1,10 +1,12 @@
 """A conformance check for codec implementers: run a codec the way the pipeline does.
 
 :func:`check_round_trip` encodes a tensor, passes the metadata through strict JSON as the
-container does, adds the pipeline's keys, decodes, and checks the contract of
-:mod:`ckptzip.codecs.base`: the decoded shape and dtype match, non-lossy codecs are bit-exact,
-lossy ones keep NaN/±inf and protected entries exact and stay within the error they recorded.
-Every codec in this package runs it in ``tests/test_codecs.py``; a new codec should too.
+container does, builds the :class:`~ckptzip.codecs.base.DecodeContext` the pipeline would,
+decodes, and checks the contract of :mod:`ckptzip.codecs.base`: ``decode`` returns a
+:class:`~ckptzip.codecs.base.Decoded` of the right shape and dtype, ``describe`` accepts the
+meta, non-lossy codecs are bit-exact, lossy ones keep NaN/±inf and protected entries exact and
+stay within the error they recorded. Every codec in this package runs it in
+``tests/test_codecs.py``; a new codec should too.
 
 Examples
 --------
@@ -22,17 +24,16 @@ import math
 
 import torch
 
-from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
-    RESERVED_META_KEYS,
     DecodeContext,
+    Decoded,
+    Description,
     EncodeContext,
     ParentView,
     get_codec,
 )
 from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.config import CompressionConfig, QuantConfig
-from ckptzip.structure import dtype_name
 
 __all__ = ["check_round_trip"]
 
@@ -48,25 +49,26 @@ def check_round_trip(
     """Encode and decode ``x`` with codec ``codec_id``, assert the contract, return the result.
 
     Raises ``AssertionError`` (with the reason) where the codec breaks the contract; returns
-    the decoded tensor (dequantized when the codec returned a :class:`QuantizedTensor`).
+    the decoded tensor, materialized.
     """
-    from ckptzip.quantize import dequantize
-
     codec = get_codec(codec_id)
     config = config or CompressionConfig()
     enc = codec.encode(x, EncodeContext("t", config, quant=quant, parent=parent))
-    assert not set(enc.meta) & set(RESERVED_META_KEYS), "codec wrote a reserved meta key"
     assert all(isinstance(c, bytes) for c in enc.chunks), "chunks must be bytes"
     meta = json.loads(json.dumps(enc.meta, allow_nan=False))  # what the manifest holds
     q = enc.quantized
-    meta.update(
-        shape=list(x.shape),
-        dtype=dtype_name(x.dtype),
-        config=None if q is None else q.config.to_json(),
+    ctx = DecodeContext(
+        "t",
+        tuple(x.shape),
+        x.dtype,
+        config=None if q is None else q.config,
         rel_error=0.0 if q is None else q.rel_error,
+        parent=parent,
     )
-    out = codec.decode(meta, list(enc.chunks), DecodeContext("t", parent))
-    y = dequantize(out) if isinstance(out, QuantizedTensor) else out
+    out = codec.decode(meta, list(enc.chunks), ctx)
+    assert isinstance(out, Decoded), f"decode returned {type(out).__name__}, not Decoded"
+    assert isinstance(codec.describe(meta), Description), "describe must return a Description"
+    y = out.materialize()
     assert tuple(y.shape) == tuple(x.shape), f"shape {tuple(y.shape)} != {tuple(x.shape)}"
     assert y.dtype == x.dtype, f"dtype {y.dtype} != {x.dtype}"
     xs, ys = x.detach().cpu(), y.cpu()

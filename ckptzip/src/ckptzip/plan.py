@@ -1,0 +1,386 @@
+"""The compression plan: for every tensor of a checkpoint, how it is stored, decided once.
+
+Every rule that chooses a tensor's treatment lives here and nowhere else: which tensors may be
+lossy at all (:func:`exact_reason`), the configured :class:`~ckptzip.config.QuantConfig`, the
+optimizer-moment rules (:class:`MomentPolicy`, :func:`keep_zeros`, :func:`second_moment`), and
+whether a lossy tensor is delta-coded against a parent. :func:`ckptzip.save` executes a plan;
+:func:`ckptzip.search.search` asks the same functions which tensors it may search and how the
+moments of a searched weight follow it.
+
+The shape follows ``torch.distributed.checkpoint``'s ``SavePlanner``: decide first, as plain
+frozen data, then write. Call order (driven by :func:`ckptzip.save`)::
+
+    planner = Planner(config, parent=has_parent, prequantized=search_result.prequantized)
+    plan = planner.plan(leaves)              # one Treatment per (path, tensor), in order
+    for t, (path, x) in zip(plan, leaves):
+        codec = get_codec(t.codec)           # "exact", "quant" or "delta"
+        codec.encode(x, EncodeContext(..., quant=t.quant, reason=t.reason,
+                                      quantized=planner.prequantized_for(t, x)))
+
+Tensors that share storage (tied weights: two names, one tensor) get one treatment, decided
+from all their paths, so neither the key order of the structure nor which name comes first can
+change what is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import torch
+
+from ckptzip._types import QuantizedTensor
+from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.errors import ConfigError
+from ckptzip.structure import dtype_name
+
+__all__ = [
+    "ALMOST_ALL_ZEROS",
+    "FIRST_MOMENT_KEYS",
+    "SECOND_MOMENT_KEYS",
+    "MomentPolicy",
+    "Planner",
+    "Prequantized",
+    "Treatment",
+    "exact_reason",
+    "fingerprint",
+    "keep_zeros",
+    "moment_kind",
+    "second_moment",
+    "zero_fraction",
+]
+
+FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
+"""Optimizer-state keys of first moments (Adam/AdamW, SGD with momentum)."""
+SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")
+"""Optimizer-state keys of second moments (Adam/AdamW, AMSGrad's running maximum)."""
+
+ALMOST_ALL_ZEROS = 0.99
+"""A first moment whose exact zeros plus protected share reach this fraction is stored exactly:
+losslessly it costs next to nothing, and nothing would be left to quantize."""
+
+Codec = Literal["exact", "quant", "delta"]
+
+
+def moment_kind(path: str) -> Literal["first", "second"] | None:
+    """Whether the tensor at ``path`` is an optimizer's first or second moment (by its key).
+
+    Examples
+    --------
+    >>> moment_kind("optimizer/state/0/max_exp_avg_sq"), moment_kind("model/w")
+    ('second', None)
+    """
+    leaf = path.rsplit("/", 1)[-1]
+    if leaf in FIRST_MOMENT_KEYS:
+        return "first"
+    if leaf in SECOND_MOMENT_KEYS:
+        return "second"
+    return None
+
+
+def zero_fraction(x: torch.Tensor) -> float:
+    """The fraction of ``x``'s entries that are exactly zero."""
+    return float((x == 0).sum()) / max(x.numel(), 1)
+
+
+def keep_zeros(quant: QuantConfig, zeros: float) -> QuantConfig | None:
+    """``quant`` with its prune fraction raised to a moment's fraction of exact ``zeros``.
+
+    Pruning by magnitude then removes exactly the zeros (they tie at the bottom), so they come
+    back as the codebook's exact zero level, not as the nearest nonzero one: a zero first
+    moment over a zero second moment (a unit that never had a gradient) restored as a small
+    level would make Adam's next step ``m / (sqrt(v) + eps)`` throw that weight far away.
+    ``None`` (store exactly) when zeros and protected entries leave almost nothing
+    (:data:`ALMOST_ALL_ZEROS`).
+
+    Examples
+    --------
+    >>> keep_zeros(QuantConfig(prune=0.0), 0.3).prune
+    0.3
+    >>> keep_zeros(QuantConfig(protect=0.01), 0.985) is None
+    True
+    """
+    if zeros <= quant.prune:
+        return quant
+    if zeros + quant.protect >= ALMOST_ALL_ZEROS:
+        return None
+    return replace(quant, prune=zeros, prune_metric="magnitude")
+
+
+def second_moment(quant: QuantConfig, *, log_domain: bool = True) -> QuantConfig:
+    """A second moment's config from ``quant``: never pruned, in the log domain by default.
+
+    Adam divides by ``sqrt(exp_avg_sq)``: a pruned second moment under a nonzero first moment
+    blows up the next update, and its many decades crush under linear levels.
+    """
+    return replace(quant, prune=0.0, prune_metric="magnitude", log_domain=log_domain)
+
+
+@dataclass(frozen=True)
+class MomentPolicy:
+    """How the optimizer's moments of a searched weight are stored.
+
+    The defaults are the measured choice of ``benchmarks/search.py --optimizer`` (see the
+    README): training after a restore is what was compared, not reconstruction error. With
+    8 and 16 levels the training loss after a restore stayed within 0.5 % of resuming with
+    exact moments at every step (``mlp``, ``lm``), for about 10-12x on the optimizer state;
+    4 and 8 levels gave 14-20x within 1.7 %; zeroed moments cost 30 %.
+
+    Parameters
+    ----------
+    first_bins:
+        Levels for ``exp_avg`` (Adam/AdamW) and ``momentum_buffer`` (SGD).
+    prune_first:
+        Prune the first moment where its weight is pruned (ExCP's rule), using the weight's
+        own scores through :func:`ckptzip.search.save_scores`. Off by default: measured, it
+        perturbed training after a restore 5-20x more than quantization alone (1-2 % against
+        0.1-0.2 % with 16 and 32 levels) for 5-7 % of the optimizer's bytes.
+    second_bins:
+        Levels for ``exp_avg_sq`` and ``max_exp_avg_sq``.
+    second_log_domain:
+        Quantize second moments in the log domain (they span many decades; linear levels
+        crush their small values, and the Adam step divides by their square root).
+    protect:
+        Fraction of each moment stored exactly (the largest entries).
+
+    Examples
+    --------
+    >>> MomentPolicy().second().log_domain
+    True
+    >>> MomentPolicy(prune_first=True).first(QuantConfig(bins=4, prune=0.3)).prune
+    0.3
+    """
+
+    first_bins: int = 8
+    prune_first: bool = False
+    second_bins: int = 16
+    second_log_domain: bool = True
+    protect: float = 0.0005
+
+    def __post_init__(self) -> None:
+        for name in ("first_bins", "second_bins"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 256:
+                raise ConfigError(f"{name}={value!r} must be an integer in [2, 256]")
+        if not 0.0 <= self.protect < 0.5:
+            raise ConfigError(f"protect={self.protect!r} must lie in [0, 0.5)")
+
+    def first(self, weight: QuantConfig, zeros: float = 0.0) -> QuantConfig | None:
+        """The first moment's config given its weight's and its own fraction of exact zeros.
+
+        ``None`` when the moment is (almost) all zeros and is stored exactly (:func:`keep_zeros`).
+        """
+        if self.prune_first and weight.prune > 0:
+            # "sensitivity" means "by the scores given": save_scores passes the weight's own
+            return QuantConfig(
+                bins=self.first_bins,
+                prune=weight.prune,
+                prune_metric="sensitivity",
+                protect=self.protect,
+            )
+        return keep_zeros(QuantConfig(bins=self.first_bins, protect=self.protect), zeros)
+
+    def second(self) -> QuantConfig:
+        """The second moment's config (never pruned: see :func:`second_moment`)."""
+        return second_moment(
+            QuantConfig(bins=self.second_bins, protect=self.protect),
+            log_domain=self.second_log_domain,
+        )
+
+    def for_moment(
+        self, kind: Literal["first", "second"], weight: QuantConfig, zeros: float
+    ) -> QuantConfig | None:
+        """The config of a moment of ``kind`` whose weight is quantized with ``weight``."""
+        return self.first(weight, zeros) if kind == "first" else self.second()
+
+
+def exact_reason(path: str, x: torch.Tensor, config: CompressionConfig) -> str | None:
+    """Why the tensor at ``path`` is stored exactly whatever its config, or ``None``.
+
+    The eligibility rules of both :func:`ckptzip.save` and the search: integers, bool,
+    complex and one-byte floats (float8), 0-d tensors, optimizer step counters, tensors below
+    ``config.min_numel`` and paths matching ``config.exact``.
+
+    Examples
+    --------
+    >>> exact_reason("optimizer/state/0/step", torch.tensor(5.0), CompressionConfig())
+    '0-d tensor'
+    >>> exact_reason("model/w", torch.zeros(10_000), CompressionConfig()) is None
+    True
+    """
+    parts = path.split("/")
+    if not x.is_floating_point() or x.dtype.itemsize == 1:
+        return f"dtype {dtype_name(x.dtype)}"
+    if x.dim() == 0:
+        return "0-d tensor"
+    if len(parts) >= 3 and parts[-1] == "step" and parts[-3] == "state":
+        return "optimizer step counter"
+    if x.numel() < max(config.min_numel, 1):
+        return f"fewer than min_numel={config.min_numel} elements"
+    if config.is_exact(path):
+        return "matched config.exact"
+    return None
+
+
+@dataclass(frozen=True)
+class Treatment:
+    """How one tensor is stored: the plan's decision, shown by ``ckptzip inspect``.
+
+    Attributes
+    ----------
+    path:
+        The tensor's path in the structure.
+    codec:
+        ``"exact"``, ``"quant"`` or ``"delta"`` (quantized, coded against the parent).
+    quant:
+        The :class:`QuantConfig` of a lossy tensor, ``None`` when exact.
+    reason:
+        Why the tensor is exact (``None`` when lossy).
+    shares_with:
+        The other paths of the same storage (tied weights), which get this same treatment.
+    """
+
+    path: str
+    codec: Codec
+    quant: QuantConfig | None = None
+    reason: str | None = None
+    shares_with: tuple[str, ...] = ()
+
+    @property
+    def lossy(self) -> bool:
+        return self.quant is not None
+
+
+def _storage_key(x: torch.Tensor) -> tuple[object, ...] | None:
+    """Identity of the elements ``x`` views: equal keys mean one tensor under two names."""
+    if x.numel() == 0:
+        return None
+    return (
+        x.device,
+        x.untyped_storage().data_ptr(),
+        x.storage_offset(),
+        tuple(x.shape),
+        tuple(x.stride()),
+        x.dtype,
+    )
+
+
+def fingerprint(x: torch.Tensor) -> tuple[object, ...]:
+    """What ``x`` is now: its storage, layout and in-place write counter.
+
+    Equal fingerprints mean the same elements, unwritten in between (``_version`` counts
+    in-place writes: an optimizer step changes it, swapping ``.data`` back and forth does not).
+    """
+    return (*(_storage_key(x) or ()), x._version)
+
+
+@dataclass(frozen=True, eq=False)
+class Prequantized:
+    """A tensor quantized before the save (by the search), with what it was computed from.
+
+    :func:`ckptzip.save` stores ``quantized`` as it is, without quantizing again, when the
+    plan chose the same config and the tensor is the very one quantized and was not written
+    since (same storage, shape, strides and in-place version counter); otherwise it quantizes.
+    """
+
+    quantized: QuantizedTensor
+    source: tuple[object, ...] = field(repr=False)
+
+    @classmethod
+    def of(cls, x: torch.Tensor, q: QuantizedTensor) -> Prequantized:
+        """Record that ``q`` is the quantization of ``x`` as it is now."""
+        return cls(q, fingerprint(x))
+
+    def fits(self, x: torch.Tensor, quant: QuantConfig) -> bool:
+        """Whether ``quantized`` is what quantizing ``x`` with ``quant`` now would give."""
+        return self.quantized.config == quant and fingerprint(x) == self.source
+
+
+class Planner:
+    """Decides every tensor's :class:`Treatment` for one :func:`ckptzip.save`.
+
+    Parameters
+    ----------
+    config:
+        The checkpoint's :class:`CompressionConfig`.
+    parent:
+        Whether the file is a delta against a parent (lossy tensors then use ``"delta"``).
+    prequantized:
+        Tensors already quantized by the search, by path (:attr:`SearchResult.prequantized`).
+
+    Examples
+    --------
+    >>> leaves = [("model/w", torch.randn(5000)), ("model/b", torch.zeros(5))]
+    >>> [(t.codec, t.reason) for t in Planner(CompressionConfig()).plan(leaves)]
+    [('quant', None), ('exact', 'fewer than min_numel=4096 elements')]
+    """
+
+    def __init__(
+        self,
+        config: CompressionConfig,
+        *,
+        parent: bool = False,
+        prequantized: Mapping[str, Prequantized] | None = None,
+    ) -> None:
+        self.config = config
+        self.parent = parent
+        self._prequantized = dict(prequantized or {})
+
+    def quant_for(self, path: str, x: torch.Tensor) -> tuple[QuantConfig | None, str | None]:
+        """The config of the tensor at ``path`` (``None`` when exact) and why it is exact."""
+        reason = exact_reason(path, x, self.config)
+        if reason is not None:
+            return None, reason
+        cfg = self.config
+        override = cfg.override_for(path)
+        if override is not None:
+            return override, None  # an explicit override is the caller's, moments included
+        kind = moment_kind(path) if cfg.moment_rules else None
+        if kind == "second":
+            return second_moment(cfg.quant), None
+        if kind == "first":
+            quant = keep_zeros(cfg.quant, zero_fraction(x))
+            if quant is None:
+                return None, f"first moment almost all zeros (>= {ALMOST_ALL_ZEROS:g})"
+            return quant, None
+        return cfg.quant, None
+
+    def plan(self, leaves: Sequence[tuple[str, torch.Tensor]]) -> tuple[Treatment, ...]:
+        """One :class:`Treatment` per leaf, in order; one decision per storage."""
+        groups: dict[tuple[object, ...], list[int]] = {}
+        for i, (_, x) in enumerate(leaves):
+            key = _storage_key(x)
+            if key is not None:
+                groups.setdefault(key, []).append(i)
+        shared = {i: g for g in groups.values() if len(g) > 1 for i in g}
+        decided: dict[int, Treatment] = {}
+        for i in range(len(leaves)):
+            if i not in decided:
+                members = shared.get(i, [i])
+                treatments = self._shared([leaves[j] for j in members])
+                decided.update(zip(members, treatments, strict=True))
+        return tuple(decided[i] for i in range(len(leaves)))
+
+    def _shared(self, leaves: Sequence[tuple[str, torch.Tensor]]) -> list[Treatment]:
+        """One treatment for paths of one storage: exact if any must be, else the config of
+        the first path in sorted order (independent of the structure's key order)."""
+        decisions = {p: self.quant_for(p, x) for p, x in leaves}
+        paths = [p for p, _ in leaves]
+        exact = sorted(p for p, (q, _) in decisions.items() if q is None)
+        if exact:
+            why = decisions[exact[0]][1]
+            quant, reason = None, why if len(paths) == 1 else f"{why} (as {exact[0]})"
+        else:
+            quant, reason = decisions[min(paths)][0], None
+        codec: Codec = "exact" if quant is None else "delta" if self.parent else "quant"
+        return [
+            Treatment(p, codec, quant, reason, tuple(q for q in paths if q != p)) for p in paths
+        ]
+
+    def prequantized_for(self, t: Treatment, x: torch.Tensor) -> QuantizedTensor | None:
+        """The search's quantization of ``t.path`` when it is still exactly what to store."""
+        pre = self._prequantized.get(t.path)
+        if pre is None or t.quant is None or not pre.fits(x, t.quant):
+            return None
+        return pre.quantized

@@ -1,0 +1,223 @@
+"""The compression plan: one rule set for save and search, tied weights, quantize once."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import ckptzip
+import ckptzip.quantize
+from ckptzip.api import read_manifest
+from ckptzip.codecs import base as codecs_base
+from ckptzip.codecs.base import available_codecs, get_codec
+from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.errors import UnsupportedFormatError
+from ckptzip.plan import ALMOST_ALL_ZEROS, MomentPolicy, Planner, keep_zeros
+from ckptzip.search import search
+
+
+def _adam_model(*, amsgrad: bool = False) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, amsgrad=amsgrad)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(32, 64)).pow(2).mean().backward()
+        opt.step()
+    return model, opt
+
+
+def test_amsgrad_max_exp_avg_sq_is_a_second_moment_under_the_search_too() -> None:
+    model, opt = _adam_model(amsgrad=True)
+    result = search(model, optimizer=opt, base=CompressionConfig(min_numel=1000))
+    cfg = result.config.quant_for("optimizer/state/0/max_exp_avg_sq")
+    assert cfg is not None and cfg.log_domain and cfg.prune == 0.0
+    assert cfg == result.config.quant_for("optimizer/state/0/exp_avg_sq")
+    # and without the search: the same rule, from the same place
+    v = opt.state[model[0].weight]["max_exp_avg_sq"]
+    quant, reason = Planner(CompressionConfig()).quant_for("optimizer/state/0/max_exp_avg_sq", v)
+    assert reason is None and quant is not None and quant.log_domain and quant.prune == 0.0
+
+
+@pytest.mark.parametrize("zeros", [0.3, 0.985, 0.9895, 0.995, 1.0])
+def test_almost_zero_first_moments_get_one_treatment_with_and_without_search(
+    zeros: float,
+) -> None:
+    n = 20_000
+    m = torch.randn(n) * 1e-3
+    m[: round(zeros * n)] = 0.0
+    protect = 0.0005
+    planned, reason = Planner(CompressionConfig(quant=QuantConfig(protect=protect))).quant_for(
+        "optimizer/state/0/exp_avg", m
+    )
+    searched = MomentPolicy(protect=protect).first(QuantConfig(bins=4), zeros)
+    exact = zeros + protect >= ALMOST_ALL_ZEROS
+    assert (planned is None) == (searched is None) == exact
+    assert (reason is not None) == exact
+    if not exact:
+        assert planned is not None and searched is not None
+        assert planned.prune == searched.prune == pytest.approx(zeros)
+
+
+def test_keep_zeros_never_lowers_the_asked_prune() -> None:
+    assert keep_zeros(QuantConfig(prune=0.4), 0.1) == QuantConfig(prune=0.4)
+
+
+class _Odd(nn.Module):
+    """A model with parameters save never quantizes: 0-d, float8, tiny."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5000))
+        self.scale = nn.Parameter(torch.tensor(1.0))
+        self.f8 = nn.Parameter(torch.zeros(5000).to(torch.float8_e4m3fn), requires_grad=False)
+
+
+def test_the_search_only_searches_what_save_may_quantize() -> None:
+    model = _Odd()
+    result = search(model, base=CompressionConfig(min_numel=0))
+    assert set(result.paths) == {"model/w"}
+    state = {"model": model.state_dict()}
+    plan = Planner(result.config).plan([(f"model/{k}", v) for k, v in state["model"].items()])
+    assert [(t.path, t.codec) for t in plan] == [
+        ("model/w", "quant"),
+        ("model/scale", "exact"),
+        ("model/f8", "exact"),
+    ]
+    assert plan[1].reason == "0-d tensor" and plan[2].reason == "dtype float8_e4m3fn"
+
+
+def test_a_parent_makes_lossy_tensors_delta_coded_and_leaves_exact_ones_exact() -> None:
+    leaves = [("model/w", torch.randn(5000)), ("step", torch.tensor(3))]
+    codecs = [t.codec for t in Planner(CompressionConfig(), parent=True).plan(leaves)]
+    assert codecs == ["delta", "exact"]
+
+
+class _Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 64)
+        self.head = nn.Linear(64, 100, bias=False)
+        self.head.weight = self.emb.weight
+
+
+def test_tied_weights_get_one_config_under_the_search() -> None:
+    model = _Tied()
+    result = search(model, base=CompressionConfig(min_numel=1000))
+    a = result.config.quant_for("model/emb.weight")
+    assert a is not None and a == result.config.quant_for("model/head.weight")
+    assert set(result.prequantized) == {"model/emb.weight", "model/head.weight"}
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_shared_storage_gets_one_treatment_whatever_the_key_order(reverse: bool) -> None:
+    t = torch.randn(5000)
+    leaves = [("model/emb", t), ("model/head", t), ("model/other", torch.randn(5000))]
+    if reverse:
+        leaves = leaves[::-1]
+    cfg = CompressionConfig(exact=("model/head",))
+    plan = {x.path: x for x in Planner(cfg).plan(leaves)}
+    assert plan["model/emb"].codec == plan["model/head"].codec == "exact"
+    assert plan["model/emb"].reason == "matched config.exact (as model/head)"
+    assert plan["model/emb"].shares_with == ("model/head",)
+    assert plan["model/other"].codec == "quant"
+    overrides = (("model/emb", QuantConfig(bins=4)), ("model/head", QuantConfig(bins=8)))
+    plan = {x.path: x for x in Planner(CompressionConfig(overrides=overrides)).plan(leaves)}
+    assert plan["model/emb"].quant == plan["model/head"].quant == QuantConfig(bins=4)
+
+
+def _trained() -> tuple[nn.Module, Any]:
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 4))
+    x = torch.randn(128, 32)
+    y = model(x).argmax(1)
+
+    def loss(m: nn.Module) -> float:
+        return float(nn.functional.cross_entropy(m(x), y).detach())
+
+    return model, loss
+
+
+def test_save_stores_what_the_search_evaluated_without_quantizing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, loss = _trained()
+    result = search(model, eval_fn=loss, tolerance=0.05)
+    assert set(result.prequantized) == set(result.paths)
+    calls: list[str] = []
+    real = ckptzip.quantize.quantize
+
+    def counting(x: torch.Tensor, cfg: QuantConfig, **kw: Any) -> Any:
+        calls.append("q")
+        return real(x, cfg, **kw)
+
+    monkeypatch.setattr(ckptzip.quantize, "quantize", counting)
+    p = tmp_path / "c.ckz"
+    ckptzip.save(
+        {"model": model.state_dict()}, p, config=result.config, prequantized=result.prequantized
+    )
+    assert calls == []
+    back = ckptzip.read_quantized(p)
+    for path, pre in result.prequantized.items():
+        q = back[path]
+        assert isinstance(q, ckptzip._types.QuantizedTensor)
+        assert (q.indices == pre.quantized.indices).all()
+    # the weights changed in place since the search: quantized again, never the stale result
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    ckptzip.save(
+        {"model": model.state_dict()},
+        tmp_path / "d.ckz",
+        config=result.config,
+        prequantized=result.prequantized,
+    )
+    assert len(calls) == len(result.prequantized)
+
+
+def test_inspect_reasons_come_from_the_codecs(tmp_path: Path) -> None:
+    p = tmp_path / "c.ckz"
+    ckptzip.save({"w": torch.randn(5000), "b": torch.randn(3)}, p)
+    entries = {e.path: e for e in read_manifest(p).tensors}
+    b = get_codec("exact").describe(entries["b"].meta)
+    assert b.note == "fewer than min_numel=4096 elements" and b.protected is None
+    w = get_codec("quant").describe(entries["w"].meta)
+    q = ckptzip.read_quantized(p)["w"]
+    assert isinstance(q, ckptzip._types.QuantizedTensor)
+    assert w.protected == len(q.protected_positions) > 0
+    assert get_codec("quant").describe({"n_protected": "x"}).protected is None  # hostile meta
+
+
+def test_a_plugin_codec_is_found_through_its_entry_point(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedFormatError, match=r"'plugin-null'.*install the package"):
+        get_codec("plugin-null")
+    (tmp_path / "plugin_codec_mod.py").write_text(
+        textwrap.dedent(
+            """
+            from ckptzip.codecs.exact import ExactCodec
+
+            class PluginNull(ExactCodec):
+                id = "plugin-null"
+            """
+        )
+    )
+    dist = tmp_path / "plugin_codec-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: plugin-codec\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[ckptzip.codecs]\nplugin-null = plugin_codec_mod:PluginNull\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        codec = get_codec("plugin-null")
+        assert type(codec).__name__ == "PluginNull"
+        assert "plugin-null" in available_codecs()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("plugin_codec_mod", None)
+        codecs_base._REGISTRY.pop("plugin-null", None)  # leave the registry as it was
