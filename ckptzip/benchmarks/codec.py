@@ -32,14 +32,10 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
-import math
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +46,7 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _workloads
+from _report import RESULTS, best_of, print_table, torch_save_raw, write_json
 
 import ckptzip
 from ckptzip.codecs.base import DecodeContext
@@ -57,9 +54,7 @@ from ckptzip.codecs.quantized import decode_quantized, encode_quantized
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.quantize import dequantize, fit_levels, quantize
 from ckptzip.sketch import build_sketch
-from ckptzip.structure import dtype_name
 
-RESULTS = Path(__file__).resolve().parent / "results"
 MB = 1e6
 CONFIGS: list[tuple[int, float]] = [(64, 0.0), (32, 0.0), (16, 0.0), (8, 0.2), (4, 0.4)]
 MIN_NUMEL = CompressionConfig().min_numel
@@ -109,17 +104,6 @@ def _errors(original: Any, restored: Any) -> list[float]:
     return errs
 
 
-def _timed(fn: Callable[[], Any], repeat: int) -> tuple[Any, float]:
-    """Result of ``fn`` and its best wall time over ``repeat`` runs (best: least disturbed)."""
-    best = math.inf
-    out = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return out, best
-
-
 def _row(
     method: str,
     bytes_ref: int,
@@ -143,24 +127,18 @@ def _row(
 # -- methods -----------------------------------------------------------------------------------
 
 
-def _torch_save_bytes(obj: Any) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
-
-
 def _bench_torch_and_zstd(obj: Any, repeat: int) -> tuple[int, list[dict[str, Any]]]:
     nbytes = _float_bytes(obj)
-    raw, t_save = _timed(lambda: _torch_save_bytes(obj), repeat)
-    _, t_load = _timed(lambda: torch.load(io.BytesIO(raw), weights_only=True), repeat)
+    raw, t_save = best_of(lambda: torch_save_raw(obj), repeat)
+    _, t_load = best_of(lambda: torch.load(io.BytesIO(raw), weights_only=True), repeat)
     cctx = zstandard.ZstdCompressor(level=3)
-    z, t_z = _timed(lambda: cctx.compress(raw), repeat)
+    z, t_z = best_of(lambda: cctx.compress(raw), repeat)
     dctx = zstandard.ZstdDecompressor()
 
     def unz() -> Any:
         return torch.load(io.BytesIO(dctx.decompress(z)), weights_only=True)
 
-    _, t_unz = _timed(unz, repeat)
+    _, t_unz = best_of(unz, repeat)
     rows = [
         _row("torch.save", len(raw), len(raw), [], nbytes, t_save, t_load),
         _row("zstd(torch.save)", len(raw), len(z), [], nbytes, t_save + t_z, t_unz),
@@ -182,8 +160,8 @@ def _bench_ckptzip(
     def save() -> ckptzip.Report:
         return ckptzip.save(obj, path, config=config, overwrite=True)
 
-    report, t_save = _timed(save, repeat)
-    restored, t_load = _timed(lambda: ckptzip.load(path), repeat)
+    report, t_save = best_of(save, repeat)
+    restored, t_load = best_of(lambda: ckptzip.load(path), repeat)
     size = path.stat().st_size
     assert size == report.bytes_out, (size, report.bytes_out)
     row = _row(
@@ -245,9 +223,9 @@ def _uniform8_decode(
 
 def _bench_uniform8(obj: Any, bytes_ref: int, repeat: int) -> dict[str, Any]:
     cctx, dctx = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
-    enc, t_c = _timed(lambda: _uniform8_encode(obj, cctx), repeat)
+    enc, t_c = best_of(lambda: _uniform8_encode(obj, cctx), repeat)
     like = dict(_leaves(obj))
-    dec, t_d = _timed(lambda: _uniform8_decode(enc, like, dctx), repeat)
+    dec, t_d = best_of(lambda: _uniform8_decode(enc, like, dctx), repeat)
     size = sum(len(i[4]) + 16 if isinstance(i, tuple) else len(i) for _, i in enc)
     # the structure (names, shapes) costs about what torch.save spends on it; count the
     # tensor payloads plus 16 bytes of (min, scale) per quantized tensor.
@@ -264,23 +242,16 @@ def _bench_uniform8(obj: Any, bytes_ref: int, repeat: int) -> dict[str, Any]:
 def _bench_codec_tensor(x: torch.Tensor, repeat: int) -> list[dict[str, Any]]:
     rows = []
     nbytes = x.numel() * x.element_size()
-    ctx = DecodeContext(path="x", parent=None)
     for bins, prune in CONFIGS:
         cfg = QuantConfig(bins=bins, prune=prune)
-        q, t_q = _timed(lambda cfg=cfg: quantize(x, cfg), repeat)
-        (meta, chunks), t_e = _timed(lambda q=q: encode_quantized(q, 3), repeat)
-        # what the pipeline adds to every manifest entry
-        meta = {
-            **meta,
-            "shape": list(x.shape),
-            "dtype": dtype_name(x.dtype),
-            "config": cfg.to_json(),
-            "rel_error": q.rel_error,
-        }
-        q2, t_dq = _timed(
-            lambda meta=meta, chunks=chunks: decode_quantized(meta, chunks, ctx), repeat
+        q, t_q = best_of(lambda cfg=cfg: quantize(x, cfg), repeat)
+        (meta, chunks), t_e = best_of(lambda q=q: encode_quantized(q, 3), repeat)
+        # the pipeline's fields of the entry
+        ctx = DecodeContext("x", tuple(x.shape), x.dtype, cfg, q.rel_error)
+        q2, t_dq = best_of(
+            lambda meta=meta, chunks=chunks, ctx=ctx: decode_quantized(meta, chunks, ctx), repeat
         )
-        y, t_deq = _timed(lambda q2=q2: dequantize(q2), repeat)
+        y, t_deq = best_of(lambda q2=q2: dequantize(q2), repeat)
         assert torch.equal(y, dequantize(q))
         rows.append(
             {
@@ -309,7 +280,7 @@ def _bench_cuda(x: torch.Tensor, repeat: int) -> dict[str, Any]:
         torch.cuda.synchronize()
         return q
 
-    qg, t_q = _timed(run, repeat)
+    qg, t_q = best_of(run, repeat)
     qc = quantize(x, cfg)
 
     def back() -> torch.Tensor:
@@ -317,7 +288,7 @@ def _bench_cuda(x: torch.Tensor, repeat: int) -> dict[str, Any]:
         torch.cuda.synchronize()
         return y
 
-    yg, t_d = _timed(back, repeat)
+    yg, t_d = best_of(back, repeat)
     return {
         "device": torch.cuda.get_device_name(),
         "numel": x.numel(),
@@ -382,10 +353,10 @@ def _mse(x: torch.Tensor, levels: np.ndarray) -> float:
 
 def _bench_kmeans(x: torch.Tensor, k: int, max_iter: int, repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {"numel": x.numel(), "k": k, "lloyd_max_iter": max_iter}
-    (lloyd, iters), t_lloyd = _timed(lambda: lloyd_kmeans(x, k, max_iter=max_iter), 1)
+    (lloyd, iters), t_lloyd = best_of(lambda: lloyd_kmeans(x, k, max_iter=max_iter), 1)
     out["lloyd"] = {"seconds": t_lloyd, "iterations": iters, "mse": _mse(x, lloyd)}
     for sigma in (1.0, 0.2):
-        lv, t = _timed(lambda sigma=sigma: sketch_kmeans(x, k, sigma=sigma), repeat)
+        lv, t = best_of(lambda sigma=sigma: sketch_kmeans(x, k, sigma=sigma), repeat)
         mse = _mse(x, lv)
         out[f"sketch_sigma{sigma:g}"] = {
             "seconds": t,
@@ -399,31 +370,14 @@ def _bench_kmeans(x: torch.Tensor, k: int, max_iter: int, repeat: int) -> dict[s
 # -- driver -------------------------------------------------------------------------------------
 
 
-def _print_table(title: str, rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) -> None:
-    print(f"\n{title}")
-    head = "  ".join(
-        f"{name:>{w}}" if i else f"{name:<{w}}"
-        for i, (_, name, w) in enumerate((k, n, f.split(":")[0]) for k, n, f in cols)
-    )
-    print(head)
-    for r in rows:
-        cells = []
-        for i, (key, _, fmt) in enumerate(cols):
-            w, spec = fmt.split(":")
-            v = r[key]
-            text = format(v, spec) if not isinstance(v, str) else v
-            cells.append(f"{text:<{w}}" if i == 0 else f"{text:>{w}}")
-        print("  ".join(cells))
-
-
 _COLS = [
-    ("method", "method", "22:s"),
-    ("bytes", "bytes", "10:d"),
-    ("ratio", "ratio", "7:.2f"),
-    ("rel_err_median", "err med", "8:.4f"),
-    ("rel_err_max", "err max", "8:.4f"),
-    ("compress_MBps", "comp MB/s", "9:.1f"),
-    ("decompress_MBps", "dec MB/s", "9:.1f"),
+    ("method", "method", "s"),
+    ("bytes", "bytes", "d"),
+    ("ratio", "ratio", ".2f"),
+    ("rel_err_median", "err med", ".4f"),
+    ("rel_err_max", "err max", ".4f"),
+    ("compress_MBps", "comp MB/s", ".1f"),
+    ("decompress_MBps", "dec MB/s", ".1f"),
 ]
 
 
@@ -445,9 +399,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "mode": "quick" if args.quick else "full",
         "steps": steps,
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "machine": platform.machine(),
         "note": "timings are wall-clock best-of-repeats on one thread; a shared machine makes "
         "them noisy. Ratios and errors are deterministic.",
         "workloads": {},
@@ -475,7 +426,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "float_bytes": _float_bytes(obj),
                     "rows": rows,
                 }
-                _print_table(
+                print_table(
                     f"{name} — {scope} ({ref} bytes torch.save, {steps} steps)", rows, _COLS
                 )
             result["workloads"][name] = entry
@@ -490,17 +441,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for label, tensor in ((pool_label, big), ("gaussian", gauss)):
         codec_rows = _bench_codec_tensor(tensor, repeat)
         result["codec_tensor"][label] = codec_rows
-        _print_table(
+        print_table(
             f"codec alone on {lloyd_numel} fp32 values, {label} "
             "(quantize+pack+zstd / unzstd+unpack+dequantize)",
             codec_rows,
             [
-                ("config", "config", "10:s"),
-                ("ratio_vs_fp32", "ratio", "7:.2f"),
-                ("rel_error", "rel err", "8:.4f"),
-                ("quantize_MBps", "quant MB/s", "10:.1f"),
-                ("compress_MBps", "comp MB/s", "9:.1f"),
-                ("decompress_MBps", "dec MB/s", "9:.1f"),
+                ("config", "config", "s"),
+                ("ratio_vs_fp32", "ratio", ".2f"),
+                ("rel_error", "rel err", ".4f"),
+                ("quantize_MBps", "quant MB/s", ".1f"),
+                ("compress_MBps", "comp MB/s", ".1f"),
+                ("decompress_MBps", "dec MB/s", ".1f"),
             ],
         )
     if torch.cuda.is_available():
@@ -521,9 +472,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"({100 * r['mse_vs_lloyd']:+.1f} % vs Lloyd)"
         )
 
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {args.json}")
+    write_json(args.json, result)
     return result
 
 

@@ -17,9 +17,7 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,23 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _workloads
 import codec
+from _report import RESULTS, best_of
 
 from ckptzip.config import QuantConfig
 from ckptzip.quantize import dequantize, quantize
 
 
-def _best(f: Callable[[], Any], r: int = 3) -> tuple[Any, float]:
-    b, y = 1e9, None
-    for _ in range(r):
-        t = time.perf_counter()
-        y = f()
-        b = min(b, time.perf_counter() - t)
-    return y, b
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", type=Path, default=codec.RESULTS / "codec_clean.json")
+    ap.add_argument("--json", type=Path, default=RESULTS / "codec_clean.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     out: dict[str, Any] = {"torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -95,9 +85,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             cfg = QuantConfig(bins=16, prune=0.2)
             quantize(xc, cfg)
             torch.cuda.synchronize()
-            qg, tg = _best(lambda: quantize(xc, cfg))
+            qg, tg = best_of(lambda: quantize(xc, cfg), 3)
             qc = quantize(gauss, cfg)
-            yg, tdg = _best(lambda: (dequantize(qg, device="cuda"), torch.cuda.synchronize())[0])
+            yg, tdg = best_of(
+                lambda: (dequantize(qg, device="cuda"), torch.cuda.synchronize())[0], 3
+            )
             out["cuda"] = {
                 "device": torch.cuda.get_device_name(),
                 "quantize_s": tg,

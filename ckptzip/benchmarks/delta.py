@@ -26,7 +26,6 @@ Run ``python benchmarks/delta.py`` (full) or ``--quick``; writes JSON and a PNG 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -35,12 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _workloads
 from _measure import conditional_entropy_bits, measure_methods
+from _report import RESULTS, torch_save_bytes
 
 import ckptzip
 from ckptzip import CheckpointManager, storage
@@ -49,17 +47,9 @@ from ckptzip.api import read_manifest
 from ckptzip.bindiff import DEFAULT_METHOD, cyclic_difference, encode_delta, rearrangement
 from ckptzip.entropy import order0_entropy_bits
 
-RESULTS = Path(__file__).resolve().parent / "results"
-
 
 def _ratio(num: float, den: float) -> float:
     return num / den if den else float("inf")
-
-
-def _torch_save_bytes(obj: Any) -> int:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.tell()
 
 
 def _entry_meta(path: str) -> dict[str, dict[str, Any]]:
@@ -164,7 +154,7 @@ def measure_run(
                 - sum(e.bytes for e in delta.entries),
             },
             "weights": {
-                "torch_save": _torch_save_bytes(state["model"]),
+                "torch_save": torch_save_bytes(state["model"]),
                 "full": weights(full.entries),
                 "delta": weights(delta.entries),
                 "delta_norearrange": weights(delta.entries, norearr_bytes),

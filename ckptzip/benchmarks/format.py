@@ -19,13 +19,9 @@ on whatever else runs on it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _workloads
+from _report import RESULTS, best_of, print_table, write_json
 
 import ckptzip
 from ckptzip import entropy
@@ -43,18 +40,6 @@ from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.config import CompressionConfig
 from ckptzip.quantize import dequantize, quantize
 from ckptzip.structure import flatten
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    """Smallest wall time of ``repeat`` calls (the least disturbed by other load) and a result."""
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
 
 
 def trained(name: str, steps: int) -> dict[str, Any]:
@@ -79,24 +64,24 @@ def measure(name: str, state: dict[str, Any], repeat: int, d: str) -> dict[str, 
     def save() -> ckptzip.Report:
         return ckptzip.save(state, path, config=config, overwrite=True)
 
-    t_save, report = best(save, repeat)
+    report, t_save = best_of(save, repeat)
     lossy = {e.path: e.config for e in report.entries if e.config is not None}
     by_path = dict(leaves)
-    t_quant, _ = best(lambda: [quantize(by_path[p], c) for p, c in lossy.items()], repeat)
-    t_load, _ = best(lambda: ckptzip.load(path), repeat)
+    _, t_quant = best_of(lambda: [quantize(by_path[p], c) for p, c in lossy.items()], repeat)
+    _, t_load = best_of(lambda: ckptzip.load(path), repeat)
     table = read_quantized(path)
     qts = [q for q in table.values() if isinstance(q, QuantizedTensor)]
-    t_deq, _ = best(lambda: [dequantize(q) for q in qts], repeat)
-    t_verify, _ = best(lambda: verify(path), repeat)
-    t_verify_dec, _ = best(lambda: verify(path, decode=True), repeat)
+    _, t_deq = best_of(lambda: [dequantize(q) for q in qts], repeat)
+    _, t_verify = best_of(lambda: verify(path), repeat)
+    _, t_verify_dec = best_of(lambda: verify(path, decode=True), repeat)
     size = os.path.getsize(path)
     manifest = read_manifest(path)
     exact_path = os.path.join(d, "bench-exact.ckz")
     exact_cfg = CompressionConfig(min_numel=1 << 62)
-    t_esave, erep = best(
+    erep, t_esave = best_of(
         lambda: ckptzip.save(state, exact_path, config=exact_cfg, overwrite=True), repeat
     )
-    t_eload, _ = best(lambda: ckptzip.load(exact_path), repeat)
+    _, t_eload = best_of(lambda: ckptzip.load(exact_path), repeat)
     return {
         "workload": name,
         "tensor_mb": mb,
@@ -129,10 +114,10 @@ def lossless(numel: int, repeat: int) -> list[dict[str, Any]]:
         raw = tensor_to_bytes(base.to(dtype))
         mb = len(raw) / 1e6
         for mode, itemsize in (("zstd", 1), ("planes", base.to(dtype).element_size())):
-            t_enc, (payload, info) = best(
+            (payload, info), t_enc = best_of(
                 lambda r=raw, i=itemsize: entropy.encode(r, 3, itemsize=i), repeat
             )
-            t_dec, _ = best(lambda p=payload, f=info: entropy.decode(p, f), repeat)
+            _, t_dec = best_of(lambda p=payload, f=info: entropy.decode(p, f), repeat)
             rows.append(
                 {
                     "dtype": str(dtype).removeprefix("torch."),
@@ -159,48 +144,45 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         rows = [measure(f"{n} ({steps} steps)", trained(n, steps), repeat, d) for n in names]
         rows.append(measure(f"synthetic {big / 1e6:.1f}M", synthetic(big), repeat, d))
-    cols = [
-        ("workload", "{}"),
-        ("tensor_mb", "{:.1f}"),
-        ("ratio", "{:.1f}x"),
-        ("manifest_bytes", "{}"),
-        ("save_mb_s", "{:.0f}"),
-        ("save_quantize_share", "{:.0%}"),
-        ("save_format_mb_s", "{:.0f}"),
-        ("load_mb_s", "{:.0f}"),
-        ("load_dequantize_share", "{:.0%}"),
-        ("load_format_mb_s", "{:.0f}"),
-        ("verify_file_mb_s", "{:.0f}"),
-        ("exact_save_mb_s", "{:.0f}"),
-        ("exact_load_mb_s", "{:.0f}"),
-    ]
-    print(" | ".join(c for c, _ in cols))
-    for r in rows:
-        print(" | ".join("n/a" if r[c] is None else f.format(r[c]) for c, f in cols))
+    print_table(
+        "save and load, MB/s of tensor bytes (one thread)",
+        rows,
+        [
+            ("workload", "workload", "s"),
+            ("tensor_mb", "MB", ".1f"),
+            ("ratio", "ratio", ".1f"),
+            ("manifest_bytes", "manifest B", "d"),
+            ("save_mb_s", "save", ".0f"),
+            ("save_quantize_share", "quantize", ".0%"),
+            ("save_format_mb_s", "save fmt", ".0f"),
+            ("load_mb_s", "load", ".0f"),
+            ("load_dequantize_share", "dequant", ".0%"),
+            ("load_format_mb_s", "load fmt", ".0f"),
+            ("verify_file_mb_s", "verify", ".0f"),
+            ("exact_save_mb_s", "exact save", ".0f"),
+            ("exact_load_mb_s", "exact load", ".0f"),
+        ],
+    )
     stage_rows = lossless(big, repeat)
-    print(f"\nlossless stage on {big / 1e6:.1f}M Gaussian weights (the exact codec's path)")
-    print("dtype | stage | ratio | encode MB/s | decode MB/s")
-    for r in stage_rows:
-        print(
-            f"{r['dtype']} | {r['stage']} | {r['ratio']:.3f}x | {r['encode_mb_s']:.0f} | "
-            f"{r['decode_mb_s']:.0f}"
-        )
+    print_table(
+        f"lossless stage on {big / 1e6:.1f}M Gaussian weights (the exact codec's path)",
+        stage_rows,
+        [
+            ("dtype", "dtype", "s"),
+            ("stage", "stage", "s"),
+            ("ratio", "ratio", ".3f"),
+            ("encode_mb_s", "encode MB/s", ".0f"),
+            ("decode_mb_s", "decode MB/s", ".0f"),
+        ],
+    )
     result = {
         "benchmark": "format",
         "quick": args.quick,
         "repeat": repeat,
-        "threads": 1,
-        "machine": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cpu_count": os.cpu_count(),
-        },
         "rows": rows,
         "lossless_stage": stage_rows,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.json}")
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

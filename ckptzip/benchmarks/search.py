@@ -48,12 +48,11 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _workloads
+from _report import RESULTS
 
 import ckptzip
 from ckptzip.search import MomentPolicy, SearchResult, save_scores, search
 from ckptzip.sensitivity import SensitivityTracker
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 # (steps, checkpoint every, failures) per workload and mode
 PLANS = {
