@@ -23,24 +23,14 @@ from ckptzip.structure import DTYPES
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
 
-def _context(x: torch.Tensor, q: QuantizedTensor | None) -> dict[str, Any]:
-    """The DecodeContext fields the pipeline records for ``x`` (kwargs, to damage in tests)."""
-    return {
-        "path": "t",
-        "shape": tuple(x.shape),
-        "dtype": x.dtype,
-        "config": None if q is None else q.config,
-        "rel_error": 0.0 if q is None else q.rel_error,
-    }
-
-
 def round_trip(codec_id: str, x: torch.Tensor, quant: QuantConfig | None = None) -> Any:
     """Encode, pass the meta through strict JSON as the container does, decode."""
     codec = get_codec(codec_id)
     enc = codec.encode(x, EncodeContext("t", CompressionConfig(), quant=quant))
     meta = json.loads(json.dumps(enc.meta, allow_nan=False))
-    fields = _context(x, enc.quantized)
-    out = codec.decode(meta, [bytes(c) for c in enc.chunks], DecodeContext(**fields))
+    ctx = DecodeContext.of_encoded("t", x, enc)
+    fields = {f: getattr(ctx, f) for f in ("path", "shape", "dtype", "config", "rel_error")}
+    out = codec.decode(meta, [bytes(c) for c in enc.chunks], ctx)
     assert isinstance(out, Decoded)
     assert out.shape == tuple(x.shape) and out.dtype == x.dtype
     return out.value(), meta, enc.chunks, fields

@@ -266,8 +266,10 @@ def _codec_round_trip(
     config = CompressionConfig(quant=quant, min_numel=0)
     enc = get_codec("delta").encode(x, EncodeContext("w", config, quant=quant, parent=parent))
     assert enc.quantized is not None
-    ctx = DecodeContext("w", tuple(x.shape), x.dtype, quant, enc.quantized.rel_error, parent)
-    out = get_codec("delta").decode(enc.meta, enc.chunks, ctx).quantized
+    out = get_codec("delta").decode(
+        enc.meta, enc.chunks, DecodeContext.of_encoded("w", x, enc, parent)
+    )
+    out = out.quantized
     assert isinstance(out, QuantizedTensor)
     return enc.meta, enc.quantized, out
 

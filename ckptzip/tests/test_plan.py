@@ -221,3 +221,34 @@ def test_a_plugin_codec_is_found_through_its_entry_point(tmp_path: Path) -> None
         sys.path.remove(str(tmp_path))
         sys.modules.pop("plugin_codec_mod", None)
         codecs_base._REGISTRY.pop("plugin-null", None)  # leave the registry as it was
+
+
+def test_gpt2_tied_embeddings_get_one_treatment_through_the_manager(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=256,
+        n_positions=32,
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = transformers.GPT2LMHeadModel(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 256, (4, 16))
+    for _ in range(3):
+        opt.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        opt.step()
+    base = CompressionConfig(min_numel=1000)
+    mgr = ckptzip.CheckpointManager(tmp_path, model=model, optimizer=opt, config=base)
+    report = mgr.save(3)
+    assert report.search is not None
+    by_path = {e.path: e for e in report.entries}
+    wte, head = "model/transformer.wte.weight", "model/lm_head.weight"
+    treatments = {(by_path[p].codec, by_path[p].config) for p in (wte, head) if p in by_path}
+    assert len(treatments) == 1 and next(iter(treatments))[1] is not None
+    state = ckptzip.load(mgr.path(3))["model"]
+    assert torch.equal(state["transformer.wte.weight"], state["lm_head.weight"])

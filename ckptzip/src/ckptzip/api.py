@@ -363,13 +363,10 @@ def save(
         )
         enc: Encoded = codec.encode(x, ctx)
         _json_safe(enc.meta, p)
-        q = enc.quantized
-        if q is not None:
-            quantized[p] = q
-        configs.append(None if q is None else q.config)
-        rel: float | None = 0.0 if q is None else float(q.rel_error)
-        if rel is not None and not math.isfinite(rel):
-            rel = None
+        if enc.quantized is not None:
+            quantized[p] = enc.quantized
+        cfg = enc.config
+        configs.append(cfg)
         entries.append(
             TensorEntry(
                 path=p,
@@ -377,8 +374,8 @@ def save(
                 dtype=dtype_name(x.dtype),
                 codec=codec.id,
                 meta=enc.meta,
-                config=None if q is None else q.config.to_json(),
-                rel_error=rel,
+                config=None if cfg is None else cfg.to_json(),
+                rel_error=enc.rel_error,
                 chunks=(len(chunks), len(enc.chunks)),
             )
         )

@@ -60,6 +60,7 @@ when a file names its id through the entry-point group :data:`ENTRY_POINT_GROUP`
 from __future__ import annotations
 
 import importlib
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,6 +128,20 @@ class Encoded:
     meta: dict[str, Any]
     chunks: list[bytes]
     quantized: QuantizedTensor | None = None
+
+    @property
+    def config(self) -> QuantConfig | None:
+        """The entry's config as the pipeline records it (``None``: exact)."""
+        return None if self.quantized is None else self.quantized.config
+
+    @property
+    def rel_error(self) -> float | None:
+        """The entry's error as the pipeline records it: 0 when exact, ``None`` when the
+        quantizer could not measure it (non-finite)."""
+        if self.quantized is None:
+            return 0.0
+        rel = float(self.quantized.rel_error)
+        return rel if math.isfinite(rel) else None
 
 
 @dataclass(frozen=True)
@@ -198,6 +213,13 @@ class DecodeContext:
     config: QuantConfig | None = None
     rel_error: float | None = None
     parent: ParentView | None = None
+
+    @classmethod
+    def of_encoded(
+        cls, path: str, x: torch.Tensor, enc: Encoded, parent: ParentView | None = None
+    ) -> DecodeContext:
+        """The context a reader will build for ``x`` encoded as ``enc`` (for codec tests)."""
+        return cls(path, tuple(x.shape), x.dtype, enc.config, enc.rel_error, parent)
 
     @classmethod
     def from_entry(cls, entry: EntryFields, parent: ParentView | None = None) -> DecodeContext:

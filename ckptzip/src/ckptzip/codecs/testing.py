@@ -57,15 +57,7 @@ def check_round_trip(
     assert all(isinstance(c, bytes) for c in enc.chunks), "chunks must be bytes"
     meta = json.loads(json.dumps(enc.meta, allow_nan=False))  # what the manifest holds
     q = enc.quantized
-    ctx = DecodeContext(
-        "t",
-        tuple(x.shape),
-        x.dtype,
-        config=None if q is None else q.config,
-        rel_error=0.0 if q is None else q.rel_error,
-        parent=parent,
-    )
-    out = codec.decode(meta, list(enc.chunks), ctx)
+    out = codec.decode(meta, list(enc.chunks), DecodeContext.of_encoded("t", x, enc, parent))
     assert isinstance(out, Decoded), f"decode returned {type(out).__name__}, not Decoded"
     assert isinstance(codec.describe(meta), Description), "describe must return a Description"
     y = out.materialize()
