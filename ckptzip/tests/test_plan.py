@@ -178,6 +178,19 @@ def test_save_stores_what_the_search_evaluated_without_quantizing_again(
         prequantized=result.prequantized,
     )
     assert len(calls) == len(result.prequantized)
+    # other scores than the search's: quantized again too
+    model, loss = _trained()
+    result = search(model, eval_fn=loss, tolerance=0.05)
+    calls.clear()
+    other = {p: torch.rand(model.state_dict()[p[6:]].shape) for p in result.prequantized}
+    ckptzip.save(
+        {"model": model.state_dict()},
+        tmp_path / "e.ckz",
+        config=result.config,
+        scores=other,
+        prequantized=result.prequantized,
+    )
+    assert len(calls) == len(result.prequantized)
 
 
 def test_inspect_reasons_come_from_the_codecs(tmp_path: Path) -> None:

@@ -302,8 +302,8 @@ def save(
         quantized tensors are added to it (for the next delta of a chain).
     prequantized:
         Tensors the search already quantized (:attr:`SearchResult.prequantized`): stored as
-        they are, not quantized again, where the plan chose the same config and the tensor
-        was not modified since.
+        they are, not quantized again, where the plan chose the same config, the tensor was
+        not modified since and ``scores`` gives it the scores the search used.
 
     Returns
     -------
@@ -352,14 +352,15 @@ def save(
     configs: list[QuantConfig | None] = []
     for t, (p, x) in zip(plan, leaves, strict=True):
         codec = get_codec(t.codec)
+        score = None if scores is None or t.quant is None else scores.get(p)
         ctx = EncodeContext(
             path=p,
             config=config,
             quant=t.quant,
-            scores=None if scores is None or t.quant is None else scores.get(p),
+            scores=score,
             parent=parent_view,
             reason=t.reason,
-            quantized=planner.prequantized_for(t, x),
+            quantized=planner.prequantized_for(t, x, score),
         )
         enc: Encoded = codec.encode(x, ctx)
         _json_safe(enc.meta, p)

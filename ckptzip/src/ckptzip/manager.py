@@ -438,7 +438,9 @@ class CheckpointManager:
         if obj is None:
             obj, config, scores, result = self._snapshot(extra, scores)
             metadata["search"] = json.dumps(result.to_json())
-            prequantized = result.prequantized
+            # the quantized weights go into the file; neither the report nor the next search
+            # needs them, so they are released once written
+            prequantized, result = result.prequantized, replace(result, prequantized={})
         elif extra is not None:
             raise ConfigError("extra= goes with a model snapshot: pass obj=None, or put it in obj")
         with _locked(self.directory, exclusive=True):
@@ -490,7 +492,6 @@ class CheckpointManager:
             optimizer=self.optimizer,
             base=self.config,
         )
-        # the next search needs the choice, not the quantized tensors: let save release them
         self.last_search = replace(result, prequantized={})
         obj: dict[str, Any] = {"model": self.model.state_dict()}
         if self.optimizer is not None:

@@ -15,7 +15,7 @@ frozen data, then write. Call order (driven by :func:`ckptzip.save`)::
     for t, (path, x) in zip(plan, leaves):
         codec = get_codec(t.codec)           # "exact", "quant" or "delta"
         codec.encode(x, EncodeContext(..., quant=t.quant, reason=t.reason,
-                                      quantized=planner.prequantized_for(t, x)))
+                                      quantized=planner.prequantized_for(t, x, scores)))
 
 Tensors that share storage (tied weights: two names, one tensor) get one treatment, decided
 from all their paths, so neither the key order of the structure nor which name comes first can
@@ -280,21 +280,27 @@ class Prequantized:
     """A tensor quantized before the save (by the search), with what it was computed from.
 
     :func:`ckptzip.save` stores ``quantized`` as it is, without quantizing again, when the
-    plan chose the same config and the tensor is the very one quantized and was not written
-    since (same storage, shape, strides and in-place version counter); otherwise it quantizes.
+    plan chose the same config, the tensor is the very one quantized and was not written since
+    (same storage, shape, strides and in-place version counter), and the save's scores for it
+    are the ones the search used; otherwise it quantizes.
     """
 
     quantized: QuantizedTensor
     source: tuple[object, ...] = field(repr=False)
+    scores: tuple[object, ...] | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, x: torch.Tensor, q: QuantizedTensor) -> Prequantized:
-        """Record that ``q`` is the quantization of ``x`` as it is now."""
-        return cls(q, fingerprint(x))
+    def of(
+        cls, x: torch.Tensor, q: QuantizedTensor, scores: torch.Tensor | None = None
+    ) -> Prequantized:
+        """Record that ``q`` is the quantization of ``x`` (with ``scores``) as they are now."""
+        return cls(q, fingerprint(x), None if scores is None else fingerprint(scores))
 
-    def fits(self, x: torch.Tensor, quant: QuantConfig) -> bool:
+    def fits(self, x: torch.Tensor, quant: QuantConfig, scores: torch.Tensor | None = None) -> bool:
         """Whether ``quantized`` is what quantizing ``x`` with ``quant`` now would give."""
-        return self.quantized.config == quant and fingerprint(x) == self.source
+        if self.quantized.config != quant or fingerprint(x) != self.source:
+            return False
+        return (None if scores is None else fingerprint(scores)) == self.scores
 
 
 class Planner:
@@ -378,9 +384,11 @@ class Planner:
             Treatment(p, codec, quant, reason, tuple(q for q in paths if q != p)) for p in paths
         ]
 
-    def prequantized_for(self, t: Treatment, x: torch.Tensor) -> QuantizedTensor | None:
+    def prequantized_for(
+        self, t: Treatment, x: torch.Tensor, scores: torch.Tensor | None = None
+    ) -> QuantizedTensor | None:
         """The search's quantization of ``t.path`` when it is still exactly what to store."""
         pre = self._prequantized.get(t.path)
-        if pre is None or t.quant is None or not pre.fits(x, t.quant):
+        if pre is None or t.quant is None or not pre.fits(x, t.quant, scores):
             return None
         return pre.quantized

@@ -699,7 +699,9 @@ def search(
                 continue
             x, cfg = params[name][1].detach(), chosen.config(params[name][0])
             if fingerprint(x) == before[name]:  # eval_fn did not write to the weights
-                prequantized[model_prefix + alias] = Prequantized.of(x, ev.quantized(name, cfg))
+                q = ev.quantized(name, cfg)
+                pre = Prequantized.of(x, q, scores.get(name))
+                prequantized[model_prefix + alias] = pre
     return SearchResult(
         layer_configs=MappingProxyType(layer_configs),
         config=config,
@@ -810,7 +812,8 @@ def save_scores(
     []
     """
     scores = dict(scores or {})
-    out = {model_prefix + n: s for n, s in scores.items()}
+    # every name of a tied weight gets its scores, so both names quantize alike
+    out = {model_prefix + a: scores[n] for a, n in _aliases(model).items() if n in scores}
     if optimizer is None:
         return out
     index = _param_indices(optimizer)
