@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import ckptzip
@@ -130,6 +132,39 @@ def test_shared_storage_gets_one_treatment_whatever_the_key_order(reverse: bool)
     overrides = (("model/emb", QuantConfig(bins=4)), ("model/head", QuantConfig(bins=8)))
     plan = {x.path: x for x in Planner(CompressionConfig(overrides=overrides)).plan(leaves)}
     assert plan["model/emb"].quant == plan["model/head"].quant == QuantConfig(bins=4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.permutations(range(5)),
+    st.lists(st.sampled_from(["model/a", "model/b", "model/c", "x", "model/*"]), max_size=2),
+    st.lists(st.sampled_from([4, 8, 16]), min_size=5, max_size=5),
+)
+def test_treatments_never_depend_on_key_order(
+    order: list[int], exact: list[str], bins: list[int]
+) -> None:
+    t, u = torch.randn(5000), torch.randn(6000)
+    leaves = [("model/a", t), ("model/b", t), ("model/c", u), ("x", u), ("model/d", t[:4999])]
+    overrides = tuple((p, QuantConfig(bins=b)) for (p, _), b in zip(leaves, bins, strict=True))
+    planner = Planner(CompressionConfig(exact=tuple(exact), overrides=overrides))
+    plain = {x.path: (x.codec, x.quant) for x in planner.plan(leaves)}
+    shuffled = {x.path: (x.codec, x.quant) for x in planner.plan([leaves[i] for i in order])}
+    assert plain == shuffled
+    assert plain["model/a"] == plain["model/b"] and plain["model/c"] == plain["x"]
+
+
+def test_an_entry_stored_once_is_planned_under_all_its_names() -> None:
+    # a structure that stores tied weights once hands the planner one leaf and its other names
+    t = torch.randn(5000)
+    cfg = CompressionConfig(exact=("model/lm_head.weight",))
+    for first, other in (
+        ("model/wte", "model/lm_head.weight"),
+        ("model/lm_head.weight", "model/wte"),
+    ):
+        (plan,) = Planner(cfg).plan([(first, t)], aliases={0: [other]})
+        assert plan.codec == "exact" and plan.shares_with == (other,)
+    (plan,) = Planner(CompressionConfig()).plan([("rng/key", t)], exact={0: "NumPy array"})
+    assert (plan.codec, plan.reason) == ("exact", "NumPy array")
 
 
 def _trained() -> tuple[nn.Module, Any]:

@@ -352,37 +352,57 @@ class Planner:
             return quant, None
         return cfg.quant, None
 
-    def plan(self, leaves: Sequence[tuple[str, torch.Tensor]]) -> tuple[Treatment, ...]:
-        """One :class:`Treatment` per leaf, in order; one decision per storage."""
+    def plan(
+        self,
+        leaves: Sequence[tuple[str, torch.Tensor]],
+        *,
+        aliases: Mapping[int, Sequence[str]] | None = None,
+        exact: Mapping[int, str] | None = None,
+    ) -> tuple[Treatment, ...]:
+        """One :class:`Treatment` per leaf, in order; one decision per storage.
+
+        Parameters
+        ----------
+        leaves:
+            ``(path, tensor)`` pairs, as :func:`ckptzip.structure.flatten` gives them.
+        aliases:
+            Leaf index → the other paths that reference the same stored entry (a structure
+            that stores tied weights once names the entry after one of them): the decision
+            considers every name, so it does not depend on which one came first.
+        exact:
+            Leaf index → why that leaf must be stored exactly whatever its paths say (values
+            the structure restores in a form that cannot be lossy, such as NumPy arrays).
+        """
+        aliases = aliases or {}
+        exact = exact or {}
         groups: dict[tuple[object, ...], list[int]] = {}
         for i, (_, x) in enumerate(leaves):
             key = _storage_key(x)
-            if key is not None:
-                groups.setdefault(key, []).append(i)
-        shared = {i: g for g in groups.values() if len(g) > 1 for i in g}
+            groups.setdefault(("leaf", i) if key is None else key, []).append(i)
         decided: dict[int, Treatment] = {}
-        for i in range(len(leaves)):
-            if i not in decided:
-                members = shared.get(i, [i])
-                treatments = self._shared([leaves[j] for j in members])
-                decided.update(zip(members, treatments, strict=True))
+        for members in groups.values():
+            names = {leaves[i][0]: leaves[i][1] for i in members}
+            for i in members:
+                for alias in aliases.get(i, ()):
+                    names.setdefault(alias, leaves[i][1])
+            forced = next((exact[i] for i in members if i in exact), None)
+            quant, reason = (None, forced) if forced is not None else self._decide(names)
+            codec: Codec = "exact" if quant is None else "delta" if self.parent else "quant"
+            for i in members:
+                path = leaves[i][0]
+                others = tuple(sorted(n for n in names if n != path))
+                decided[i] = Treatment(path, codec, quant, reason, others)
         return tuple(decided[i] for i in range(len(leaves)))
 
-    def _shared(self, leaves: Sequence[tuple[str, torch.Tensor]]) -> list[Treatment]:
-        """One treatment for paths of one storage: exact if any must be, else the config of
-        the first path in sorted order (independent of the structure's key order)."""
-        decisions = {p: self.quant_for(p, x) for p, x in leaves}
-        paths = [p for p, _ in leaves]
+    def _decide(self, names: Mapping[str, torch.Tensor]) -> tuple[QuantConfig | None, str | None]:
+        """One decision for all names of one storage: exact if any name must be, else the
+        config of the first name in sorted order (independent of the structure's key order)."""
+        decisions = {p: self.quant_for(p, x) for p, x in names.items()}
         exact = sorted(p for p, (q, _) in decisions.items() if q is None)
         if exact:
             why = decisions[exact[0]][1]
-            quant, reason = None, why if len(paths) == 1 else f"{why} (as {exact[0]})"
-        else:
-            quant, reason = decisions[min(paths)][0], None
-        codec: Codec = "exact" if quant is None else "delta" if self.parent else "quant"
-        return [
-            Treatment(p, codec, quant, reason, tuple(q for q in paths if q != p)) for p in paths
-        ]
+            return None, why if len(names) == 1 else f"{why} (as {exact[0]})"
+        return decisions[min(names)][0], None
 
     def prequantized_for(
         self, t: Treatment, x: torch.Tensor, scores: torch.Tensor | None = None
