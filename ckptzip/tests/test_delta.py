@@ -188,7 +188,7 @@ def _payload() -> tuple[DeltaPayload, np.ndarray]:
         ({"n": 4999}, "wrong parent"),
         ({"rle_bytes": 10**12}, "out of range"),
         ({"nonzero": -1}, "out of range"),
-        ({"rle_bytes": 5}, "decompressed"),
+        ({"rle_bytes": 5}, "decoded to"),
     ],
 )
 def test_damaged_metadata_is_corrupt(change: dict[str, object], match: str) -> None:

@@ -126,9 +126,14 @@ def decompress(data: bytes | bytearray | memoryview, expected_size: int) -> byte
         )
     except zstandard.ZstdError as exc:
         raise CorruptCheckpointError(f"corrupt zstd frame: {exc}") from exc
-    if len(out) != expected_size:
+    return _sized(out, expected_size, "zstd frame")
+
+
+def _sized(out: bytes, size: int, what: str) -> bytes:
+    """``out`` if it is ``size`` bytes long, else the corruption it reveals."""
+    if len(out) != size:
         raise CorruptCheckpointError(
-            f"zstd frame decoded to {len(out)} bytes, the manifest records {expected_size}"
+            f"{what} decoded to {len(out)} bytes, the manifest records {size}"
         )
     return out
 
@@ -275,11 +280,7 @@ def _lzma_decompress(data: bytes, size: int) -> bytes:
         out = dec.decompress(data, max_length=size + 1)
     except lzma.LZMAError as exc:
         raise CorruptCheckpointError(f"payload is not valid lzma data: {exc}") from exc
-    if len(out) != size:
-        raise CorruptCheckpointError(
-            f"lzma payload decompressed to {len(out)}+ bytes, the metadata says {size}"
-        )
-    return out
+    return _sized(out, size, "lzma payload (at most one byte past the recorded size)")
 
 
 def _zero_runs(symbols: np.ndarray) -> bytes:

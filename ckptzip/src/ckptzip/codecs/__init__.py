@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from ckptzip.codecs.base import (
+    ENTRY_POINT_GROUP,
     Codec,
     DecodeContext,
+    Decoded,
+    Description,
     EncodeContext,
     Encoded,
     ParentView,
@@ -15,8 +18,11 @@ from ckptzip.codecs.base import (
 )
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "Codec",
     "DecodeContext",
+    "Decoded",
+    "Description",
     "EncodeContext",
     "Encoded",
     "ParentView",
