@@ -232,6 +232,8 @@ def test_inspect_reasons_come_from_the_codecs(tmp_path: Path) -> None:
     p = tmp_path / "c.ckz"
     ckptzip.save({"w": torch.randn(5000), "b": torch.randn(3)}, p)
     entries = {e.path: e for e in read_manifest(p).tensors}
+    report = ckptzip.save({"w": torch.randn(5000), "b": torch.randn(3)}, p, overwrite=True)
+    assert [e.reason for e in report.entries] == [None, "fewer than min_numel=4096 elements"]
     b = get_codec("exact").describe(entries["b"].meta)
     assert b.note == "fewer than min_numel=4096 elements" and b.protected is None
     w = get_codec("quant").describe(entries["w"].meta)

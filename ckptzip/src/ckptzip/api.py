@@ -75,6 +75,8 @@ class TensorReport:
         Bytes of the tensor in memory (``numel × itemsize``).
     rel_error:
         Measured relative L2 error (0 for exact tensors, ``None`` if not measurable).
+    reason:
+        Why the plan stored the tensor exactly (``None`` when lossy).
     """
 
     path: str
@@ -85,6 +87,7 @@ class TensorReport:
     bytes: int
     nbytes: int
     rel_error: float | None
+    reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +99,7 @@ class TensorReport:
             "bytes": self.bytes,
             "nbytes": self.nbytes,
             "rel_error": self.rel_error,
+            "reason": self.reason,
         }
 
 
@@ -419,8 +423,9 @@ def save(
             bytes=sum(manifest.chunks[e.chunks[0] + j].length for j in range(e.chunks[1])),
             nbytes=e.nbytes,
             rel_error=e.rel_error,
+            reason=t.reason,
         )
-        for e, cfg in zip(entries, configs, strict=True)
+        for e, cfg, t in zip(entries, configs, plan, strict=True)
     )
     return Report(
         path=path,
