@@ -2,10 +2,11 @@
 
 Every rule that chooses a tensor's treatment lives here and nowhere else: which tensors may be
 lossy at all (:func:`exact_reason`), the configured :class:`~ckptzip.config.QuantConfig`, the
-optimizer-moment rules (:class:`MomentPolicy`, :func:`keep_zeros`, :func:`second_moment`), and
-whether a lossy tensor is delta-coded against a parent. :func:`ckptzip.save` executes a plan;
-:func:`ckptzip.search.search` asks the same functions which tensors it may search and how the
-moments of a searched weight follow it.
+optimizer-moment rules (:class:`MomentPolicy`, :func:`keep_zeros`, :func:`second_moment`,
+:func:`moment_configs`: which state tensors are whose moments and how they follow their
+weight), and whether a lossy tensor is delta-coded against a parent. :func:`ckptzip.save`
+executes a plan; :func:`ckptzip.search.search` asks the same functions which tensors it may
+search and how the moments of a searched weight follow it.
 
 The shape follows ``torch.distributed.checkpoint``'s ``SavePlanner``: decide first, as plain
 frozen data, then write. Call order (driven by :func:`ckptzip.save`)::
@@ -24,7 +25,7 @@ change what is stored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -46,8 +47,10 @@ __all__ = [
     "exact_reason",
     "fingerprint",
     "keep_zeros",
+    "moment_configs",
     "moment_kind",
     "second_moment",
+    "state_indices",
     "zero_fraction",
 ]
 
@@ -193,6 +196,54 @@ class MomentPolicy:
     ) -> QuantConfig | None:
         """The config of a moment of ``kind`` whose weight is quantized with ``weight``."""
         return self.first(weight, zeros) if kind == "first" else self.second()
+
+
+def state_indices(optimizer: torch.optim.Optimizer) -> dict[int, int]:
+    """``id(param)`` → its index in ``optimizer.state_dict()["state"]`` (param_groups order)."""
+    out: dict[int, int] = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            out.setdefault(id(p), len(out))
+    return out
+
+
+def moment_configs(
+    optimizer: torch.optim.Optimizer,
+    weight_config: Callable[[torch.Tensor], QuantConfig | None],
+    policy: MomentPolicy,
+    prefix: str = "optimizer/",
+) -> dict[str, QuantConfig | None]:
+    """The config of every floating-point tensor of ``optimizer``'s state, by path.
+
+    A moment (:func:`moment_kind`) of a weight that ``weight_config`` quantizes follows
+    ``policy``; everything else (moments of exact weights, step counters, other state) is
+    ``None``: exact. Paths are those of ``optimizer.state_dict()`` under ``prefix``
+    (``"optimizer/state/3/exp_avg"``).
+
+    Examples
+    --------
+    >>> w = torch.nn.Parameter(torch.randn(64, 64))
+    >>> opt = torch.optim.Adam([w]); w.grad = torch.ones_like(w); opt.step()
+    >>> cfgs = moment_configs(opt, lambda p: QuantConfig(), MomentPolicy())
+    >>> cfgs["optimizer/state/0/exp_avg_sq"].log_domain, cfgs["optimizer/state/0/step"]
+    (True, None)
+    """
+    out: dict[str, QuantConfig | None] = {}
+    index = state_indices(optimizer)
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            weight = weight_config(p)
+            for key, value in optimizer.state.get(p, {}).items():
+                if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                    continue
+                path = f"{prefix}state/{index[id(p)]}/{key}"
+                kind = moment_kind(path)
+                out[path] = (
+                    None
+                    if weight is None or kind is None
+                    else policy.for_moment(kind, weight, zero_fraction(value))
+                )
+    return out
 
 
 def exact_reason(path: str, x: torch.Tensor, config: CompressionConfig) -> str | None:

@@ -101,8 +101,8 @@ from ckptzip.plan import (
     Prequantized,
     exact_reason,
     fingerprint,
-    moment_kind,
-    zero_fraction,
+    moment_configs,
+    state_indices,
 )
 from ckptzip.quantize import dequantize, quantize
 
@@ -719,15 +719,6 @@ def search(
     )
 
 
-def _param_indices(optimizer: torch.optim.Optimizer) -> dict[int, int]:
-    """id(param) → its index in ``optimizer.state_dict()["state"]`` (order of param_groups)."""
-    out: dict[int, int] = {}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            out.setdefault(id(p), len(out))
-    return out
-
-
 def _aliases(model: nn.Module) -> dict[str, str]:
     """Every parameter name (tied ones too) → the name ``named_parameters()`` lists it under."""
     first: dict[int, str] = {}
@@ -760,33 +751,20 @@ def _compression_config(
         else:
             overrides.append((_escape(path), cfg))
     if optimizer is not None:
-        index = _param_indices(optimizer)
         names = {id(p): n for n, p in model.named_parameters()}
-        for p in _all_params(optimizer):
-            prefix = f"{optimizer_prefix}state/{index[id(p)]}/"
+
+        def weight_config(p: torch.Tensor) -> QuantConfig | None:
             name = names.get(id(p), "")
-            wcfg = layer_configs.get(params[name][0]) if name in params else None
-            for key, value in optimizer.state.get(p, {}).items():
-                path = _escape(prefix + str(key))
-                if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-                    continue
-                kind = moment_kind(prefix + str(key))
-                cfg = None
-                if wcfg is not None and kind is not None:
-                    cfg = moments.for_moment(kind, wcfg, zero_fraction(value))
-                if cfg is None:
-                    exact.append(path)
-                else:
-                    overrides.append((path, cfg))
+            return layer_configs.get(params[name][0]) if name in params else None
+
+        for path, cfg in moment_configs(
+            optimizer, weight_config, moments, optimizer_prefix
+        ).items():
+            if cfg is None:
+                exact.append(_escape(path))
+            else:
+                overrides.append((_escape(path), cfg))
     return replace(base, overrides=(*overrides, *base.overrides), exact=tuple(exact))
-
-
-def _all_params(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
-    seen: dict[int, nn.Parameter] = {}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            seen.setdefault(id(p), p)
-    return list(seen.values())
 
 
 def save_scores(
@@ -816,7 +794,7 @@ def save_scores(
     out = {model_prefix + a: scores[n] for a, n in _aliases(model).items() if n in scores}
     if optimizer is None:
         return out
-    index = _param_indices(optimizer)
+    index = state_indices(optimizer)
     kinds = {path[len(model_prefix) :]: k for path, k in result.paths.items()}
     for name, p in model.named_parameters():
         kind = kinds.get(name)
