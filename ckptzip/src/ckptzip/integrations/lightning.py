@@ -1,0 +1,111 @@
+"""PyTorch Lightning: a ``CheckpointIO`` plugin that writes every checkpoint through ckptzip.
+
+>>> trainer = pl.Trainer(plugins=[CkptzipCheckpointIO()])              # doctest: +SKIP
+>>> trainer = pl.Trainer(plugins=[AsyncCheckpointIO(CkptzipCheckpointIO())])  # doctest: +SKIP
+>>> trainer.fit(model, ckpt_path="ckpts/last.ckpt")                    # doctest: +SKIP
+>>> model = load_from_checkpoint(MyModule, "ckpts/last.ckpt")          # doctest: +SKIP
+
+``ModelCheckpoint`` (top-k, ``last.ckpt``, removal of old files), resuming with ``ckpt_path=``,
+``trainer.test(ckpt_path="best")`` and Lightning's ``AsyncCheckpointIO`` all go through the
+plugin. ``LightningModule.load_from_checkpoint`` does not (it calls ``torch.load`` on the path
+itself): use :func:`load_from_checkpoint` here, which decodes the file and hands Lightning the
+same dict through an in-memory ``torch.load(weights_only=True)``.
+
+What a Lightning checkpoint must hold: the model's ``state_dict`` and optimizer and scheduler
+states are tensors and plain values; loops' and callbacks' states (``ModelCheckpoint``'s best
+paths and scores, your callbacks' ``state_dict()``) and hyper-parameters are stored in the
+file's JSON manifest, which takes numbers, strings, ``None``, bools, lists, tuples, dicts with
+str/int keys and tensors, and never pickle. Anything else (an ``nn.Module`` or a dataset passed
+to ``__init__``, a ``Path``, an ``Enum``) is refused at save time with the key that holds it:
+leave it out of the hyper-parameters (``self.save_hyperparameters(ignore=["backbone"])``) or
+pass a plain value instead. Dict subclasses (Lightning's ``AttributeDict``) come back as
+``dict``, which Lightning wraps again when it rebuilds the module.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, TypeVar
+
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.utilities.cloud_io import get_filesystem
+from pytorch_lightning.plugins.io import CheckpointIO
+
+import ckptzip
+from ckptzip import storage
+from ckptzip.config import CompressionConfig
+
+__all__ = ["CkptzipCheckpointIO", "load_from_checkpoint"]
+
+_T = TypeVar("_T", pl.LightningModule, pl.LightningDataModule)
+
+
+def _device(map_location: Any) -> str | torch.device:
+    # Lightning may pass a function or a dict (torch.load's forms); ckptzip places tensors on
+    # one device, so those load on the CPU and Lightning moves the state where it belongs.
+    if isinstance(map_location, (str, torch.device)):
+        return map_location
+    return "cpu"
+
+
+class CkptzipCheckpointIO(CheckpointIO):
+    """Save and load Lightning checkpoints as ckptzip files (under Lightning's file names).
+
+    Parameters
+    ----------
+    config:
+        How to compress (default :class:`~ckptzip.CompressionConfig`): model weights and
+        optimizer moments quantized, step counters, loop and callback state exact.
+    """
+
+    def __init__(self, config: CompressionConfig | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.last_report: ckptzip.Report | None = None
+        """The :class:`~ckptzip.Report` of the latest save (sizes, ratio, time)."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError(
+                f"CkptzipCheckpointIO takes no storage_options, got {storage_options!r}; "
+                "configure it with CkptzipCheckpointIO(config=...)"
+            )
+        path = os.fspath(path)
+        if not storage.is_url(path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        # ModelCheckpoint rewrites last.ckpt on purpose; the write stays atomic
+        self.last_report = ckptzip.save(checkpoint, path, config=self.config, overwrite=True)
+
+    def load_checkpoint(
+        self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        # weights_only is torch.load's switch; ckptzip never unpickles, so every load is safe
+        out = ckptzip.load(os.fspath(path), map_location=_device(map_location))
+        if not isinstance(out, dict):
+            raise ckptzip.CorruptCheckpointError(f"{path!r} does not hold a Lightning checkpoint")
+        return out
+
+    def remove_checkpoint(self, path: Any) -> None:
+        fs = get_filesystem(path)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+
+def load_from_checkpoint(
+    cls: type[_T], path: str | os.PathLike[str], *, map_location: Any = None, **kwargs: Any
+) -> _T:
+    """``cls.load_from_checkpoint`` for a checkpoint written by :class:`CkptzipCheckpointIO`.
+
+    ``kwargs`` go to Lightning's ``load_from_checkpoint`` (``strict=``, hyper-parameter
+    overrides). The decoded checkpoint reaches Lightning through an in-memory
+    ``torch.save`` read back with ``weights_only=True``: plain values and tensors only.
+    """
+    checkpoint = CkptzipCheckpointIO().load_checkpoint(path, map_location=map_location)
+    buf = io.BytesIO()
+    torch.save(checkpoint, buf)
+    buf.seek(0)
+    return cls.load_from_checkpoint(buf, map_location=map_location, weights_only=True, **kwargs)
