@@ -13,7 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptzip.errors import CorruptCheckpointError, UnsupportedValueError
-from ckptzip.structure import DTYPES, MAX_DEPTH, dtype_from_name, dtype_name, flatten, unflatten
+from ckptzip.structure import (
+    DTYPES,
+    MAX_DEPTH,
+    MAX_INT_BITS,
+    dtype_from_name,
+    dtype_name,
+    flatten,
+    ndarray_entries,
+    skeleton_version,
+    unflatten,
+)
 
 scalars = st.one_of(
     st.none(),
@@ -139,7 +149,10 @@ def test_unreferenced_and_doubly_referenced_tensors() -> None:
         unflatten({"$": "list", "v": []}, [torch.zeros(1)])
     ref = {"$": "tensor", "i": 0}
     with pytest.raises(CorruptCheckpointError, match="twice"):
-        unflatten({"$": "list", "v": [ref, ref]}, [torch.zeros(1)])
+        unflatten({"$": "list", "v": [ref, ref]}, [torch.zeros(1)], version=1)
+    # version 2: two names of one entry (tied weights) share its storage
+    a, b = unflatten({"$": "list", "v": [ref, ref]}, [torch.zeros(1)])
+    assert a is not b and a.data_ptr() == b.data_ptr()
 
 
 def test_deep_skeleton_is_refused() -> None:
@@ -179,8 +192,6 @@ def test_numpy_scalars_and_subclasses_become_plain_values() -> None:
     assert math.isnan(back["nan"])
     assert back["p"] == (1, 2) and type(back["p"]) is tuple
     assert back["size"] == (2, 3) and type(back["dd"]) is dict
-    with pytest.raises(UnsupportedValueError, match=r"torch\.from_numpy"):
-        flatten({"a": np.zeros(3)})
 
 
 json_values = st.recursive(
@@ -208,3 +219,127 @@ def test_unflatten_of_arbitrary_json_only_raises_corrupt(node: Any, n: int) -> N
         return
     # accepted: a well-formed structure that uses each leaf exactly once
     assert len(flatten(obj)[1]) == n
+
+
+def _through_json(obj: Any) -> tuple[Any, Any, list[tuple[str, torch.Tensor]]]:
+    """``obj`` flattened, sent through JSON and rebuilt over copies of its entries."""
+    skel, entries = flatten(obj)
+    skel = json.loads(json.dumps(skel, allow_nan=False))
+    return unflatten(skel, [t.clone() for _, t in entries]), skel, entries
+
+
+def test_tied_tensors_are_one_entry_and_come_back_shared() -> None:
+    w = torch.randn(5, 3)
+    back, skel, entries = _through_json({"wte": w, "lm_head": w, "other": torch.ones(2)})
+    assert [p for p, _ in entries] == ["wte", "other"]
+    assert skeleton_version(skel) == 2
+    assert back["wte"] is not back["lm_head"]
+    assert back["wte"].data_ptr() == back["lm_head"].data_ptr()
+    back["wte"].add_(1)
+    assert torch.equal(back["lm_head"], w + 1)
+
+
+def test_state_dict_of_a_tied_module_shares_storage() -> None:
+    emb = torch.nn.Embedding(7, 4)
+    head = torch.nn.Linear(4, 7, bias=False)
+    head.weight = emb.weight
+    sd = torch.nn.Sequential(emb, head).state_dict()
+    back, _, entries = _through_json(sd)
+    assert [p for p, _ in entries] == ["0.weight"]
+    assert back["0.weight"].data_ptr() == back["1.weight"].data_ptr()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda w: {"w": w, "row": w[2], "col": w[:, 1], "t": w.t(), "flat": w.view(-1)},
+        lambda w: {"row": w[2], "w": w},  # the view comes first: the base is still the entry
+        lambda w: {"a": w.view(-1)[3:9], "b": w.view(-1)[6:14]},  # views without their base
+        lambda w: {"x": w.expand(2, 6, 4), "y": w[1:3]},  # stride 0
+    ],
+)
+def test_views_come_back_as_views_of_one_entry(make: Any) -> None:
+    w = torch.arange(24.0).reshape(6, 4)
+    obj = make(w)
+    back, skel, entries = _through_json(obj)
+    assert len(entries) == 1
+    base = entries[0][1]
+    assert base.numel() <= w.numel()
+    for k, v in obj.items():
+        assert torch.equal(back[k], v) and back[k].stride() == v.stride(), k
+    # one storage behind every name, as torch.save gives back
+    ptrs = {t.untyped_storage().data_ptr() for t in back.values()}
+    assert len(ptrs) == 1
+
+
+def test_views_reaching_outside_their_entry_are_corrupt() -> None:
+    base = [torch.zeros(6)]
+    node = {"$": "view", "i": 0, "offset": 2, "shape": [3], "stride": [2]}
+    with pytest.raises(CorruptCheckpointError, match="reaches element 6"):
+        unflatten(node, base)
+    for bad in (
+        {**node, "offset": -1},
+        {**node, "shape": [1, 2]},
+        {**node, "stride": [True]},
+        {**node, "shape": [1 << 30] * 3, "stride": [0, 0, 0], "offset": 0},
+        {**node, "extra": 1},
+    ):
+        with pytest.raises(CorruptCheckpointError):
+            unflatten(bad, base)
+    with pytest.raises(CorruptCheckpointError, match="unknown node tag 'view'"):
+        unflatten({**node, "offset": 0}, base, version=1)
+
+
+def test_numpy_arrays_and_rng_states_round_trip_exactly() -> None:
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(5)
+    obj = {
+        "legacy": np.random.RandomState(3).get_state(),
+        "legacy_dict": np.random.RandomState(4).get_state(legacy=False),
+        "generator": rng.bit_generator.state,
+        "philox": np.random.Philox(7).state,
+        "arrays": [
+            np.arange(6, dtype=">i4").reshape(2, 3),  # big-endian: stored by value
+            np.linspace(0, 1, 5)[::2],  # not contiguous
+            np.array(3.5, dtype=np.float16),
+            np.array([True, False]),
+            np.array([1 + 2j], dtype=np.complex64),
+            np.array([2**64 - 1], dtype=np.uint64),
+        ],
+    }
+    back, skel, entries = _through_json(obj)
+    assert ndarray_entries(skel) == set(range(len(entries)))
+    assert skeleton_version(skel) == 2
+    state = np.random.RandomState()
+    state.set_state(back["legacy"])
+    assert state.randint(1 << 30) == np.random.RandomState(3).randint(1 << 30)
+    state.set_state(back["legacy_dict"])
+    g = np.random.Generator(np.random.PCG64())
+    g.bit_generator.state = back["generator"]
+    assert g.integers(1 << 40) == rng.integers(1 << 40)
+    assert back["philox"]["state"]["counter"].dtype == np.uint64
+    for a, b in zip(obj["arrays"], back["arrays"], strict=True):
+        assert isinstance(b, np.ndarray) and b.shape == a.shape
+        assert b.dtype == a.dtype.newbyteorder("=") and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (lambda np: np.array(["a"]), "dtype <U1"),
+        (lambda np: np.array([object()]), "dtype object"),
+        (lambda np: np.zeros(2, dtype=[("a", "i4")]), "dtype"),
+    ],
+)
+def test_numpy_arrays_that_need_pickle_are_refused(value: Any, fragment: str) -> None:
+    np = pytest.importorskip("numpy")
+    with pytest.raises(UnsupportedValueError, match=fragment):
+        flatten({"x": value(np)})
+
+
+def test_huge_integers_are_refused_before_any_work() -> None:
+    flatten({"ok": 1 << MAX_INT_BITS - 1, "pcg": 2**128 - 1})
+    with pytest.raises(UnsupportedValueError, match="'big'.*bits"):
+        flatten({"big": 10**5000})
+    with pytest.raises(UnsupportedValueError, match="integer key"):
+        flatten({10**5000: 1})

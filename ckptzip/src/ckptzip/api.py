@@ -38,7 +38,7 @@ from ckptzip.errors import (
     MissingParentError,
 )
 from ckptzip.plan import Planner, Prequantized, exact_reason
-from ckptzip.structure import dtype_name, flatten, unflatten
+from ckptzip.structure import dtype_name, flatten, ndarray_entries, reference_paths, unflatten
 
 __all__ = [
     "DecodedCache",
@@ -346,7 +346,13 @@ def save(
     if parent is not None:
         parent_view, parent_ref = _parent_of(path, parent, cache)
     planner = Planner(config, parent=parent_view is not None, prequantized=prequantized)
-    plan = planner.plan(leaves)
+    # one decision per stored entry, whichever of its names (tied weights) came first
+    names = reference_paths(skeleton)
+    plan = planner.plan(
+        leaves,
+        aliases={i: [n for n in names[i] if n != p] for i, (p, _) in enumerate(leaves)},
+        exact=dict.fromkeys(ndarray_entries(skeleton), "NumPy array"),
+    )
 
     total = sum(x.numel() * x.element_size() for _, x in leaves)
     done = 0

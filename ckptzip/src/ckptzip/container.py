@@ -3,8 +3,8 @@
 Layout (all integers little-endian; the full spec is ``FORMAT.md``)::
 
     offset 0   8 bytes   magic b"CKPTZIP\\0"
-           8   u16       format version (1)
-          10   u16       flags, 0 in version 1
+           8   u16       format version (1 or 2)
+          10   u16       flags, 0
           12   u64       manifest length M (at most MAX_MANIFEST_BYTES)
           20   M bytes   manifest, UTF-8 JSON
         20+M   32 bytes  sha256 of the manifest bytes
@@ -30,8 +30,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
+import torch
+
 from ckptzip.errors import CorruptCheckpointError, UnsupportedFormatError
-from ckptzip.structure import DTYPES, dtype_from_name, unflatten
+from ckptzip.structure import (
+    DTYPES,
+    MAX_NDIM,
+    MAX_NUMEL,
+    dtype_from_name,
+    skeleton_version,
+    unflatten,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -48,13 +57,14 @@ __all__ = [
 ]
 
 MAGIC = b"CKPTZIP\0"
-FORMAT_VERSION = 1
+# The newest version this release writes; it reads every version up to it. A writer uses the
+# lowest version that holds its file (``structure.skeleton_version``), so a file without
+# shared storage or NumPy arrays stays readable by version-1 readers.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 HEADER = struct.Struct("<8sHHQ")
 DIGEST_SIZE = 32
 MAX_MANIFEST_BYTES = 64 << 20
-# Bounds that no real checkpoint reaches and that keep arithmetic on hostile shapes harmless.
-MAX_NDIM = 64
-MAX_NUMEL = 1 << 48
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _ITEMSIZE = {name: dt.itemsize for name, dt in DTYPES.items()}
 
@@ -104,6 +114,10 @@ class TensorEntry:
         """Size of the decoded tensor in bytes."""
         return self.numel * _ITEMSIZE[self.dtype]
 
+    def stand_in(self) -> torch.Tensor:
+        """A data-less (``meta``) tensor of this entry's shape and dtype."""
+        return torch.empty(self.shape, dtype=DTYPES[self.dtype], device="meta")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
@@ -119,7 +133,10 @@ class TensorEntry:
 
 @dataclass(frozen=True)
 class Manifest:
-    """Everything in a file except the chunk bytes."""
+    """Everything in a file except the chunk bytes.
+
+    ``version`` is the file's format version; by default the lowest that holds ``skeleton``.
+    """
 
     skeleton: Any
     tensors: tuple[TensorEntry, ...]
@@ -127,7 +144,11 @@ class Manifest:
     parent: dict[str, str] | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     created_by: str = ""
-    version: int = FORMAT_VERSION
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.version:
+            object.__setattr__(self, "version", skeleton_version(self.skeleton))
 
     @property
     def data_bytes(self) -> int:
@@ -146,8 +167,11 @@ class Manifest:
         }
 
     @classmethod
-    def from_json(cls, doc: Any, *, data_bytes: int | None = None) -> Manifest:
-        """Validate a parsed manifest; ``data_bytes`` is the size of the data section."""
+    def from_json(
+        cls, doc: Any, *, data_bytes: int | None = None, version: int = FORMAT_VERSION
+    ) -> Manifest:
+        """Validate a parsed manifest; ``data_bytes`` is the size of the data section and
+        ``version`` the header's format version."""
         if not isinstance(doc, dict):
             raise _bad("the top level must be a JSON object")
         required = {"format", "version", "parent", "metadata", "skeleton", "tensors", "chunks"}
@@ -156,9 +180,9 @@ class Manifest:
             raise _bad(f"missing fields {sorted(missing)}")
         if doc["format"] != "ckptzip":
             raise _bad(f"format={doc['format']!r}, expected 'ckptzip'")
-        if doc["version"] != FORMAT_VERSION or not _is_int(doc["version"]):
+        if doc["version"] != version or not _is_int(doc["version"]):
             raise UnsupportedFormatError(
-                f"manifest version {doc['version']!r} disagrees with the header's {FORMAT_VERSION}"
+                f"manifest version {doc['version']!r} disagrees with the header's {version}"
             )
         created_by = doc.get("created_by", "")
         if not isinstance(created_by, str):
@@ -232,8 +256,9 @@ class Manifest:
             next_chunk += tensors[-1].chunks[1]
         if next_chunk != len(chunks):
             raise _bad(f"the tensors use {next_chunk} chunks but {len(chunks)} are listed")
-        # the skeleton is checked in full here, with stand-in leaves, so `verify` covers it
-        unflatten(doc["skeleton"], range(len(tensors)))
+        # the skeleton is checked in full here, over data-less stand-ins of the entries (views
+        # are bounds-checked against them), so `verify` covers it
+        unflatten(doc["skeleton"], [t.stand_in() for t in tensors], version=version)
         return cls(
             skeleton=doc["skeleton"],
             tensors=tuple(tensors),
@@ -241,6 +266,7 @@ class Manifest:
             parent=None if parent is None else dict(parent),
             metadata=dict(metadata),
             created_by=created_by,
+            version=version,
         )
 
 
@@ -318,7 +344,7 @@ def write(f: Writable, manifest: Manifest, chunks: Sequence[bytes]) -> int:
         raise ValueError(
             f"manifest of {len(head)} bytes exceeds the format's cap of {MAX_MANIFEST_BYTES}"
         )
-    f.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(head)))
+    f.write(HEADER.pack(MAGIC, manifest.version, 0, len(head)))
     f.write(head)
     f.write(hashlib.sha256(head).digest())
     total = HEADER.size + len(head) + DIGEST_SIZE
@@ -385,10 +411,11 @@ class Reader:
         if len(head) < HEADER.size:
             raise CorruptCheckpointError(f"{name}: truncated: {size} bytes, not even a header")
         _, version, flags, mlen = HEADER.unpack(head)
-        if version != FORMAT_VERSION:
+        if version not in READ_VERSIONS:
             raise UnsupportedFormatError(
-                f"{name}: format version {version}; this ckptzip reads version "
-                f"{FORMAT_VERSION}" + (" (upgrade ckptzip)" if version > FORMAT_VERSION else "")
+                f"{name}: format version {version}; this ckptzip reads versions "
+                f"{', '.join(map(str, READ_VERSIONS))}"
+                + (" (upgrade ckptzip)" if version > FORMAT_VERSION else "")
             )
         if flags != 0:
             raise UnsupportedFormatError(
@@ -420,7 +447,9 @@ class Reader:
             if isinstance(exc, CorruptCheckpointError):
                 raise
             raise CorruptCheckpointError(f"{name}: manifest is not valid JSON: {exc}") from None
-        self.manifest = Manifest.from_json(doc, data_bytes=size - self.data_start)
+        self.manifest = Manifest.from_json(
+            doc, data_bytes=size - self.data_start, version=version
+        )
         self.manifest_size = mlen
 
     def read_chunk(self, i: int) -> bytes:

@@ -1,32 +1,53 @@
 """Flatten a checkpoint object into tensor entries plus a JSON skeleton, and back.
 
 A checkpoint is what people pass to ``torch.save``: nested ``dict`` / ``list`` / ``tuple`` of
-tensors, Python scalars (``int``, ``float`` including NaN and ±inf, ``bool``), ``str`` and
-``None``. :func:`flatten` turns it into a JSON-able *skeleton* in which every tensor is replaced
-by a reference ``{"$": "tensor", "i": n}``, plus the list of ``(path, tensor)`` entries in the
-order the references number them. Paths join dict keys and list positions with ``/``
-(``"model/fc.weight"``, ``"optimizer/state/3/exp_avg"``).
+tensors, NumPy arrays, Python scalars (``int``, ``float`` including NaN and ±inf, ``bool``),
+``str`` and ``None``. :func:`flatten` turns it into a JSON-able *skeleton* in which every
+tensor is replaced by a reference to a stored *entry*, plus the list of ``(path, tensor)``
+entries in the order the references first number them. Paths join dict keys and list
+positions with ``/`` (``"model/fc.weight"``, ``"optimizer/state/3/exp_avg"``).
 
-Skeleton nodes (format version 1)::
+Tensors that share storage are stored once, as ``torch.save`` does: tied weights (GPT-2's
+``transformer.wte.weight`` and ``lm_head.weight``) become one entry, named after the first
+path that references it, and both references point at it; a view (``x[0]``, ``x.t()``) of a
+stored tensor becomes a ``view`` node over its entry. So every decision about a tensor (exact
+or quantized, which configuration) is made once per entry, and :func:`unflatten` gives back
+tensors that share storage exactly as they did. When several views of one storage are saved
+without the whole of it, the entry is the 1-D span of the storage they cover, named after the
+first of them. Tensors of different dtypes over one storage (``x.view(torch.int32)``) are
+stored apart and come back unshared.
+
+Skeleton nodes::
 
     null, true, false, "text", 12, 0.5          plain JSON (finite floats keep a ".0")
     {"$": "float", "v": "nan" | "inf" | "-inf"}
     {"$": "list",  "v": [node, ...]}
     {"$": "tuple", "v": [node, ...]}
     {"$": "dict",  "k": [key, ...], "v": [node, ...]}   keys: str or int, order kept
-    {"$": "tensor", "i": n}
+    {"$": "tensor", "i": n}                              entry n itself
+    {"$": "view", "i": n, "offset": o, "shape": [...], "stride": [...]}     (version 2)
+    {"$": "ndarray", "i": n}                             entry n as a NumPy array (version 2)
+
+In format version 1 each entry is referenced by exactly one ``tensor`` node; version 2 lets
+``tensor`` and ``view`` nodes share an entry (an ``ndarray`` entry is referenced once).
+:func:`skeleton_version` is the lowest version that holds a skeleton, so files without shared
+storage or NumPy arrays stay readable by version-1 readers.
 
 Subclasses come back as their plain type: ``OrderedDict`` (every ``state_dict``) and
 ``defaultdict`` as ``dict``, ``namedtuple`` and ``torch.Size`` as ``tuple``, ``IntEnum`` as
 ``int``; NumPy scalars (``np.int64``, ``np.float32``, ``np.bool_``) as the Python scalar of the
-same value. Anything else raises :class:`~ckptzip.errors.UnsupportedValueError` naming its path
-and type, because storing it would need pickle, which ckptzip never uses.
+same value. NumPy arrays of numeric and bool dtypes (``np.random.get_state()``'s key array,
+``Generator.bit_generator.state``'s) are stored bit-exactly and come back as NumPy arrays on
+the CPU. Integers are limited to :data:`MAX_INT_BITS` bits. Anything else raises
+:class:`~ckptzip.errors.UnsupportedValueError` naming its path and type, because storing it
+would need pickle, which ckptzip never uses.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,16 +58,29 @@ from ckptzip.errors import CorruptCheckpointError, UnsupportedValueError
 __all__ = [
     "DTYPES",
     "MAX_DEPTH",
+    "MAX_INT_BITS",
     "dtype_from_name",
     "dtype_name",
     "flatten",
     "join_path",
+    "ndarray_entries",
+    "reference_paths",
+    "skeleton_version",
     "unflatten",
 ]
 
 # Nesting deeper than this is refused on save and on load: real checkpoints nest a handful of
 # levels, and a bound keeps recursion (ours and json's) far from Python's limit.
 MAX_DEPTH = 100
+# JSON readers refuse integers beyond about 4,300 decimal digits (Python's int-digits limit);
+# refusing them while flattening fails a save before any work instead of after the encoding.
+# 14,000 bits is about 4,215 digits; RNG states need 128.
+MAX_INT_BITS = 14_000
+
+# Shapes (of entries and views) beyond these are refused: no real tensor comes near, and the
+# bounds keep arithmetic on hostile shapes harmless.
+MAX_NUMEL = 1 << 48
+MAX_NDIM = 64
 
 # Every dtype a file may name; the names are part of the format and never change.
 DTYPES: dict[str, torch.dtype] = {
@@ -98,26 +132,103 @@ def join_path(prefix: str, key: str | int) -> str:
     return f"{prefix}/{key}" if prefix else str(key)
 
 
+def _numpy_dtype_ok(dtype: torch.dtype) -> bool:
+    """Whether entries of this dtype may come back as NumPy arrays (NumPy has no bf16/fp8)."""
+    return dtype.itemsize > 1 or dtype in (torch.bool, torch.uint8, torch.int8)
+
+
+def _from_ndarray(a: np.ndarray, where: str) -> torch.Tensor:
+    if a.dtype.kind not in "biufc" or a.dtype.fields is not None:
+        raise UnsupportedValueError(
+            f"NumPy array at {where} has dtype {a.dtype}; only bool and numeric arrays can "
+            "be stored without pickle"
+        )
+    native = a.dtype.newbyteorder("=")
+    if a.dtype != native or not a.flags.c_contiguous or not a.flags.writeable:
+        a = np.ascontiguousarray(a, dtype=native).copy()  # torch wants native, writable memory
+    try:
+        t = torch.from_numpy(a)
+    except TypeError as exc:  # float128 and other dtypes torch lacks
+        raise UnsupportedValueError(f"NumPy array at {where}: {exc}") from None
+    if t.dtype not in _NAMES:
+        raise UnsupportedValueError(f"NumPy array at {where} has unsupported dtype {a.dtype}")
+    return t
+
+
+def _extent(x: torch.Tensor) -> int:
+    """Number of storage elements from ``x.storage_offset()`` that ``x`` can address."""
+    return 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True))
+
+
+@dataclass
+class _Group:
+    """Tensors met while flattening that share one storage and dtype (or stand alone)."""
+
+    entry: int
+    members: list[tuple[str, torch.Tensor, dict[str, Any]]] = field(default_factory=list)
+
+
 def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
     """Split ``obj`` into a JSON-able skeleton and its ``(path, tensor)`` entries.
+
+    Tensors sharing storage yield one entry (see the module docstring), so ``len(entries)``
+    may be smaller than the number of tensors in ``obj``.
 
     Raises
     ------
     UnsupportedValueError
-        A value, dict key or dtype cannot be stored (its path is named), the structure is
-        cyclic or deeper than :data:`MAX_DEPTH`, or two entries would share a path.
+        A value, dict key or dtype cannot be stored (its path is named), an integer has more
+        than :data:`MAX_INT_BITS` bits, the structure is cyclic or deeper than
+        :data:`MAX_DEPTH`, or two entries would share a path.
 
     Examples
     --------
-    >>> skel, tensors = flatten({"w": torch.zeros(2), "epoch": 3})
+    >>> w = torch.zeros(2, 3)
+    >>> skel, tensors = flatten({"w": w, "tied": w, "row": w[1], "epoch": 3})
     >>> [p for p, _ in tensors], skel["k"]
-    (['w'], ['w', 'epoch'])
-    >>> unflatten(skel, [t for _, t in tensors])["epoch"]
-    3
+    (['w'], ['w', 'tied', 'row', 'epoch'])
+    >>> back = unflatten(skel, [t for _, t in tensors])
+    >>> back["row"].data_ptr() == back["w"][1].data_ptr(), back["epoch"]
+    (True, 3)
     """
-    tensors: list[tuple[str, torch.Tensor]] = []
+    groups: list[_Group] = []
+    by_storage: dict[tuple[str, int, torch.dtype], _Group] = {}
+    ndarrays: dict[int, torch.Tensor] = {}
+    paths: list[str] = []
     seen_paths: set[str] = set()
     active: set[int] = set()  # ids of containers on the current path, to catch cycles
+
+    def new_group() -> _Group:
+        g = _Group(entry=len(groups))
+        groups.append(g)
+        return g
+
+    def add_tensor(x: torch.Tensor, path: str, where: str) -> dict[str, Any]:
+        if x.layout != torch.strided:
+            raise UnsupportedValueError(
+                f"tensor at {where} has layout {x.layout}; convert it with .to_dense() first"
+            )
+        if x.is_quantized or x.is_meta:
+            raise UnsupportedValueError(
+                f"tensor at {where} is a {'quantized' if x.is_quantized else 'meta'} "
+                "tensor, which ckptzip cannot store; dequantize or materialise it first"
+            )
+        try:
+            dtype_name(x.dtype)
+        except UnsupportedValueError as exc:
+            raise UnsupportedValueError(f"tensor at {where}: {exc}") from None
+        x = x.detach()
+        node: dict[str, Any] = {"$": "tensor"}  # completed once every member is known
+        ptr = x.untyped_storage().data_ptr() if x.numel() else 0
+        if ptr:
+            key = (str(x.device), ptr, x.dtype)
+            group = by_storage.get(key)
+            if group is None:
+                group = by_storage[key] = new_group()
+        else:  # nothing to share: empty tensors (and storages without data) stand alone
+            group = new_group()
+        group.members.append((path, x, node))
+        return node
 
     def walk(x: Any, path: str, depth: int) -> Any:
         where = repr(path) if path else "the root"
@@ -128,33 +239,31 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
         if x is None or isinstance(x, (bool, str)):
             return bool(x) if isinstance(x, bool) else (x if x is None else str(x))
         if isinstance(x, int):
+            if x.bit_length() > MAX_INT_BITS:
+                raise UnsupportedValueError(
+                    f"integer at {where} has {x.bit_length()} bits, more than the "
+                    f"{MAX_INT_BITS} a file may hold (JSON readers refuse such numbers); "
+                    "store it as a string"
+                )
             return int(x)  # IntEnum and friends become plain ints
         if isinstance(x, float):
             if math.isfinite(x):
                 return float(x)
             return {"$": "float", "v": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
-        if isinstance(x, torch.Tensor):
-            if x.layout != torch.strided:
-                raise UnsupportedValueError(
-                    f"tensor at {where} has layout {x.layout}; convert it with .to_dense() first"
-                )
-            if x.is_quantized or x.is_meta:
-                raise UnsupportedValueError(
-                    f"tensor at {where} is a {'quantized' if x.is_quantized else 'meta'} "
-                    "tensor, which ckptzip cannot store; dequantize or materialise it first"
-                )
-            try:
-                dtype_name(x.dtype)
-            except UnsupportedValueError as exc:
-                raise UnsupportedValueError(f"tensor at {where}: {exc}") from None
+        if isinstance(x, (torch.Tensor, np.ndarray)):
             if path in seen_paths:
                 raise UnsupportedValueError(
                     f"two tensors would share the path {path!r} (a dict key contains '/'); "
                     "rename the key"
                 )
             seen_paths.add(path)
-            tensors.append((path, x.detach()))
-            return {"$": "tensor", "i": len(tensors) - 1}
+            if isinstance(x, torch.Tensor):
+                return add_tensor(x, path, where)
+            group = new_group()  # arrays are stored apart: NumPy views are not tracked
+            ndarrays[group.entry] = _from_ndarray(x, where)
+            node = {"$": "ndarray"}
+            group.members.append((path, ndarrays[group.entry], node))
+            return node
         if isinstance(x, (dict, list, tuple)):
             if id(x) in active:
                 raise UnsupportedValueError(f"value at {where} contains itself (a cycle)")
@@ -169,6 +278,11 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
                                 f"dict at {where} has key {k!r} of type {type(k).__name__}; "
                                 "only str and int keys can be stored"
                             )
+                        if isinstance(k, int) and k.bit_length() > MAX_INT_BITS:
+                            raise UnsupportedValueError(
+                                f"dict at {where} has an integer key of more than "
+                                f"{MAX_INT_BITS} bits; store it as a string"
+                            )
                         keys.append(k if isinstance(k, str) else int(k))
                         values.append(walk(v, join_path(path, k), depth + 1))
                     return {"$": "dict", "k": keys, "v": values}
@@ -176,11 +290,6 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
                 return {"$": "tuple" if isinstance(x, tuple) else "list", "v": items}
             finally:
                 active.discard(id(x))
-        if isinstance(x, np.ndarray):
-            raise UnsupportedValueError(
-                f"value at {where} is a NumPy array; store it as a tensor "
-                "(torch.from_numpy(array)) and convert back after loading"
-            )
         raise UnsupportedValueError(
             f"value at {where} has type {type(x).__module__}.{type(x).__qualname__}, which "
             "ckptzip cannot store without pickle; convert it to tensors, numbers, strings, "
@@ -188,28 +297,176 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
         )
 
     skeleton = walk(obj, "", 0)
-    return skeleton, tensors
+    # Entries are numbered in the order their first reference was met; empty groups do not
+    # occur (each is created with its first member).
+    entries: list[tuple[str, torch.Tensor]] = []
+    for g in groups:
+        entries.append(_settle(g))
+    del paths, ndarrays
+    return skeleton, entries
 
 
-def unflatten(skeleton: Any, leaves: Sequence[Any]) -> Any:
-    """Rebuild the object from a skeleton and its leaves (``leaves[i]`` for reference ``i``).
+def _settle(g: _Group) -> tuple[str, torch.Tensor]:
+    """Choose what a group stores and fill in its members' nodes; returns the entry."""
+    first_path, first, first_node = g.members[0]
+    if first_node["$"] == "ndarray" or len(g.members) == 1:
+        first_node["i"] = g.entry
+        return first_path, first
+    starts = [x.storage_offset() for _, x, _ in g.members]
+    lo = min(starts)
+    hi = max(s + _extent(x) for s, (_, x, _) in zip(starts, g.members, strict=True))
+    # Prefer a member that is exactly the covered span (tied weights, a base and its views):
+    # its path and shape are what a user recognises in reports and configs.
+    base_path, base = first_path, first.as_strided((hi - lo,), (1,), lo)
+    for p, x, _ in g.members:
+        if x.storage_offset() == lo and x.is_contiguous() and x.numel() == hi - lo:
+            base_path, base = p, x
+            break
+    for _, x, node in g.members:
+        node["i"] = g.entry
+        same = (
+            x.shape == base.shape
+            and x.stride() == base.stride()
+            and x.storage_offset() == base.storage_offset()
+        )
+        if not same:
+            node["$"] = "view"
+            node["offset"] = x.storage_offset() - lo
+            node["shape"] = list(x.shape)
+            node["stride"] = list(x.stride())
+    return base_path, base
 
-    The skeleton comes from a file, so every node is checked; each leaf must be referenced
-    exactly once.
+
+def ndarray_entries(skeleton: Any) -> set[int]:
+    """Indices of the entries a skeleton restores as NumPy arrays (stored exactly, on CPU).
+
+    Examples
+    --------
+    >>> ndarray_entries(flatten({"t": torch.ones(1), "a": np.ones(2)})[0])
+    {1}
+    """
+    out: set[int] = set()
+    for node in _nodes(skeleton):
+        if node.get("$") == "ndarray" and isinstance(node.get("i"), int):
+            out.add(node["i"])
+    return out
+
+
+def reference_paths(skeleton: Any) -> dict[int, list[str]]:
+    """Every path that references each entry, in structure order (the entry's own first).
+
+    Examples
+    --------
+    >>> w = torch.ones(2)
+    >>> reference_paths(flatten({"wte": w, "head": {"w": w}, "row": w[1:]})[0])
+    {0: ['wte', 'head/w', 'row']}
+    """
+    out: dict[int, list[str]] = {}
+    stack: list[tuple[Any, str]] = [(skeleton, "")]
+    while stack:
+        node, path = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        tag, v = node.get("$"), node.get("v")
+        if tag in ("tensor", "view", "ndarray") and isinstance(node.get("i"), int):
+            out.setdefault(node["i"], []).append(path)
+        elif tag == "dict" and isinstance(v, list) and isinstance(node.get("k"), list):
+            stack.extend(
+                (c, join_path(path, k)) for k, c in reversed(list(zip(node["k"], v, strict=False)))
+            )
+        elif tag in ("list", "tuple") and isinstance(v, list):
+            stack.extend((c, join_path(path, i)) for i, c in reversed(list(enumerate(v))))
+    return out
+
+
+def skeleton_version(skeleton: Any) -> int:
+    """The lowest format version whose nodes hold ``skeleton`` (1, or 2 for shared storage
+    and NumPy arrays).
+
+    Examples
+    --------
+    >>> w = torch.ones(2)
+    >>> skeleton_version(flatten({"a": w})[0]), skeleton_version(flatten({"a": w, "b": w})[0])
+    (1, 2)
+    """
+    seen: set[int] = set()
+    for node in _nodes(skeleton):
+        tag = node.get("$")
+        if tag in ("view", "ndarray"):
+            return 2
+        if tag == "tensor":
+            if node.get("i") in seen:
+                return 2
+            seen.add(node.get("i"))  # type: ignore[arg-type]
+    return 1
+
+
+def _nodes(skeleton: Any) -> Iterator[dict[str, Any]]:
+    """Every tagged node of a skeleton, depth first (iterative: no recursion limit)."""
+    stack = [skeleton]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            v = node.get("v")
+            if isinstance(v, list):
+                stack.extend(reversed(v))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+
+
+def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
+    """Rebuild the object from a skeleton and its leaves (``leaves[i]`` for entry ``i``).
+
+    The skeleton comes from a file, so every node is checked against ``version``'s rules
+    (module docstring); every leaf must be referenced. Leaves are the decoded tensors
+    (contiguous); ``meta`` tensors of the entries' shapes check a skeleton without data.
 
     Raises
     ------
     CorruptCheckpointError
-        A node is malformed, nested deeper than :data:`MAX_DEPTH`, or the references do not
-        match ``leaves`` one to one.
+        A node is malformed, nested deeper than :data:`MAX_DEPTH`, a view reaches outside
+        its entry, or the references do not match ``leaves`` as ``version`` requires.
     """
-    used = [False] * len(leaves)
+    uses = [0] * len(leaves)
+    as_array = [False] * len(leaves)
 
     def bad(node: Any, why: str) -> CorruptCheckpointError:
         text = repr(node)
         return CorruptCheckpointError(
             f"malformed structure node {text[:80]}{'...' if len(text) > 80 else ''}: {why}"
         )
+
+    def leaf(node: dict[str, Any], keys: set[str]) -> tuple[int, Any]:
+        i = node.get("i")
+        if set(node) != keys or isinstance(i, bool) or not isinstance(i, int):
+            raise bad(node, f"expected the keys {sorted(keys)} with an int 'i'")
+        if not 0 <= i < len(leaves):
+            raise bad(node, f"tensor reference {i} outside 0..{len(leaves) - 1}")
+        if uses[i] and (version < 2 or as_array[i] or node["$"] == "ndarray"):
+            raise bad(node, f"tensor {i} is referenced twice")
+        uses[i] += 1
+        return i, leaves[i]
+
+    def view(node: dict[str, Any], base: Any) -> Any:
+        offset, shape, stride = node["offset"], node["shape"], node["stride"]
+        if (
+            not isinstance(shape, list)
+            or not isinstance(stride, list)
+            or len(shape) > MAX_NDIM
+            or len(shape) != len(stride)
+            or not all(_is_count(n) for n in (*shape, *stride, offset))
+        ):
+            raise bad(node, "offset, shape and stride must be ints >= 0, equally many dims")
+        numel = 1
+        for n in shape:
+            numel = min(numel * n, MAX_NUMEL + 1)  # capped as it grows: no huge products
+        if numel > MAX_NUMEL:
+            raise bad(node, f"a view of more than {MAX_NUMEL} elements")
+        reach = offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
+        if numel and reach >= base.numel():
+            raise bad(node, f"the view reaches element {reach} of a {base.numel()}-element entry")
+        return base.as_strided(shape, stride, base.storage_offset() + offset)
 
     def build(node: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
@@ -233,15 +490,19 @@ def unflatten(skeleton: Any, leaves: Sequence[Any]) -> Any:
                 raise bad(node, "expected {'$': 'float', 'v': 'nan' | 'inf' | '-inf'}")
             return _NONFINITE[node["v"]]
         if tag == "tensor":
-            i = node.get("i")
-            if set(node) != {"$", "i"} or isinstance(i, bool) or not isinstance(i, int):
-                raise bad(node, "expected {'$': 'tensor', 'i': <int>}")
-            if not 0 <= i < len(leaves):
-                raise bad(node, f"tensor reference {i} outside 0..{len(leaves) - 1}")
-            if used[i]:
-                raise bad(node, f"tensor {i} is referenced twice")
-            used[i] = True
-            return leaves[i]
+            i, x = leaf(node, {"$", "i"})
+            # a second name of one entry is its own tensor object over the same storage,
+            # as torch.load gives back tied weights
+            return x if uses[i] == 1 else x.detach()
+        if tag == "view" and version >= 2:
+            _, x = leaf(node, {"$", "i", "offset", "shape", "stride"})
+            return view(node, x)
+        if tag == "ndarray" and version >= 2:
+            i, x = leaf(node, {"$", "i"})
+            as_array[i] = True
+            if not _numpy_dtype_ok(x.dtype):
+                raise bad(node, f"NumPy has no dtype for {dtype_name(x.dtype)}")
+            return x if x.is_meta else x.cpu().numpy()
         if tag in ("list", "tuple"):
             if set(node) != {"$", "v"} or not isinstance(node["v"], list):
                 raise bad(node, f"expected {{'$': {tag!r}, 'v': [...]}}")
@@ -264,10 +525,16 @@ def unflatten(skeleton: Any, leaves: Sequence[Any]) -> Any:
                     raise bad(node, f"duplicate dict key {k!r}")
                 out[k] = build(v, depth + 1)
             return out
-        raise bad(node, f"unknown node tag {tag!r}")
+        raise bad(node, f"unknown node tag {tag!r} (format version {version})")
 
     obj = build(skeleton, 0)
-    if not all(used):
-        missing = used.index(False)
+    if not all(uses):
+        missing = uses.index(0)
         raise CorruptCheckpointError(f"tensor {missing} is never referenced by the structure")
+    if any(a and n > 1 for a, n in zip(as_array, uses, strict=True)):
+        raise CorruptCheckpointError("an entry restored as a NumPy array is referenced twice")
     return obj
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
