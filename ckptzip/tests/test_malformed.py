@@ -128,7 +128,7 @@ def test_torch_save_file_is_refused_not_unpickled(tmp_path: Path) -> None:
     assert not CANARY.exists()
 
 
-@pytest.mark.parametrize("version", [0, 2, 65535])
+@pytest.mark.parametrize("version", [0, 3, 65535])
 def test_bad_version(good: bytes, tmp_path: Path, version: int) -> None:
     doc, body = split(good)
     with pytest.raises(UnsupportedFormatError, match=f"version {version}"):

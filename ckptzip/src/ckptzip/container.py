@@ -447,9 +447,7 @@ class Reader:
             if isinstance(exc, CorruptCheckpointError):
                 raise
             raise CorruptCheckpointError(f"{name}: manifest is not valid JSON: {exc}") from None
-        self.manifest = Manifest.from_json(
-            doc, data_bytes=size - self.data_start, version=version
-        )
+        self.manifest = Manifest.from_json(doc, data_bytes=size - self.data_start, version=version)
         self.manifest_size = mlen
 
     def read_chunk(self, i: int) -> bytes:

@@ -193,8 +193,6 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
     """
     groups: list[_Group] = []
     by_storage: dict[tuple[str, int, torch.dtype], _Group] = {}
-    ndarrays: dict[int, torch.Tensor] = {}
-    paths: list[str] = []
     seen_paths: set[str] = set()
     active: set[int] = set()  # ids of containers on the current path, to catch cycles
 
@@ -260,9 +258,8 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
             if isinstance(x, torch.Tensor):
                 return add_tensor(x, path, where)
             group = new_group()  # arrays are stored apart: NumPy views are not tracked
-            ndarrays[group.entry] = _from_ndarray(x, where)
             node = {"$": "ndarray"}
-            group.members.append((path, ndarrays[group.entry], node))
+            group.members.append((path, _from_ndarray(x, where), node))
             return node
         if isinstance(x, (dict, list, tuple)):
             if id(x) in active:
@@ -297,13 +294,8 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
         )
 
     skeleton = walk(obj, "", 0)
-    # Entries are numbered in the order their first reference was met; empty groups do not
-    # occur (each is created with its first member).
-    entries: list[tuple[str, torch.Tensor]] = []
-    for g in groups:
-        entries.append(_settle(g))
-    del paths, ndarrays
-    return skeleton, entries
+    # entries are numbered in the order their first reference was met
+    return skeleton, [_settle(g) for g in groups]
 
 
 def _settle(g: _Group) -> tuple[str, torch.Tensor]:
@@ -353,7 +345,7 @@ def ndarray_entries(skeleton: Any) -> set[int]:
 
 
 def reference_paths(skeleton: Any) -> dict[int, list[str]]:
-    """Every path that references each entry, in structure order (the entry's own first).
+    """Every path that references each entry, in structure order.
 
     Examples
     --------
