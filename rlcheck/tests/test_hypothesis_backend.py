@@ -20,6 +20,7 @@ from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
 from hypothesis.internal.intervalsets import IntervalSet
 
 import rlcheck.hypothesis.provider as provider_module
+import rlcheck.learner as learner_module
 from rlcheck.errors import InvalidArgument, RLCheckWarning
 from rlcheck.hypothesis.buckets import integer_buckets
 from rlcheck.hypothesis_backend import (
@@ -203,14 +204,17 @@ def test_planted_bug_is_found_shrunk_and_replayed(tmp_path: Path, stats: Backend
 # -- internal errors fall back (RELIABILITY rlcheck #2) -----------------------------------
 
 
-@pytest.mark.parametrize("method", ["choose", "learn"])
+@pytest.mark.parametrize("where", ["choose", "learn"])
 def test_internal_error_falls_back_with_one_warning(
-    method: str, monkeypatch: pytest.MonkeyPatch, stats: BackendStats
+    where: str, monkeypatch: pytest.MonkeyPatch, stats: BackendStats
 ) -> None:
-    def broken(self: Policy, *args: Any, **kwargs: Any) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("injected learner failure")
 
-    monkeypatch.setattr(Policy, method, broken)
+    if where == "choose":  # the exploration draw of the fused chooser
+        monkeypatch.setattr(learner_module, "_sample", broken)
+    else:
+        monkeypatch.setattr(Policy, "learn_rows", broken)
     calls = 0
 
     @settings(backend="rlcheck", max_examples=50, database=None, **QUIET)
@@ -404,7 +408,9 @@ def test_interrupts_pass_through_untouched_and_earn_nothing(exc: type[BaseExcept
         raise raised
     assert info.value is raised
     assert provider._ledger.cases == 0
-    assert provider._policy.n_states() == 0  # nothing learned from it
+    policy = provider._policy
+    visit_counts = [row[1::2] for p in policy.points for _, row in policy.table(p).items()]
+    assert not any(map(any, visit_counts))  # nothing credited
 
 
 def test_statistics_belong_to_their_collector() -> None:

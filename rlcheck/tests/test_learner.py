@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
@@ -161,6 +162,42 @@ def test_cached_greedy_action_is_what_a_scan_finds(
         visits.clear()
         plain.learn([("p", (), action)], reward)
     assert fast.to_dict() == plain.to_dict()
+
+
+@given(
+    st.lists(st.tuples(st.integers(2, 4), st.sampled_from([20.0, 0.0, -1.0])), max_size=60),
+    st.sampled_from([0.0, 0.25, 1.0]),
+    st.booleans(),
+    st.integers(0, 2**32),
+)
+def test_prior_chooser_is_the_plain_rule_with_a_prior(
+    steps: list[tuple[int, float]], epsilon: float, with_prior: bool, seed: int
+) -> None:
+    # The Hypothesis backend's fast path (exploration following a prior, the yes/no
+    # twist) makes the plain rule's choices from the same seed and learns the same values.
+    fast, plain = Policy(epsilon=epsilon, seed=seed), Policy(epsilon=epsilon, seed=seed)
+    visits: list[Visit] = []
+    choose = fast.prior_chooser(visits, _OneState(k=1))
+    for n, reward in steps:
+        weights = [0.1 + i for i in range(n)] if with_prior else None
+        cumulative = tuple(itertools.accumulate(weights)) if weights else None
+        action = choose("p", n, cumulative)
+        assert action == plain.choose("p", (), n, weights)
+        fast.learn_rows(visits, reward)
+        visits.clear()
+        plain.learn([("p", (), action)], reward)
+    assert fast.to_dict() == plain.to_dict()
+
+
+def test_exploration_follows_the_prior() -> None:
+    policy = Policy(epsilon=1.0, seed=0)
+    picks = [policy.choose("p", (), 3, [0.0, 1.0, 3.0]) for _ in range(4000)]
+    assert picks.count(0) == 0 and 0.7 < picks.count(2) / 4000 < 0.8
+    # Yes/no with a prior: once every tried answer scored < 0, the prior is followed.
+    greedy = Policy(epsilon=0.0, seed=0)
+    greedy.learn([("more", (), 0)], -1.0)
+    picks = [greedy.choose("more", (), 2, [0.9, 0.1]) for _ in range(2000)]
+    assert 0.85 < picks.count(0) / 2000 < 0.95
 
 
 def test_window_chooser_records_tokens_and_indices() -> None:

@@ -138,3 +138,25 @@ def test_windows_stay_within_k_and_pops_restore(evts: list[Any], k: int) -> None
                 s.record(e)
             assert len(s.state) <= k
             hash(s.state)
+
+
+def test_span_state_path_and_window_modes() -> None:
+    from rlcheck.state import SpanState
+
+    for ancestor, expected in [(False, ((1,), (5, 6, 7))), (True, ((1,), (5, 7)))]:
+        s = SpanState(k=3, depth=2, ancestor=ancestor)
+        s.reset()
+        s.push(1)
+        s.record(5)
+        s.push(2)
+        s.push(3)
+        assert s.state == ((2, 3), (5,))  # the innermost two labels
+        s.record(6)
+        s.pop()
+        s.pop()
+        s.record(7)
+        assert s.state == expected
+        s.pop()
+        s.pop()  # unbalanced: ignored
+        assert s.state[0] == ()
+        assert s.describe() == {"state": "spans", "k": 3, "depth": 2, "ancestor": ancestor}

@@ -30,6 +30,8 @@ and the tests check that both paths make the same choices from the same seed.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
 from collections import deque
@@ -151,6 +153,24 @@ def _credit_all(visits: Iterable[Visit], ret: float) -> None:
         row[at] = q
         if q > row[_BOUND] and at != row[_BEST]:
             row[_BOUND] = q
+
+
+def _sample(random_: Callable[[], float], n: int, cumulative: Sequence[float] | None) -> int:
+    """An action drawn from the prior (cumulative weights), uniform when ``None``."""
+    # int(random() * n) rather than randrange(n): several times cheaper on the hot path,
+    # always in range for n < 2**53, and uniform up to a 2**-53 bias.
+    if cumulative is None:
+        return int(random_() * n)
+    return min(bisect.bisect_right(cumulative, random_() * cumulative[-1]), n - 1)
+
+
+def _follow_prior(row: _Row, n: int, cumulative: Sequence[float] | None) -> bool:
+    """The yes/no twist of the exploration rule (see :meth:`Policy.choose`)."""
+    if cumulative is None or n != 2:
+        return False
+    size = len(row)
+    # Each of the two actions is untried (past the row's end, or never credited) or < 0.
+    return all(at + 1 >= size or not row[at + 1] or row[at] < 0 for at in (_HEAD, _HEAD + 2))
 
 
 class QTable:
@@ -279,21 +299,34 @@ class Policy:
         """Total number of states stored over all tables."""
         return sum(len(t) for t in self._tables.values())
 
-    def choose(self, point: Hashable, state: Hashable, n_actions: int) -> int:
-        """Pick an action index in ``range(n_actions)`` for ``state`` at ``point``."""
+    def choose(
+        self,
+        point: Hashable,
+        state: Hashable,
+        n_actions: int,
+        prior: Sequence[float] | None = None,
+    ) -> int:
+        """Pick an action index in ``range(n_actions)`` for ``state`` at ``point``.
+
+        The one exploration rule: with probability ε, or when the state has no visited
+        action yet, the action is drawn from ``prior`` (weights, e.g. the strategy's own
+        distribution; uniform when ``None``); otherwise the greedy action. One twist for
+        a yes/no choice with a prior: when every tried answer so far scored below zero
+        (led only to invalid inputs), the prior is followed too, so a skewed prior (a
+        collection's continue/stop) is not flattened to 50/50 by trying both.
+        """
         if n_actions <= 1:
             if n_actions == 1:
                 return 0
             raise InvalidArgument(f"n_actions={n_actions!r} must be positive at {point!r}")
         rng = self._rng
-        # int(random() * n) rather than randrange(n): several times cheaper on this hot path,
-        # always in range for n < 2**53, and uniform up to a 2**-53 bias.
-        if rng.random() < self._epsilon:
-            return int(rng.random() * n_actions)
+        cumulative = None if prior is None else list(itertools.accumulate(prior))
+        explore = rng.random() < self._epsilon
         t = self._tables.get(point)
-        if t is None:
-            return int(rng.random() * n_actions)
-        return t.best(state, n_actions, rng)
+        row = None if t is None else t._rows.get(state)
+        if explore or row is None or len(row) == _HEAD or _follow_prior(row, n_actions, cumulative):
+            return _sample(rng.random, n_actions, cumulative)
+        return _greedy(row, n_actions, rng)
 
     def learn(self, visits: Iterable[tuple[Hashable, Hashable, int]], reward: float) -> None:
         """Credit ``reward`` (undiscounted return) to every visited (point, state, action)."""
@@ -376,6 +409,62 @@ class Policy:
                 window.state = state[keep] + (token if token.__class__ in tokens else index,)
             else:
                 record(token if token.__class__ in tokens else index)
+            return index
+
+        return choose
+
+    def prior_chooser(
+        self, visits: list[Visit], window: StateAbstraction
+    ) -> Callable[[Hashable, int, Sequence[float] | None], int]:
+        """A fast ``choose(point, n_actions, cumulative_prior) -> index`` (the Hypothesis
+        backend's hot path).
+
+        The same rule as :meth:`choose` with ``prior`` given as cumulative weights
+        (``itertools.accumulate(prior)``, computed once per kind of draw by the caller;
+        ``None``: uniform), the same random stream; reads the state from
+        ``window.state``, appends the visit to ``visits`` for :meth:`learn_rows` and
+        records the chosen index in ``window``.
+
+        Examples
+        --------
+        >>> from rlcheck.state import SpanState
+        >>> p, visits, window = Policy(seed=0), [], SpanState(k=2)
+        >>> choose = p.prior_chooser(visits, window)
+        >>> a = choose("more", 2, (0.2, 1.0))
+        >>> window.state == ((), (a,))
+        True
+        """
+        tables = self._tables
+        table = self.table
+        rng = self._rng
+        random_ = rng.random
+        epsilon = self._epsilon
+        append = visits.append
+        record = window.record
+
+        def choose(point: Hashable, n: int, cumulative: Sequence[float] | None) -> int:
+            if n > 1:
+                state = window.state
+                t = tables.get(point) or table(point)
+                row = t._rows.get(state) or t.row(state)
+                # Literal row offsets as in window_chooser (_HEAD = 3).
+                if (
+                    random_() < epsilon
+                    or len(row) == 3
+                    or (n == 2 and cumulative is not None and _follow_prior(row, 2, cumulative))
+                ):
+                    index = _sample(random_, n, cumulative)
+                elif row[0] == n and row[row[1]] > row[2]:
+                    index = (row[1] - 3) >> 1
+                else:
+                    index = _greedy(row, n, rng)
+                at = 3 + 2 * index
+                if len(row) <= at:
+                    row.extend([0.0] * (at + 2 - len(row)))
+                append((row, at))
+            else:
+                index = 0
+            record(index)
             return index
 
         return choose

@@ -12,6 +12,10 @@ it learns per *abstract* state. Three abstractions, after RLCheck:
 ``labelled`` (:class:`LabelledAncestorState`)
     As ``ancestor``, and entering a scope also appends the scope's label ("LEFT", "RIGHT",
     "tag=project", ...) to the window, so the state says *which* child is being built.
+``spans`` (:class:`SpanState`)
+    For the Hypothesis backend, whose scopes are strategy spans with opaque labels: the
+    labels of the innermost open spans beside the last ``k`` choices (in draw order, or
+    along the ancestor path with ``ancestor=True``).
 
 Every abstraction follows one call order per episode (driven by the guide)::
 
@@ -39,6 +43,7 @@ __all__ = [
     "AncestorState",
     "LabelledAncestorState",
     "SequenceState",
+    "SpanState",
     "StateAbstraction",
     "make_state",
 ]
@@ -158,6 +163,68 @@ class LabelledAncestorState(AncestorState):
         self.state = self.state[self._keep] + (label,)
 
 
+class SpanState(StateAbstraction):
+    """The labels of the innermost ``depth`` open scopes, and the last ``k`` choices.
+
+    The state is the pair ``(path, window)``. It is the abstraction for Hypothesis
+    strategies, whose spans (``span_start``/``span_end``) carry opaque labels and no
+    LEFT/RIGHT: the path says which strategy is drawing, the window what was chosen
+    last. ``ancestor=False`` (default) keeps the window in draw order; ``ancestor=True``
+    forgets the choices made inside a scope when it closes, so siblings do not see each
+    other. A ``pop`` with no open scope is ignored.
+
+    Examples
+    --------
+    >>> s = SpanState(k=2, depth=2)
+    >>> s.reset(); s.push(7); s.record(1); s.push(8); s.push(9); s.record(0)
+    >>> s.state
+    ((8, 9), (1, 0))
+    >>> s.pop(); s.pop(); s.state
+    ((7,), (1, 0))
+    """
+
+    name = "spans"
+    __slots__ = ("_path", "_saved", "_window", "ancestor", "depth")
+
+    def __init__(self, k: int = 4, *, depth: int = 3, ancestor: bool = False) -> None:
+        super().__init__(k)
+        if not isinstance(depth, int) or depth < 0:
+            raise InvalidArgument(f"depth={depth!r} must be a non-negative int")
+        self.depth = depth
+        self.ancestor = ancestor
+        self._path: tuple[Hashable, ...] = ()
+        self._window: tuple[Hashable, ...] = ()
+        self._saved: list[tuple[tuple[Hashable, ...], tuple[Hashable, ...]]] = []
+        self.state = ((), ())
+
+    def reset(self) -> None:
+        self._path = self._window = ()
+        self._saved.clear()
+        self.state = ((), ())
+
+    def record(self, token: Hashable) -> None:
+        self._window = window = self._window[self._keep] + (token,)
+        self.state = (self._path, window)
+
+    def push(self, label: Hashable) -> None:
+        self._saved.append((self._path, self._window))
+        if self.depth:
+            self._path = (*self._path, label)[-self.depth :]
+        self.state = (self._path, self._window)
+
+    def pop(self) -> None:
+        if not self._saved:
+            return
+        path, window = self._saved.pop()
+        self._path = path
+        if self.ancestor:
+            self._window = window
+        self.state = (path, self._window)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "depth": self.depth, "ancestor": self.ancestor}
+
+
 STATE_ABSTRACTIONS: dict[str, type[StateAbstraction]] = {
     cls.name: cls for cls in (SequenceState, AncestorState, LabelledAncestorState)
 }
@@ -170,7 +237,8 @@ def make_state(name: str, *, k: int = 4) -> StateAbstraction:
     Parameters
     ----------
     name:
-        One of ``"sequence"``, ``"ancestor"``, ``"labelled"``.
+        One of ``"sequence"``, ``"ancestor"``, ``"labelled"`` (:class:`SpanState` is the
+        Hypothesis backend's and is made directly).
     k:
         Window length.
 

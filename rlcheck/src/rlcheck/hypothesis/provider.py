@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
 import random
 import time
@@ -88,9 +89,10 @@ from rlcheck.hypothesis.compat import (
     make_float_clamper,
     run_random,
 )
-from rlcheck.learner import Policy
+from rlcheck.learner import Policy, Visit
 from rlcheck.ledger import Counts, Ledger, Outcome
 from rlcheck.policy_store import load_policy, save_policy
+from rlcheck.state import SpanState
 
 __all__ = [
     "BACKEND_NAME",
@@ -366,13 +368,17 @@ class RLCheckProvider(PrimitiveProvider):
             raise InvalidArgument(f"epsilon={epsilon!r} must lie in [0, 1]")
         if window not in ("ancestor", "sequence"):
             raise InvalidArgument(f"window={window!r} must be 'ancestor' or 'sequence'")
-        self._epsilon = epsilon
-        self._ancestor = window == "ancestor"
         self._seed = seed
         self._persist_enabled = persist
-        # The learner's own ε-exploration is uniform; here exploration follows the
-        # strategy's own distribution instead (see ``_choose``), so the learner is greedy.
-        self._policy = Policy(epsilon=0.0, seed=seed)
+        # The one learner, its one exploration rule following each draw's prior (the
+        # strategy's own distribution: a cold policy generates like Hypothesis, which
+        # keeps the early valid rate, and so the run, alive while learning starts), and
+        # the span state abstraction; the fused chooser holds the visits list and state.
+        self._policy = Policy(epsilon=epsilon, seed=seed)
+        self._state = SpanState(k=_WINDOW, depth=_PATH_DEPTH, ancestor=window == "ancestor")
+        self._visits: list[Visit] = []
+        self._choose = self._policy.prior_chooser(self._visits, self._state)
+        # Randomness inside a chosen bucket (which value of a range, which character).
         self._rng = random.Random(seed)
         self._started = False
         self._broken: BaseException | None = None
@@ -380,12 +386,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._name = "<unknown test>"
         self._max_examples = 100
         self._health_checked = False
-        # per-episode state
-        self._labels: list[int] = []
-        self._window: tuple[Hashable, ...] = ()
-        self._saved_windows: list[tuple[Hashable, ...]] = []
-        self._visits: list[tuple[Hashable, Hashable, int]] = []
-        self._choices: list[Hashable] = []
+        self._choices: list[Hashable] = []  # this episode's choice sequence (its identity)
         # per run: the episode ledger, and where its counts are reported
         self._ledger = Ledger(max_seen=_MAX_SEEN)
         self._stats: BackendStats | None = None
@@ -432,10 +433,8 @@ class RLCheckProvider(PrimitiveProvider):
         except Exception as exc:
             self._fail(exc)
             raise BackendCannotProceed("exhausted") from exc
-        self._labels = []
-        self._window = ()
-        self._saved_windows = []
-        self._visits = []
+        self._state.reset()
+        self._visits.clear()
         self._choices = []
 
     def _should_hand_back(self) -> bool:
@@ -462,7 +461,7 @@ class RLCheckProvider(PrimitiveProvider):
             return
         try:
             new = self._ledger.record(outcome, tuple(self._choices))
-            self._policy.learn(self._visits, Ledger.reward(outcome, new))
+            self._policy.learn_rows(self._visits, Ledger.reward(outcome, new))
             self._record()
             persistence = self._persistence
             if persistence is not None and self._visits:
@@ -534,48 +533,10 @@ class RLCheckProvider(PrimitiveProvider):
     # -- spans and state -------------------------------------------------------------
 
     def span_start(self, label: int, /) -> None:
-        self._labels.append(label & _LABEL_MASK)
-        self._saved_windows.append(self._window)
+        self._state.push(label & _LABEL_MASK)
 
     def span_end(self, discard: bool, /) -> None:
-        if not self._labels:
-            return
-        self._labels.pop()
-        saved = self._saved_windows.pop()
-        if self._ancestor:
-            self._window = saved
-
-    def _choose(self, point: Hashable, n_actions: int, prior: list[float] | None = None) -> int:
-        """One learned choice among ``n_actions``.
-
-        ε-greedy, where both the ε share and states never visited draw from ``prior``
-        (the strategy's own distribution, uniform when ``None``) instead of uniformly:
-        a cold policy then generates like Hypothesis does, which keeps the early valid
-        rate, and so the run, alive while learning starts. (Following the prior also
-        until the first valid case, instead of the greedy sweep over untried actions that
-        Q = 0 for unvisited actions causes, measured worse: fewer runs found any. But for
-        yes/no choices with a skewed prior, such as a collection's continue/stop, a state
-        where every tried answer led only to invalid inputs keeps following the prior:
-        the sweep would make them 50/50 and collections far smaller than Hypothesis's.)
-        """
-        state = (tuple(self._labels[-_PATH_DEPTH:]), self._window)
-        table = self._policy.table(point)
-        rng = self._rng
-        values = [table.value(state, a) for a in range(n_actions)]
-        if (
-            rng.random() < self._epsilon
-            or not any(n for _, n in values)
-            or (n_actions == 2 and prior is not None and all(q < 0 for q, n in values if n))
-        ):
-            if prior is None:
-                action = rng.randrange(n_actions)
-            else:
-                action = rng.choices(range(n_actions), prior)[0]
-        else:
-            action = self._policy.choose(point, state, n_actions)
-        self._visits.append((point, state, action))
-        self._window = (*self._window[-(_WINDOW - 1) :], action)
-        return action
+        self._state.pop()
 
     def _guarded(self, exc: Exception) -> BackendCannotProceed:
         self._fail(exc)
@@ -595,7 +556,7 @@ class RLCheckProvider(PrimitiveProvider):
                 # make the rare branch common under a fresh (uniform) policy.
                 value = self._rng.random() < p
             else:
-                value = self._choose(("b", round(p, 3)), 2, [1.0 - p, p]) == 1
+                value = self._choose(("b", round(p, 3)), 2, (1.0 - p, 1.0)) == 1
             self._choices.append(value)
             return value
         except Exception as exc:
@@ -624,11 +585,14 @@ class RLCheckProvider(PrimitiveProvider):
             and max_value is not None
             and max_value - min_value < buckets.SMALL_DOMAIN
         ):
-            return min_value + self._choose(("i", min_value, max_value), max_value - min_value + 1)
+            n = max_value - min_value + 1
+            return min_value + self._choose(("i", min_value, max_value), n, None)
         lo, hi = buckets.integer_bounds(min_value, max_value)
         ranges = self._cached(("ib", lo, hi), lambda: buckets.integer_buckets(lo, hi))
-        weights = self._cached(("iw", lo, hi), lambda: buckets.integer_prior(ranges, lo, hi))
-        a, b = ranges[self._choose(("I", min_value, max_value), len(ranges), weights)]
+        prior = self._cached(
+            ("iw", lo, hi), lambda: _cumulative(buckets.integer_prior(ranges, lo, hi))
+        )
+        a, b = ranges[self._choose(("I", min_value, max_value), len(ranges), prior)]
         return self._rng.randint(a, b)
 
     def draw_float(
@@ -652,7 +616,7 @@ class RLCheckProvider(PrimitiveProvider):
             key = ("fb", lo_key, hi_key, allow_nan, smallest_nonzero_magnitude)
             specials, ranges = self._cached(key, lambda: buckets.float_buckets(constraints))
             n = len(ranges) + (1 if specials else 0)
-            action = self._choose(("f", lo_key, hi_key), n)
+            action = self._choose(("f", lo_key, hi_key), n, None)
             if action < len(ranges):
                 value = buckets.sample_range(self._rng, *ranges[action])
             else:
@@ -683,13 +647,11 @@ class RLCheckProvider(PrimitiveProvider):
             if len(intervals) == 0:
                 self._choices.append("")
                 return ""
-            classes, weights = self._cached(
-                ("sc", intervals), lambda: buckets.char_classes(intervals)
-            )
+            classes, prior = self._cached(("sc", intervals), lambda: _char_domain(intervals))
             point = ("c", len(intervals), len(classes))
             chars = []
             for _ in self._sizes(min_size, max_size, "s"):
-                cls = classes[self._choose(point, len(classes), weights)]
+                cls = classes[self._choose(point, len(classes), prior)]
                 chars.append(chr(cls[self._rng.randrange(len(cls))]))
             value = "".join(chars)
             self._choices.append(value)
@@ -708,7 +670,7 @@ class RLCheckProvider(PrimitiveProvider):
             out = bytearray()
             for _ in self._sizes(min_size, max_size, "y"):
                 n = len(buckets.BYTE_CLASSES)
-                a, b = buckets.BYTE_CLASSES[self._choose(("y",), n, buckets.BYTE_PRIOR)]
+                a, b = buckets.BYTE_CLASSES[self._choose(("y",), n, _BYTE_PRIOR)]
                 out.append(self._rng.randint(a, b))
             value = bytes(out)
             self._choices.append(value)
@@ -722,7 +684,7 @@ class RLCheckProvider(PrimitiveProvider):
         # Hypothesis's average size for these draws, as a continue probability.
         average = min(max(min_size * 2, min_size + 5), 0.5 * (min_size + max_size))
         p_more = (average - min_size) / (average - min_size + 1.0)
-        prior = [1.0 - p_more, p_more]
+        prior = (1.0 - p_more, 1.0)
         n = 0
         while n < cap:
             if n >= min_size and self._choose(("more", kind), 2, prior) == 0:
@@ -737,3 +699,16 @@ class RLCheckProvider(PrimitiveProvider):
                 self._caches.clear()
             found = self._caches[key] = make()
         return found
+
+
+def _cumulative(weights: list[float]) -> tuple[float, ...]:
+    """Prior weights as the cumulative form :meth:`Policy.prior_chooser` takes."""
+    return tuple(itertools.accumulate(weights))
+
+
+def _char_domain(intervals: IntervalSet) -> tuple[list[IntervalSet], tuple[float, ...] | None]:
+    classes, weights = buckets.char_classes(intervals)
+    return classes, None if weights is None else _cumulative(weights)
+
+
+_BYTE_PRIOR = _cumulative(buckets.BYTE_PRIOR)
