@@ -1,0 +1,229 @@
+"""Hugging Face ``transformers``: the ``Trainer``'s checkpoints written through ckptzip.
+
+>>> trainer = CkptzipTrainer(model=model, args=args, train_dataset=ds)   # doctest: +SKIP
+>>> trainer.train()                                  # checkpoint-N/ directories, compressed
+>>> trainer.train(resume_from_checkpoint=True)       # or a checkpoint-N path   # doctest: +SKIP
+
+:class:`CkptzipCallback` (added by :class:`CkptzipTrainer`, or to any ``Trainer`` by hand)
+runs after the ``Trainer`` wrote ``checkpoint-N/`` and converts it in place:
+
+=====================  =========================  =========================================
+``Trainer`` file       becomes                    how
+=====================  =========================  =========================================
+``*.safetensors``      ``*.safetensors.ckz``      weights quantized (the ``CompressionConfig``)
+``optimizer.pt``       ``optimizer.pt.ckz``       moments quantized, step counters exact
+``scheduler.pt``       ``scheduler.pt.ckz``       exact
+``rng_state*.pth``     ``rng_state*.pth.ckz``     exact; NumPy's and Python's states as
+                                                  tensors and numbers (no pickle)
+``training_args.bin``  ``training_args.json``     ``TrainingArguments.to_dict()``
+=====================  =========================  =========================================
+
+JSON files (``config.json``, ``trainer_state.json``, ...) stay as they are. ``.pt``/``.pth``
+files are read with ``torch.load(weights_only=True)`` (NumPy's RNG arrays allow-listed as the
+``Trainer`` itself does); loading a ``.ckz`` never unpickles anything. :meth:`CkptzipTrainer.train`
+with ``resume_from_checkpoint`` decodes the directory into a temporary ``Trainer`` checkpoint
+(standard file names, rebuilt from the typed values) and resumes from it. The model stays
+readable by ``from_pretrained``: ``ckptzip decompress checkpoint-N/model.safetensors.ckz -o
+checkpoint-N/model.safetensors``. Single-process training only: under DDP every rank would
+have to finish its files before rank 0 converts the directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_pt_utils import safe_globals
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+import ckptzip
+from ckptzip.config import CompressionConfig
+from ckptzip.errors import CorruptCheckpointError
+
+__all__ = [
+    "SUFFIX",
+    "CkptzipCallback",
+    "CkptzipTrainer",
+    "compress_checkpoint",
+    "is_converted",
+    "materialize",
+]
+
+SUFFIX = ".ckz"
+_ARGS_BIN, _ARGS_JSON = "training_args.bin", "training_args.json"
+
+
+def _is_rng(name: str) -> bool:
+    return name.startswith("rng_state") and name.endswith(".pth")
+
+
+def _rng_to_plain(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Trainer``'s RNG states as tensors and numbers (what a ``.ckz`` holds)."""
+    out = dict(state)
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        out["python"] = {
+            "version": int(version),
+            "internal": torch.tensor(internal, dtype=torch.int64),
+            "gauss_next": gauss,
+        }
+    if "numpy" in state:
+        algo, keys, pos, has_gauss, cached = state["numpy"]
+        out["numpy"] = {
+            "algo": str(algo),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        }
+    return out
+
+
+def _rng_from_plain(plain: Mapping[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`_rng_to_plain`, checking every field's type."""
+    out = dict(plain)
+    try:
+        if "python" in plain:
+            p = plain["python"]
+            out["python"] = (
+                int(p["version"]),
+                tuple(int(v) for v in p["internal"].tolist()),
+                None if p["gauss_next"] is None else float(p["gauss_next"]),
+            )
+            random.Random().setstate(out["python"])  # rejects a malformed state here
+        if "numpy" in plain:
+            n = plain["numpy"]
+            out["numpy"] = (
+                str(n["algo"]),
+                n["keys"].numpy().astype(np.uint32),
+                int(n["pos"]),
+                int(n["has_gauss"]),
+                float(n["cached_gaussian"]),
+            )
+            np.random.RandomState().set_state(out["numpy"])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise CorruptCheckpointError(f"malformed RNG state in a checkpoint: {exc}") from exc
+    return out
+
+
+def _torch_load(path: str) -> Any:
+    with safe_globals():  # NumPy arrays in rng_state.pth, nothing that runs code
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def compress_checkpoint(
+    directory: str | os.PathLike[str], *, config: CompressionConfig | None = None
+) -> list[ckptzip.Report]:
+    """Convert one ``Trainer`` checkpoint directory in place (table in the module docstring).
+
+    Each original file is removed only after its ``.ckz`` is written; a directory already
+    converted is left as it is. Returns one :class:`~ckptzip.Report` per ``.ckz`` written.
+    """
+    directory = os.fspath(directory)
+    reports = []
+    for name in sorted(os.listdir(directory)):
+        src = os.path.join(directory, name)
+        if name.endswith(".safetensors"):
+            obj: Any = load_file(src)
+        elif name in ("optimizer.pt", "scheduler.pt"):
+            obj = _torch_load(src)
+        elif _is_rng(name):
+            obj = _rng_to_plain(_torch_load(src))
+        else:
+            continue  # JSON files stay; training_args.bin is replaced by the callback
+        reports.append(ckptzip.save(obj, src + SUFFIX, config=config, overwrite=True))
+        os.unlink(src)
+    return reports
+
+
+def materialize(directory: str | os.PathLike[str], into: str | os.PathLike[str]) -> None:
+    """Write a ``Trainer`` checkpoint (standard names) into ``into`` from a converted one."""
+    directory, into = os.fspath(directory), os.fspath(into)
+    os.makedirs(into, exist_ok=True)
+    for name in os.listdir(directory):
+        src, dst = os.path.join(directory, name), os.path.join(into, name.removesuffix(SUFFIX))
+        if not name.endswith(SUFFIX):
+            if os.path.isfile(src):
+                shutil.copyfile(src, dst)
+            continue
+        obj = ckptzip.load(src)
+        if dst.endswith(".safetensors"):
+            save_file(obj, dst, metadata={"format": "pt"})
+        elif _is_rng(os.path.basename(dst)):
+            torch.save(_rng_from_plain(obj), dst)
+        else:
+            torch.save(obj, dst)
+
+
+def is_converted(directory: str | os.PathLike[str]) -> bool:
+    """Whether a checkpoint directory holds ckptzip files."""
+    return any(n.endswith(SUFFIX) for n in os.listdir(directory))
+
+
+class CkptzipCallback(TrainerCallback):
+    """Converts each checkpoint the ``Trainer`` saves (see the module docstring).
+
+    ``reports`` maps each converted directory to its :class:`~ckptzip.Report` list.
+    """
+
+    def __init__(self, config: CompressionConfig | None = None) -> None:
+        self.config = config
+        self.reports: dict[str, list[ckptzip.Report]] = {}
+
+    def on_save(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        if not state.is_world_process_zero:
+            return
+        directory = os.path.join(
+            str(args.output_dir), f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        )
+        if not os.path.isdir(directory):
+            return
+        self.reports[directory] = compress_checkpoint(directory, config=self.config)
+        # the pickled arguments become JSON from the live object (never unpickled here)
+        text = json.dumps(args.to_dict(), indent=1, default=str)
+        with open(os.path.join(directory, _ARGS_JSON), "w") as f:
+            f.write(text)
+        args_bin = os.path.join(directory, _ARGS_BIN)
+        if os.path.exists(args_bin):
+            os.unlink(args_bin)
+
+
+class CkptzipTrainer(Trainer):
+    """A ``Trainer`` whose checkpoints are ckptzip files and that resumes from them.
+
+    ``ckptzip_config`` (keyword) is the :class:`~ckptzip.CompressionConfig`; everything else
+    goes to ``Trainer``.
+    """
+
+    def __init__(self, *args: Any, ckptzip_config: CompressionConfig | None = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self.ckptzip_callback = CkptzipCallback(ckptzip_config)
+        self.add_callback(self.ckptzip_callback)
+
+    def train(  # type: ignore[override]
+        self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any
+    ) -> Any:
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"no checkpoint found in {self.args.output_dir!r}")
+        if not isinstance(resume_from_checkpoint, str) or not is_converted(resume_from_checkpoint):
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        with tempfile.TemporaryDirectory(prefix="ckptzip-resume-") as tmp:
+            materialize(resume_from_checkpoint, tmp)
+            return super().train(resume_from_checkpoint=tmp, **kwargs)

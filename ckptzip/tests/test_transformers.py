@@ -1,0 +1,129 @@
+"""ckptzip.integrations.transformers: a tiny GPT-2 trained, checkpointed, resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+from click.testing import CliRunner  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments  # noqa: E402
+
+import ckptzip  # noqa: E402
+from ckptzip.cli import main as cli  # noqa: E402
+from ckptzip.integrations.transformers import (  # noqa: E402
+    CkptzipTrainer,
+    _rng_from_plain,
+    _rng_to_plain,
+)
+
+CONFIG = ckptzip.CompressionConfig(min_numel=256)
+TOLERANCE = 0.05
+
+
+def _model(seed: int) -> GPT2LMHeadModel:
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2)
+    return GPT2LMHeadModel(config)
+
+
+def _dataset() -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(48):  # a learnable pattern: each row counts up from a random start
+        start = int(torch.randint(0, 48, (1,), generator=g))
+        ids = torch.arange(start, start + 16) % 64
+        out.append({"input_ids": ids, "labels": ids.clone()})
+    return out
+
+
+def _trainer(out: Path, seed: int) -> CkptzipTrainer:
+    args = TrainingArguments(
+        output_dir=str(out),
+        max_steps=12,
+        save_steps=6,
+        per_device_train_batch_size=8,
+        learning_rate=3e-3,
+        logging_steps=1,
+        report_to=[],
+        seed=0,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    return CkptzipTrainer(
+        model=_model(seed), args=args, train_dataset=_dataset(), ckptzip_config=CONFIG
+    )
+
+
+def _losses(trainer: Any) -> dict[int, float]:
+    return {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+
+
+@pytest.mark.slow
+def test_trainer_resumes_from_compressed_checkpoints(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    whole = _trainer(out, seed=0)
+    whole.train()
+    reference = _losses(whole)
+    ckpt = out / "checkpoint-6"
+    names = sorted(os.listdir(ckpt))
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        assert name + ".ckz" in names and name not in names, names
+    assert "training_args.json" in names and "training_args.bin" not in names
+    assert json.loads((ckpt / "training_args.json").read_text())["max_steps"] == 12
+
+    resumed = _trainer(out, seed=1)  # the live state is gone: another initialisation
+    resumed.train(resume_from_checkpoint=str(ckpt))
+    got = {step: loss for step, loss in _losses(resumed).items() if step > 6}  # history too
+    assert sorted(got) == list(range(7, 13))
+    for step, loss in got.items():
+        assert abs(loss - reference[step]) <= TOLERANCE * reference[step], (reference, got)
+
+    # the model stays readable by from_pretrained after `ckptzip decompress`
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copy(out / "checkpoint-12" / "config.json", plain)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "decompress",
+            str(out / "checkpoint-12" / "model.safetensors.ckz"),
+            "-o",
+            str(plain / "model.safetensors"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    model = GPT2LMHeadModel.from_pretrained(plain)
+    stored = ckptzip.load(out / "checkpoint-12" / "model.safetensors.ckz")
+    for name, p in model.state_dict().items():
+        if name in stored:
+            assert torch.equal(p, stored[name]), name
+
+
+def test_rng_state_round_trips_without_pickle(tmp_path: Path) -> None:
+    random.seed(3)
+    np.random.seed(4)
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "cpu": torch.random.get_rng_state(),
+    }
+    ckptzip.save(_rng_to_plain(state), tmp_path / "rng.ckz")
+    back = _rng_from_plain(ckptzip.load(tmp_path / "rng.ckz"))
+    assert back["python"] == state["python"]
+    assert all(np.array_equal(a, b) for a, b in zip(back["numpy"], state["numpy"], strict=True))
+    assert torch.equal(back["cpu"], state["cpu"])
+    bad = _rng_to_plain(state)
+    bad["numpy"]["keys"] = bad["numpy"]["keys"][:10]
+    with pytest.raises(ckptzip.CorruptCheckpointError):
+        _rng_from_plain(bad)
