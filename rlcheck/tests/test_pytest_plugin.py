@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from rlcheck.pytest_plugin import CaseCounts, format_table
+from rlcheck.pytest_plugin import CaseCounts, Row, format_table
 
 pytest_plugins = ["pytester"]
 
@@ -99,19 +101,88 @@ def test_case_counts_and_table() -> None:
 
         def __init__(self, status: str, choices: tuple[object, ...]) -> None:
             self.status = status
-            self.metadata = {"choice_nodes": [Node(c) for c in choices]}
+            self.metadata = {"choice_nodes": [Node(c) for c in choices], "phase": "generate"}
 
-    for status, choices in [
-        ("passed", (1,)),
-        ("passed", (1,)),
-        ("gave_up", (2,)),
-        ("failed", (3,)),
-    ]:
+    cases = [("passed", (1,)), ("passed", (1,)), ("gave_up", (2,)), ("failed", (3,))]
+    for status, choices in cases:
         counts.observe(Obs(status, choices))
     # One definition of unique (the episode ledger's, by choice sequence); failures apart.
-    assert (counts.cases, counts.valid, counts.unique_valid) == (4, 2, 1)
-    base = CaseCounts()
-    base.ledger.record("valid", (0,))
-    base.ledger.record("invalid")
-    table = format_table({"t::x": {"rlcheck": counts, "hypothesis": base}}, compare=True)
-    assert table.splitlines()[2].split() == ["t::x", "4", "2", "1", "2", "1", "1", "1.0"]
+    assert counts.row() == Row(cases=4, valid=2, unique_valid=1, found_failure=True)
+    table = format_table(
+        {"t::x": {"rlcheck": counts.row(), "hypothesis": Row(2, 1, 1)}}, compare=True
+    )
+    assert table.splitlines()[2].split() == ["t::x", "4", "2", "1", "2", "1", "1", "1.0", "rlcheck"]
+
+
+STATEFUL = """
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+class Counter(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    @rule(k=st.integers(0, 5))
+    def add(self, k):
+        self.n += k
+        print("BACKEND", settings().backend)
+
+    @invariant()
+    def nonneg(self):
+        assert self.n >= 0
+
+TestCounter = Counter.TestCase
+TestCounter.settings = settings(max_examples=10, stateful_step_count=5, database=None)
+"""
+
+
+def test_stateful_tests_run_on_the_backend(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_machine=STATEFUL)
+    result = pytester.runpytest("--rlcheck", "-s", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "BACKEND rlcheck" in out and "BACKEND hypothesis" not in out
+    row = next(line for line in out.splitlines() if "TestCounter::runTest" in line)
+    assert int(row.split()[1]) >= 10
+
+
+def test_compare_says_which_backend_found_the_failure(pytester: pytest.Pytester) -> None:
+    # The default backend's pass finds the bug and saves it; the rlcheck pass replays it
+    # from the database: the table must not credit rlcheck with it.
+    pytester.makepyfile(
+        test_bug="""
+from hypothesis import given, settings, strategies as st
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 1000))
+def test_bug(n):
+    assert n < 10
+"""
+    )
+    result = pytester.runpytest("--rlcheck-compare", "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    table = result.stdout.str().split("rlcheck: Hypothesis backend")[1]
+    assert "failure found by" in table
+    row = next(line for line in table.splitlines() if "test_bug" in line)
+    assert row.split()[-1] == "default"
+
+
+def test_readme_example_runs_as_written(pytester: pytest.Pytester) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Use it from Hypothesis", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    pytester.makepyfile(test_readme=code)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.slow
+def test_xdist_workers_counts_reach_the_controller(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE, test_machine=STATEFUL)
+    result = pytester.runpytest("--rlcheck", "-n", "2", "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
+    table = result.stdout.str().split("rlcheck: Hypothesis backend")[1]
+    for name in ("test_sorted_pairs", "test_method", "runTest"):
+        row = next(line for line in table.splitlines() if name in line)
+        assert int(row.split()[1]) > 0

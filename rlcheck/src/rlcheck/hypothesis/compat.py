@@ -26,9 +26,10 @@ argument)
 ``INVALID_THRESHOLD_BASE``                none: the give-up rule's constant
 health-check limits (10 valid /           none: local constants of
 50 invalid)                               ``ConjectureRunner.record_for_health_check``
-``_hypothesis_internal_use_settings``     settings profiles (``rlcheck``) for whole
-                                          suites; the plugin still needs a test's own
+``_hypothesis_internal_use_settings``,    settings profiles (``rlcheck``) for whole
+``_hypothesis_state_machine_class``       suites; the plugin still needs a test's own
                                           settings object to change only its backend
+                                          (a state machine's: its ``TestCase.settings``)
 ``with_observability_callback``           ``PrimitiveProvider.on_observation`` (costs
                                           observability on every run; not used)
 ``OBSERVABILITY_COLLECT_COVERAGE``,       the ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_*``
@@ -77,9 +78,9 @@ __all__ = [
     "next_down",
     "next_up",
     "observed_choices",
+    "observed_phase",
     "observing",
     "run_random",
-    "test_settings",
     "with_test_settings",
 ]
 
@@ -176,24 +177,40 @@ def run_random(seed_source: random.Random) -> int:
     return seed_source.getrandbits(64)
 
 
-def test_settings(test: Any) -> Any:
-    """The settings object attached to a ``@given`` test (the function or bound method)."""
-    return getattr(test, "__func__", test)._hypothesis_internal_use_settings
-
-
 @contextlib.contextmanager
-def with_test_settings(test: Any, **changes: Any) -> Iterator[None]:
-    """Run with the test's own settings changed by ``changes`` (e.g. ``backend=``), then
-    restore them."""
+def with_test_settings(test: Any, owner: type | None = None, **changes: Any) -> Iterator[bool]:
+    """Run with the settings of one test changed by ``changes`` (e.g. ``backend=``),
+    then restore them; yields whether it could (``False``: the test runs unchanged).
+
+    ``test`` is a ``@given`` function or bound method, or the ``runTest`` of a
+    ``RuleBasedStateMachine.TestCase``, whose settings live on its class (``owner``).
+    """
     from hypothesis import settings
 
-    holder = getattr(test, "__func__", test)
-    original = holder._hypothesis_internal_use_settings
-    holder._hypothesis_internal_use_settings = settings(original, **changes)
+    func = getattr(test, "__func__", test)
+    if getattr(func, "_hypothesis_state_machine_class", None) is not None:
+        if owner is None or not isinstance(getattr(owner, "settings", None), settings):
+            yield False
+            return
+        own = owner.__dict__.get("settings")
+        owner.settings = settings(owner.settings, **changes)  # type: ignore[attr-defined]
+        try:
+            yield True
+        finally:
+            if own is None:
+                del owner.settings  # type: ignore[attr-defined]
+            else:
+                owner.settings = own  # type: ignore[attr-defined]
+        return
+    original = getattr(func, "_hypothesis_internal_use_settings", None)
+    if original is None:
+        yield False
+        return
+    func._hypothesis_internal_use_settings = settings(original, **changes)
     try:
-        yield
+        yield True
     finally:
-        holder._hypothesis_internal_use_settings = original
+        func._hypothesis_internal_use_settings = original
 
 
 @contextlib.contextmanager
@@ -225,6 +242,15 @@ def observed_choices(observation: Any) -> tuple[Any, ...] | None:
     if nodes is None:
         return None
     return tuple(node.value for node in nodes)
+
+
+def observed_phase(observation: Any) -> str | None:
+    """The phase (``"generate"``, ``"reuse"``, ``"shrink"``, ...) of a test-case
+    observation."""
+    metadata = getattr(observation, "metadata", None)
+    if isinstance(metadata, dict):
+        return metadata.get("phase")
+    return getattr(metadata, "phase", None)
 
 
 def check_compat() -> dict[str, bool]:
