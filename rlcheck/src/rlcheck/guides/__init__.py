@@ -2,13 +2,24 @@
 
 The protocol (and its call order) is :class:`Guide`; :class:`RandomGuide` is the uniform
 baseline, :class:`RLGuide` the learner, :class:`ReplayGuide` re-runs a recorded sequence.
+:class:`GreyboxGuide` (coverage-guided mutation, the greybox baseline) and
+:class:`RestartingRLGuide` (the learner with restarts) are for comparisons.
 """
 
 from __future__ import annotations
 
 from rlcheck.guides.base import Guide
+from rlcheck.guides.greybox import GreyboxGuide
 from rlcheck.guides.random import RandomGuide
 from rlcheck.guides.replay import ReplayGuide
+from rlcheck.guides.restart import RestartingRLGuide
 from rlcheck.guides.rl import RLGuide
 
-__all__ = ["Guide", "RLGuide", "RandomGuide", "ReplayGuide"]
+__all__ = [
+    "GreyboxGuide",
+    "Guide",
+    "RLGuide",
+    "RandomGuide",
+    "ReplayGuide",
+    "RestartingRLGuide",
+]

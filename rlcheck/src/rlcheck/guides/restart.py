@@ -1,0 +1,85 @@
+"""The RL guide with restarts: a policy that stops finding new valid inputs starts over."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlcheck.errors import InvalidArgument
+from rlcheck.guides.rl import RLGuide
+from rlcheck.learner import Policy
+from rlcheck.state import StateAbstraction
+
+__all__ = ["RestartingRLGuide"]
+
+
+class RestartingRLGuide(RLGuide):
+    """:class:`RLGuide` that forgets its policy after ``patience`` episodes without a new
+    valid input.
+
+    RLCheck's policy can collapse: once the actions leading to a few valid inputs are
+    greedy, repeating them (reward 0) beats exploring (mostly −1), so it keeps making the
+    same inputs, or, before any valid input, settles on an invalid region. A restart
+    clears the Q-tables (keeping the random stream), so the guide explores afresh with
+    what the campaign's uniqueness set already holds counting as duplicates. Black-box:
+    it reads only the episode outcomes. Each restart doubles the patience (up to 64x), so a
+    slowly improving policy is not thrown away again and again.
+
+    Parameters
+    ----------
+    patience:
+        Episodes without a new valid input before the first restart.
+    state, k, epsilon, seed, max_states, policy_file:
+        As for :class:`RLGuide`.
+
+    Examples
+    --------
+    >>> import rlcheck
+    >>> def pair(g):
+    ...     return g.integer(0, 9, label="a"), g.integer(0, 9, label="b")
+    >>> guide = RestartingRLGuide(patience=50, seed=0)
+    >>> result = rlcheck.run(pair, lambda p: p[0] < p[1], guide=guide, trials=2000)
+    >>> result.unique_valid
+    45
+    """
+
+    name = "rl-restart"
+
+    def __init__(
+        self,
+        state: str | StateAbstraction = "labelled",
+        *,
+        patience: int = 500,
+        k: int = 4,
+        epsilon: float = 0.25,
+        seed: int | None = None,
+        max_states: int = 200_000,
+        policy_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not isinstance(patience, int) or patience < 1:
+            raise InvalidArgument(f"patience={patience!r} must be a positive int")
+        super().__init__(
+            state, k=k, epsilon=epsilon, seed=seed, max_states=max_states, policy_file=policy_file
+        )
+        self.patience = patience
+        self.restarts = 0
+        """Restarts so far in this guide's life."""
+        self._stale = 0
+        self._limit = patience
+        self._empty = Policy().to_dict()
+
+    def end_episode(self, *, valid: bool, new: bool) -> None:
+        super().end_episode(valid=valid, new=new)
+        if valid and new:
+            self._stale = 0
+            return
+        self._stale += 1
+        if self._stale >= self._limit:
+            # In place: the generation context holds the policy's chooser.
+            self.policy.load_dict(self._empty)
+            self.restarts += 1
+            self._stale = 0
+            self._limit = min(self._limit * 2, self.patience * 64)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "guide": self.name, "patience": self.patience}
