@@ -12,7 +12,6 @@ from typing import Any
 import bst as _case_study  # benchmarks/bst.py (the package puts benchmarks/ on sys.path)
 
 from realworld import Benchmark
-
 from rlcheck.coverage import BranchCoverage
 
 

@@ -17,7 +17,6 @@ import pyflakes
 from pyflakes.checker import Checker
 
 from realworld import Benchmark
-
 from rlcheck.coverage import BranchCoverage
 
 NAMES = ("x", "y", "f", "os", "path", "items", "undefined")

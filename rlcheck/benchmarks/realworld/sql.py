@@ -13,6 +13,7 @@ costs one more prepare per query.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Hashable
 from typing import Any
@@ -93,7 +94,7 @@ def make() -> Benchmark:
         if not check(text):
             return False, frozenset()
         opcodes = [row[1] for row in connection.execute("EXPLAIN " + text)]
-        return True, frozenset(zip(opcodes, opcodes[1:]))
+        return True, frozenset(itertools.pairwise(opcodes))
 
     return Benchmark(
         name="sql",

@@ -20,15 +20,15 @@ import ruamel.yaml
 from check_jsonschema.parsers.yaml import construct_yaml_implementation
 
 from realworld import Benchmark
-
 from rlcheck.coverage import BranchCoverage
 
-TOP_KEYS = ("name", "on", "jobs", "env", "permissions", "concurrency", "run-name", "trigger", "steps")
+TOP_KEYS = ("name", "on", "jobs", "env", "permissions", "trigger")
 EVENTS = ("push", "pull_request", "workflow_dispatch", "schedule", "release", "commit", "merge")
 EVENT_KEYS = ("branches", "tags", "paths", "types", "cron", "files")
 JOB_IDS = ("build", "test", "lint", "deploy", "2fast")
-JOB_KEYS = ("runs-on", "needs", "if", "env", "timeout-minutes", "strategy", "image")
-STEP_KEYS = ("name", "run", "uses", "with", "env", "if", "shell", "id", "script")
+JOB_KEYS = ("runs-on", "needs", "timeout-minutes", "strategy", "image")
+STEP_KINDS = ("run", "uses", "script")
+STEP_KEYS = ("name", "with", "env", "shell", "id")
 RUNNERS = ("ubuntu-latest", "windows-latest", "macos-14", "[self-hosted, linux]", "{}")
 ACTIONS = ("actions/checkout@v4", "actions/setup-python@v5", "./local", "docker://alpine", "")
 SHELLS = ("bash", "pwsh", "python", "sh", "fish")
@@ -69,7 +69,11 @@ def _value(g: Any, key: str) -> str:
     if key == "shell":
         return g.choice(SHELLS, label="shell")
     if key in ("with", "env"):
-        return "{" + g.choice(("python-version: '3.11'", "fetch-depth: 0", "A: b", ""), label=key) + "}"
+        return (
+            "{"
+            + g.choice(("python-version: '3.11'", "fetch-depth: 0", "A: b", ""), label=key)
+            + "}"
+        )
     if key == "runs-on":
         return g.choice(RUNNERS, label="runner")
     if key == "needs":
@@ -93,13 +97,21 @@ def _mapping(g: Any, keys: tuple[str, ...], first: str, rest: str) -> list[str]:
     return lines
 
 
+def _step(g: Any, first: str, rest: str) -> list[str]:
+    """A step: what it does (``run``, ``uses`` or a wrong ``script``), then optional keys."""
+    kind = g.choice(STEP_KINDS, label="step_kind")
+    with g.scope(kind):
+        head = f"{first}{kind}: {_value(g, kind)}"
+    return [head, *_mapping(g, STEP_KEYS, rest, rest)]
+
+
 def _job(g: Any, job_id: str) -> list[str]:
     lines = [f"  {job_id}:", *_mapping(g, JOB_KEYS, "    ", "    ")]
     if g.boolean(label="has_steps"):
         lines.append("    steps:")
         for _ in range(g.integer(1, 3, label="n_steps")):
             with g.scope("step"):
-                lines.extend(_mapping(g, STEP_KEYS, "    - ", "      ") or ["    - {}"])
+                lines.extend(_step(g, "    - ", "      "))
     return lines
 
 
@@ -120,7 +132,7 @@ def workflow(g: Any) -> str:
             elif key == "steps":
                 lines.append("steps:")
                 with g.scope("step"):
-                    lines.extend(_mapping(g, STEP_KEYS, "  - ", "    ") or ["  - {}"])
+                    lines.extend(_step(g, "  - ", "    "))
             else:
                 lines.append(f"{key}: {_value(g, key)}")
     return "\n".join(lines) + "\n"

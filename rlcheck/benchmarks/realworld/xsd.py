@@ -15,7 +15,6 @@ from typing import Any
 import xmlschema
 
 from realworld import Benchmark
-
 from rlcheck.coverage import BranchCoverage
 
 TOP_TAGS = ("element", "complexType", "simpleType", "attribute", "group", "elem", "type")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from types import CodeType, FrameType, ModuleType
 from typing import Any, TypeVar
 
@@ -126,7 +126,9 @@ class BranchCoverage:
             sys.settrace(previous)
         return result, frozenset(arcs)
 
-    def measure(self, check: Callable[[Any], object]) -> Callable[[Any], tuple[bool, frozenset[Arc]]]:
+    def measure(
+        self, check: Callable[[Any], object]
+    ) -> Callable[[Any], tuple[bool, frozenset[Arc]]]:
         """``check`` turned into ``value -> (verdict, arcs)``; an exception from ``check``
         (a program that rejects an input by raising) is a false verdict, with the arcs
         executed up to it."""

@@ -7,15 +7,15 @@ from typing import Any
 
 from rlcheck.errors import InvalidArgument
 from rlcheck.guides.rl import RLGuide
-from rlcheck.learner import Policy
+from rlcheck.learner import REWARD_INVALID, Policy, reward_for
 from rlcheck.state import StateAbstraction
 
 __all__ = ["RestartingRLGuide"]
 
 
 class RestartingRLGuide(RLGuide):
-    """:class:`RLGuide` that forgets its policy after ``patience`` episodes without a new
-    valid input.
+    """:class:`RLGuide` that punishes repeats and forgets its policy after ``patience``
+    episodes without a new valid input.
 
     RLCheck's policy can collapse: once the actions leading to a few valid inputs are
     greedy, repeating them (reward 0) beats exploring (mostly −1), so it keeps making the
@@ -29,6 +29,10 @@ class RestartingRLGuide(RLGuide):
     ----------
     patience:
         Episodes without a new valid input before the first restart.
+    duplicate_reward:
+        Reward for a valid input already made (RLCheck: 0). At the invalid reward (−1,
+        the default here) a repeat no longer outranks an action never tried (value 0), so
+        a policy settled on a few inputs moves on without waiting for a restart.
     state, k, epsilon, seed, max_states, policy_file:
         As for :class:`RLGuide`.
 
@@ -50,6 +54,7 @@ class RestartingRLGuide(RLGuide):
         state: str | StateAbstraction = "labelled",
         *,
         patience: int = 500,
+        duplicate_reward: float = REWARD_INVALID,
         k: int = 4,
         epsilon: float = 0.25,
         seed: int | None = None,
@@ -62,6 +67,7 @@ class RestartingRLGuide(RLGuide):
             state, k=k, epsilon=epsilon, seed=seed, max_states=max_states, policy_file=policy_file
         )
         self.patience = patience
+        self.duplicate_reward = duplicate_reward
         self.restarts = 0
         """Restarts so far in this guide's life."""
         self._stale = 0
@@ -69,7 +75,9 @@ class RestartingRLGuide(RLGuide):
         self._empty = Policy().to_dict()
 
     def end_episode(self, *, valid: bool, new: bool) -> None:
-        super().end_episode(valid=valid, new=new)
+        reward = self.duplicate_reward if valid and not new else reward_for(valid=valid, new=new)
+        self.policy.learn_rows(self._visits, reward)
+        self._visits.clear()
         if valid and new:
             self._stale = 0
             return
@@ -82,4 +90,9 @@ class RestartingRLGuide(RLGuide):
             self._limit = min(self._limit * 2, self.patience * 64)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "guide": self.name, "patience": self.patience}
+        return {
+            **super().describe(),
+            "guide": self.name,
+            "patience": self.patience,
+            "duplicate_reward": self.duplicate_reward,
+        }
