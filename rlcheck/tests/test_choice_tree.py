@@ -1,0 +1,154 @@
+"""The choice tree: steering never repeats a finished sequence; exhaustion is exact."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlcheck.choice_tree import ChoiceTree
+from rlcheck.errors import InvalidArgument
+
+Chooser = Callable[[str, int], int]
+
+
+def _steered(tree: ChoiceTree, rng: random.Random) -> Chooser:
+    """A random chooser that takes only options the tree allows, recording each."""
+
+    def choose(point: str, n: int) -> int:
+        allowed = tree.allowed(point, n)
+        action = rng.choice(allowed) if allowed is not None else rng.randrange(n)
+        tree.step(point, n, action)
+        return action
+
+    return choose
+
+
+def _word(choose: Chooser, max_len: int, alphabet: int) -> tuple[int, ...]:
+    """A small generator: letters until a stop choice or ``max_len``."""
+    out: list[int] = []
+    while len(out) < max_len and choose("more", 2) == 1:
+        out.append(choose("letter", alphabet))
+    return tuple(out)
+
+
+def _count_words(max_len: int, alphabet: int) -> int:
+    return sum(alphabet**k for k in range(max_len + 1))
+
+
+def test_steering_enumerates_every_sequence_once_then_reports_exhaustion() -> None:
+    tree = ChoiceTree()
+    rng = random.Random(0)
+    seen = set()
+    total = _count_words(3, 3)  # 40 words
+    for _ in range(total):
+        assert not tree.exhausted
+        tree.begin()
+        word = _word(_steered(tree, rng), 3, 3)
+        tree.finish()
+        assert word not in seen
+        seen.add(word)
+    assert tree.exhausted
+    assert len(seen) == total
+
+
+def test_allowed_is_none_where_nothing_is_exhausted() -> None:
+    tree = ChoiceTree()
+    tree.begin()
+    assert tree.allowed("coin", 2) is None
+    tree.step("coin", 2, 0)
+    tree.finish()
+    tree.begin()
+    assert tree.allowed("coin", 2) == [1]
+
+
+def test_an_inexact_choice_keeps_its_ancestors_open() -> None:
+    tree = ChoiceTree()
+    for action in (0, 1):
+        tree.begin()
+        tree.step("bucket", 2, action, exact=action == 0)
+        tree.finish()
+    tree.begin()
+    assert not tree.exhausted
+    assert tree.allowed("bucket", 2) == [1]  # the exact leaf is avoided, the open one not
+
+
+def test_a_choice_that_differs_between_runs_is_left_open_without_error() -> None:
+    tree = ChoiceTree()
+    tree.begin()
+    tree.step("a", 2, 0)
+    tree.finish()
+    tree.begin()
+    tree.step("a", 2, 1)
+    tree.finish()
+    assert tree.exhausted
+    tree.begin()
+    assert tree.allowed("b", 3) is None  # a different point where "a" was: not steered
+    tree.step("b", 3, 2)
+    tree.finish()
+    assert not tree.exhausted
+
+
+def test_a_case_ending_where_another_went_on_is_not_a_leaf() -> None:
+    tree = ChoiceTree()
+    tree.begin()
+    tree.step("a", 2, 0)
+    tree.step("b", 2, 0)
+    tree.finish()
+    tree.begin()
+    tree.step("a", 2, 0)
+    tree.finish()  # ends early: nondeterministic, so node ("a", 0) is never exhausted
+    for path in ([0, 1], [1]):
+        tree.begin()
+        tree.step("a", 2, path[0])
+        for action in path[1:]:
+            tree.step("b", 2, action)
+        tree.finish()
+    assert not tree.exhausted  # every path was run, but ("a", 0) behaved two ways
+    tree.begin()
+    assert tree.allowed("a", 2) == [0]
+
+
+def test_memory_is_bounded() -> None:
+    tree = ChoiceTree(max_nodes=10)
+    rng = random.Random(1)
+    for _ in range(100):
+        tree.begin()
+        _word(_steered(tree, rng), 6, 4)
+        tree.finish()
+    assert tree.nodes <= 10
+    with pytest.raises(InvalidArgument, match="max_nodes=0"):
+        ChoiceTree(max_nodes=0)
+
+
+def test_abandoned_cases_are_not_recorded_as_run() -> None:
+    tree = ChoiceTree()
+    tree.begin()
+    tree.step("coin", 2, 0)
+    tree.abandon()
+    tree.finish()  # after abandon: a no-op
+    tree.begin()
+    assert tree.allowed("coin", 2) is None
+
+
+@given(
+    max_len=st.integers(0, 3),
+    alphabet=st.integers(1, 4),
+    seed=st.integers(0, 2**32),
+)
+def test_any_small_generator_is_enumerated_without_repeats(
+    max_len: int, alphabet: int, seed: int
+) -> None:
+    tree = ChoiceTree()
+    rng = random.Random(seed)
+    seen = set()
+    while not tree.exhausted:
+        tree.begin()
+        word = _word(_steered(tree, rng), max_len, alphabet)
+        tree.finish()
+        assert word not in seen
+        seen.add(word)
+    assert len(seen) == _count_words(max_len, alphabet)
