@@ -105,9 +105,11 @@ def test_given_test_runs_on_the_backend_and_counts_cases(stats: BackendStats) ->
 
 
 def test_learning_raises_the_valid_rate_of_a_strict_assume(stats: BackendStats) -> None:
-    # Valid only when three booleans all come out True: 1/8 at random.
+    # Valid only when three booleans all come out True: 1/8 at random. The integer's
+    # range is wide so that the valid inputs are not soon exhausted (the choice tree
+    # would end the run once all 32 of a small range's sequences had run).
     @settings(backend="rlcheck", max_examples=400, database=None, **QUIET)
-    @given(st.booleans(), st.booleans(), st.booleans(), st.integers(0, 3))
+    @given(st.booleans(), st.booleans(), st.booleans(), st.integers(0, 10**6))
     def inner(a: bool, b: bool, c: bool, n: int) -> None:
         assume(a and b and c)
 
@@ -115,6 +117,44 @@ def test_learning_raises_the_valid_rate_of_a_strict_assume(stats: BackendStats) 
     stats = _stats_of(stats, inner)
     # A greedy policy with ε = 0.25 keeps the valid rate well above the random 1/8.
     assert stats.valid / stats.cases > 0.4
+
+
+def _balanced(s: str) -> bool:
+    depth = 0
+    for c in s:
+        depth += 1 if c == "(" else -1
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def test_no_valid_case_repeats_a_choice_sequence(stats: BackendStats) -> None:
+    # 197 balanced strings of at most 12 characters: enough to fill the run, few enough
+    # that a learned policy without the choice tree repeats its favourites.
+    @settings(backend="rlcheck", max_examples=80, database=None, **QUIET)
+    @given(st.text(alphabet="()", max_size=12))
+    def inner(s: str) -> None:
+        assume(_balanced(s))
+
+    inner()
+    counts = _stats_of(stats, inner)
+    assert counts.valid >= 60
+    assert counts.unique_valid == counts.valid
+
+
+def test_a_finite_space_is_enumerated_once_then_handed_back(stats: BackendStats) -> None:
+    values: list[int] = []
+
+    @settings(backend="rlcheck", max_examples=100, database=None, **QUIET)
+    @given(st.integers(0, 9))
+    def inner(n: int) -> None:
+        values.append(n)
+
+    inner()
+    counts = _stats_of(stats, inner)
+    assert counts.handed_back
+    assert counts.valid == counts.unique_valid <= 10
+    assert set(values) == set(range(10))
 
 
 def test_same_seed_same_inputs() -> None:

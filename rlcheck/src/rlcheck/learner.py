@@ -164,6 +164,21 @@ def _sample(random_: Callable[[], float], n: int, cumulative: Sequence[float] | 
     return min(bisect.bisect_right(cumulative, random_() * cumulative[-1]), n - 1)
 
 
+def _sample_weighted(
+    random_: Callable[[], float], actions: Sequence[int], weights: Sequence[float]
+) -> int:
+    """One of ``actions`` drawn by ``weights``; uniform when they are all zero."""
+    total = sum(weights)
+    if total <= 0:
+        return actions[int(random_() * len(actions))]
+    x = random_() * total
+    for action, w in zip(actions, weights, strict=True):
+        x -= w
+        if x < 0:
+            return action
+    return actions[-1]
+
+
 def _follow_prior(row: _Row, n: int, cumulative: Sequence[float] | None) -> bool:
     """The yes/no twist of the exploration rule (see :meth:`Policy.choose`)."""
     if cumulative is None or n != 2:
@@ -468,6 +483,46 @@ class Policy:
             return index
 
         return choose
+
+    def choose_allowed(
+        self,
+        point: Hashable,
+        state: Hashable,
+        allowed: Sequence[int],
+        cumulative: Sequence[float] | None,
+        visits: list[Visit],
+    ) -> int:
+        """:meth:`choose` restricted to the ``allowed`` action indices (ascending, not
+        empty): the choice tree's steering away from choices already run to their end.
+
+        ``cumulative`` is the prior over all actions, as :meth:`prior_chooser` takes it.
+        A single allowed action is taken without a visit (nothing was chosen).
+
+        Examples
+        --------
+        >>> p, visits = Policy(seed=0), []
+        >>> p.choose_allowed("coin", (), [1], None, visits), visits
+        (1, [])
+        >>> p.choose_allowed("die", (), [2, 5], None, visits) in (2, 5), len(visits)
+        (True, 1)
+        """
+        if len(allowed) == 1:
+            return allowed[0]
+        row = self.table(point).row(state)
+        random_ = self._rng.random
+        if random_() < self._epsilon or len(row) == _HEAD:
+            if cumulative is None:
+                index = allowed[int(random_() * len(allowed))]
+            else:
+                weights = [cumulative[a] - (cumulative[a - 1] if a else 0.0) for a in allowed]
+                index = _sample_weighted(random_, allowed, weights)
+        else:
+            qs = [row[_HEAD + 2 * a] if _HEAD + 2 * a < len(row) else 0.0 for a in allowed]
+            top = max(qs)
+            ties = [a for a, q in zip(allowed, qs, strict=True) if q == top]
+            index = ties[int(random_() * len(ties))]
+        visits.append((row, _slot(row, index)))
+        return index
 
     def choose_row(
         self,

@@ -34,6 +34,12 @@ Every strategy draws its values through the five primitive draws of a
   0 when it repeats one; a failing case is a failure, rewarded likewise among failures.
   ``KeyboardInterrupt``, ``SystemExit`` and ``BackendCannotProceed`` pass through
   untouched: no outcome, no reward.
+* **Novelty by construction**: every choice sequence run is recorded in a
+  :class:`rlcheck.choice_tree.ChoiceTree`; while drawing, a choice whose every
+  continuation has already been run is never taken (Hypothesis's own backend does the
+  same with its ``DataTree``), so a valid case never repeats an earlier one through
+  choices that pin the value down (all of a small domain's). When every sequence has
+  been run, the provider hands the run back (Hypothesis then stops: nothing new is left).
 
 Hypothesis facts the design leans on (read in ``hypothesis/internal/conjecture/engine.py``;
 every access to Hypothesis internals is in :mod:`rlcheck.hypothesis.compat`): a run
@@ -61,7 +67,7 @@ import random
 import time
 import warnings
 import weakref
-from collections.abc import Hashable, Iterator
+from collections.abc import Container, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -70,6 +76,7 @@ from typing import Any, ClassVar, Literal
 
 from hypothesis import settings as hypothesis_settings
 
+from rlcheck.choice_tree import ChoiceTree
 from rlcheck.errors import InvalidArgument, RLCheckWarning
 from rlcheck.hypothesis import buckets
 from rlcheck.hypothesis.compat import (
@@ -377,7 +384,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._policy = Policy(epsilon=epsilon, seed=seed)
         self._state = SpanState(k=_WINDOW, depth=_PATH_DEPTH, ancestor=window == "ancestor")
         self._visits: list[Visit] = []
-        self._choose = self._policy.prior_chooser(self._visits, self._state)
+        self._choose_fast = self._policy.prior_chooser(self._visits, self._state)
         # Randomness inside a chosen bucket (which value of a range, which character).
         self._rng = random.Random(seed)
         self._started = False
@@ -387,8 +394,9 @@ class RLCheckProvider(PrimitiveProvider):
         self._max_examples = 100
         self._health_checked = False
         self._choices: list[Hashable] = []  # this episode's choice sequence (its identity)
-        # per run: the episode ledger, and where its counts are reported
+        # per run: the episode ledger, the sequences run, and where counts are reported
         self._ledger = Ledger(max_seen=_MAX_SEEN)
+        self._tree = ChoiceTree()
         self._stats: BackendStats | None = None
         self._run_id = 0
         self._caches: dict[Hashable, Any] = {}
@@ -425,7 +433,7 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             if not self._started:
                 self._start_run()
-            if self._should_hand_back():
+            if self._should_hand_back() or self._tree.exhausted:
                 self._record(handed_back=True)
                 raise BackendCannotProceed("exhausted")
         except BackendCannotProceed:
@@ -436,6 +444,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._state.reset()
         self._visits.clear()
         self._choices = []
+        self._tree.begin()
 
     def _should_hand_back(self) -> bool:
         """Whether to let Hypothesis's own backend finish this run.
@@ -458,8 +467,10 @@ class RLCheckProvider(PrimitiveProvider):
     def _end(self, outcome: Outcome | None) -> None:
         # Never raises: an exception here would replace the test's own outcome.
         if outcome is None or self._broken is not None:
+            self._tree.abandon()
             return
         try:
+            self._tree.finish()
             new = self._ledger.record(outcome, tuple(self._choices))
             self._policy.learn_rows(self._visits, Ledger.reward(outcome, new))
             self._record()
@@ -538,6 +549,32 @@ class RLCheckProvider(PrimitiveProvider):
     def span_end(self, discard: bool, /) -> None:
         self._state.pop()
 
+    def _choose(
+        self,
+        point: Hashable,
+        n: int,
+        prior: Sequence[float] | None,
+        *,
+        inexact: Container[int] = (),
+    ) -> int:
+        """One learned choice among ``n`` (``prior``: cumulative weights), never one the
+        choice tree has exhausted.
+
+        ``inexact`` holds the actions that leave part of the value to chance (a bucket of
+        several values): the tree cannot tell their repeats apart, so it stops there.
+        """
+        tree = self._tree
+        allowed = tree.allowed(point, n)
+        if allowed is None:
+            index = self._choose_fast(point, n, prior)
+        else:
+            index = self._policy.choose_allowed(
+                point, self._state.state, allowed, prior, self._visits
+            )
+            self._state.record(index)
+        tree.step(point, n, index, exact=index not in inexact)
+        return index
+
     def _guarded(self, exc: Exception) -> BackendCannotProceed:
         self._fail(exc)
         return BackendCannotProceed("exhausted")
@@ -553,8 +590,12 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             if p < 0.02 or p > 0.98:
                 # Rare-event switches inside Hypothesis's strategies: learning them would
-                # make the rare branch common under a fresh (uniform) policy.
-                value = self._rng.random() < p
+                # make the rare branch common under a fresh (uniform) policy. Not learned,
+                # but still steered away from what has been run.
+                point = ("B", round(p, 6))
+                allowed = self._tree.allowed(point, 2)
+                value = self._rng.random() < p if allowed is None else bool(allowed[0])
+                self._tree.step(point, 2, int(value))
             else:
                 value = self._choose(("b", round(p, 3)), 2, (1.0 - p, 1.0)) == 1
             self._choices.append(value)
@@ -592,7 +633,9 @@ class RLCheckProvider(PrimitiveProvider):
         prior = self._cached(
             ("iw", lo, hi), lambda: _cumulative(buckets.integer_prior(ranges, lo, hi))
         )
-        a, b = ranges[self._choose(("I", min_value, max_value), len(ranges), prior)]
+        wide = self._cached(("iw+", lo, hi), lambda: _wide(ranges))
+        point = ("I", min_value, max_value)
+        a, b = ranges[self._choose(point, len(ranges), prior, inexact=wide)]
         return self._rng.randint(a, b)
 
     def draw_float(
@@ -616,7 +659,9 @@ class RLCheckProvider(PrimitiveProvider):
             key = ("fb", lo_key, hi_key, allow_nan, smallest_nonzero_magnitude)
             specials, ranges = self._cached(key, lambda: buckets.float_buckets(constraints))
             n = len(ranges) + (1 if specials else 0)
-            action = self._choose(("f", lo_key, hi_key), n, None)
+            # Float ranges always hold many values; the specials are one action.
+            wide = _Below(len(ranges) + (len(specials) > 1))
+            action = self._choose(("f", lo_key, hi_key), n, None, inexact=wide)
             if action < len(ranges):
                 value = buckets.sample_range(self._rng, *ranges[action])
             else:
@@ -649,9 +694,10 @@ class RLCheckProvider(PrimitiveProvider):
                 return ""
             classes, prior = self._cached(("sc", intervals), lambda: _char_domain(intervals))
             point = ("c", len(intervals), len(classes))
+            wide = self._cached(("sc+", intervals), lambda: _wide((0, len(c) - 1) for c in classes))
             chars = []
             for _ in self._sizes(min_size, max_size, "s"):
-                cls = classes[self._choose(point, len(classes), prior)]
+                cls = classes[self._choose(point, len(classes), prior, inexact=wide)]
                 chars.append(chr(cls[self._rng.randrange(len(cls))]))
             value = "".join(chars)
             self._choices.append(value)
@@ -670,7 +716,9 @@ class RLCheckProvider(PrimitiveProvider):
             out = bytearray()
             for _ in self._sizes(min_size, max_size, "y"):
                 n = len(buckets.BYTE_CLASSES)
-                a, b = buckets.BYTE_CLASSES[self._choose(("y",), n, _BYTE_PRIOR)]
+                a, b = buckets.BYTE_CLASSES[
+                    self._choose(("y",), n, _BYTE_PRIOR, inexact=_WIDE_BYTE_CLASSES)
+                ]
                 out.append(self._rng.randint(a, b))
             value = bytes(out)
             self._choices.append(value)
@@ -712,3 +760,21 @@ def _char_domain(intervals: IntervalSet) -> tuple[list[IntervalSet], tuple[float
 
 
 _BYTE_PRIOR = _cumulative(buckets.BYTE_PRIOR)
+
+
+def _wide(ranges: Iterable[tuple[int, int]]) -> frozenset[int]:
+    """Indices of the ranges holding more than one value (inexact choices)."""
+    return frozenset(i for i, (a, b) in enumerate(ranges) if a != b)
+
+
+_WIDE_BYTE_CLASSES = _wide(buckets.BYTE_CLASSES)
+
+
+@dataclass(frozen=True)
+class _Below:
+    """The actions ``0 .. n - 1``, as a container without building it."""
+
+    n: int
+
+    def __contains__(self, action: object) -> bool:
+        return isinstance(action, int) and 0 <= action < self.n
