@@ -227,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         earlier = json.loads(path.read_text())
         if earlier.get("budget") != args.budget:
             print(f"note: {path} was measured at max_examples={earlier.get('budget')}")
+        have = {(r["property"], r["backend"]) for r in shown}
         shown += [
-            r for r in earlier["rows"] if r["backend"] != "hypothesis" and r["property"] in names
+            r
+            for r in earlier["rows"]
+            if r["property"] in names and (r["property"], r["backend"]) not in have
         ]
     print(f"max_examples={args.budget}, {runs} runs per property and backend, database off")
     for line in table(shown):
