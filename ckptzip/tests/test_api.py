@@ -26,6 +26,7 @@ from ckptzip.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     ConfigError,
+    CorruptCheckpointError,
     MissingParentError,
     UnsupportedValueError,
 )
@@ -261,8 +262,12 @@ def test_public_names() -> None:
         "CompressionConfig",
         "CkptzipError",
         "CorruptCheckpointError",
+        "verify",
+        "DecodeLimitError",
+        "DecodeMemoryError",
     ]:
         assert name in ckptzip.__all__ and hasattr(ckptzip, name)
+    assert ckptzip.verify is verify
 
 
 def _adam_with_dead_units() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -317,3 +322,150 @@ def test_moment_rules_keep_a_restored_adam_step_sane(tmp_path: Path, prune: floa
         assert float(step.max()) > 1.0
     else:
         assert float(step[:8].max()) > 0.0
+
+
+# -- torch's conventions: file objects, map_location, weights_only ------------------------
+
+
+def _small() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(1)
+    return {"w": torch.randn(80, 64, generator=g), "ids": torch.arange(5), "epoch": 4}
+
+
+def test_save_and_load_with_file_objects(tmp_path: Path) -> None:
+    obj = _small()
+    buf = io.BytesIO()
+    report = ckptzip.save(obj, buf)
+    assert report.bytes_out == len(buf.getvalue()) and report.path == "<BytesIO>"
+    assert report.sha256 == hashlib.sha256(buf.getvalue()).hexdigest()
+    buf.seek(0)
+    from_buf = ckptzip.load(buf)
+    with open(tmp_path / "c.ckz", "wb") as f:
+        ckptzip.save(obj, f)
+    with open(tmp_path / "c.ckz", "rb") as f:
+        from_file = ckptzip.load(f)
+        assert not f.closed  # the caller's file stays the caller's
+    assert_same(from_buf, ckptzip.load(tmp_path / "c.ckz"))
+    assert_same(from_file, from_buf)
+    # a stream positioned after other data is read from there, as torch.load does
+    prefixed = io.BytesIO(b"header!" + buf.getvalue())
+    prefixed.seek(7)
+    assert_same(ckptzip.load(prefixed), from_buf)
+    # and a stream that cannot seek (a pipe) is read whole
+    r, w = os.pipe()
+    with os.fdopen(w, "wb") as wf:
+        wf.write(buf.getvalue())
+    with os.fdopen(r, "rb", buffering=0) as rf:
+        assert_same(ckptzip.load(rf), from_buf)
+    assert ckptzip.verify(io.BytesIO(buf.getvalue()), decode=True).tensors
+    with pytest.raises(ConfigError, match="binary file object"):
+        ckptzip.load(12345)  # type: ignore[arg-type]
+
+
+def test_delta_needs_a_path_not_a_file_object(tmp_path: Path) -> None:
+    base = tmp_path / "a.ckz"
+    ckptzip.save(_small(), base)
+    with pytest.raises(ConfigError, match="file object"):
+        ckptzip.save(_small(), io.BytesIO(), parent=base)
+    child = tmp_path / "b.ckz"
+    ckptzip.save(_small(), child, parent=base)
+    with pytest.raises(MissingParentError, match="by its path"):
+        ckptzip.load(io.BytesIO(child.read_bytes()))
+
+
+@pytest.mark.parametrize(
+    "map_location",
+    [
+        "cpu",
+        None,
+        torch.device("cpu"),
+        {"cpu": "cpu"},
+        {"cuda:0": "cpu"},
+        lambda storage, location: storage,
+        lambda storage, location: None,
+        lambda storage, location: storage.cpu(),
+    ],
+)
+def test_map_location_takes_what_torch_load_takes(tmp_path: Path, map_location: Any) -> None:
+    obj = _small()
+    ckptzip.save(obj, tmp_path / "c.ckz", config=ckptzip.CompressionConfig(exact=("*",)))
+    torch.save(obj, tmp_path / "c.pt")
+    ours = ckptzip.load(tmp_path / "c.ckz", map_location=map_location, weights_only=True)
+    theirs = torch.load(tmp_path / "c.pt", map_location=map_location, weights_only=True)
+    assert_same(ours, theirs)
+
+
+def test_map_location_callable_sees_each_storage_and_its_location(tmp_path: Path) -> None:
+    w = torch.randn(6, 4)
+    ckptzip.save({"w": w, "tied": w, "row": w[1]}, tmp_path / "c.ckz")
+    seen: list[tuple[int, str]] = []
+
+    def fn(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
+        seen.append((storage.nbytes(), location))
+        return storage
+
+    out = ckptzip.load(tmp_path / "c.ckz", map_location=fn)
+    assert seen == [(w.numel() * 4, "cpu")]  # one storage, as torch.load calls it
+    assert out["row"].data_ptr() == out["w"][1].data_ptr()
+    with pytest.raises(ConfigError, match="map_location returned int"):
+        ckptzip.load(tmp_path / "c.ckz", map_location=lambda s, loc: 3)
+    with pytest.raises(ConfigError, match="map_location"):
+        ckptzip.load(tmp_path / "c.ckz", map_location={"cpu": "warp-drive"})
+
+
+def test_weights_only_is_accepted_either_way(tmp_path: Path) -> None:
+    ckptzip.save({"a": torch.ones(2)}, tmp_path / "c.ckz")
+    for flag in (True, False, None):
+        assert ckptzip.load(tmp_path / "c.ckz", weights_only=flag)["a"].tolist() == [1, 1]
+
+
+def test_tied_weights_and_views_are_stored_once_and_stay_consistent(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    w = torch.randn(256, 64)
+    obj = {"wte": w, "lm_head": w, "first_rows": w[:8], "t": w.t()}
+    report = ckptzip.save(obj, tmp_path / "c.ckz", config=ckptzip.CompressionConfig(min_numel=1))
+    assert [e.path for e in report.entries] == ["wte"]
+    assert report.entries[0].codec == "quant"  # one lossy decision for every name
+    out = ckptzip.load(tmp_path / "c.ckz")
+    assert out["wte"].data_ptr() == out["lm_head"].data_ptr()
+    # each view is the same values as its (dequantized) base, not a second quantization
+    assert torch.equal(out["first_rows"], out["wte"][:8])
+    assert torch.equal(out["t"], out["wte"].t())
+    separate = ckptzip.save(
+        {k: v.clone() for k, v in obj.items()}, tmp_path / "d.ckz", overwrite=True
+    )
+    assert report.bytes_out < separate.bytes_out / 2
+
+
+def test_numpy_rng_state_is_saved_exactly(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    np.random.seed(3)
+    state = {
+        "numpy": np.random.get_state(),
+        "generator": np.random.default_rng(9).bit_generator.state,
+        "torch": torch.get_rng_state(),
+        "big_float_array": np.linspace(0, 1, 10_000),  # exact, though large and floating
+    }
+    report = ckptzip.save(state, tmp_path / "rng_state.ckz")
+    assert {e.codec for e in report.entries} == {"exact"}
+    back = ckptzip.load(tmp_path / "rng_state.ckz")
+    np.random.set_state(back["numpy"])
+    expected = np.random.RandomState(3).random_sample(3)
+    assert np.array_equal(np.random.random_sample(3), expected)
+    assert np.array_equal(back["big_float_array"], state["big_float_array"])
+    assert back["generator"] == {
+        **state["generator"],
+        "state": dict(state["generator"]["state"]),
+    }
+
+
+def test_verify_says_what_a_safetensors_file_is(tmp_path: Path) -> None:
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    p = tmp_path / "model.safetensors"
+    safetensors_torch.save_file({"w": torch.ones(2)}, str(p))
+    with pytest.raises(CorruptCheckpointError, match="safetensors file"):
+        ckptzip.verify(p)
+    renamed = tmp_path / "weights.bin"
+    renamed.write_bytes(p.read_bytes())  # recognised by content too
+    with pytest.raises(CorruptCheckpointError, match="safetensors file"):
+        ckptzip.verify(renamed)

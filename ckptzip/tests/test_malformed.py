@@ -6,18 +6,21 @@ a hang, a large allocation, executed code, or tensors that differ from what was 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import pickle
 import tempfile
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +28,14 @@ import ckptzip
 from ckptzip import entropy
 from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.container import HEADER, MAGIC, MAX_MANIFEST_BYTES
-from ckptzip.errors import CkptzipError, CorruptCheckpointError, UnsupportedFormatError
+from ckptzip.errors import (
+    CkptzipError,
+    CorruptCheckpointError,
+    DecodeLimitError,
+    DecodeMemoryError,
+    UnsupportedFormatError,
+    UnsupportedValueError,
+)
 from ckptzip.structure import flatten
 
 CANARY = Path(os.environ.get("TMPDIR", "/tmp")) / "ckptzip-canary-must-not-exist"
@@ -80,10 +90,10 @@ def decode_bytes(data: bytes) -> Any:
     return load_bytes(data, _FUZZ_DIR)
 
 
-def load_bytes(data: bytes, tmp: Path) -> Any:
+def load_bytes(data: bytes, tmp: Path, **kw: Any) -> Any:
     p = tmp / "x.ckz"
     p.write_bytes(data)
-    return ckptzip.load(p)
+    return ckptzip.load(p, **kw)
 
 
 def split(data: bytes) -> tuple[dict[str, Any], bytes]:
@@ -248,11 +258,14 @@ def test_zstd_bomb_is_rejected_before_decompressing(good: bytes, tmp_path: Path)
     entry["meta"]["stage"] = {"enc": "zstd", "size": 64 << 20}
     with pytest.raises(CorruptCheckpointError, match="disagrees with its float32 shape"):
         load_bytes(reseal_chunks(doc, chunks), tmp_path)
-    # shape enlarged to match: still refused, the frame cannot physically be that large
+    # shape enlarged to match: over the read limit, refused before any chunk is read
     entry["shape"] = [1 << 40]
     entry["meta"]["stage"] = {"enc": "zstd", "size": 4 << 40}
-    with pytest.raises(CorruptCheckpointError, match="cannot decode"):
+    with pytest.raises(DecodeLimitError, match="over the read limit"):
         load_bytes(reseal_chunks(doc, chunks), tmp_path)
+    # and with the limit lifted, still refused: the frame cannot physically be that large
+    with pytest.raises(CorruptCheckpointError, match="cannot decode"):
+        load_bytes(reseal_chunks(doc, chunks), tmp_path, max_bytes=1 << 50)
 
 
 def test_huge_shape_is_refused_by_arithmetic(good: bytes, tmp_path: Path) -> None:
@@ -442,3 +455,184 @@ def test_resealed_delta_child_edits(delta_pair: tuple[Path, bytes], data: Any) -
     declared = sorted((tuple(t["shape"]), t["dtype"]) for t in doc["tensors"])
     got = sorted((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for _, t in flatten(back)[1])
     assert got == declared
+
+
+# -- bombs: small files with honest headers and valid checksums that declare huge tensors ----
+
+
+def _zeros_frame(n: int) -> bytes:
+    """One zstd frame of ``n`` zero bytes (content size recorded), built without holding them."""
+    out = io.BytesIO()
+    block = bytes(1 << 20)
+    with zstandard.ZstdCompressor(write_content_size=True).stream_writer(
+        out, size=n, closefd=False
+    ) as w:
+        for start in range(0, n, len(block)):
+            w.write(block[: min(len(block), n - start)])
+    return out.getvalue()
+
+
+def quant_bomb(numel: int) -> bytes:
+    """A constant tensor's file with its shape and index stream grown to ``numel`` elements:
+    every size in it is honest (one level, one bit per index, a real zstd frame of zeros)."""
+    buf = io.BytesIO()
+    ckptzip.save({"w": torch.full((5000,), 0.5)}, buf, config=CONFIG)
+    doc, body = split(buf.getvalue())
+    chunks = body_chunks(doc, body)
+    (entry,) = doc["tensors"]
+    first = entry["chunks"][0]
+    assert entry["codec"] == "quant" and entry["meta"]["bits"] == 1
+    entry["shape"] = [numel]
+    entry["meta"]["index_stage"] = {"enc": "zstd", "size": (numel + 7) // 8}
+    chunks[first + 1] = _zeros_frame((numel + 7) // 8)
+    return reseal_chunks(doc, chunks)
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[str, bytes]:
+    return {"512MiB": quant_bomb(1 << 27), "16GiB": quant_bomb(1 << 32)}
+
+
+def _refused_at_small_memory(
+    data: bytes, tmp: Path, monkeypatch: pytest.MonkeyPatch, **kw: Any
+) -> None:
+    """Load and verify must refuse ``data`` before reading any chunk, at bounded memory."""
+    p = tmp / "bomb.ckz"
+    p.write_bytes(data)
+
+    def no_chunks(self: Any, i: int) -> bytes:
+        raise AssertionError("a chunk was read before the size was checked")
+
+    monkeypatch.setattr(ckptzip.container.Reader, "read_chunk", no_chunks)
+    for call in (ckptzip.load, ckptzip.verify, ckptzip.read_quantized):
+        tracemalloc.start()
+        try:
+            with pytest.raises(DecodeLimitError, match="over the read limit"):
+                call(p, **kw)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 4 << 20, (call.__name__, peak)
+
+
+def test_a_1409_byte_file_of_512_mib_is_refused(
+    bombs: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = bombs["512MiB"]
+    assert len(data) < 2048  # the issue had 1,409 bytes (compact JSON; this one has spaces)
+    _refused_at_small_memory(data, tmp_path, monkeypatch)
+    # an explicit limit is the caller's: a smaller one refuses smaller files too
+    _refused_at_small_memory(data, tmp_path, monkeypatch, max_bytes=100)
+
+
+def test_a_17_kb_file_declaring_16_gib_is_refused(
+    bombs: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = bombs["16GiB"]
+    assert len(data) < 20_000
+    _refused_at_small_memory(data, tmp_path, monkeypatch)
+
+
+def test_the_limit_lifted_loads_what_the_file_honestly_holds(tmp_path: Path) -> None:
+    # the same construction at 8M elements (32 MiB) over the 64 MiB floor: decodes for real
+    data = quant_bomb(1 << 23)
+    x = load_bytes(data, tmp_path, max_bytes=None)["w"]
+    assert x.shape == (1 << 23,) and float(x[-1]) == 0.5
+    with pytest.raises(DecodeLimitError, match="max_bytes=33554432"):
+        load_bytes(data, tmp_path, max_bytes=1 << 20)
+
+
+def test_a_manifest_of_tiny_ignored_values_is_refused_before_parsing(
+    good: bytes, tmp_path: Path
+) -> None:
+    doc, body = split(good)
+    raw = json.dumps(doc).encode()
+    n = (MAX_MANIFEST_BYTES - len(raw) - 64) // 3
+    hostile = raw[:-1] + b',"ignored":[' + b"{}," * n + b"{}]}"
+    assert len(hostile) <= MAX_MANIFEST_BYTES
+    p = tmp_path / "x.ckz"
+    p.write_bytes(seal(hostile, body))
+    del hostile
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeLimitError, match="to parse"):
+            ckptzip.verify(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * MAX_MANIFEST_BYTES  # the bytes read (and their digest), no JSON objects
+    # a few ignored fields of ordinary density are still ignored, as version 1 promises
+    ok = raw[:-1] + b',"ignored":' + json.dumps({"notes": ["x"] * 100}).encode() + b"}"
+    assert ckptzip.verify(io.BytesIO(seal(ok, body))).tensors
+
+
+def test_a_huge_integer_is_a_typed_error_both_ways(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    raw = json.dumps(doc).encode()
+    huge = raw[:-1] + b',"ignored":' + b"9" * 5000 + b"}"
+    with pytest.raises(CorruptCheckpointError, match="not valid JSON"):
+        load_bytes(seal(huge, body), tmp_path)
+    # saving one fails at once, before any tensor is encoded, and writes nothing
+    out = tmp_path / "big.ckz"
+    with pytest.raises(UnsupportedValueError, match="bits"):
+        ckptzip.save({"w": torch.randn(1 << 20), "n": 10**5000}, out)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        MemoryError("numpy: Unable to allocate 16.0 GiB"),
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory"
+        ),
+    ],
+)
+def test_out_of_memory_while_decoding_is_typed(
+    good: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: Exception
+) -> None:
+    from ckptzip import quantize
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(quantize, "dequantize", boom)
+    with pytest.raises(DecodeMemoryError, match="out of memory") as info:
+        load_bytes(good, tmp_path)
+    assert isinstance(info.value, MemoryError) and info.value.__cause__ is failure
+    # other runtime errors keep their meaning
+    monkeypatch.setattr(quantize, "dequantize", lambda *a, **k: (_ for _ in ()).throw(KeyError))
+    with pytest.raises(KeyError):
+        load_bytes(good, tmp_path)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    numel=st.integers(1, 1 << 48),
+    stage=st.one_of(st.none(), st.integers(0, 1 << 62)),
+    limit=st.one_of(st.none(), st.integers(0, 1 << 40)),
+)
+def test_fuzzed_bomb_sizes_never_allocate_past_the_limit(
+    bombs: dict[str, bytes], numel: int, stage: int | None, limit: int | None
+) -> None:
+    doc, body = split(bombs["512MiB"])
+    entry = doc["tensors"][0]
+    entry["shape"] = [numel]
+    if stage is not None:
+        entry["meta"]["index_stage"]["size"] = stage
+    cap = ckptzip.container.decoded_limit(len(seal(doc, body)), limit)
+    tracemalloc.start()
+    try:
+        with contextlib.suppress(CkptzipError):
+            decode_bytes_with(seal(doc, body), max_bytes=limit)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # whatever is decoded stays within the limit (index bytes + float64 levels per element)
+    assert peak < 16 * min(cap, 4 * numel) + (8 << 20)
+
+
+def decode_bytes_with(data: bytes, **kw: Any) -> Any:
+    return load_bytes(data, _FUZZ_DIR, **kw)

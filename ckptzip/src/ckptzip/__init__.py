@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ckptzip.api import Report, TensorReport, load, read_quantized, save
+from ckptzip.api import Report, TensorReport, load, read_quantized, save, verify
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import (
     CheckpointExistsError,
@@ -10,6 +10,8 @@ from ckptzip.errors import (
     CkptzipError,
     ConfigError,
     CorruptCheckpointError,
+    DecodeLimitError,
+    DecodeMemoryError,
     MissingParentError,
     StorageError,
     UnsupportedFormatError,
@@ -35,11 +37,14 @@ __all__ = [
     "load",
     "read_quantized",
     "save",
+    "verify",
     "CheckpointExistsError",
     "CheckpointNotFoundError",
     "CkptzipError",
     "ConfigError",
     "CorruptCheckpointError",
+    "DecodeLimitError",
+    "DecodeMemoryError",
     "MissingParentError",
     "StorageError",
     "UnsupportedFormatError",

@@ -7,14 +7,16 @@ raw numeric bytes only, so loading an untrusted file can fail but never executes
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, TypeAlias
 
 import torch
 
@@ -35,6 +37,7 @@ from ckptzip.errors import (
     CkptzipError,
     ConfigError,
     CorruptCheckpointError,
+    DecodeMemoryError,
     MissingParentError,
 )
 from ckptzip.plan import Planner, Prequantized, exact_reason
@@ -53,6 +56,11 @@ __all__ = [
 ]
 
 Progress = Callable[[int, int], None]
+Source: TypeAlias = "str | os.PathLike[str] | IO[bytes]"
+"""Where a checkpoint is: a local path, a URL (``s3://…``, through fsspec) or a binary file
+object (``io.BytesIO``, ``open(path, "rb")``), as ``torch.load`` / ``torch.save`` take."""
+MapLocation: TypeAlias = "str | torch.device | Mapping[str, str] | Callable[[Any, str], Any] | None"
+"""What ``torch.load``'s ``map_location`` takes (see :func:`load`)."""
 # Parent chains are bounded by the manager's keyframes; this only stops a hostile loop.
 _MAX_CHAIN = 1000
 
@@ -232,7 +240,11 @@ def _parent_of(
 
 
 def _resolve_parent(
-    path: str, ref: Mapping[str, str], depth: int, cache: DecodedCache | None = None
+    path: str,
+    ref: Mapping[str, str],
+    depth: int,
+    cache: DecodedCache | None = None,
+    max_bytes: int | None = None,
 ) -> _FileParent:
     if depth > _MAX_CHAIN:
         raise CorruptCheckpointError(f"{path!r}: delta chain longer than {_MAX_CHAIN}")
@@ -252,7 +264,7 @@ def _resolve_parent(
     # in a fresh process. Hashing costs far less than decoding.
     table = None if cache is None else cache.get(digest)
     if table is None:
-        table = _read_quantized(parent_path, depth=depth + 1, cache=cache)
+        table = _read_quantized(parent_path, depth=depth + 1, cache=cache, max_bytes=max_bytes)
     return _FileParent(digest, table)
 
 
@@ -265,7 +277,7 @@ def _json_safe(meta: Any, where: str) -> None:
 
 def save(
     obj: Any,
-    path: str | os.PathLike[str],
+    path: Source,
     *,
     config: CompressionConfig | None = None,
     scores: Mapping[str, torch.Tensor] | None = None,
@@ -331,14 +343,21 @@ def save(
     >>> ckptzip.load(p)["epoch"], r.entries[0].codec
     (3, 'exact')
     """
-    path = os.fspath(path)
+    target = None if _is_path(path) else _writable(path)
+    path = _name(path) if target is not None else os.fspath(path)  # type: ignore[arg-type]
+    if target is not None and parent is not None:
+        raise ConfigError(
+            "a delta checkpoint (parent=...) names its parent by file name, so it must be "
+            "saved to a path, not to a file object"
+        )
     config = CompressionConfig() if config is None else config
     if not isinstance(config, CompressionConfig):
         raise ConfigError(f"config={config!r} must be a CompressionConfig")
     meta_out = dict(metadata or {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta_out.items()):
         raise ConfigError(f"metadata={meta_out!r} must map strings to strings")
-    storage.check_target(path, overwrite=overwrite)
+    if target is None:
+        storage.check_target(path, overwrite=overwrite)
     t0 = time.perf_counter()
     skeleton, leaves = flatten(obj)
     parent_view: ParentView | None = None
@@ -411,7 +430,12 @@ def save(
         write(hashing, manifest, chunks)
         hashes.append(hashing.hexdigest())
 
-    bytes_out = storage.atomic_write(path, _write, overwrite=overwrite)
+    if target is None:
+        bytes_out = storage.atomic_write(path, _write, overwrite=overwrite)
+    else:  # the caller's stream: written in place, as torch.save does
+        hashing = _HashingWriter(target)
+        bytes_out = write(hashing, manifest, chunks)
+        hashes.append(hashing.hexdigest())
     file_hash = hashes[-1]
     if cache is not None:
         # Only the quantized tensors: all a child delta reads, and exact tensors would alias
@@ -470,16 +494,55 @@ def _decode_entry(reader: Reader, entry: TensorEntry, parent: ParentView | None)
     return out
 
 
-def _open(path: str | os.PathLike[str]) -> tuple[BinaryIO, Reader]:
-    f = storage.open_read(path)
+def _is_path(src: Any) -> bool:
+    return isinstance(src, (str, os.PathLike))
+
+
+def _name(f: Any) -> str:
+    name = getattr(f, "name", None)
+    return name if isinstance(name, str) else f"<{type(f).__name__}>"
+
+
+def _writable(f: Any) -> BinaryIO:
+    if not callable(getattr(f, "write", None)):
+        raise ConfigError(
+            f"cannot save to {f!r}: expected a path, a URL or a binary file object with write()"
+        )
+    return f
+
+
+def _readable(f: Any) -> BinaryIO:
+    """``f`` itself when it can be read by offset from its start, else its rest in memory."""
+    if not callable(getattr(f, "read", None)):
+        raise ConfigError(
+            f"cannot load {f!r}: expected a path, a URL or a binary file object with read()"
+        )
     try:
-        return f, Reader(f, name=repr(os.fspath(path)))
-    except BaseException:
-        f.close()
-        raise
+        if f.seekable() and f.tell() == 0:
+            return f
+    except (AttributeError, OSError, ValueError):
+        pass
+    # a pipe, a socket, or a stream positioned past its start (torch.load reads from there)
+    return io.BytesIO(f.read())
 
 
-def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+@contextlib.contextmanager
+def _opened(src: Source) -> Iterator[Reader]:
+    """A :class:`Reader` over ``src``; a path is opened and closed here, a file object is the
+    caller's and stays open."""
+    if _is_path(src):
+        f = storage.open_read(src)  # type: ignore[arg-type]
+        name = repr(os.fspath(src))  # type: ignore[arg-type]
+    else:
+        f, name = _readable(src), _name(src)
+    try:
+        yield Reader(f, name=name)
+    finally:
+        if _is_path(src):
+            f.close()
+
+
+def read_manifest(path: Source) -> Manifest:
     """The validated manifest of a file (reads no chunk).
 
     Examples
@@ -490,32 +553,37 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     >>> read_manifest(p).metadata
     {'step': '7'}
     """
-    f, reader = _open(path)
-    with f:
+    with _opened(path) as reader:
         return reader.manifest
 
 
 def verify(
-    path: str | os.PathLike[str], *, decode: bool = False, progress: Progress | None = None
+    path: Source,
+    *,
+    decode: bool = False,
+    progress: Progress | None = None,
+    max_bytes: int | None = None,
 ) -> Manifest:
-    """Check a file's integrity: header, manifest, and every chunk's sha256.
+    """Check a file's integrity: header, manifest, the read limit, and every chunk's sha256.
 
     With ``decode`` also decode every tensor (and a delta's parents), which checks the codec
-    metadata and sizes as :func:`load` would. Returns the manifest; raises
-    :class:`CorruptCheckpointError` (or a subclass) at the first problem.
+    metadata and sizes as :func:`load` would. ``max_bytes`` is :func:`load`'s read limit.
+    Returns the manifest; raises :class:`CorruptCheckpointError` (or a subclass) at the first
+    problem.
 
     Examples
     --------
     >>> import tempfile, torch, ckptzip
     >>> p = os.path.join(tempfile.mkdtemp(), "c.ckz")
     >>> _ = ckptzip.save({"w": torch.ones(3)}, p)
-    >>> len(verify(p, decode=True).tensors)
+    >>> len(ckptzip.verify(p, decode=True).tensors)
     1
     """
     if decode:
-        return _decode_file(path, progress=progress)[0]
-    f, reader = _open(path)
-    with f:
+        return _decode_file(path, progress=progress, max_bytes=max_bytes)[0]
+    with _opened(path) as reader:
+        # a delta's parents are not opened here: its own declared size is what is checked
+        reader.check_limit(max_bytes)
         total, done = reader.manifest.data_bytes, 0
         for i, _ in reader.iter_chunks():
             done += reader.manifest.chunks[i].length
@@ -524,44 +592,80 @@ def verify(
         return reader.manifest
 
 
+# Messages of the CPU allocator when it cannot allocate (torch raises RuntimeError; CUDA's
+# torch.OutOfMemoryError is a RuntimeError subclass too).
+_OOM_MESSAGES = ("can't allocate memory", "out of memory", "not enough memory")
+
+
+@contextlib.contextmanager
+def _memory_guard(where: str) -> Iterator[None]:
+    """Turn an allocation failure while decoding into :class:`DecodeMemoryError`."""
+    try:
+        yield
+    except MemoryError as exc:
+        raise DecodeMemoryError(f"{where}: out of memory while decoding ({exc})") from exc
+    except RuntimeError as exc:
+        if not any(m in str(exc).lower() for m in _OOM_MESSAGES):
+            raise
+        raise DecodeMemoryError(f"{where}: out of memory while decoding ({exc})") from exc
+
+
+def _decoded_nbytes(table: Mapping[str, QuantizedTensor | torch.Tensor]) -> int:
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in table.values())
+
+
 def _decode_file(
-    path: str | os.PathLike[str],
+    path: Source,
     *,
     depth: int = 0,
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
+    max_bytes: int | None = None,
 ) -> tuple[Manifest, dict[str, Decoded]]:
-    f, reader = _open(path)
-    with f:
+    with _opened(path) as reader:
         m = reader.manifest
-        parent = (
-            None if m.parent is None else _resolve_parent(os.fspath(path), m.parent, depth, cache)
+        parent = None
+        if m.parent is not None:
+            if not _is_path(path):
+                raise MissingParentError(
+                    f"{reader.name} is a delta against {m.parent['name']!r}, which is found "
+                    "next to the file: load it by its path, not from a file object"
+                )
+            parent = _resolve_parent(os.fspath(path), m.parent, depth, cache, max_bytes)  # type: ignore[arg-type]
+        reader.check_limit(
+            max_bytes, inherited=0 if parent is None else _decoded_nbytes(parent.table)
         )
         out: dict[str, Decoded] = {}
-        total, done = sum(e.nbytes for e in m.tensors), 0
+        total, done = reader.decoded_bytes, 0
         for entry in m.tensors:
-            out[entry.path] = _decode_entry(reader, entry, parent)
+            with _memory_guard(f"{reader.name}: tensor {entry.path!r}"):
+                out[entry.path] = _decode_entry(reader, entry, parent)
             done += entry.nbytes
             if progress is not None:
                 progress(done, total)
-    if cache is not None:
-        cache[storage.sha256_file(path)] = {p: d.value() for p, d in out.items()}
+    if cache is not None and _is_path(path):
+        cache[storage.sha256_file(path)] = {p: d.value() for p, d in out.items()}  # type: ignore[arg-type]
     return m, out
 
 
 def _read_quantized(
-    path: str | os.PathLike[str], *, depth: int = 0, cache: DecodedCache | None = None
+    path: Source,
+    *,
+    depth: int = 0,
+    cache: DecodedCache | None = None,
+    max_bytes: int | None = None,
 ) -> dict[str, QuantizedTensor | torch.Tensor]:
-    return {p: d.value() for p, d in _decode_file(path, depth=depth, cache=cache)[1].items()}
+    decoded = _decode_file(path, depth=depth, cache=cache, max_bytes=max_bytes)[1]
+    return {p: d.value() for p, d in decoded.items()}
 
 
 def read_quantized(
-    path: str | os.PathLike[str], *, cache: DecodedCache | None = None
+    path: Source, *, cache: DecodedCache | None = None, max_bytes: int | None = None
 ) -> dict[str, QuantizedTensor | torch.Tensor]:
     """Every tensor of a file by path: a :class:`QuantizedTensor` if lossy, else the tensor.
 
     ``cache`` (a :data:`DecodedCache`) resolves a delta's parents without decoding them again
-    and receives this file's tensors.
+    and receives this file's tensors; ``max_bytes`` is :func:`load`'s read limit.
 
     Examples
     --------
@@ -571,38 +675,95 @@ def read_quantized(
     >>> read_quantized(p)
     {'step': tensor(4)}
     """
-    return _read_quantized(path, cache=cache)
+    return _read_quantized(path, cache=cache, max_bytes=max_bytes)
 
 
-def _device(map_location: str | torch.device | None) -> torch.device:
+def _device(map_location: Any, shown: Any = None) -> torch.device:
     try:
         device = torch.device("cpu" if map_location is None else map_location)
     except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"map_location={map_location!r} is not a device: {exc}") from None
+        raise ConfigError(
+            f"map_location={shown or map_location!r} is not a device: {exc}"
+        ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"map_location={map_location!r} but CUDA is not available here")
+        raise ConfigError(f"map_location={shown or map_location!r} but CUDA is not available here")
     return device
 
 
+# ckptzip records no device: every tensor is saved from, and first restored to, the CPU; this
+# is the location a dict or callable map_location is asked about (torch.load's name for it).
+_SAVED_LOCATION = "cpu"
+
+
+def _placement(map_location: MapLocation) -> tuple[torch.device, Callable[[Any, str], Any] | None]:
+    """The device to decode onto and, for a callable ``map_location``, the callable."""
+    if callable(map_location) and not isinstance(map_location, (str, torch.device)):
+        return torch.device("cpu"), map_location
+    if isinstance(map_location, Mapping):
+        target = map_location.get(_SAVED_LOCATION, _SAVED_LOCATION)
+        return _device(target, map_location), None
+    return _device(map_location), None
+
+
+def _relocate(x: torch.Tensor, fn: Callable[[Any, str], Any]) -> torch.Tensor:
+    """Apply a torch.load-style ``fn(storage, location)`` to one restored tensor."""
+    got = fn(x.untyped_storage(), _SAVED_LOCATION)
+    if got is None:
+        return x  # torch.load's rule: None keeps the default restore location
+    if isinstance(got, torch.TypedStorage):
+        got = got.untyped()
+    if isinstance(got, torch.UntypedStorage):
+        if got.nbytes() < x.untyped_storage().nbytes():
+            raise ConfigError(
+                f"map_location returned a storage of {got.nbytes()} bytes for one of "
+                f"{x.untyped_storage().nbytes()}"
+            )
+        out = torch.empty(0, dtype=x.dtype, device=got.device)
+        return out.set_(got, x.storage_offset(), x.shape, x.stride())
+    if isinstance(got, torch.Tensor):
+        return got
+    raise ConfigError(
+        f"map_location returned {type(got).__name__}; it must return a storage (as "
+        "torch.load expects), a tensor or None"
+    )
+
+
 def load(
-    path: str | os.PathLike[str],
+    path: Source,
     *,
-    map_location: str | torch.device | None = "cpu",
+    map_location: MapLocation = "cpu",
+    weights_only: bool | None = None,
+    max_bytes: int | None = None,
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
 ) -> Any:
-    """Read a ``.ckz`` file back into the structure that was saved.
+    """Read a ``.ckz`` checkpoint back into the structure that was saved.
 
     Lossy tensors come back dequantized in their original dtype and shape; everything else
     is bit-exact. Dicts come back as plain ``dict`` (``OrderedDict`` state dicts load fine
-    with ``load_state_dict``).
+    with ``load_state_dict``). Tensors that shared storage when saved (tied weights, views)
+    share it again; NumPy arrays come back as NumPy arrays.
 
     Parameters
     ----------
     path:
-        The file.
+        A path, a URL, or a binary file object (``io.BytesIO``, an open file) read from its
+        current position, as ``torch.load`` takes. A delta checkpoint needs its path (its
+        parent is found next to it).
     map_location:
-        Device for every tensor: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a ``torch.device``.
+        Where tensors go, as ``torch.load`` takes it: ``"cpu"``, ``"cuda:1"``, a
+        ``torch.device``, a dict remapping locations (``{"cpu": "cuda:0"}``) or a callable
+        ``fn(storage, location)`` returning a storage (or ``None`` to keep it). ckptzip
+        does not record where a tensor lived, so the location it reports is always
+        ``"cpu"`` and ``None`` means the CPU. NumPy arrays stay NumPy arrays.
+    weights_only:
+        Accepted for ``torch.load`` compatibility and ignored: loading never unpickles, so
+        every load is as safe as ``weights_only=True``.
+    max_bytes:
+        Refuse (:class:`DecodeLimitError`, before reading any tensor) a file that declares
+        more decoded bytes than this. Default: 4096x the file's size, at least 64 MiB (a
+        delta may add what its parents decoded to); no ckptzip file comes near it unless
+        its tensors are almost entirely one value. Raise it for such a file if you trust it.
     progress:
         Called as ``progress(done, total)`` in output bytes after each tensor.
     cache:
@@ -612,19 +773,32 @@ def load(
     ------
     CorruptCheckpointError
         The file is damaged or not a ckptzip file (:class:`UnsupportedFormatError` for a
-        newer format, :class:`MissingParentError` for a delta whose parent is gone).
+        newer format, :class:`MissingParentError` for a delta whose parent is gone,
+        :class:`DecodeLimitError` over the read limit).
+    DecodeMemoryError
+        Memory ran out while decoding.
     CheckpointNotFoundError
         No such file.
 
     Examples
     --------
-    >>> import tempfile, torch, ckptzip
-    >>> p = os.path.join(tempfile.mkdtemp(), "c.ckz")
-    >>> _ = ckptzip.save({"w": torch.ones(2), "lr": 0.1}, p)
-    >>> ckptzip.load(p)
+    >>> import io, torch, ckptzip
+    >>> buf = io.BytesIO()
+    >>> _ = ckptzip.save({"w": torch.ones(2), "lr": 0.1}, buf)
+    >>> _ = buf.seek(0)
+    >>> ckptzip.load(buf, map_location={"cpu": "cpu"}, weights_only=True)
     {'w': tensor([1., 1.]), 'lr': 0.1}
     """
-    device = _device(map_location)
-    manifest, decoded = _decode_file(path, progress=progress, cache=cache)
-    leaves = [d.materialize(device) for d in decoded.values()]
-    return unflatten(manifest.skeleton, leaves)
+    del weights_only  # nothing to restrict: no pickle is ever read
+    device, relocate = _placement(map_location)
+    manifest, decoded = _decode_file(path, progress=progress, cache=cache, max_bytes=max_bytes)
+    arrays = ndarray_entries(manifest.skeleton)
+    leaves = []
+    for i, (p, d) in enumerate(decoded.items()):
+        with _memory_guard(f"tensor {p!r}"):
+            if i in arrays:  # NumPy lives on the CPU whatever the tensors' placement
+                leaves.append(d.materialize("cpu"))
+                continue
+            x = d.materialize(device)
+            leaves.append(x if relocate is None else _relocate(x, relocate))
+    return unflatten(manifest.skeleton, leaves, version=manifest.version)

@@ -32,7 +32,7 @@ from typing import Any, BinaryIO, Protocol
 
 import torch
 
-from ckptzip.errors import CorruptCheckpointError, UnsupportedFormatError
+from ckptzip.errors import CorruptCheckpointError, DecodeLimitError, UnsupportedFormatError
 from ckptzip.structure import (
     DTYPES,
     MAX_NDIM,
@@ -47,11 +47,14 @@ __all__ = [
     "HEADER",
     "MAGIC",
     "MAX_MANIFEST_BYTES",
+    "DEFAULT_MAX_RATIO",
+    "DEFAULT_MIN_LIMIT",
     "ChunkRef",
     "Manifest",
     "Reader",
     "TensorEntry",
     "Writable",
+    "decoded_limit",
     "manifest_bytes",
     "write",
 ]
@@ -65,6 +68,16 @@ READ_VERSIONS = (1, 2)
 HEADER = struct.Struct("<8sHHQ")
 DIGEST_SIZE = 32
 MAX_MANIFEST_BYTES = 64 << 20
+# Parsing JSON costs Python objects: up to ~25 bytes per manifest byte for a list of empty
+# objects, 5-10 for a real manifest (measured). A manifest whose estimated cost exceeds this
+# many bytes per byte (plus a floor) is refused before it is parsed; see `_parse_cost`.
+_PARSE_BYTES_PER_BYTE = 12
+_PARSE_FLOOR = 16 << 20
+# The default read limit: a file may decode to at most this many times its own size, and
+# always to DEFAULT_MIN_LIMIT. Lossy ckptzip files are 10-100x smaller than their tensors;
+# only tensors that are almost all one value compress further (zstd: up to 32768x).
+DEFAULT_MAX_RATIO = 4096
+DEFAULT_MIN_LIMIT = 64 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _ITEMSIZE = {name: dt.itemsize for name, dt in DTYPES.items()}
 
@@ -376,6 +389,50 @@ def _reject_constant(name: str) -> Any:
     raise CorruptCheckpointError(f"invalid manifest: {name} is not JSON")
 
 
+def _parse_cost(raw: bytes) -> int:
+    """An upper estimate (measured within 2x) of the memory ``json.loads(raw)`` takes.
+
+    Every JSON value after the first follows a ``,``, ``:`` or ``[``; objects cost a dict and
+    a pairs list, strings an object. Counting bytes is C-speed and allocates nothing, so a
+    hostile manifest (millions of tiny objects) is refused at the cost of reading it once.
+    """
+    n = raw.count
+    return len(raw) + 232 * n(b"{") + 64 * n(b"[") + 32 * (n(b",") + n(b":")) + 24 * n(b'"')
+
+
+def decoded_limit(file_size: int, max_bytes: int | None = None) -> int:
+    """The most bytes a file of ``file_size`` bytes may decode to.
+
+    ``max_bytes`` (an int >= 0) is the caller's explicit limit; ``None`` means the default,
+    ``max(DEFAULT_MIN_LIMIT, DEFAULT_MAX_RATIO * file_size)``.
+
+    Examples
+    --------
+    >>> decoded_limit(1409) == 64 << 20, decoded_limit(1 << 20) == 4 << 30
+    (True, True)
+    """
+    if max_bytes is None:
+        return max(DEFAULT_MIN_LIMIT, DEFAULT_MAX_RATIO * file_size)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise ValueError(f"max_bytes={max_bytes!r} must be an int >= 0 or None")
+    return max_bytes
+
+
+def _format_hint(head: bytes, name: str) -> str:
+    """What a file that is not ckptzip's looks like, for the bad-magic message."""
+    if head[:2] == b"PK":
+        return " (it looks like a torch.save zip file: use `ckptzip compress` on it)"
+    # safetensors: a u64 header length, then a JSON object
+    if name.rstrip("'\"").endswith(".safetensors") or head[8:10] == b'{"':
+        return (
+            " (it looks like a safetensors file: load it with safetensors, or "
+            "`ckptzip compress` it)"
+        )
+    if head[:1] == b"\x80":
+        return " (it looks like a pickle, which ckptzip never reads)"
+    return ""
+
+
 class Reader:
     """Validated read access to one open ``.ckz`` file.
 
@@ -402,11 +459,7 @@ class Reader:
         self.file_size = size
         head = f.read(HEADER.size)
         if head[:8] != MAGIC[: len(head[:8])]:
-            hint = ""
-            if head[:2] == b"PK":
-                hint = " (it looks like a torch.save zip file: use `ckptzip compress` on it)"
-            elif head[:1] == b"\x80":
-                hint = " (it looks like a pickle, which ckptzip never reads)"
+            hint = _format_hint(head, name)
             raise CorruptCheckpointError(f"{name}: not a ckptzip file, bad magic{hint}")
         if len(head) < HEADER.size:
             raise CorruptCheckpointError(f"{name}: truncated: {size} bytes, not even a header")
@@ -437,6 +490,12 @@ class Reader:
             raise CorruptCheckpointError(f"{name}: truncated inside the manifest")
         if hashlib.sha256(raw).digest() != digest:
             raise CorruptCheckpointError(f"{name}: manifest checksum mismatch (file is damaged)")
+        cost = _parse_cost(raw)
+        if cost > _PARSE_BYTES_PER_BYTE * mlen + _PARSE_FLOOR:
+            raise DecodeLimitError(
+                f"{name}: the {mlen}-byte manifest would take about {cost >> 20} MiB to "
+                "parse (millions of tiny JSON values); no ckptzip writer makes such a manifest"
+            )
         try:
             doc = json.loads(
                 raw.decode("utf-8"),
@@ -449,6 +508,37 @@ class Reader:
             raise CorruptCheckpointError(f"{name}: manifest is not valid JSON: {exc}") from None
         self.manifest = Manifest.from_json(doc, data_bytes=size - self.data_start, version=version)
         self.manifest_size = mlen
+
+    @property
+    def decoded_bytes(self) -> int:
+        """The bytes every tensor of the file takes decoded (from the validated manifest)."""
+        return sum(e.nbytes for e in self.manifest.tensors)
+
+    def check_limit(self, max_bytes: int | None = None, *, inherited: int = 0) -> None:
+        """Refuse, before any chunk is read, a file that decodes past :func:`decoded_limit`.
+
+        ``inherited`` is what a delta's parents decoded to: with the default limit a delta may
+        decode to that plus the default for its own size (its unchanged parts cost it little).
+
+        Raises
+        ------
+        DecodeLimitError
+            The manifest declares more decoded bytes than the limit.
+        """
+        limit = decoded_limit(self.file_size, max_bytes)
+        if max_bytes is None:
+            limit += inherited
+        if self.decoded_bytes > limit:
+            how = (
+                f"max_bytes={max_bytes}"
+                if max_bytes is not None
+                else f"the default of {DEFAULT_MAX_RATIO}x its {self.file_size} bytes "
+                f"(at least {DEFAULT_MIN_LIMIT >> 20} MiB)"
+            )
+            raise DecodeLimitError(
+                f"{self.name}: declares {self.decoded_bytes} decoded bytes, over the read "
+                f"limit ({how}); if you trust this file, pass max_bytes={self.decoded_bytes}"
+            )
 
     def read_chunk(self, i: int) -> bytes:
         """Chunk ``i``'s bytes, checked against its sha256."""

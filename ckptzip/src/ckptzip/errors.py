@@ -17,6 +17,8 @@ __all__ = [
     "CheckpointNotFoundError",
     "MissingParentError",
     "StorageError",
+    "DecodeLimitError",
+    "DecodeMemoryError",
 ]
 
 
@@ -54,3 +56,16 @@ class MissingParentError(CorruptCheckpointError):
 
 class StorageError(CkptzipError, OSError):
     """Writing or reading the storage failed (disk full, permission, I/O error)."""
+
+
+class DecodeLimitError(CorruptCheckpointError):
+    """Refused before decoding: the file declares more decoded bytes than the read limit.
+
+    The limit (``max_bytes`` of :func:`ckptzip.load` / :func:`ckptzip.verify`) defaults to a
+    multiple of the file's size, which no legitimate ckptzip file comes near; a file that
+    exceeds it is treated as hostile unless the caller raises the limit.
+    """
+
+
+class DecodeMemoryError(CkptzipError, MemoryError):
+    """Memory ran out while decoding a checkpoint (the allocator's error is the cause)."""
