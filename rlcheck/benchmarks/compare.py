@@ -24,8 +24,9 @@ Guides (``--guides``):
   temporary example database for the whole run, so a restart after ``Unsatisfiable``
   keeps what was learned.
 
-HypoFuzz is not a row: see the README (it is not installed here and drives tests
-collected by pytest through its own worker and dashboard, not a function under a budget).
+HypoFuzz is not a row (see the README): its documented interface is ``hypothesis fuzz``,
+which collects tests with pytest and runs them in worker processes next to a dashboard;
+driving one test under a budget from a script takes its internal per-test fuzzer class.
 
 Usage (from the repository root)::
 
