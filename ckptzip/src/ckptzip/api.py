@@ -13,15 +13,16 @@ import io
 import json
 import math
 import os
+import posixpath
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, TypeAlias
 
 import torch
 
 import ckptzip
-from ckptzip import storage
+from ckptzip import chains, storage
 from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
     DecodeContext,
@@ -34,6 +35,7 @@ from ckptzip.codecs.base import (
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.container import Manifest, Reader, TensorEntry, chunk_refs, write
 from ckptzip.errors import (
+    CheckpointNotFoundError,
     CkptzipError,
     ConfigError,
     CorruptCheckpointError,
@@ -45,10 +47,14 @@ from ckptzip.structure import dtype_name, flatten, ndarray_entries, reference_pa
 
 __all__ = [
     "DecodedCache",
+    "EncodedCheckpoint",
     "Report",
     "TensorReport",
+    "decode_chain",
+    "encode",
     "exact_reason",
     "load",
+    "load_chain",
     "read_manifest",
     "read_quantized",
     "save",
@@ -61,8 +67,6 @@ Source: TypeAlias = "str | os.PathLike[str] | IO[bytes]"
 object (``io.BytesIO``, ``open(path, "rb")``), as ``torch.load`` / ``torch.save`` take."""
 MapLocation: TypeAlias = "str | torch.device | Mapping[str, str] | Callable[[Any, str], Any] | None"
 """What ``torch.load``'s ``map_location`` takes (see :func:`load`)."""
-# Parent chains are bounded by the manager's keyframes; this only stops a hostile loop.
-_MAX_CHAIN = 1000
 
 
 @dataclass(frozen=True)
@@ -191,9 +195,17 @@ class _CountingSink:
         pass
 
 
-def _torch_save_size(obj: Any) -> int:
+def _torch_save_size(obj: Any, leaves: Sequence[tuple[str, torch.Tensor]]) -> int:
+    """What ``torch.save(obj)`` would write, measured before anything is published.
+
+    An object torch cannot pickle (a namedtuple class defined inside a function) is still
+    saved by ckptzip: its ``bytes_in`` is then the tensors' in-memory bytes.
+    """
     sink = _CountingSink()
-    torch.save(obj, sink)  # type: ignore[arg-type]
+    try:
+        torch.save(obj, sink)  # type: ignore[arg-type]
+    except Exception:  # pickling is torch's business; the checkpoint does not depend on it
+        return sum(x.numel() * x.element_size() for _, x in leaves)
     return sink.n
 
 
@@ -219,53 +231,60 @@ class _FileParent:
         return q if isinstance(q, QuantizedTensor) else None
 
 
-def _parent_of(
-    child: str, parent: str | os.PathLike[str], cache: DecodedCache | None = None
-) -> tuple[_FileParent, dict[str, str]]:
+def _parent_view(links: Sequence[chains.Link], cache: DecodedCache | None = None) -> _FileParent:
+    """The decoded last link of a chain (keyframe first), decoded from the links' own bytes.
+
+    Decoding starts after the newest link found in ``cache``, so consecutive steps of a
+    chain decode one file each; it goes forwards in a loop, so any allowed chain length
+    decodes in any process.
+    """
+    start, view = 0, None
+    if cache is not None:
+        for i in range(len(links) - 1, -1, -1):
+            cached = cache.get(links[i].sha256)
+            if cached is not None:
+                start, view = i + 1, _FileParent(links[i].sha256, cached)
+                break
+    for link in links[start:]:
+        reader = Reader(io.BytesIO(link.data), name=repr(link.name))
+        decoded = _decode_entries(reader, view, None, max_bytes)
+        table = {p: d.value() for p, d in decoded.items()}
+        if cache is not None:
+            cache[link.sha256] = table
+        view = _FileParent(link.sha256, table)
+    if view is None:
+        raise ValueError("a chain has at least one link")
+    return view
+
+
+def _sibling_reader(path: str) -> Callable[[str], bytes]:
+    return lambda name: storage.read_bytes(storage.sibling(path, name))
+
+
+def _where(path: str) -> str:
+    return repr(posixpath.dirname(path) if storage.is_url(path) else os.path.dirname(path) or ".")
+
+
+def _base_name(path: str) -> str:
+    return posixpath.basename(path) if storage.is_url(path) else os.path.basename(path)
+
+
+def _parent_links(child: str, parent: str | os.PathLike[str]) -> list[chains.Link]:
+    """A parent file and its own parents, keyframe first, each read once."""
     parent = os.fspath(parent)
-    if not storage.is_file(parent):
-        raise MissingParentError(f"parent checkpoint {parent!r} does not exist")
     if not storage.same_directory(parent, child):
         raise ConfigError(
             f"parent {parent!r} must be in the same directory as {child!r}: a delta names its "
             "parent by file name only"
         )
-    digest = storage.sha256_file(parent)
-    table = None if cache is None else cache.get(digest)
-    if table is None:
-        table = _read_quantized(parent, depth=1, cache=cache)
-    view = _FileParent(digest, table)
-    name = parent.rstrip("/").rsplit("/", 1)[-1] if storage.is_url(parent) else parent
-    return view, {"hash": digest, "name": os.path.basename(name)}
-
-
-def _resolve_parent(
-    path: str,
-    ref: Mapping[str, str],
-    depth: int,
-    cache: DecodedCache | None = None,
-    max_bytes: int | None = None,
-) -> _FileParent:
-    if depth > _MAX_CHAIN:
-        raise CorruptCheckpointError(f"{path!r}: delta chain longer than {_MAX_CHAIN}")
-    parent_path = storage.sibling(path, ref["name"])
-    if not storage.is_file(parent_path):
-        raise MissingParentError(
-            f"{path!r} is a delta against {ref['name']!r}, which is missing from its "
-            "directory; restore that file to read this one"
-        )
-    digest = storage.sha256_file(parent_path)
-    if digest != ref["hash"]:
-        raise MissingParentError(
-            f"{path!r} is a delta against {ref['name']!r} with sha256 {ref['hash'][:12]}..., "
-            f"but that file now has sha256 {digest[:12]}...: it was altered or replaced"
-        )
-    # Checked even when cached: a parent gone or replaced on disk must fail here as it would
-    # in a fresh process. Hashing costs far less than decoding.
-    table = None if cache is None else cache.get(digest)
-    if table is None:
-        table = _read_quantized(parent_path, depth=depth + 1, cache=cache, max_bytes=max_bytes)
-    return _FileParent(digest, table)
+    try:
+        top = chains.parse_link(_base_name(parent), storage.read_bytes(parent))
+    except CheckpointNotFoundError:
+        raise MissingParentError(f"parent checkpoint {parent!r} does not exist") from None
+    parents = chains.resolve_parents(
+        top.name, top.manifest, _sibling_reader(parent), _where(parent)
+    )
+    return [*parents, top]
 
 
 def _json_safe(meta: Any, where: str) -> None:
@@ -350,20 +369,123 @@ def save(
             "a delta checkpoint (parent=...) names its parent by file name, so it must be "
             "saved to a path, not to a file object"
         )
+    if target is None:
+        storage.check_target(path, overwrite=overwrite)
+    links = None if parent is None else _parent_links(path, parent)
+    enc = encode(
+        obj,
+        config=config,
+        scores=scores,
+        parent=links,
+        metadata=metadata,
+        progress=progress,
+        cache=cache,
+        prequantized=prequantized,
+    )
+    if target is None:
+        bytes_out = storage.atomic_write(path, enc.write, overwrite=overwrite)
+    else:  # the caller's stream: written in place, as torch.save does
+        bytes_out = enc.write(target)
+    return enc.report(path, bytes_out, cache=cache)
+
+
+class EncodedCheckpoint:
+    """A checkpoint encoded in memory, validated, not yet published.
+
+    :func:`encode` makes one; the caller publishes it by passing :meth:`write` to an atomic
+    writer (:func:`ckptzip.storage.atomic_write` or a :class:`~ckptzip.storage.Storage`),
+    then calls :meth:`report`. Everything that can fail because of the object (encoding,
+    metadata, the ``bytes_in`` measurement) has happened before, so nothing raises after a
+    file is published.
+    """
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        chunks: list[bytes],
+        quantized: dict[str, QuantizedTensor],
+        reports: list[tuple[QuantConfig | None, str | None]],
+        bytes_in: int,
+        started: float,
+    ) -> None:
+        self.manifest = manifest
+        self._chunks = chunks
+        self._quantized = quantized
+        self._reports = reports
+        self.bytes_in = bytes_in
+        self._started = started
+        self.sha256 = ""
+
+    def write(self, f: BinaryIO) -> int:
+        """Write the file to ``f`` (called by the atomic writer; records the sha256)."""
+        hashing = _HashingWriter(f)
+        n = write(hashing, self.manifest, self._chunks)
+        self.sha256 = hashing.hexdigest()
+        return n
+
+    def report(self, path: str, bytes_out: int, *, cache: DecodedCache | None = None) -> Report:
+        """The :class:`Report` of the published file; adds it to ``cache`` for a child delta."""
+        if cache is not None:
+            # Only the quantized tensors: all a child delta reads, and exact tensors would
+            # alias the caller's live (still training) tensors.
+            cache[self.sha256] = self._quantized
+        m = self.manifest
+        reports = tuple(
+            TensorReport(
+                path=e.path,
+                shape=e.shape,
+                dtype=e.dtype,
+                codec=e.codec,
+                config=cfg,
+                bytes=sum(m.chunks[e.chunks[0] + j].length for j in range(e.chunks[1])),
+                nbytes=e.nbytes,
+                rel_error=e.rel_error,
+                reason=reason,
+            )
+            for e, (cfg, reason) in zip(m.tensors, self._reports, strict=True)
+        )
+        return Report(
+            path=path,
+            bytes_in=self.bytes_in,
+            bytes_out=bytes_out,
+            ratio=self.bytes_in / bytes_out if bytes_out else math.inf,
+            seconds=time.perf_counter() - self._started,
+            entries=reports,
+            sha256=self.sha256,
+        )
+
+
+def encode(
+    obj: Any,
+    *,
+    config: CompressionConfig | None = None,
+    scores: Mapping[str, torch.Tensor] | None = None,
+    parent: Sequence[chains.Link] | None = None,
+    metadata: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+    cache: DecodedCache | None = None,
+    prequantized: Mapping[str, Prequantized] | None = None,
+) -> EncodedCheckpoint:
+    """Encode ``obj`` into an unpublished :class:`EncodedCheckpoint` (what :func:`save` does
+    before writing).
+
+    ``parent`` is the chain to delta against, keyframe first (its last link is the parent),
+    as :meth:`ckptzip.chains.ChainStore.parent_chain` returns; its links are decoded from
+    their own bytes (or taken from ``cache``). Other arguments as for :func:`save`.
+    """
     config = CompressionConfig() if config is None else config
     if not isinstance(config, CompressionConfig):
         raise ConfigError(f"config={config!r} must be a CompressionConfig")
     meta_out = dict(metadata or {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta_out.items()):
         raise ConfigError(f"metadata={meta_out!r} must map strings to strings")
-    if target is None:
-        storage.check_target(path, overwrite=overwrite)
     t0 = time.perf_counter()
     skeleton, leaves = flatten(obj)
     parent_view: ParentView | None = None
     parent_ref: dict[str, str] | None = None
-    if parent is not None:
-        parent_view, parent_ref = _parent_of(path, parent, cache)
+    if parent:
+        parent_view = _parent_view(parent, cache)
+        parent_ref = {"hash": parent[-1].sha256, "name": parent[-1].name}
     planner = Planner(config, parent=parent_view is not None, prequantized=prequantized)
     # one decision per stored entry, whichever of its names (tied weights) came first
     names = reference_paths(skeleton)
@@ -423,48 +545,16 @@ def save(
         created_by=f"ckptzip {ckptzip.__version__}",
     )
 
-    hashes: list[str] = []
-
-    def _write(f: BinaryIO) -> None:
-        hashing = _HashingWriter(f)
-        write(hashing, manifest, chunks)
-        hashes.append(hashing.hexdigest())
-
-    if target is None:
-        bytes_out = storage.atomic_write(path, _write, overwrite=overwrite)
-    else:  # the caller's stream: written in place, as torch.save does
-        hashing = _HashingWriter(target)
-        bytes_out = write(hashing, manifest, chunks)
-        hashes.append(hashing.hexdigest())
-    file_hash = hashes[-1]
-    if cache is not None:
-        # Only the quantized tensors: all a child delta reads, and exact tensors would alias
-        # the caller's live (still training) tensors.
-        cache[file_hash] = quantized
-    seconds = time.perf_counter() - t0
-    bytes_in = _torch_save_size(obj)
-    reports = tuple(
-        TensorReport(
-            path=e.path,
-            shape=e.shape,
-            dtype=e.dtype,
-            codec=e.codec,
-            config=cfg,
-            bytes=sum(manifest.chunks[e.chunks[0] + j].length for j in range(e.chunks[1])),
-            nbytes=e.nbytes,
-            rel_error=e.rel_error,
-            reason=t.reason,
-        )
-        for e, cfg, t in zip(entries, configs, plan, strict=True)
-    )
-    return Report(
-        path=path,
-        bytes_in=bytes_in,
-        bytes_out=bytes_out,
-        ratio=bytes_in / bytes_out if bytes_out else math.inf,
-        seconds=seconds,
-        entries=reports,
-        sha256=file_hash,
+    t1 = time.perf_counter()
+    bytes_in = _torch_save_size(obj, leaves)
+    # ``Report.seconds`` leaves the measurement out: it is not part of compressing.
+    return EncodedCheckpoint(
+        manifest,
+        chunks,
+        quantized,
+        [(cfg, t.reason) for cfg, t in zip(configs, plan, strict=True)],
+        bytes_in,
+        t0 + time.perf_counter() - t1,
     )
 
 
@@ -617,11 +707,15 @@ def _decoded_nbytes(table: Mapping[str, QuantizedTensor | torch.Tensor]) -> int:
 def _decode_file(
     path: Source,
     *,
-    depth: int = 0,
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
     max_bytes: int | None = None,
 ) -> tuple[Manifest, dict[str, Decoded]]:
+    if cache is not None and _is_path(path):  # the cache key is the file's hash: read it once
+        p = os.fspath(path)  # type: ignore[arg-type]
+        top = chains.parse_link(_base_name(p), storage.read_bytes(p))
+        links = [*_chain_above(p, top.manifest), top]
+        return decode_chain(links, progress=progress, cache=cache, max_bytes=max_bytes)
     with _opened(path) as reader:
         m = reader.manifest
         parent = None
@@ -631,31 +725,60 @@ def _decode_file(
                     f"{reader.name} is a delta against {m.parent['name']!r}, which is found "
                     "next to the file: load it by its path, not from a file object"
                 )
-            parent = _resolve_parent(os.fspath(path), m.parent, depth, cache, max_bytes)  # type: ignore[arg-type]
-        reader.check_limit(
-            max_bytes, inherited=0 if parent is None else _decoded_nbytes(parent.table)
-        )
-        out: dict[str, Decoded] = {}
-        total, done = reader.decoded_bytes, 0
-        for entry in m.tensors:
-            with _memory_guard(f"{reader.name}: tensor {entry.path!r}"):
-                out[entry.path] = _decode_entry(reader, entry, parent)
-            done += entry.nbytes
-            if progress is not None:
-                progress(done, total)
-    if cache is not None and _is_path(path):
-        cache[storage.sha256_file(path)] = {p: d.value() for p, d in out.items()}  # type: ignore[arg-type]
-    return m, out
+            links = _chain_above(os.fspath(path), m)  # type: ignore[arg-type]
+            parent = _parent_view(links, max_bytes=max_bytes)
+        return m, _decode_entries(reader, parent, progress, max_bytes)
+
+
+def _chain_above(path: str, manifest: Manifest) -> list[chains.Link]:
+    if manifest.parent is None:
+        return []
+    return chains.resolve_parents(_base_name(path), manifest, _sibling_reader(path), _where(path))
+
+
+def _decode_entries(
+    reader: Reader,
+    parent: _FileParent | None,
+    progress: Progress | None,
+    max_bytes: int | None,
+) -> dict[str, Decoded]:
+    reader.check_limit(max_bytes, inherited=0 if parent is None else _decoded_nbytes(parent.table))
+    out: dict[str, Decoded] = {}
+    total, done = reader.decoded_bytes, 0
+    for entry in reader.manifest.tensors:
+        with _memory_guard(f"{reader.name}: tensor {entry.path!r}"):
+            out[entry.path] = _decode_entry(reader, entry, parent)
+        done += entry.nbytes
+        if progress is not None:
+            progress(done, total)
+    return out
+
+
+def decode_chain(
+    links: Sequence[chains.Link],
+    *,
+    progress: Progress | None = None,
+    cache: DecodedCache | None = None,
+    max_bytes: int | None = None,
+) -> tuple[Manifest, dict[str, Decoded]]:
+    """Decode the last file of a chain (keyframe first) from the links' own bytes.
+
+    The parents come from ``cache`` when there, and are added to it; so is the last file.
+    ``max_bytes`` is :func:`load`'s read limit, applied to every file.
+    """
+    top = links[-1]
+    parent = _parent_view(links[:-1], cache, max_bytes) if len(links) > 1 else None
+    reader = Reader(io.BytesIO(top.data), name=repr(top.name))
+    out = _decode_entries(reader, parent, progress, max_bytes)
+    if cache is not None:
+        cache[top.sha256] = {p: d.value() for p, d in out.items()}
+    return top.manifest, out
 
 
 def _read_quantized(
-    path: Source,
-    *,
-    depth: int = 0,
-    cache: DecodedCache | None = None,
-    max_bytes: int | None = None,
+    path: Source, *, cache: DecodedCache | None = None, max_bytes: int | None = None
 ) -> dict[str, QuantizedTensor | torch.Tensor]:
-    decoded = _decode_file(path, depth=depth, cache=cache, max_bytes=max_bytes)[1]
+    decoded = _decode_file(path, cache=cache, max_bytes=max_bytes)[1]
     return {p: d.value() for p, d in decoded.items()}
 
 
@@ -790,8 +913,27 @@ def load(
     {'w': tensor([1., 1.]), 'lr': 0.1}
     """
     del weights_only  # nothing to restrict: no pickle is ever read
-    device, relocate = _placement(map_location)
     manifest, decoded = _decode_file(path, progress=progress, cache=cache, max_bytes=max_bytes)
+    return _materialize(manifest, decoded, map_location)
+
+
+def load_chain(
+    links: Sequence[chains.Link],
+    *,
+    map_location: MapLocation = "cpu",
+    cache: DecodedCache | None = None,
+    max_bytes: int | None = None,
+) -> Any:
+    """What :func:`load` returns, for a chain already read (keyframe first, as
+    :meth:`ckptzip.chains.ChainStore.chain` gives it): decoded from the links' own bytes."""
+    manifest, decoded = decode_chain(links, cache=cache, max_bytes=max_bytes)
+    return _materialize(manifest, decoded, map_location)
+
+
+def _materialize(
+    manifest: Manifest, decoded: Mapping[str, Decoded], map_location: MapLocation
+) -> Any:
+    device, relocate = _placement(map_location)
     arrays = ndarray_entries(manifest.skeleton)
     leaves = []
     for i, (p, d) in enumerate(decoded.items()):

@@ -19,6 +19,10 @@ __all__ = [
     "StorageError",
     "DecodeLimitError",
     "DecodeMemoryError",
+    "NotRegularFileError",
+    "StepMismatchError",
+    "SaveInProgressError",
+    "CkptzipWarning",
 ]
 
 
@@ -69,3 +73,22 @@ class DecodeLimitError(CorruptCheckpointError):
 
 class DecodeMemoryError(CkptzipError, MemoryError):
     """Memory ran out while decoding a checkpoint (the allocator's error is the cause)."""
+
+
+class NotRegularFileError(StorageError):
+    """A checkpoint name holds a FIFO, device, socket or directory, not a regular file.
+
+    Raised before any open that could block (a FIFO's ``open`` waits for a writer).
+    """
+
+
+class StepMismatchError(CorruptCheckpointError):
+    """A step's file records another step in its manifest (renamed or swapped files)."""
+
+
+class SaveInProgressError(CkptzipError, RuntimeError):
+    """An asynchronous save is still running and the manager was asked not to wait for it."""
+
+
+class CkptzipWarning(UserWarning):
+    """Something was skipped or kept to be safe (a step not restorable, retention held back)."""

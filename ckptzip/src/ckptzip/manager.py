@@ -1,69 +1,72 @@
-"""``CheckpointManager``: a directory of checkpoints of one run, as keyframes and delta chains.
+"""``CheckpointManager``: the checkpoints of one training run, saved and restored.
 
-Layout: one file per step, ``step-00000042.ckz``. Every ``keyframe_every``-th file of a chain
-is a full checkpoint (a keyframe); the files between are deltas, each against the step saved
-just before it (its *parent*), named in its manifest by file name and sha256 of its bytes.
-Every file is still quantized in full, so error never accumulates along a chain; only the
-bin indices are stored as differences (:mod:`ckptzip.delta`).
+Two layers, as Orbax's ``CheckpointManager`` over its handlers and step helpers, and
+``torch.distributed.checkpoint``'s planner over its storage writer:
 
-Guarantees (see ``RELIABILITY.md``, ckptzip rows 5, 6, 8, 10):
+* :class:`ckptzip.chains.ChainStore` keeps the directory: step names, keyframes and delta
+  parents, retention, the writer lock, cleanup after crashed saves; it moves bytes through a
+  :class:`ckptzip.storage.Storage` (a local directory, or any fsspec URL such as
+  ``s3://bucket/run``) and never decodes a tensor.
+* :class:`CheckpointManager` (this module) turns training objects into checkpoints and back:
+  the model/optimizer/``eval_fn`` integration, the configuration search, the sensitivity
+  tracker, restoring into live objects, and asynchronous saves.
 
-* A file appears under its step name complete or not at all (temp name in the directory,
-  fsync, atomic publish, fsync of the directory: :mod:`ckptzip.storage`). Listings only ever
-  show finished files; temp files left by a crashed save are removed when a manager opens
-  the directory.
-* Saves and retention hold an exclusive lock on ``<directory>/.ckptzip.lock``
-  (:func:`fcntl.flock`), loads a shared one, so two writers of one directory, or a writer
-  and a reader, never see each other's half-done work.
-* Loading a delta checks that its parent exists and has the recorded sha256
-  (:class:`~ckptzip.errors.MissingParentError` otherwise). Retention (``keep=N``) keeps the
-  ``N`` most recent steps restorable and deletes only files no kept step needs, children
-  before parents, so even an interrupted retention leaves every listed step restorable.
+Call order of one save (blocking, or in the worker thread with ``blocking=False``)::
 
-Call order::
+    snapshot (copy_tree, or ModelSnapshot for a model)    # caller's thread; then it returns
+    search(model copy)                                    # only for model snapshots
+    with store.writing():
+        store.check_new(step); links = store.parent_chain(step)
+        enc = api.encode(obj, parent=links)               # validated, nothing published
+        store.publish(step, enc.write)                    # the only step after which ...
+        store.retain(step)                                # ... nothing else can fail the save
 
-    mgr = CheckpointManager("ckpts", keyframe_every=10, keep=5)
-    for step in ...:
-        train ...
-        mgr.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict()})
-    state = mgr.load()             # latest step; mgr.load(step) for another
+Guarantees (see the package README):
+
+* A file appears under its step name complete or not at all, locally and on object stores
+  (a commit marker written last); readers list finished steps only and never lock.
+* ``load()`` / ``restore()`` without a step take the latest *restorable* step, warning which
+  newer steps were skipped and why (:attr:`CheckpointManager.skipped`).
+* Retention deletes a file only when it proves no kept step needs it.
+* At most one save is in flight; an error in the background is raised by the next call.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
-import re
+import threading
+import time
+import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal, overload
 
 import torch
 
-from ckptzip import api, storage
+from ckptzip import api
 from ckptzip._types import QuantizedTensor
+from ckptzip.chains import MAX_CHAIN_LENGTH, ChainStore, step_file_name, step_of
 from ckptzip.config import CompressionConfig
 from ckptzip.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     CkptzipError,
+    CkptzipWarning,
     ConfigError,
-    MissingParentError,
-    StorageError,
+    SaveInProgressError,
 )
+from ckptzip.plan import Prequantized
 from ckptzip.search import SearchResult, save_scores, search
 from ckptzip.sensitivity import SensitivityTracker
-
-try:  # POSIX; on other platforms the lock is a no-op (documented on CheckpointManager)
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from ckptzip.snapshot import Gate, ModelSnapshot, copy_tree
+from ckptzip.storage import is_url, open_storage
 
 __all__ = [
+    "MAX_CHAIN_LENGTH",
     "ChainEntry",
     "CheckpointManager",
     "SaveReport",
@@ -71,74 +74,30 @@ __all__ = [
     "step_file_name",
 ]
 
-_NAME = re.compile(r"step-(\d{8,})\.ckz")
-_LOCK_NAME = ".ckptzip.lock"
-
-
-def step_file_name(step: int) -> str:
-    """The file name of ``step`` in a manager's directory.
-
-    Examples
-    --------
-    >>> step_file_name(42)
-    'step-00000042.ckz'
-    """
-    return f"step-{step:08d}.ckz"
-
-
-def _step_of(name: str) -> int | None:
-    m = _NAME.fullmatch(name)
-    return int(m.group(1)) if m else None
-
-
-def _list_steps(directory: Path) -> list[int]:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise StorageError(f"cannot list {str(directory)!r}: {exc.strerror or exc}") from exc
-    # Only exact step names count: temp files (".step-….ckz.tmp-…") never match.
-    return sorted(s for s in map(_step_of, names) if s is not None)
-
-
-@contextlib.contextmanager
-def _locked(directory: Path, *, exclusive: bool) -> Iterator[None]:
-    if fcntl is None:  # pragma: no cover - Windows
-        yield
-        return
-    try:
-        fd = os.open(directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        if not exclusive and exc.errno in (errno.EACCES, errno.EROFS):  # read-only directory
-            yield
-            return
-        raise StorageError(
-            f"cannot open the lock file in {str(directory)!r}: {exc.strerror or exc}"
-        ) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the flock
-
 
 class _RecentFiles(OrderedDict[str, Mapping[str, Any]]):
     """An :data:`ckptzip.api.DecodedCache` holding the last ``size`` files decoded or saved.
 
     Two suffice for a chain: the parent of the next save or load, and the file just written
-    or read. Entries are keyed by content hash, so a file replaced on disk never hits.
+    or read. Entries are keyed by content hash, so a file replaced on disk never hits. A lock
+    makes it safe to share between the caller and the background save.
     """
 
     def __init__(self, size: int) -> None:
         super().__init__()
         self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            return super().get(key, default)
 
     def __setitem__(self, key: str, value: Mapping[str, Any]) -> None:
-        super().__setitem__(key, value)
-        self.move_to_end(key)
-        while len(self) > self._size:
-            self.popitem(last=False)
+        with self._lock:
+            super().__setitem__(key, value)
+            self.move_to_end(key)
+            while len(self) > self._size:
+                self.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -190,18 +149,45 @@ class ChainEntry:
 class SaveReport(api.Report):
     """:class:`ckptzip.Report` plus the configuration search behind a model snapshot.
 
-    ``search`` is ``None`` when an explicit object was saved.
+    Attributes
+    ----------
+    search:
+        The :class:`~ckptzip.search.SearchResult` (``None`` when an explicit object was
+        saved).
+    stall:
+        Seconds training was held up by this save: the whole save when blocking; for
+        ``blocking=False`` the snapshot taken in :meth:`CheckpointManager.save` plus any
+        wait of ``optimizer.step`` for the background copy.
+    step:
+        The step saved.
     """
 
     search: SearchResult | None = None
+    stall: float | None = None
+    step: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
         out["search"] = None if self.search is None else self.search.to_json()
+        out["stall"] = self.stall
+        out["step"] = self.step
         return out
 
 
 _REPORT_FIELDS = [f for f in api.Report.__dataclass_fields__]
+
+
+class _Pending:
+    """One save running in the worker thread."""
+
+    def __init__(self, step: int, gate: Gate | None, stall: float) -> None:
+        self.step = step
+        self.thread: threading.Thread | None = None
+        self.report: SaveReport | None = None
+        self.error: BaseException | None = None
+        self.gate = gate
+        self.gate_waited0 = 0.0 if gate is None else gate.waited
+        self.stall = stall
 
 
 class CheckpointManager:
@@ -210,15 +196,18 @@ class CheckpointManager:
     Parameters
     ----------
     directory:
-        Where the ``step-XXXXXXXX.ckz`` files live; created if missing.
+        Where the ``step-XXXXXXXX.ckz`` files live: a local directory (created by the first
+        save) or an fsspec URL (``s3://bucket/run``, ``gs://...``, ``memory://...``; needs
+        the ``remote`` extra and the store's driver, e.g. ``s3fs``).
     keyframe_every:
         A full checkpoint every this many saves of a chain; the others are deltas against
         the previous step. ``1`` disables deltas. Restoring a step decodes at most this many
-        files.
+        files; at most :data:`~ckptzip.chains.MAX_CHAIN_LENGTH` (1000).
     keep:
-        Keep only the ``keep`` most recent steps restorable (``None``: keep everything).
-        Files still needed by a kept step (its keyframe and the deltas in between) are kept
-        too.
+        Keep only the ``keep`` most recent steps restorable (``None``: keep everything),
+        and always the step just saved. Files still needed by a kept step (its keyframe and
+        the deltas in between) are kept too; when that cannot be proven (a file unreadable),
+        nothing is deleted and a :class:`~ckptzip.errors.CkptzipWarning` says why.
     config:
         The :class:`CompressionConfig` for every save (default: ``CompressionConfig()``).
         With a ``model``, the search's per-path choices are added on top of it.
@@ -230,7 +219,8 @@ class CheckpointManager:
     eval_fn:
         ``eval_fn(model) -> float``, lower is better (a held-out loss on a few batches): the
         search keeps it within ``tolerance`` of the exact weights' value. Without it the
-        search's data-free rule applies (the report says so).
+        search's data-free rule applies (the report says so). With ``blocking=False`` it is
+        called in the worker thread, on a copy of the model.
     tolerance:
         Allowed relative worsening of ``eval_fn`` per checkpoint.
     window:
@@ -239,19 +229,30 @@ class CheckpointManager:
         or every ``checkpoint_every`` steps when given); ``None`` disables the tracking.
     checkpoint_every:
         The save interval in optimizer steps, when fixed (sharpens the tracking window).
+    if_busy:
+        What ``save`` does while an asynchronous save is still running: ``"wait"`` for it
+        (default) or ``"raise"`` :class:`~ckptzip.errors.SaveInProgressError`.
 
     Notes
     -----
+    Asynchronous saves (``save(step, blocking=False)``): the state is snapshotted before
+    ``save`` returns (host copies; for a model with an optimizer, the copy is taken in the
+    background and the optimizer's next ``step`` waits for it, so parameters must change
+    only through ``optimizer.step`` until then). Compression, the search and the write run
+    in one worker thread; :meth:`wait` joins it and returns its report; an error there is
+    raised by the next call of any method. :meth:`close` and ``with`` wait too.
+
     On platforms without :mod:`fcntl` (Windows) there is no directory lock: use one writer.
+    Object stores use a lease object instead (see :class:`ckptzip.storage.FsspecStorage`).
 
     With a model::
 
-        mgr = CheckpointManager("ckpts", model=model, optimizer=opt, eval_fn=heldout_loss)
-        step = mgr.restore() if mgr.latest_step() is not None else 0
-        for step in range(step, total):
-            train_step(step)
-            if (step + 1) % 500 == 0:
-                print(mgr.save(step + 1, extra={"epoch": epoch}).search.to_json())
+        with CheckpointManager("ckpts", model=model, optimizer=opt, eval_fn=heldout) as mgr:
+            step = mgr.restore() if mgr.latest_step() is not None else 0
+            for step in range(step, total):
+                train_step(step)
+                if (step + 1) % 500 == 0:
+                    mgr.save(step + 1, extra={"epoch": epoch}, blocking=False)
 
     Examples
     --------
@@ -276,24 +277,10 @@ class CheckpointManager:
         tolerance: float = 0.05,
         window: int | None = 50,
         checkpoint_every: int | None = None,
+        if_busy: Literal["wait", "raise"] = "wait",
     ) -> None:
-        if isinstance(keyframe_every, bool) or not isinstance(keyframe_every, int):
-            raise ConfigError(f"keyframe_every={keyframe_every!r} must be an integer >= 1")
-        if keyframe_every < 1:
-            raise ConfigError(
-                f"keyframe_every={keyframe_every!r} must be >= 1 (1 stores every step in full)"
-            )
-        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-            raise ConfigError(f"keep={keep!r} must be None (keep all) or an integer >= 1")
         if config is not None and not isinstance(config, CompressionConfig):
             raise ConfigError(f"config={config!r} must be a CompressionConfig")
-        self.directory = Path(directory)
-        self.keyframe_every = keyframe_every
-        self.keep = keep
-        self.config = config if config is not None else CompressionConfig()
-        # The decoded quantized tensors of the last files saved or loaded: the next delta's
-        # parent, so a chain is decoded once rather than from its keyframe at every call.
-        self._cache = _RecentFiles(2)
         if model is None and (optimizer is not None or eval_fn is not None):
             raise ConfigError("optimizer= and eval_fn= need model= too (they go with a model)")
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -302,10 +289,22 @@ class CheckpointManager:
             raise ConfigError(f"optimizer={optimizer!r} must be a torch.optim.Optimizer")
         if not 0 <= tolerance < float("inf"):
             raise ConfigError(f"tolerance={tolerance!r} must be a finite number >= 0")
+        if if_busy not in ("wait", "raise"):
+            raise ConfigError(f"if_busy={if_busy!r} must be 'wait' or 'raise'")
+        # A URL stays a string: Path("s3://b/r") would become the local path "s3:/b/r".
+        self.directory: Path | str = os.fspath(directory) if is_url(directory) else Path(directory)
+        self.store = ChainStore(open_storage(directory), keyframe_every=keyframe_every, keep=keep)
+        self.config = config if config is not None else CompressionConfig()
+        # The decoded quantized tensors of the last files saved or loaded: the next delta's
+        # parent, so a chain is decoded once rather than from its keyframe at every call.
+        self._cache = _RecentFiles(2)
         self.model, self.optimizer, self.eval_fn = model, optimizer, eval_fn
         self.tolerance = tolerance
+        self.if_busy = if_busy
         self.last_search: SearchResult | None = None
         self.extra: Any = None  # the ``extra`` of the step last restored
+        #: Newer steps the last ``load()``/``restore()`` without a step skipped, with why.
+        self.skipped: tuple[tuple[int, str], ...] = ()
         self._last_saved: int | None = None
         self._tracker: SensitivityTracker | None = None
         if (
@@ -317,15 +316,20 @@ class CheckpointManager:
                 model, window=window, every=checkpoint_every, optimizer=optimizer
             )
         self._mark = 0  # the tracker's step count at the last save
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StorageError(
-                f"cannot create the checkpoint directory {str(self.directory)!r}: "
-                f"{exc.strerror or exc}"
-            ) from exc
-        with _locked(self.directory, exclusive=True):
-            self._remove_stale_temps()
+        self._gate: Gate | None = None
+        if optimizer is not None:
+            self._gate = Gate()
+            self._gate.install(optimizer)
+        self._pending: _Pending | None = None
+        self._failed: BaseException | None = None
+
+    @property
+    def keyframe_every(self) -> int:
+        return self.store.keyframe_every
+
+    @property
+    def keep(self) -> int | None:
+        return self.store.keep
 
     def __repr__(self) -> str:
         return (
@@ -333,20 +337,51 @@ class CheckpointManager:
             f"keep={self.keep})"
         )
 
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:  # the body's error is the one to see; a background one is reported, not lost
+            self.close()
+        except BaseException as background:
+            warnings.warn(
+                f"the asynchronous save failed too: {type(background).__name__}: {background}",
+                CkptzipWarning,
+                stacklevel=2,
+            )
+
     # -- listing ---------------------------------------------------------------------------
 
-    def path(self, step: int) -> Path:
-        """The file of ``step`` (whether or not it exists)."""
-        return self.directory / step_file_name(_check_step(step))
+    def path(self, step: int) -> Path | str:
+        """The file of ``step`` (whether or not it exists): a ``Path``, or a URL string."""
+        p = self.store.path(_check_step(step))
+        return p if isinstance(self.directory, str) else Path(p)
 
     def steps(self) -> list[int]:
-        """The finished steps in the directory, ascending."""
-        return _list_steps(self.directory)
+        """The finished steps in the directory, ascending (restorable or not)."""
+        self._raise_failed()
+        return self.store.steps()
 
     def latest_step(self) -> int | None:
-        """The highest finished step, or ``None`` when there is none."""
-        steps = self.steps()
-        return steps[-1] if steps else None
+        """The latest step that can be restored, or ``None`` when none can.
+
+        Reads that step's chain (the files a restore reads) to be sure; :meth:`steps` lists
+        every finished step without reading any.
+        """
+        self._raise_failed()
+        try:
+            links, _ = self.store.latest()
+        except CheckpointNotFoundError:
+            return None
+        return step_of(links[-1].name)
 
     def chain(self, step: int) -> list[int]:
         """The steps whose files restoring ``step`` reads, keyframe first, ``step`` last.
@@ -356,36 +391,35 @@ class CheckpointManager:
         CheckpointNotFoundError
             ``step`` does not exist.
         MissingParentError
-            A parent on the way is missing (the step cannot be restored).
+            A parent on the way is missing or altered (the step cannot be restored).
         """
-        out = [step]
-        ref = self._parent_ref(step)
-        while ref is not None:
-            parent = _step_of(ref["name"])
-            if parent is None or not self.path(parent).is_file():
-                raise MissingParentError(
-                    f"{step_file_name(out[-1])} is a delta against {ref['name']!r}, which is "
-                    f"missing from {str(self.directory)!r}; step {step} cannot be restored"
-                )
-            if parent in out or parent >= out[-1]:
-                raise MissingParentError(
-                    f"{step_file_name(out[-1])} names {ref['name']!r} as its parent, which "
-                    "would make a cycle: the directory is damaged"
-                )
-            out.append(parent)
-            ref = self._parent_ref(parent)
-        return out[::-1]
-
-    def _parent_ref(self, step: int) -> dict[str, str] | None:
-        path = self.path(step)
-        if not path.is_file():
-            raise CheckpointNotFoundError(
-                f"no finished checkpoint for step {step} in {str(self.directory)!r}; "
-                f"available steps: {_short(self.steps())}"
-            )
-        return api.read_manifest(path).parent
+        return [s for s in (step_of(link.name) for link in self.store.chain(step)) if s is not None]
 
     # -- saving ----------------------------------------------------------------------------
+
+    @overload
+    def save(
+        self,
+        step: int,
+        obj: Any = ...,
+        *,
+        extra: Any = ...,
+        scores: Mapping[str, torch.Tensor] | None = ...,
+        overwrite: bool = ...,
+        blocking: Literal[True] = ...,
+    ) -> SaveReport: ...
+
+    @overload
+    def save(
+        self,
+        step: int,
+        obj: Any = ...,
+        *,
+        extra: Any = ...,
+        scores: Mapping[str, torch.Tensor] | None = ...,
+        overwrite: bool = ...,
+        blocking: Literal[False],
+    ) -> None: ...
 
     def save(
         self,
@@ -395,13 +429,15 @@ class CheckpointManager:
         extra: Any = None,
         scores: Mapping[str, torch.Tensor] | None = None,
         overwrite: bool = False,
-    ) -> SaveReport:
+        blocking: bool = True,
+    ) -> SaveReport | None:
         """Save ``obj`` as ``step``: a keyframe or a delta against the previous step.
 
         Parameters
         ----------
         step:
-            The training step (an integer >= 0); names the file.
+            The training step (an integer >= 0); names the file. A step older than the
+            latest is saved and kept (a delta against the step before it).
         obj:
             What you would pass to ``torch.save`` (see :func:`ckptzip.save`). ``None`` with a
             manager given a ``model``: snapshot the model, optimizer and ``extra``, with the
@@ -412,94 +448,183 @@ class CheckpointManager:
         scores:
             Sensitivity scores by tensor path, passed to :func:`ckptzip.save`.
         overwrite:
-            Replace an existing step. Refused when later deltas depend on that step.
+            Replace an existing step. Refused when later deltas may depend on that step.
+        blocking:
+            ``False``: snapshot the state, return ``None`` at once, and compress, search and
+            write in the background (:meth:`wait` returns the report).
 
         Returns
         -------
         SaveReport
             What :func:`ckptzip.save` reports for the file written, plus ``search`` (the
-            :class:`~ckptzip.search.SearchResult`: configuration per layer type, trials and
-            search time) when the manager snapshotted a model.
+            :class:`~ckptzip.search.SearchResult`) when the manager snapshotted a model.
 
         Raises
         ------
         CheckpointExistsError
             ``step`` exists and ``overwrite`` is false, or deltas depend on it.
+        SaveInProgressError
+            ``if_busy="raise"`` and an asynchronous save is still running.
         StorageError
             The write failed (disk full, I/O); nothing was left behind and every earlier
             step is untouched.
         """
+        t0 = time.perf_counter()
         step = _check_step(step)
-        path = self.path(step)
-        if not overwrite and path.exists():  # fail before any search or quantization
-            raise _exists(step, path)
-        config, metadata, result = self.config, {"step": str(step)}, None
-        prequantized = None
+        if self._pending is not None and self.if_busy == "raise" and self._running():
+            raise SaveInProgressError(
+                f"the save of step {self._pending.step} is still running; call wait() first "
+                "or make the manager with if_busy='wait'"
+            )
+        self.wait()  # at most one save in flight; raises a failed one's error
+        if not overwrite and step in self.store.steps():  # fail before any work
+            raise CheckpointExistsError(
+                f"step {step} already exists ({self.store.path(step)!r}); pass overwrite=True "
+                "to replace it, or save under another step"
+            )
         if obj is None:
-            obj, config, scores, result = self._snapshot(extra, scores)
-            metadata["search"] = json.dumps(result.to_json())
-            # the quantized weights go into the file; neither the report nor the next search
-            # needs them, so they are released once written
-            prequantized, result = result.prequantized, replace(result, prequantized={})
+            work = self._model_job(step, extra, scores, overwrite, blocking)
         elif extra is not None:
             raise ConfigError("extra= goes with a model snapshot: pass obj=None, or put it in obj")
-        with _locked(self.directory, exclusive=True):
-            steps = self.steps()
-            if step in steps:
-                if not overwrite:
-                    raise _exists(step, path)
-                dependents = [s for s in steps if s > step and step in self._chain_or_none(s)]
-                if dependents:
-                    raise CheckpointExistsError(
-                        f"step {step} cannot be overwritten: steps {_short(dependents)} are "
-                        "deltas that need it; save under another step"
-                    )
-            parent = self._parent_for(step, steps)
-            report = api.save(
-                obj,
-                path,
-                config=config,
-                scores=scores,
-                parent=None if parent is None else self.path(parent),
-                overwrite=overwrite,
-                metadata=metadata,
-                cache=self._cache,
-                prequantized=prequantized,
-            )
-            if self.keep is not None:
-                self._retain(self.keep)
-        if result is not None:
-            self._arm_tracker(step)
-        return SaveReport(**{f: getattr(report, f) for f in _REPORT_FIELDS}, search=result)
+        else:
+            work = self._object_job(step, obj, scores, overwrite, blocking)
+        if blocking:
+            report = work()
+            return _with(report, stall=time.perf_counter() - t0)
+        gate = self._gate if obj is None else None
+        pending = _Pending(step, gate, 0.0)
 
-    def _snapshot(
-        self, extra: Any, scores: Mapping[str, torch.Tensor] | None
-    ) -> tuple[dict[str, Any], CompressionConfig, dict[str, torch.Tensor], SearchResult]:
-        """The object to save for a model snapshot, its searched config and scores."""
-        if self.model is None:
+        def run() -> None:
+            try:
+                pending.report = work()
+            except BaseException as exc:  # handed to the caller's next call
+                pending.error = exc
+            finally:
+                if gate is not None:
+                    gate.release()
+
+        pending.thread = threading.Thread(target=run, name=f"ckptzip-save-{step}", daemon=True)
+        self._pending = pending
+        if gate is not None:
+            gate.shut()
+        pending.thread.start()
+        pending.stall = time.perf_counter() - t0
+        return None
+
+    def _object_job(
+        self,
+        step: int,
+        obj: Any,
+        scores: Mapping[str, torch.Tensor] | None,
+        overwrite: bool,
+        blocking: bool,
+    ) -> Callable[[], SaveReport]:
+        snap = None if blocking else copy_tree((obj, scores))
+
+        def job() -> SaveReport:
+            o, sc = (obj, scores) if snap is None else snap.ready()
+            return self._write(step, o, self.config, sc, {"step": str(step)}, overwrite, None, None)
+
+        return job
+
+    def _model_job(
+        self,
+        step: int,
+        extra: Any,
+        scores: Mapping[str, torch.Tensor] | None,
+        overwrite: bool,
+        blocking: bool,
+    ) -> Callable[[], SaveReport]:
+        model, optimizer = self.model, self.optimizer
+        if model is None:
             raise ConfigError(
                 "save(step) without obj needs a manager given model= (and optimizer=); "
                 "otherwise pass the object to save"
             )
         if scores is None and self._tracker is not None and self._tracker.has_scores():
             scores = self._tracker.scores()
-        result = search(
-            self.model,
-            eval_fn=self.eval_fn,
-            tolerance=self.tolerance,
-            scores=scores,
-            previous=self.last_search,
-            optimizer=self.optimizer,
-            base=self.config,
-        )
-        self.last_search = replace(result, prequantized={})
-        obj: dict[str, Any] = {"model": self.model.state_dict()}
-        if self.optimizer is not None:
-            obj["optimizer"] = self.optimizer.state_dict()
-        if extra is not None:
-            obj["extra"] = extra
-        full_scores = save_scores(self.model, result, scores=scores, optimizer=self.optimizer)
-        return obj, result.config, full_scores, result
+        self._arm_tracker(step)
+        if blocking:
+            snapshot = None
+            fixed = (extra, scores)
+        else:
+            snapshot = ModelSnapshot(model, optimizer)
+            fixed = copy_tree((extra, scores)).ready()
+        gate = None if blocking else self._gate
+        previous = self.last_search
+
+        def job() -> SaveReport:
+            ex, sc = fixed
+            if snapshot is None:
+                m, opt = model, optimizer
+                obj: dict[str, Any] = {"model": model.state_dict()}
+                if optimizer is not None:
+                    obj["optimizer"] = optimizer.state_dict()
+            else:
+                m, opt, obj = snapshot.take()
+                if gate is not None:
+                    gate.release()  # the copy is taken: training may step again
+            result = search(
+                m,
+                eval_fn=self.eval_fn,
+                tolerance=self.tolerance,
+                scores=sc,
+                previous=previous,
+                optimizer=opt,
+                base=self.config,
+            )
+            if ex is not None:
+                obj["extra"] = ex
+            full_scores = save_scores(m, result, scores=sc, optimizer=opt)
+            metadata = {"step": str(step), "search": json.dumps(result.to_json())}
+            # The search's quantized weights go into the file; neither the report nor the
+            # next search needs them, so they are released once written.
+            prequantized, result = result.prequantized, replace(result, prequantized={})
+            report = self._write(
+                step, obj, result.config, full_scores, metadata, overwrite, result, prequantized
+            )
+            self.last_search = result
+            return report
+
+        return job
+
+    def _write(
+        self,
+        step: int,
+        obj: Any,
+        config: CompressionConfig,
+        scores: Mapping[str, torch.Tensor] | None,
+        metadata: dict[str, str],
+        overwrite: bool,
+        result: SearchResult | None,
+        prequantized: Mapping[str, Prequantized] | None,
+    ) -> SaveReport:
+        """Encode and publish under the writer lock; nothing after the publish can fail."""
+        store = self.store
+        with store.writing():
+            steps = store.steps()
+            store.check_new(step, overwrite=overwrite, steps=steps)
+            links = store.parent_chain(step, steps)
+            enc = api.encode(
+                obj,
+                config=config,
+                scores=scores,
+                parent=links,
+                metadata=metadata,
+                cache=self._cache,
+                prequantized=prequantized,
+            )
+            bytes_out = store.publish(step, enc.write, overwrite=overwrite)
+            report = enc.report(str(self.path(step)), bytes_out, cache=self._cache)
+            try:
+                store.retain(step)
+            except (CkptzipError, OSError) as exc:  # the step is saved: say so, do not fail
+                warnings.warn(
+                    f"step {step} is saved, but retention stopped: {exc}", CkptzipWarning, 2
+                )
+        self._last_saved = step
+        fields = {f: getattr(report, f) for f in _REPORT_FIELDS}
+        return SaveReport(**fields, search=result, step=step)
 
     def _arm_tracker(self, step: int) -> None:
         # Without a fixed interval, expect the next save as many optimizer steps ahead as the
@@ -508,10 +633,39 @@ class CheckpointManager:
         if tracker is not None and tracker.every is None and tracker.step > self._mark:
             tracker.arm(tracker.step - self._mark)
         self._mark = tracker.step if tracker is not None else 0
-        self._last_saved = step
+
+    def _running(self) -> bool:
+        p = self._pending
+        return p is not None and p.thread is not None and p.thread.is_alive()
+
+    def _raise_failed(self) -> None:
+        """Raise the error of a finished background save (once), if it failed."""
+        p = self._pending
+        if p is not None and not self._running():
+            self.wait()
+
+    def wait(self) -> SaveReport | None:
+        """Wait for the asynchronous save in flight; returns its report (``None`` if none).
+
+        Raises
+        ------
+        Exception
+            Whatever the background save raised (once; the manager stays usable).
+        """
+        p = self._pending
+        if p is None:
+            return None
+        assert p.thread is not None
+        p.thread.join()
+        self._pending = None
+        if p.error is not None:
+            raise p.error
+        assert p.report is not None
+        waited = 0.0 if p.gate is None else p.gate.waited - p.gate_waited0
+        return _with(p.report, stall=p.stall + waited)
 
     def restore(self, step: int | None = None) -> int:
-        """Load ``step`` (default: the latest) into the manager's model and optimizer.
+        """Load ``step`` (default: the latest restorable) into the manager's model and optimizer.
 
         The snapshot's ``extra`` becomes ``self.extra``. Returns the step restored.
 
@@ -524,8 +678,8 @@ class CheckpointManager:
         """
         if self.model is None:
             raise ConfigError("restore() needs a manager given model=; use load() otherwise")
-        step = self._resolve(step)
-        state = self.load(step)
+        self.wait()
+        step, state = self._load(step, "cpu")
         if not isinstance(state, dict) or "model" not in state:
             raise ConfigError(
                 f"step {step} is not a model snapshot (saved with an explicit obj); use load()"
@@ -542,70 +696,34 @@ class CheckpointManager:
         return step
 
     def close(self) -> None:
-        """Remove the sensitivity hooks from the model (the directory needs no closing)."""
-        if self._tracker is not None:
-            self._tracker.close()
-            self._tracker = None
-
-    def _parent_for(self, step: int, steps: list[int]) -> int | None:
-        """The step to delta against, or ``None`` for a keyframe."""
-        if self.keyframe_every == 1:
-            return None
-        earlier = [s for s in steps if s < step]
-        if not earlier:
-            return None
-        parent = earlier[-1]
-        chain = self._chain_or_none(parent)
-        # A damaged or too long chain ends here: the new file starts a fresh one.
-        if not chain or len(chain) >= self.keyframe_every:
-            return None
-        return parent
-
-    def _chain_or_none(self, step: int) -> list[int]:
+        """Wait for a save in flight (raising its error), then remove the training hooks."""
         try:
-            return self.chain(step)
-        except CkptzipError:
-            return []
-
-    def _retain(self, keep: int) -> None:
-        steps = self.steps()
-        kept = steps[-keep:]
-        needed: set[int] = set()
-        for s in kept:
-            needed.update(self._chain_or_none(s) or [s])
-        # Newest first: a child goes before its parent, so an interruption leaves every
-        # remaining file with its parent still present.
-        for s in sorted(set(steps) - needed, reverse=True):
-            try:
-                self.path(s).unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                raise StorageError(
-                    f"retention could not delete {str(self.path(s))!r}: {exc.strerror or exc}"
-                ) from exc
-
-    def _remove_stale_temps(self) -> None:
-        # Called under the exclusive lock: no save of a manager is in flight, so every temp
-        # file of a step name is the leftover of a crashed save.
-        for name in os.listdir(self.directory):
-            if storage.is_temp_name(name) and _NAME.fullmatch(
-                name[1:].split(storage.TEMP_MARKER)[0]
-            ):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.directory / name)
+            self.wait()
+        finally:
+            if self._tracker is not None:
+                self._tracker.close()
+                self._tracker = None
+            if self._gate is not None:
+                self._gate.close()
+                self._gate = None
 
     # -- loading ---------------------------------------------------------------------------
 
     def load(self, step: int | None = None, *, map_location: str | torch.device = "cpu") -> Any:
-        """Restore ``step`` (default: the latest), decoding its chain from the keyframe.
+        """Restore ``step`` (default: the latest restorable), decoding its chain.
+
+        Without a step, newer steps that cannot be restored are skipped with a
+        :class:`~ckptzip.errors.CkptzipWarning` naming each and why (also in
+        :attr:`skipped`). Takes no lock: works on read-only media and during a save.
 
         Raises
         ------
         CheckpointNotFoundError
-            No such step (or the directory holds none).
+            No such step (or no restorable step).
         MissingParentError
             A file of its chain is missing or was altered.
+        StepMismatchError
+            A file records another step than its name says.
 
         Examples
         --------
@@ -615,27 +733,50 @@ class CheckpointManager:
         >>> mgr.load(1)
         {'w': tensor([1., 1., 1.])}
         """
-        with _locked(self.directory, exclusive=False):
-            step = self._resolve(step)
-            self.chain(step)  # a clear error naming the missing link before any decoding
-            return api.load(self.path(step), map_location=map_location, cache=self._cache)
+        self._raise_failed()
+        return self._load(step, map_location)[1]
+
+    def _load(self, step: int | None, map_location: str | torch.device) -> tuple[int, Any]:
+        if step is not None:
+            links = self.store.chain(_check_step(step))
+            return step, api.load_chain(links, map_location=map_location, cache=self._cache)
+        skipped: list[tuple[int, str]] = []
+        newest: int | None = None
+        while True:
+            try:
+                links, more = self.store.latest(newest)
+            except CheckpointNotFoundError:
+                self._note_skipped(skipped)
+                raise
+            skipped += more
+            found = step_of(links[-1].name)
+            assert found is not None
+            try:
+                state = api.load_chain(links, map_location=map_location, cache=self._cache)
+            except CkptzipError as exc:  # damaged inside a chunk: try an older step
+                if isinstance(exc, ConfigError):
+                    raise
+                skipped.append((found, f"{type(exc).__name__}: {exc}"))
+                newest = found - 1
+                continue
+            self._note_skipped(skipped)
+            return found, state
+
+    def _note_skipped(self, skipped: list[tuple[int, str]]) -> None:
+        self.skipped = tuple(skipped)
+        if skipped:
+            lines = "".join(f"\n  step {s}: {why}" for s, why in skipped)
+            warnings.warn(
+                f"skipped newer steps of {str(self.directory)!r} that cannot be restored:{lines}",
+                CkptzipWarning,
+                stacklevel=4,
+            )
 
     def read_quantized(self, step: int | None = None) -> dict[str, QuantizedTensor | torch.Tensor]:
         """The decoded tensors of ``step`` by path, as :func:`ckptzip.read_quantized` gives."""
-        with _locked(self.directory, exclusive=False):
-            step = self._resolve(step)
-            self.chain(step)
-            return api.read_quantized(self.path(step), cache=self._cache)
-
-    def _resolve(self, step: int | None) -> int:
-        if step is None:
-            latest = self.latest_step()
-            if latest is None:
-                raise CheckpointNotFoundError(
-                    f"no finished checkpoint in {str(self.directory)!r} yet"
-                )
-            return latest
-        return _check_step(step)
+        self._raise_failed()
+        links = self.store.chain(_check_step(step)) if step is not None else self.store.latest()[0]
+        return {p: d.value() for p, d in api.decode_chain(links, cache=self._cache)[1].items()}
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -644,11 +785,9 @@ class CheckpointManager:
         return describe_directory(self.directory)
 
 
-def _exists(step: int, path: Path) -> CheckpointExistsError:
-    return CheckpointExistsError(
-        f"step {step} already exists ({str(path)!r}); pass overwrite=True to replace it, "
-        "or save under another step"
-    )
+def _with(report: SaveReport, *, stall: float) -> SaveReport:
+    fields = {f: getattr(report, f) for f in _REPORT_FIELDS}
+    return SaveReport(**fields, search=report.search, step=report.step, stall=stall)
 
 
 def _check_step(step: int) -> int:
@@ -659,17 +798,11 @@ def _check_step(step: int) -> int:
     return step
 
 
-def _short(steps: list[int]) -> str:
-    if len(steps) <= 8:
-        return str(steps)
-    return f"[{steps[0]}, {steps[1]}, ..., {steps[-1]}] ({len(steps)} steps)"
-
-
 def describe_directory(directory: str | os.PathLike[str]) -> list[ChainEntry]:
     """The chain view of a manager's directory: kind, size, ratio, parent and health per step.
 
     Every parent link is checked (the parent exists and has the recorded sha256), so the
-    ``status`` column says which steps can be restored.
+    ``status`` column says which steps can be restored. Reads only; takes no lock.
 
     Examples
     --------
@@ -680,24 +813,22 @@ def describe_directory(directory: str | os.PathLike[str]) -> list[ChainEntry]:
     >>> [(e.step, e.kind, e.status) for e in describe_directory(d)]
     [(0, 'full', 'ok')]
     """
-    root = Path(directory)
-    if not root.is_dir():
-        raise CheckpointNotFoundError(f"{str(root)!r} is not a directory")
+    if not is_url(directory) and not Path(directory).is_dir():
+        raise CheckpointNotFoundError(f"{os.fspath(directory)!r} is not a directory")
+    store = ChainStore(open_storage(directory), keyframe_every=1, keep=None)
     out: list[ChainEntry] = []
-    hashes: dict[int, str] = {}
+    hashes: dict[int, str] = {}  # not the bytes: a directory can be larger than memory
     status: dict[int, str] = {}
-    for step in _list_steps(root):
-        path = root / step_file_name(step)
+    for step in store.steps():
         try:
-            manifest = api.read_manifest(path)
-            size = path.stat().st_size
-            hashes[step] = storage.sha256_file(path)
+            link = store.read(step)
         except (CkptzipError, OSError) as exc:
             status[step] = f"unreadable: {exc}"
             out.append(ChainEntry(step, "?", 0, 0, None, status[step]))
             continue
-        ref = manifest.parent
-        parent = None if ref is None else _step_of(ref["name"])
+        hashes[step] = link.sha256
+        ref = link.manifest.parent
+        parent = None if ref is None else step_of(ref["name"])
         if ref is None:
             state = "ok"
         elif parent in status and parent not in hashes:
@@ -715,8 +846,8 @@ def describe_directory(directory: str | os.PathLike[str]) -> list[ChainEntry]:
             ChainEntry(
                 step=step,
                 kind="full" if ref is None else "delta",
-                bytes=size,
-                tensor_bytes=sum(t.nbytes for t in manifest.tensors),
+                bytes=len(link.data),
+                tensor_bytes=sum(t.nbytes for t in link.manifest.tensors),
                 parent_step=parent,
                 status=state,
             )

@@ -1,0 +1,419 @@
+"""The chain store: the steps of one run as keyframes and delta chains, over a :class:`Storage`.
+
+This is the bookkeeping half of :class:`~ckptzip.CheckpointManager` (the other half, in
+:mod:`ckptzip.manager`, turns training objects into checkpoints and back). It knows step
+names, parents, keyframes, retention, the writer lock and cleanup after crashed saves; it
+never decodes a tensor. The split follows Orbax (a ``CheckpointManager`` over step/path
+helpers and per-item handlers) and ``torch.distributed.checkpoint`` (a planner deciding what
+to write over a storage writer/reader that only moves bytes).
+
+Layout: one file per step, ``step-00000042.ckz``. Every ``keyframe_every``-th file of a
+chain is a full checkpoint (a keyframe); the files between are deltas, each against the
+step saved just before it (its *parent*), which its manifest names by file name and sha256.
+
+Call order of a save (what the manager does)::
+
+    with store.writing():                    # writer lock, leftovers of crashed saves removed
+        store.check_new(step, overwrite)     # refuse before any work is published
+        parent = store.parent_chain(step)    # links to decode for the delta, or None
+        ...encode against the decoded parent...
+        store.publish(step, write, overwrite=overwrite)
+        store.retain(step)                   # deletes only what it proves unneeded
+
+and of a load: ``store.chain(step)`` (or :meth:`ChainStore.latest`), then decode the links
+keyframe first. Readers take no lock.
+
+Guarantees:
+
+* A chain is resolved iteratively (no recursion), at most :data:`MAX_CHAIN_LENGTH` files.
+  Each file is read once; its sha256 is checked against its child's record and the links
+  carry those very bytes, so what is decoded is what was checked.
+* A step's file must record that step (:class:`~ckptzip.errors.StepMismatchError`).
+* Retention deletes a file only when every kept step's chain was read without error and
+  none needs it; any error keeps everything, with one :class:`~ckptzip.errors.CkptzipWarning`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import re
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from ckptzip import storage as _storage
+from ckptzip.container import Manifest, Reader
+from ckptzip.errors import (
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    CkptzipError,
+    CkptzipWarning,
+    ConfigError,
+    CorruptCheckpointError,
+    MissingParentError,
+    StepMismatchError,
+)
+
+__all__ = [
+    "MAX_CHAIN_LENGTH",
+    "ChainStore",
+    "Link",
+    "parse_link",
+    "resolve_parents",
+    "step_file_name",
+    "step_of",
+]
+
+#: The longest chain a reader follows, and the upper bound of ``keyframe_every``. Restoring
+#: a step reads at most this many files; a chain this long loads in a fresh process in well
+#: under a second per thousand small files (``tests/test_chains.py``).
+MAX_CHAIN_LENGTH = 1000
+
+_NAME = re.compile(r"step-(\d{8,})\.ckz")
+
+
+def step_file_name(step: int) -> str:
+    """The file name of ``step`` in a manager's directory.
+
+    Examples
+    --------
+    >>> step_file_name(42)
+    'step-00000042.ckz'
+    """
+    return f"step-{step:08d}.ckz"
+
+
+def step_of(name: str) -> int | None:
+    """The step a file name stands for, or ``None`` if it is not a step file.
+
+    Examples
+    --------
+    >>> step_of("step-00000042.ckz"), step_of(".step-00000042.ckz.tmp-1-ab"), step_of("x")
+    (42, None, None)
+    """
+    m = _NAME.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class Link:
+    """One file of a chain: its name, its bytes, their sha256 and its validated manifest."""
+
+    name: str
+    data: bytes
+    sha256: str
+    manifest: Manifest
+
+    @property
+    def parent_name(self) -> str | None:
+        ref = self.manifest.parent
+        return None if ref is None else ref["name"]
+
+
+def parse_link(name: str, data: bytes) -> Link:
+    """Validate a file's header and manifest from its bytes (reads no chunk)."""
+    manifest = Reader(io.BytesIO(data), name=repr(name)).manifest
+    return Link(name, data, hashlib.sha256(data).hexdigest(), manifest)
+
+
+def resolve_parents(
+    child: str, manifest: Manifest, read: Callable[[str], bytes], where: str
+) -> list[Link]:
+    """The files a delta needs, keyframe first, each read once and checked against its child.
+
+    ``read(name)`` returns a sibling file's bytes. Iterative, so any allowed chain length
+    resolves in any process.
+
+    Raises
+    ------
+    MissingParentError
+        A parent is missing, altered (sha256 differs), or the names make a cycle.
+    CorruptCheckpointError
+        The chain is longer than :data:`MAX_CHAIN_LENGTH`, or a file is damaged.
+    """
+    out: list[Link] = []
+    seen = {child}
+    name, ref = child, manifest.parent
+    while ref is not None:
+        if len(out) >= MAX_CHAIN_LENGTH:
+            raise CorruptCheckpointError(
+                f"{child!r}: delta chain longer than {MAX_CHAIN_LENGTH} files"
+            )
+        pname = ref["name"]
+        if "/" in pname or "\\" in pname or pname in seen:
+            raise MissingParentError(
+                f"{name!r} names {pname!r} as its parent, which is not a sibling file or makes "
+                f"a cycle: {where} is damaged"
+            )
+        try:
+            data = read(pname)
+        except CheckpointNotFoundError:
+            raise MissingParentError(
+                f"{name!r} is a delta against {pname!r}, which is missing from {where}; "
+                "restore that file to read this one"
+            ) from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != ref["hash"]:
+            raise MissingParentError(
+                f"{name!r} is a delta against {pname!r} with sha256 {ref['hash'][:12]}..., "
+                f"but that file now has sha256 {digest[:12]}...: it was altered or replaced"
+            )
+        link = Link(pname, data, digest, Reader(io.BytesIO(data), name=repr(pname)).manifest)
+        out.append(link)
+        seen.add(pname)
+        name, ref = pname, link.manifest.parent
+    return out[::-1]
+
+
+class ChainStore:
+    """The steps of one run in a :class:`~ckptzip.storage.Storage`.
+
+    Parameters
+    ----------
+    storage:
+        Where the files live (:func:`ckptzip.storage.open_storage`).
+    keyframe_every:
+        A full checkpoint every this many files of a chain (``1 ..`` :data:`MAX_CHAIN_LENGTH`).
+    keep:
+        Keep the ``keep`` most recent steps (and the step just saved) restorable; ``None``
+        keeps everything.
+    """
+
+    def __init__(self, storage: _storage.Storage, *, keyframe_every: int, keep: int | None) -> None:
+        if isinstance(keyframe_every, bool) or not isinstance(keyframe_every, int):
+            raise ConfigError(f"keyframe_every={keyframe_every!r} must be an integer >= 1")
+        if not 1 <= keyframe_every <= MAX_CHAIN_LENGTH:
+            raise ConfigError(
+                f"keyframe_every={keyframe_every!r} must be between 1 (every step in full) and "
+                f"{MAX_CHAIN_LENGTH} (the longest chain a reader follows)"
+            )
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise ConfigError(f"keep={keep!r} must be None (keep all) or an integer >= 1")
+        self.storage = storage
+        self.keyframe_every = keyframe_every
+        self.keep = keep
+        self._cleaned = False
+        self._warned: set[str] = set()
+
+    @property
+    def location(self) -> str:
+        return self.storage.location
+
+    def path(self, step: int) -> str:
+        """The path or URL of ``step``'s file (whether or not it exists)."""
+        return self.storage.path(step_file_name(step))
+
+    def steps(self) -> list[int]:
+        """The committed steps, ascending (temp files and markers never count)."""
+        return sorted(s for s in map(step_of, self.storage.names()) if s is not None)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _check_identity(self, step: int, manifest: Manifest) -> None:
+        recorded = manifest.metadata.get("step")
+        if recorded is not None and recorded != str(step):
+            raise StepMismatchError(
+                f"{step_file_name(step)} in {self.location!r} records step {recorded}: the "
+                "file was renamed or swapped; move it back under its own step name"
+            )
+
+    def _read(self, name: str) -> bytes:
+        step = step_of(name)
+        if step is None:
+            raise CheckpointNotFoundError(f"{name!r} is not a step file of {self.location!r}")
+        return self.storage.read(name)
+
+    def read(self, step: int) -> Link:
+        """The file of ``step``, read once and checked to be that step's.
+
+        Raises
+        ------
+        CheckpointNotFoundError
+            No committed file for ``step``.
+        StepMismatchError
+            The file records another step.
+        """
+        name = step_file_name(step)
+        try:
+            link = parse_link(name, self.storage.read(name))
+        except CheckpointNotFoundError:
+            raise CheckpointNotFoundError(
+                f"no finished checkpoint for step {step} in {self.location!r}; "
+                f"available steps: {_short(self.steps())}"
+            ) from None
+        self._check_identity(step, link.manifest)
+        return link
+
+    def chain(self, step: int) -> list[Link]:
+        """The files restoring ``step`` reads, keyframe first, ``step`` last; each read once.
+
+        Raises
+        ------
+        CheckpointNotFoundError
+            ``step`` does not exist.
+        MissingParentError
+            A parent on the way is missing or altered.
+        StepMismatchError, CorruptCheckpointError, StorageError
+            A file is swapped, damaged or unreadable.
+        """
+        top = self.read(step)
+        parents = resolve_parents(top.name, top.manifest, self._read, repr(self.location))
+        for link in parents:
+            s = step_of(link.name)
+            assert s is not None  # _read admits step names only
+            self._check_identity(s, link.manifest)
+        return [*parents, top]
+
+    def chain_steps(self, step: int) -> list[int]:
+        """The steps of :meth:`chain` (reads headers and manifests only, checks no hash)."""
+        out = [step]
+        ref = self._manifest(step).parent
+        while ref is not None:
+            parent = step_of(ref["name"])
+            if parent is None or parent >= out[-1] or len(out) >= MAX_CHAIN_LENGTH:
+                raise MissingParentError(
+                    f"{step_file_name(out[-1])} names {ref['name']!r} as its parent, which is not "
+                    f"an earlier step: {self.location!r} is damaged"
+                )
+            try:
+                manifest = self._manifest(parent)
+            except CheckpointNotFoundError:
+                raise MissingParentError(
+                    f"{step_file_name(out[-1])} is a delta against {ref['name']!r}, which is "
+                    f"missing from {self.location!r}; step {step} cannot be restored"
+                ) from None
+            out.append(parent)
+            ref = manifest.parent
+        return out[::-1]
+
+    def _manifest(self, step: int) -> Manifest:
+        link = self.read(step)
+        return link.manifest
+
+    def latest(self, newest: int | None = None) -> tuple[list[Link], list[tuple[int, str]]]:
+        """The chain of the latest restorable step, and the newer steps skipped with why.
+
+        ``newest`` bounds the search (steps above it are not considered).
+
+        Raises
+        ------
+        CheckpointNotFoundError
+            No step restores (the message lists why each was skipped).
+        """
+        skipped: list[tuple[int, str]] = []
+        for step in reversed(self.steps()):
+            if newest is not None and step > newest:
+                continue
+            try:
+                return self.chain(step), skipped
+            except (CkptzipError, OSError) as exc:
+                skipped.append((step, f"{type(exc).__name__}: {exc}"))
+        if not skipped:
+            raise CheckpointNotFoundError(f"no finished checkpoint in {self.location!r} yet")
+        why = "".join(f"\n  step {s}: {reason}" for s, reason in skipped)
+        raise CheckpointNotFoundError(
+            f"no restorable checkpoint in {self.location!r}; skipped:{why}"
+        )
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the writer lock; the first time, remove what crashed saves left behind."""
+        with self.storage.lock():
+            if not self._cleaned:
+                self.storage.cleanup(lambda name: step_of(name) is not None)
+                self._cleaned = True
+            yield
+
+    def check_new(self, step: int, *, overwrite: bool, steps: list[int]) -> None:
+        """Refuse a save of ``step`` that would clobber a step or one later deltas need."""
+        if step not in steps:
+            return
+        if not overwrite:
+            raise CheckpointExistsError(
+                f"step {step} already exists ({self.path(step)!r}); pass overwrite=True to "
+                "replace it, or save under another step"
+            )
+        dependents = []
+        for s in steps:
+            if s > step:
+                try:
+                    needs = step in self.chain_steps(s)
+                except (CkptzipError, OSError):
+                    needs = True  # cannot prove it does not: keep the parent
+                if needs:
+                    dependents.append(s)
+        if dependents:
+            raise CheckpointExistsError(
+                f"step {step} cannot be overwritten: steps {_short(dependents)} may be deltas "
+                "that need it; save under another step"
+            )
+
+    def parent_chain(self, step: int, steps: list[int]) -> list[Link] | None:
+        """The chain to delta ``step`` against (its last link is the parent), or ``None``.
+
+        ``None`` (a keyframe) when deltas are off, no earlier step exists, the previous
+        step's chain is already ``keyframe_every`` long, or it cannot be read: a damaged
+        chain ends there and the new file starts a fresh one.
+        """
+        if self.keyframe_every == 1:
+            return None
+        earlier = [s for s in steps if s < step]
+        if not earlier:
+            return None
+        try:
+            chain = self.chain(earlier[-1])
+        except (CkptzipError, OSError):
+            return None
+        return chain if len(chain) < self.keyframe_every else None
+
+    def publish(self, step: int, write: Callable[[BinaryIO], object], *, overwrite: bool) -> int:
+        """Write ``step``'s file atomically (under :meth:`writing`); returns its size."""
+        return self.storage.publish(step_file_name(step), write, overwrite=overwrite)
+
+    def retain(self, just_saved: int | None = None) -> list[int]:
+        """Apply ``keep``: delete the steps no kept step needs; returns the deleted steps.
+
+        Kept: the ``keep`` most recent steps and ``just_saved`` (a report never names a
+        deleted file). Needed: every file of a kept step's chain. If any kept chain cannot
+        be read (unreadable, corrupt, missing parent, I/O error), nothing is deleted and a
+        :class:`~ckptzip.errors.CkptzipWarning` says why, once per distinct problem.
+        Deletion goes newest first, so an interrupted retention leaves every remaining file
+        with its parent.
+        """
+        if self.keep is None:
+            return []
+        steps = self.steps()
+        kept = set(steps[-self.keep :])
+        if just_saved is not None and just_saved in steps:
+            kept.add(just_saved)
+        needed: set[int] = set()
+        problems: list[str] = []
+        for s in sorted(kept):
+            try:
+                needed.update(self.chain_steps(s))
+            except (CkptzipError, OSError) as exc:
+                problems.append(f"step {s}: {type(exc).__name__}: {exc}")
+        if problems:
+            message = (
+                f"retention in {self.location!r} deleted nothing: it cannot prove which files "
+                "the kept steps need (" + "; ".join(problems) + ")"
+            )
+            if message not in self._warned:
+                self._warned.add(message)
+                warnings.warn(message, CkptzipWarning, stacklevel=3)
+            return []
+        doomed = sorted(set(steps) - needed, reverse=True)
+        for s in doomed:
+            self.storage.delete(step_file_name(s))
+        return doomed
+
+
+def _short(steps: list[int]) -> str:
+    if len(steps) <= 8:
+        return str(steps)
+    return f"[{steps[0]}, {steps[1]}, ..., {steps[-1]}] ({len(steps)} steps)"
