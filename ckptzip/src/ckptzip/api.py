@@ -231,7 +231,11 @@ class _FileParent:
         return q if isinstance(q, QuantizedTensor) else None
 
 
-def _parent_view(links: Sequence[chains.Link], cache: DecodedCache | None = None) -> _FileParent:
+def _parent_view(
+    links: Sequence[chains.Link],
+    cache: DecodedCache | None = None,
+    max_bytes: int | None = None,
+) -> _FileParent:
     """The decoded last link of a chain (keyframe first), decoded from the links' own bytes.
 
     Decoding starts after the newest link found in ``cache``, so consecutive steps of a
