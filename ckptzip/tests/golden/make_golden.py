@@ -1,9 +1,10 @@
-"""Write the golden ``.ckz`` files of the current format version. Run once per version:
+"""Write the golden ``.ckz`` files of every format version. Run once when a version (or a case)
+is added:
 
     python tests/golden/make_golden.py
 
 Never regenerate a released version's files: every later ckptzip must decode them exactly as
-``expected_v1.json`` records (``tests/test_golden.py``). The inputs are built from integer
+``expected_v<N>.json`` records (``tests/test_golden.py``); files that exist are skipped. The inputs are built from integer
 arithmetic only, so the test recomputes them identically on any platform and torch release.
 """
 
@@ -19,7 +20,6 @@ from typing import Any
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VERSION = 1
 
 
 def ramp(n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -105,6 +105,44 @@ def quant_object() -> dict[str, Any]:
     }
 
 
+def shared_object() -> dict[str, Any]:
+    """Version 2: tied weights and views of one storage, quantized and exact."""
+    emb = heavy(64 * 80, torch.float32).reshape(64, 80)  # quantized (>= min_numel)
+    ids = torch.arange(24, dtype=torch.int64).mul(7).remainder(50).reshape(4, 6)  # exact
+    span = ramp(40, torch.float32)  # only views of it are saved: the entry is their span
+    return {
+        "model": {"wte.weight": emb, "lm_head.weight": emb, "wte_rows": emb[5:9]},
+        "emb_t": emb.t(),
+        "ids": ids,
+        "ids_col": ids[:, 2],
+        "ids_expanded": ids[1].expand(3, 6),
+        "span_a": span[4:20],
+        "span_b": span[12:30:3],
+    }
+
+
+def numpy_object() -> dict[str, Any]:
+    """Version 2: NumPy arrays and RNG states (what Hugging Face's Trainer saves)."""
+    import numpy as np
+
+    return {
+        "python": {"seed": 1234},
+        "numpy": np.random.RandomState(5).get_state(),
+        "numpy_dict": np.random.RandomState(6).get_state(legacy=False),
+        "generator": np.random.Generator(np.random.PCG64(7)).bit_generator.state,
+        "arrays": {
+            "f64": np.arange(12, dtype=np.float64).reshape(3, 4) / 8,
+            "f32_big_endian": np.arange(5, dtype=">f4"),
+            "u64": np.array([0, 2**64 - 1], dtype=np.uint64),
+            "bool": np.array([True, False, True]),
+            "c128": np.array([1 + 2j, -0.5j]),
+            "scalar": np.array(7, dtype=np.int16),
+            "big": np.arange(5000, dtype=np.float32) / 16,  # large and floating: still exact
+        },
+        "torch_rng": ramp(16, torch.float32).to(torch.uint8),
+    }
+
+
 def exact_config() -> Any:
     from ckptzip import CompressionConfig
 
@@ -127,41 +165,55 @@ def sha256_tensor(x: torch.Tensor) -> str:
     return hashlib.sha256(tensor_to_bytes(x)).hexdigest()
 
 
+def cases() -> dict[int, dict[str, tuple[Any, Any]]]:
+    """Each version's files: name -> (object, config)."""
+    return {
+        1: {
+            "v1_exact.ckz": (exact_object(), None),
+            "v1_quant.ckz": (quant_object(), quant_config()),
+            "v1_planes.ckz": (planes_object(), exact_config()),
+        },
+        2: {
+            "v2_shared.ckz": (shared_object(), quant_config()),
+            "v2_numpy.ckz": (numpy_object(), quant_config()),
+        },
+    }
+
+
 def main() -> None:
     import ckptzip
-    from ckptzip.api import read_quantized
+    from ckptzip.api import read_manifest, read_quantized
 
-    expected_path = os.path.join(HERE, f"expected_v{VERSION}.json")
-    expected: dict[str, Any] = {"version": VERSION, "files": {}}
-    if os.path.exists(expected_path):
-        with open(expected_path) as f:
-            expected = json.load(f)
-    cases = {
-        f"v{VERSION}_exact.ckz": (exact_object(), None),
-        f"v{VERSION}_quant.ckz": (quant_object(), quant_config()),
-        f"v{VERSION}_planes.ckz": (planes_object(), exact_config()),
-    }
-    for name, (obj, cfg) in cases.items():
-        path = os.path.join(HERE, name)
-        if os.path.exists(path):
-            # golden files are never rewritten; only cases added since are written
-            if name not in expected["files"]:
-                sys.exit(f"{path} exists but is not in {expected_path}: restore that entry")
-            continue
-        ckptzip.save(obj, path, config=cfg)
-        decoded = ckptzip.load(path)
-        _, leaves = ckptzip.structure.flatten(decoded)
-        q = read_quantized(path)
-        expected["files"][name] = {
-            "file_sha256": ckptzip.storage.sha256_file(path),
-            "codecs": {
-                p: ("exact" if isinstance(v, torch.Tensor) else "quant") for p, v in q.items()
-            },
-            "decoded_sha256": {p: sha256_tensor(t) for p, t in leaves},
-        }
-    with open(expected_path, "w") as f:
-        json.dump(expected, f, indent=1, sort_keys=True)
-        f.write("\n")
+    for version, files in cases().items():
+        expected_path = os.path.join(HERE, f"expected_v{version}.json")
+        expected: dict[str, Any] = {"version": version, "files": {}}
+        if os.path.exists(expected_path):
+            with open(expected_path) as f:
+                expected = json.load(f)
+        for name, (obj, cfg) in files.items():
+            path = os.path.join(HERE, name)
+            if os.path.exists(path):
+                # golden files are never rewritten; only cases added since are written
+                if name not in expected["files"]:
+                    sys.exit(f"{path} exists but is not in {expected_path}: restore that entry")
+                continue
+            ckptzip.save(obj, path, config=cfg)
+            if read_manifest(path).version != version:
+                os.remove(path)
+                sys.exit(f"{name} was written as version {read_manifest(path).version}")
+            decoded = ckptzip.load(path)
+            _, leaves = ckptzip.structure.flatten(decoded)
+            q = read_quantized(path)
+            expected["files"][name] = {
+                "file_sha256": ckptzip.storage.sha256_file(path),
+                "codecs": {
+                    p: ("exact" if isinstance(v, torch.Tensor) else "quant") for p, v in q.items()
+                },
+                "decoded_sha256": {p: sha256_tensor(t) for p, t in leaves},
+            }
+        with open(expected_path, "w") as f:
+            json.dump(expected, f, indent=1, sort_keys=True)
+            f.write("\n")
 
 
 if __name__ == "__main__":
