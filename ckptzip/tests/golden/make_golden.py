@@ -4,8 +4,9 @@ is added:
     python tests/golden/make_golden.py
 
 Never regenerate a released version's files: every later ckptzip must decode them exactly as
-``expected_v<N>.json`` records (``tests/test_golden.py``); files that exist are skipped. The inputs are built from integer
-arithmetic only, so the test recomputes them identically on any platform and torch release.
+``expected_v<N>.json`` records (``tests/test_golden.py``); files that exist are skipped.
+The inputs are built from integer arithmetic only (and NumPy's seeded legacy generators), so
+the test recomputes them identically on any platform and torch release.
 """
 
 from __future__ import annotations
