@@ -120,12 +120,18 @@ def parse_link(name: str, data: bytes) -> Link:
 
 
 def resolve_parents(
-    child: str, manifest: Manifest, read: Callable[[str], bytes], where: str
+    child: str,
+    manifest: Manifest,
+    read: Callable[[str], bytes],
+    where: str,
+    known: Callable[[str], bool] | None = None,
 ) -> list[Link]:
     """The files a delta needs, keyframe first, each read once and checked against its child.
 
     ``read(name)`` returns a sibling file's bytes. Iterative, so any allowed chain length
-    resolves in any process.
+    resolves in any process. With ``known(sha256)`` true for a parent (already decoded, in
+    the caller's cache), resolution stops there: that parent is checked (present, same
+    sha256) and its own parents are not read.
 
     Raises
     ------
@@ -163,6 +169,8 @@ def resolve_parents(
             )
         link = Link(pname, data, digest, Reader(io.BytesIO(data), name=repr(pname)).manifest)
         out.append(link)
+        if known is not None and known(digest):
+            break
         seen.add(pname)
         name, ref = pname, link.manifest.parent
     return out[::-1]
@@ -197,6 +205,9 @@ class ChainStore:
         self.keep = keep
         self._cleaned = False
         self._warned: set[str] = set()
+        # File content (sha256) → (name, parent's sha256, chain length): the parent's hash is
+        # in the content, so content fixes the chain; only the files' presence can change.
+        self._seen: dict[str, tuple[str, str | None, int]] = {}
 
     @property
     def location(self) -> str:
@@ -247,8 +258,11 @@ class ChainStore:
         self._check_identity(step, link.manifest)
         return link
 
-    def chain(self, step: int) -> list[Link]:
+    def chain(self, step: int, known: Callable[[str], bool] | None = None) -> list[Link]:
         """The files restoring ``step`` reads, keyframe first, ``step`` last; each read once.
+
+        With ``known`` (see :func:`resolve_parents`) the chain may start at a parent already
+        decoded rather than at the keyframe.
 
         Raises
         ------
@@ -260,7 +274,7 @@ class ChainStore:
             A file is swapped, damaged or unreadable.
         """
         top = self.read(step)
-        parents = resolve_parents(top.name, top.manifest, self._read, repr(self.location))
+        parents = resolve_parents(top.name, top.manifest, self._read, repr(self.location), known)
         for link in parents:
             s = step_of(link.name)
             assert s is not None  # _read admits step names only
@@ -293,10 +307,13 @@ class ChainStore:
         link = self.read(step)
         return link.manifest
 
-    def latest(self, newest: int | None = None) -> tuple[list[Link], list[tuple[int, str]]]:
+    def latest(
+        self, newest: int | None = None, known: Callable[[str], bool] | None = None
+    ) -> tuple[list[Link], list[tuple[int, str]]]:
         """The chain of the latest restorable step, and the newer steps skipped with why.
 
-        ``newest`` bounds the search (steps above it are not considered).
+        ``newest`` bounds the search (steps above it are not considered); ``known`` as for
+        :meth:`chain`.
 
         Raises
         ------
@@ -308,7 +325,7 @@ class ChainStore:
             if newest is not None and step > newest:
                 continue
             try:
-                return self.chain(step), skipped
+                return self.chain(step, known), skipped
             except (CkptzipError, OSError) as exc:
                 skipped.append((step, f"{type(exc).__name__}: {exc}"))
         if not skipped:
@@ -353,12 +370,16 @@ class ChainStore:
                 "that need it; save under another step"
             )
 
-    def parent_chain(self, step: int, steps: list[int]) -> list[Link] | None:
+    def parent_chain(
+        self, step: int, steps: list[int], known: Callable[[str], bool] | None = None
+    ) -> list[Link] | None:
         """The chain to delta ``step`` against (its last link is the parent), or ``None``.
 
         ``None`` (a keyframe) when deltas are off, no earlier step exists, the previous
         step's chain is already ``keyframe_every`` long, or it cannot be read: a damaged
-        chain ends there and the new file starts a fresh one.
+        chain ends there and the new file starts a fresh one. When the parent is ``known``
+        (decoded in the caller's cache) and its chain length was seen before, only the
+        parent is read: saving the n-th delta costs one read, not n.
         """
         if self.keyframe_every == 1:
             return None
@@ -366,10 +387,38 @@ class ChainStore:
         if not earlier:
             return None
         try:
-            chain = self.chain(earlier[-1])
+            top = self.read(earlier[-1])
+            length = self._intact_length(top.sha256, {step_file_name(s) for s in steps})
+            if length is not None and known is not None and known(top.sha256):
+                chain = [top]
+            else:
+                chain = self.chain(earlier[-1])
+                length = len(chain)
+                for i, link in enumerate(chain):
+                    parent = None if i == 0 else chain[i - 1].sha256
+                    self._seen[link.sha256] = (link.name, parent, i + 1)
         except (CkptzipError, OSError):
             return None
-        return chain if len(chain) < self.keyframe_every else None
+        return chain if length < self.keyframe_every else None
+
+    def _intact_length(self, sha256: str, listed: set[str]) -> int | None:
+        """The chain length of a file seen before whose ancestors are all still listed."""
+        entry = self._seen.get(sha256)
+        length = None if entry is None else entry[2]
+        while entry is not None:
+            name, parent, _ = entry
+            if name not in listed:
+                return None
+            if parent is None:
+                return length
+            entry = self._seen.get(parent)
+        return None
+
+    def note(self, link_name: str, sha256: str, parent: str | None) -> None:
+        """Record a file just written: its name, content hash and parent's content hash."""
+        above = None if parent is None else self._seen.get(parent)
+        if parent is None or above is not None:
+            self._seen[sha256] = (link_name, parent, 1 if above is None else above[2] + 1)
 
     def publish(self, step: int, write: Callable[[BinaryIO], object], *, overwrite: bool) -> int:
         """Write ``step``'s file atomically (under :meth:`writing`); returns its size."""

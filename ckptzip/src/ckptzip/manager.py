@@ -604,7 +604,8 @@ class CheckpointManager:
         with store.writing():
             steps = store.steps()
             store.check_new(step, overwrite=overwrite, steps=steps)
-            links = store.parent_chain(step, steps)
+            known = self._cache.__contains__
+            links = store.parent_chain(step, steps, known)
             enc = api.encode(
                 obj,
                 config=config,
@@ -615,6 +616,7 @@ class CheckpointManager:
                 prequantized=prequantized,
             )
             bytes_out = store.publish(step, enc.write, overwrite=overwrite)
+            store.note(step_file_name(step), enc.sha256, links[-1].sha256 if links else None)
             report = enc.report(str(self.path(step)), bytes_out, cache=self._cache)
             try:
                 store.retain(step)
@@ -738,13 +740,13 @@ class CheckpointManager:
 
     def _load(self, step: int | None, map_location: str | torch.device) -> tuple[int, Any]:
         if step is not None:
-            links = self.store.chain(_check_step(step))
+            links = self.store.chain(_check_step(step), self._cache.__contains__)
             return step, api.load_chain(links, map_location=map_location, cache=self._cache)
         skipped: list[tuple[int, str]] = []
         newest: int | None = None
         while True:
             try:
-                links, more = self.store.latest(newest)
+                links, more = self.store.latest(newest, self._cache.__contains__)
             except CheckpointNotFoundError:
                 self._note_skipped(skipped)
                 raise

@@ -1,0 +1,152 @@
+"""Asynchronous saves: a consistent snapshot, one save in flight, errors never lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from ckptzip import CheckpointManager, CompressionConfig, QuantConfig, api
+from ckptzip.errors import SaveInProgressError, StorageError
+
+CONFIG = CompressionConfig(quant=QuantConfig(bins=8, protect=0.01), min_numel=64)
+
+
+def test_async_save_snapshots_before_returning(tmp_path: Path) -> None:
+    w = torch.linspace(-1, 1, 1000)
+    mgr = CheckpointManager(tmp_path, config=CompressionConfig(exact=("*",)))
+    assert mgr.save(1, {"w": w, "n": 1}, blocking=False) is None
+    expected = w.clone()
+    w.mul_(-3)  # training goes on with the live tensor
+    report = mgr.wait()
+    assert report is not None and report.step == 1 and report.stall is not None
+    assert torch.equal(mgr.load(1)["w"], expected)
+
+
+def _slow_encode(monkeypatch: pytest.MonkeyPatch, gate: threading.Event) -> None:
+    real = api.encode
+
+    def encode(*args: Any, **kwargs: Any) -> Any:
+        gate.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "encode", encode)
+
+
+def test_one_save_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    _slow_encode(monkeypatch, gate)
+    mgr = CheckpointManager(tmp_path, config=CONFIG, if_busy="raise")
+    mgr.save(1, {"w": torch.ones(100)}, blocking=False)
+    with pytest.raises(SaveInProgressError, match="step 1"):
+        mgr.save(2, {"w": torch.ones(100)}, blocking=False)
+    gate.set()
+    assert mgr.wait() is not None
+    waiting = CheckpointManager(tmp_path, config=CONFIG)  # if_busy="wait" (the default)
+    gate.clear()
+    waiting.save(2, {"w": torch.ones(100)}, blocking=False)
+    threading.Timer(0.2, gate.set).start()
+    waiting.save(3, {"w": torch.ones(100)})  # waits for step 2, then saves
+    assert waiting.steps() == [1, 2, 3]
+
+
+def test_background_error_is_raised_by_the_next_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mgr = CheckpointManager(tmp_path, config=CONFIG)
+    mgr.save(1, {"w": torch.ones(100)})
+
+    def fail(*args: Any, **kwargs: Any) -> int:
+        raise StorageError("writing failed: no space left on the device")
+
+    monkeypatch.setattr(mgr.store, "publish", fail)
+    mgr.save(2, {"w": torch.ones(100)}, blocking=False)
+    if mgr._pending is not None and mgr._pending.thread is not None:
+        mgr._pending.thread.join()
+    with pytest.raises(StorageError, match="no space"):
+        mgr.steps()  # any call reports it
+    assert mgr.steps() == [1]  # once; the manager stays usable
+    monkeypatch.undo()
+    mgr.save(2, {"w": torch.ones(100)}, blocking=False)
+    mgr.close()
+    assert mgr.steps() == [1, 2]
+
+
+def test_close_and_with_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    _slow_encode(monkeypatch, gate)
+    with CheckpointManager(tmp_path, config=CONFIG) as mgr:
+        mgr.save(1, {"w": torch.ones(100)}, blocking=False)
+        threading.Timer(0.2, gate.set).start()
+    assert CheckpointManager(tmp_path).steps() == [1]
+
+
+def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 4))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int) -> None:
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = torch.randn(16, 32, generator=g)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_model_snapshot_in_the_background_is_consistent(tmp_path: Path) -> None:
+    model, opt = _model()
+    _train(model, opt, 3)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    seen: list[int] = []
+
+    def eval_fn(m: nn.Module) -> float:
+        seen.append(id(m))
+        time.sleep(0.01)  # a slow held-out evaluation: training must not wait for it
+        with torch.no_grad():
+            return float(m(torch.ones(4, 32)).pow(2).mean())
+
+    exact = CompressionConfig(exact=("*",))
+    mgr = CheckpointManager(tmp_path, model=model, optimizer=opt, eval_fn=eval_fn, config=exact)
+    mgr.save(3, blocking=False)
+    _train(model, opt, 5)  # the first step waits for the copy, then training runs on
+    report = mgr.wait()
+    assert report is not None and report.search is not None
+    assert seen and id(model) not in seen  # the search ran on a copy, never the live model
+    state = mgr.load(3)
+    for k, v in expected.items():
+        assert torch.equal(state["model"][k], v), k
+    live = {k: v.clone() for k, v in model.state_dict().items()}
+    mgr.restore(3)
+    for k, v in expected.items():
+        assert torch.equal(model.state_dict()[k], v), k
+    assert any(not torch.equal(live[k], expected[k]) for k in expected)
+    mgr.close()
+
+
+def test_async_model_save_matches_a_blocking_one(tmp_path: Path) -> None:
+    model, opt = _model()
+    _train(model, opt, 2)
+    a = CheckpointManager(tmp_path / "a", model=model, optimizer=opt, config=CONFIG)
+    b = CheckpointManager(tmp_path / "b", model=model, optimizer=opt, config=CONFIG)
+    ra = a.save(2)
+    b.save(2, blocking=False)
+    rb = b.wait()
+    assert rb is not None and ra.search is not None and rb.search is not None
+    assert rb.search.config == ra.search.config  # the same search on the copy
+    sa, sb = a.load(2), b.load(2)
+    for k in sa["model"]:
+        assert torch.equal(sa["model"][k], sb["model"][k])
+    for i, s in sa["optimizer"]["state"].items():
+        for key, v in s.items():
+            assert torch.equal(v, sb["optimizer"]["state"][i][key]), (i, key)
+    a.close()
+    b.close()
