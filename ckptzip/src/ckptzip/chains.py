@@ -274,7 +274,18 @@ class ChainStore:
             A file is swapped, damaged or unreadable.
         """
         top = self.read(step)
-        parents = resolve_parents(top.name, top.manifest, self._read, repr(self.location), known)
+        where = repr(self.location)
+        parents = resolve_parents(top.name, top.manifest, self._read, where, known)
+        if parents and parents[0].manifest.parent is not None:
+            # Stopped at a parent decoded before: its ancestors must still be there, as a
+            # fresh process would need them; if that is not known, resolve the whole chain.
+            listed = {step_file_name(s) for s in self.steps()}
+            if self._intact_length(parents[0].sha256, listed) is None:
+                parents = resolve_parents(top.name, top.manifest, self._read, where)
+        else:
+            for i, link in enumerate([*parents, top]):
+                parent = None if i == 0 else parents[i - 1].sha256
+                self._seen[link.sha256] = (link.name, parent, i + 1)
         for link in parents:
             s = step_of(link.name)
             assert s is not None  # _read admits step names only
@@ -394,9 +405,6 @@ class ChainStore:
             else:
                 chain = self.chain(earlier[-1])
                 length = len(chain)
-                for i, link in enumerate(chain):
-                    parent = None if i == 0 else chain[i - 1].sha256
-                    self._seen[link.sha256] = (link.name, parent, i + 1)
         except (CkptzipError, OSError):
             return None
         return chain if length < self.keyframe_every else None
