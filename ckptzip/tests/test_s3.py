@@ -1,0 +1,155 @@
+"""CheckpointManager on a real S3 API: moto's server on localhost, s3fs as the client.
+
+The server is started by the fixture on 127.0.0.1 at a free port; credentials are dummies.
+Covers the commit-marker protocol of :class:`ckptzip.storage.FsspecStorage`: an upload
+interrupted midway (data put but never committed, or the put itself failing) is never
+listed and is cleaned up by the next writer; a reader listing and loading while a writer
+commits only ever sees finished steps.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from ckptzip import CheckpointManager, CompressionConfig, QuantConfig, storage
+from ckptzip.chains import step_file_name
+from ckptzip.errors import CheckpointNotFoundError, StorageError
+from ckptzip.manager import describe_directory
+
+moto_server = pytest.importorskip("moto.server")
+s3fs = pytest.importorskip("s3fs")
+fsspec = pytest.importorskip("fsspec")
+
+CONFIG = CompressionConfig(quant=QuantConfig(bins=8, protect=0.01), min_numel=64)
+BUCKET = "ckptzip-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port())
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: str, monkeypatch: pytest.MonkeyPatch, request: Any) -> str:
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    # fsspec's per-protocol defaults: every s3:// URL opened by ckptzip talks to the server
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"client_kwargs": {"endpoint_url": s3_server}})
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server})
+    if not fs.exists(BUCKET):
+        fs.mkdir(BUCKET)
+    return f"s3://{BUCKET}/{request.node.name}"
+
+
+def _state(step: int) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(step)
+    return {
+        "w": torch.linspace(-1, 1, 800) + 0.01 * step * torch.randn(800, generator=g),
+        "step": step,
+    }
+
+
+def test_save_retain_and_load_on_s3(s3: str) -> None:
+    mgr = CheckpointManager(s3, keyframe_every=3, keep=2, config=CONFIG)
+    for s in range(1, 6):
+        mgr.save(s, _state(s))
+    fresh = CheckpointManager(s3, config=CONFIG)
+    assert fresh.steps() == [4, 5]
+    assert fresh.load()["step"] == 5 and fresh.load(4)["step"] == 4
+    assert [e.status for e in describe_directory(s3)] == ["ok", "ok"]
+    mgr.save(6, _state(6), blocking=False)
+    mgr.close()
+    assert CheckpointManager(s3).latest_step() == 6
+
+
+def test_upload_interrupted_midway_is_never_listed(
+    s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mgr = CheckpointManager(s3, keyframe_every=3, config=CONFIG)
+    mgr.save(1, _state(1))
+    real = storage.FsspecStorage._put
+
+    def die_before_commit(self: storage.FsspecStorage, name: str, data: bytes) -> None:
+        if name.endswith(storage.COMMIT_SUFFIX):
+            raise StorageError("connection reset: the writer died before its commit")
+        real(self, name, data)
+
+    monkeypatch.setattr(storage.FsspecStorage, "_put", die_before_commit)
+    with pytest.raises(StorageError):
+        mgr.save(2, _state(2))
+    monkeypatch.setattr(storage.FsspecStorage, "_put", real)
+    fs = s3fs.S3FileSystem(client_kwargs=fsspec.config.conf["s3"]["client_kwargs"])
+    data = f"{s3.removeprefix('s3://')}/{step_file_name(2)}"
+    assert fs.exists(data)  # the object is there ...
+    reader = CheckpointManager(s3, config=CONFIG)
+    assert reader.steps() == [1] and reader.load()["step"] == 1  # ... but never counted
+    with pytest.raises(CheckpointNotFoundError):
+        reader.load(2)
+
+    def die_in_upload(self: storage.FsspecStorage, name: str, data: bytes) -> None:
+        real(self, name, data[: len(data) // 2])  # half the bytes reach the store
+        raise StorageError("connection reset during the upload")
+
+    monkeypatch.setattr(storage.FsspecStorage, "_put", die_in_upload)
+    with pytest.raises(StorageError):
+        CheckpointManager(s3, keyframe_every=3, config=CONFIG).save(3, _state(3))
+    monkeypatch.setattr(storage.FsspecStorage, "_put", real)
+    assert CheckpointManager(s3).steps() == [1]
+    writer = CheckpointManager(s3, keyframe_every=3, config=CONFIG)
+    writer.save(4, _state(4))  # a new writer removes both leftovers
+    fs.invalidate_cache()
+    assert not fs.exists(data) and not fs.exists(data.replace("00002", "00003"))
+    assert writer.steps() == [1, 4] and writer.load(4)["step"] == 4
+
+
+def test_reader_listing_while_a_writer_commits(s3: str) -> None:
+    writer = CheckpointManager(s3, keyframe_every=3, config=CONFIG)
+    writer.save(0, _state(0))
+    done = threading.Event()
+    problems: list[BaseException] = []
+    seen: set[int] = set()
+
+    def read() -> None:
+        reader = CheckpointManager(s3, config=CONFIG)
+        while not done.is_set():
+            try:
+                for s in reader.steps():
+                    assert reader.load(s)["step"] == s
+                    seen.add(s)
+            except BaseException as exc:  # collected, asserted below
+                problems.append(exc)
+                return
+
+    t = threading.Thread(target=read)
+    t.start()
+    try:
+        for s in range(1, 7):
+            writer.save(s, _state(s))
+    finally:
+        done.set()
+        t.join(60)
+    assert not problems, problems
+    assert seen and writer.steps() == list(range(7))
