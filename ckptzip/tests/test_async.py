@@ -150,3 +150,16 @@ def test_async_model_save_matches_a_blocking_one(tmp_path: Path) -> None:
             assert torch.equal(v, sb["optimizer"]["state"][i][key]), (i, key)
     a.close()
     b.close()
+
+
+def test_parallel_encoding_writes_the_same_file(tmp_path: Path) -> None:
+    import ckptzip
+
+    g = torch.Generator().manual_seed(3)
+    state = {f"layer{i}": torch.randn(3000, generator=g) for i in range(6)}
+    state["step"] = torch.tensor(7)
+    one = ckptzip.save(state, tmp_path / "one.ckz", config=CONFIG, threads=1)
+    four = ckptzip.save(state, tmp_path / "four.ckz", config=CONFIG, threads=4)
+    assert one.sha256 == four.sha256 and one.bytes_in == four.bytes_in
+    with pytest.raises(ckptzip.ConfigError, match="threads=0"):
+        ckptzip.save(state, tmp_path / "zero.ckz", threads=0)

@@ -16,6 +16,7 @@ import os
 import posixpath
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, TypeAlias
 
@@ -291,6 +292,15 @@ def _parent_links(child: str, parent: str | os.PathLike[str]) -> list[chains.Lin
     return [*parents, top]
 
 
+def _threads(threads: int | None, n: int) -> int:
+    """Encoding threads for ``n`` tensors: 0 means encode in the caller's thread."""
+    if threads is None:
+        threads = min(os.cpu_count() or 1, 8)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"threads={threads!r} must be None (one per core, at most 8) or >= 1")
+    return 0 if threads == 1 or n < 2 else min(threads, n)
+
+
 def _json_safe(meta: Any, where: str) -> None:
     try:
         json.dumps(meta, allow_nan=False)
@@ -310,6 +320,7 @@ def save(
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
     prequantized: Mapping[str, Prequantized] | None = None,
+    threads: int | None = None,
 ) -> Report:
     """Compress a checkpoint object into one ``.ckz`` file, atomically.
 
@@ -343,6 +354,9 @@ def save(
         Tensors the search already quantized (:attr:`SearchResult.prequantized`): stored as
         they are, not quantized again, where the plan chose the same config, the tensor was
         not modified since and ``scores`` gives it the scores the search used.
+    threads:
+        Tensors encoded in parallel by this many threads (default: one per core, at most
+        8; ``1``: in the calling thread). The file is the same whatever the number.
 
     Returns
     -------
@@ -385,6 +399,7 @@ def save(
         progress=progress,
         cache=cache,
         prequantized=prequantized,
+        threads=threads,
     )
     if target is None:
         bytes_out = storage.atomic_write(path, enc.write, overwrite=overwrite)
@@ -469,6 +484,7 @@ def encode(
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
     prequantized: Mapping[str, Prequantized] | None = None,
+    threads: int | None = None,
 ) -> EncodedCheckpoint:
     """Encode ``obj`` into an unpublished :class:`EncodedCheckpoint` (what :func:`save` does
     before writing).
@@ -499,14 +515,8 @@ def encode(
         exact=dict.fromkeys(ndarray_entries(skeleton), "NumPy array"),
     )
 
-    total = sum(x.numel() * x.element_size() for _, x in leaves)
-    done = 0
-    entries: list[TensorEntry] = []
-    chunks: list[bytes] = []
-    quantized: dict[str, QuantizedTensor] = {}
-    configs: list[QuantConfig | None] = []
-    for t, (p, x) in zip(plan, leaves, strict=True):
-        codec = get_codec(t.codec)
+    def encode_one(i: int) -> Encoded:
+        t, (p, x) = plan[i], leaves[i]
         score = None if scores is None or t.quant is None else scores.get(p)
         ctx = EncodeContext(
             path=p,
@@ -517,48 +527,71 @@ def encode(
             reason=t.reason,
             quantized=planner.prequantized_for(t, x, score),
         )
-        enc: Encoded = codec.encode(x, ctx)
+        enc = get_codec(t.codec).encode(x, ctx)
         _json_safe(enc.meta, p)
-        if enc.quantized is not None:
-            quantized[p] = enc.quantized
-        cfg = enc.config
-        configs.append(cfg)
-        entries.append(
-            TensorEntry(
-                path=p,
-                shape=tuple(x.shape),
-                dtype=dtype_name(x.dtype),
-                codec=codec.id,
-                meta=enc.meta,
-                config=None if cfg is None else cfg.to_json(),
-                rel_error=enc.rel_error,
-                chunks=(len(chunks), len(enc.chunks)),
-            )
+        return enc
+
+    workers = _threads(threads, len(leaves))
+    # Tensors are independent: quantizing (torch, NumPy) and zstd release the GIL, so threads
+    # encode them in parallel; torch.save's size for the report is measured alongside.
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="ckptzip-encode") if workers else None
+    try:
+        size = pool.submit(_torch_save_size, obj, leaves) if pool is not None else None
+        results: Iterator[Encoded] = (
+            map(encode_one, range(len(leaves)))
+            if pool is None
+            else pool.map(encode_one, range(len(leaves)))
         )
-        chunks.extend(enc.chunks)
-        done += x.numel() * x.element_size()
-        if progress is not None:
-            progress(done, total)
-
-    manifest = Manifest(
-        skeleton=skeleton,
-        tensors=tuple(entries),
-        chunks=chunk_refs(chunks),
-        parent=parent_ref,
-        metadata=meta_out,
-        created_by=f"ckptzip {ckptzip.__version__}",
-    )
-
-    t1 = time.perf_counter()
-    bytes_in = _torch_save_size(obj, leaves)
-    # ``Report.seconds`` leaves the measurement out: it is not part of compressing.
+        total = sum(x.numel() * x.element_size() for _, x in leaves)
+        done = 0
+        entries: list[TensorEntry] = []
+        chunks: list[bytes] = []
+        quantized: dict[str, QuantizedTensor] = {}
+        configs: list[QuantConfig | None] = []
+        for t, (p, x), enc in zip(plan, leaves, results, strict=True):
+            codec = get_codec(t.codec)
+            if enc.quantized is not None:
+                quantized[p] = enc.quantized
+            cfg = enc.config
+            configs.append(cfg)
+            entries.append(
+                TensorEntry(
+                    path=p,
+                    shape=tuple(x.shape),
+                    dtype=dtype_name(x.dtype),
+                    codec=codec.id,
+                    meta=enc.meta,
+                    config=None if cfg is None else cfg.to_json(),
+                    rel_error=enc.rel_error,
+                    chunks=(len(chunks), len(enc.chunks)),
+                )
+            )
+            chunks.extend(enc.chunks)
+            done += x.numel() * x.element_size()
+            if progress is not None:
+                progress(done, total)
+        manifest = Manifest(
+            skeleton=skeleton,
+            tensors=tuple(entries),
+            chunks=chunk_refs(chunks),
+            parent=parent_ref,
+            metadata=meta_out,
+            created_by=f"ckptzip {ckptzip.__version__}",
+        )
+        t1 = time.perf_counter()
+        bytes_in = _torch_save_size(obj, leaves) if size is None else size.result()
+        # ``Report.seconds`` leaves out the measurement when it did not overlap the encoding
+        t_size = time.perf_counter() - t1 if size is None else 0.0
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     return EncodedCheckpoint(
         manifest,
         chunks,
         quantized,
         [(cfg, t.reason) for cfg, t in zip(configs, plan, strict=True)],
         bytes_in,
-        t0 + time.perf_counter() - t1,
+        t0 + t_size,
     )
 
 
