@@ -263,8 +263,16 @@ def test_zstd_bomb_is_rejected_before_decompressing(good: bytes, tmp_path: Path)
     entry["meta"]["stage"] = {"enc": "zstd", "size": 4 << 40}
     with pytest.raises(DecodeLimitError, match="over the read limit"):
         load_bytes(reseal_chunks(doc, chunks), tmp_path)
-    # and with the limit lifted, still refused: the frame cannot physically be that large
-    with pytest.raises(CorruptCheckpointError, match="cannot decode"):
+    # and with the limit lifted, still refused before any chunk is read: the chunk cannot
+    # physically hold that many elements (no zstd frame expands more than 32768x)
+    with pytest.raises(CorruptCheckpointError, match="can hold at most"):
+        load_bytes(reseal_chunks(doc, chunks), tmp_path, max_bytes=1 << 50)
+    with pytest.raises(CorruptCheckpointError, match="can hold at most"):
+        ckptzip.verify(tmp_path / "x.ckz", max_bytes=1 << 50)
+    # the stage bound inside the codec still stands behind it (the frame lies about its size)
+    entry["shape"] = [len(bomb) * 4096]
+    entry["meta"]["stage"] = {"enc": "zstd", "size": len(bomb) * 4096 * 4}
+    with pytest.raises(CorruptCheckpointError, match="claims"):
         load_bytes(reseal_chunks(doc, chunks), tmp_path, max_bytes=1 << 50)
 
 
@@ -523,6 +531,23 @@ def test_a_1409_byte_file_of_512_mib_is_refused(
     _refused_at_small_memory(data, tmp_path, monkeypatch)
     # an explicit limit is the caller's: a smaller one refuses smaller files too
     _refused_at_small_memory(data, tmp_path, monkeypatch, max_bytes=100)
+
+
+def test_quant_entries_are_bounded_by_their_index_chunk(
+    bombs: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc, body = split(bombs["512MiB"])
+    n_bytes = doc["chunks"][doc["tensors"][0]["chunks"][0] + 1][1]
+    # one bit per element through zstd: at most 8 * (32768 * n + slack) elements
+    doc["tensors"][0]["shape"] = [8 * (32768 * n_bytes + 16 * 1024) + 1]
+    p = tmp_path / "x.ckz"
+    p.write_bytes(seal(doc, body))
+    monkeypatch.setattr(
+        ckptzip.container.Reader, "read_chunk", lambda *a: pytest.fail("a chunk was read")
+    )
+    for call in (ckptzip.load, ckptzip.verify):
+        with pytest.raises(CorruptCheckpointError, match="can hold at most"):
+            call(p, max_bytes=1 << 62)
 
 
 def test_a_17_kb_file_declaring_16_gib_is_refused(

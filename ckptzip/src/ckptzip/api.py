@@ -684,6 +684,38 @@ def read_manifest(path: Source) -> Manifest:
         return reader.manifest
 
 
+def _parent_declared_bytes(path: Source, m: Manifest) -> int:
+    """What a delta's parent declares it decodes to (its manifest only; 0 if unreadable).
+
+    Plain :func:`verify` reads no parent; this keeps a small delta of a large parent within
+    the default read limit, as :func:`load` does with the parents it decodes."""
+    if m.parent is None or not _is_path(path):
+        return 0
+    try:
+        sibling = storage.sibling(os.fspath(path), m.parent["name"])  # type: ignore[arg-type]
+        with _opened(sibling) as parent:
+            return parent.decoded_bytes
+    except CkptzipError:
+        return 0  # a missing or damaged parent is load's to report
+
+
+def _check_sizes(reader: Reader, max_bytes: int | None, inherited: int = 0) -> None:
+    """Every size rule that needs no chunk: the read limit, then each entry's declared
+    elements against what its codec says its chunk lengths can hold."""
+    reader.check_limit(max_bytes, inherited=inherited)
+    m = reader.manifest
+    for entry in m.tensors:
+        first, count = entry.chunks
+        lengths = [m.chunks[first + j].length for j in range(count)]
+        itemsize = entry.nbytes // entry.numel if entry.numel else 1
+        bound = get_codec(entry.codec).max_numel(entry.meta, lengths, itemsize)
+        if bound is not None and entry.numel > bound:
+            raise CorruptCheckpointError(
+                f"{reader.name}: tensor {entry.path!r} declares {entry.numel} elements but its "
+                f"{sum(lengths)} bytes of {entry.codec!r} chunks can hold at most {bound}"
+            )
+
+
 def verify(
     path: Source,
     *,
@@ -709,8 +741,7 @@ def verify(
     if decode:
         return _decode_file(path, progress=progress, max_bytes=max_bytes)[0]
     with _opened(path) as reader:
-        # a delta's parents are not opened here: its own declared size is what is checked
-        reader.check_limit(max_bytes)
+        _check_sizes(reader, max_bytes, _parent_declared_bytes(path, reader.manifest))
         total, done = reader.manifest.data_bytes, 0
         for i, _ in reader.iter_chunks():
             done += reader.manifest.chunks[i].length
@@ -779,7 +810,7 @@ def _decode_entries(
     progress: Progress | None,
     max_bytes: int | None,
 ) -> dict[str, Decoded]:
-    reader.check_limit(max_bytes, inherited=0 if parent is None else _decoded_nbytes(parent.table))
+    _check_sizes(reader, max_bytes, 0 if parent is None else _decoded_nbytes(parent.table))
     out: dict[str, Decoded] = {}
     total, done = reader.decoded_bytes, 0
     for entry in reader.manifest.tensors:

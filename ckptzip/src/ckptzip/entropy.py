@@ -53,6 +53,7 @@ from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = [
     "MAX_RATIO",
+    "max_decoded_size",
     "SYMBOL_METHODS",
     "compress",
     "decode",
@@ -74,6 +75,21 @@ _SAMPLE_GAIN = 0.98
 # RLE byte), so no valid frame expands by more than 32768x; the slack covers tiny frames.
 MAX_RATIO = 32768
 _SLACK = 1 << 10
+
+
+def max_decoded_size(payload_bytes: int) -> int:
+    """The most bytes any stage record can decode to from ``payload_bytes`` of payload.
+
+    A bound a codec can state from chunk lengths alone, before reading them: each zstd frame
+    expands at most :data:`MAX_RATIO` times plus a small slack, and a ``planes`` record holds
+    at most 16 frames.
+
+    Examples
+    --------
+    >>> max_decoded_size(0) == 16 * 1024
+    True
+    """
+    return payload_bytes * MAX_RATIO + _MAX_PLANES * _SLACK
 
 
 def compress(data: bytes | bytearray | memoryview, level: int = 3) -> bytes:

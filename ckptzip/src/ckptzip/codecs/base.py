@@ -16,6 +16,9 @@ each tensor's codec and config)::
 
 Call order on load (driven by :func:`ckptzip.load` / :func:`ckptzip.read_quantized`)::
 
+    # first, for every entry of the file, before any chunk is read:
+    bound = get_codec(entry.codec).max_numel(entry.meta, chunk_lengths, itemsize)
+    # refused if entry.numel > bound (not None); then, entry by entry:
     chunks = ...                           # already checksum-verified by the container
     ctx = DecodeContext.from_entry(entry, parent)   # the pipeline's fields, validated
     out = get_codec(entry.codec).decode(entry.meta, chunks, ctx)
@@ -322,6 +325,18 @@ class Codec(ABC):
     def describe(self, meta: dict[str, Any]) -> Description:
         """A description of an entry this codec wrote (never raises; see the contract)."""
         return Description()
+
+    def max_numel(
+        self, meta: dict[str, Any], chunk_lengths: Sequence[int], itemsize: int
+    ) -> int | None:
+        """The most elements an entry with this meta and these chunk lengths can decode to.
+
+        Called for every entry of a file before any chunk is read, so a manifest that declares
+        more than its chunks can hold is refused before anything is allocated (the read limit
+        bounds the rest). Never raises: ``None`` means no bound (malformed meta is ``decode``'s
+        to reject, and a codec that can reach any size from few bytes states none).
+        """
+        return None
 
 
 _REGISTRY: dict[str, Codec] = {}

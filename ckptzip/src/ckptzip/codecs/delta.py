@@ -141,6 +141,19 @@ class DeltaCodec(Codec):
         side = SideParts(side_meta, chunks[0], chunks[1 + k], chunks[2 + k])
         return Decoded(quantized=decode_side(side, indices, ctx))
 
+    def max_numel(
+        self, meta: dict[str, Any], chunk_lengths: Sequence[int], itemsize: int
+    ) -> int | None:
+        # a delta-coded entry is as large as its parent's (checked when decoding); one stored
+        # in full is bounded by its inner codec
+        inner_id, inner = meta.get("inner_codec"), meta.get("inner")
+        if meta.get("mode") != "full" or inner_id == self.id or not isinstance(inner, dict):
+            return None
+        try:
+            return get_codec(str(inner_id)).max_numel(inner, chunk_lengths, itemsize)
+        except UnsupportedFormatError:
+            return None
+
     def describe(self, meta: dict[str, Any]) -> Description:
         if not isinstance(meta, dict):
             return Description()

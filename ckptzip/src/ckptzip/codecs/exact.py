@@ -122,6 +122,13 @@ class ExactCodec(Codec):
         data = entropy.decode(chunks[0], stage)
         return Decoded(tensor=tensor_from_bytes(data, ctx.dtype, ctx.shape))
 
+    def max_numel(
+        self, meta: dict[str, Any], chunk_lengths: Sequence[int], itemsize: int
+    ) -> int | None:
+        if len(chunk_lengths) != 1 or itemsize < 1:
+            return None
+        return entropy.max_decoded_size(chunk_lengths[0]) // itemsize
+
     def describe(self, meta: dict[str, Any]) -> Description:
         why = meta.get("why") if isinstance(meta, dict) else None
         return Description(note=why if isinstance(why, str) else "")

@@ -326,5 +326,11 @@ class QuantCodec(Codec):
     def decode(self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> Decoded:
         return Decoded(quantized=decode_quantized(meta, chunks, ctx))
 
+    def max_numel(
+        self, meta: dict[str, Any], chunk_lengths: Sequence[int], itemsize: int
+    ) -> int | None:
+        # every index takes at least one bit before the lossless stage (chunk 1)
+        return 8 * entropy.max_decoded_size(chunk_lengths[1]) if len(chunk_lengths) == 4 else None
+
     def describe(self, meta: dict[str, Any]) -> Description:
         return describe_quantized(meta)

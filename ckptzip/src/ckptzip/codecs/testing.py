@@ -56,6 +56,8 @@ def check_round_trip(
     enc = codec.encode(x, EncodeContext("t", config, quant=quant, parent=parent))
     assert all(isinstance(c, bytes) for c in enc.chunks), "chunks must be bytes"
     meta = json.loads(json.dumps(enc.meta, allow_nan=False))  # what the manifest holds
+    bound = codec.max_numel(meta, [len(c) for c in enc.chunks], x.element_size())
+    assert bound is None or x.numel() <= bound, f"max_numel {bound} < numel {x.numel()}"
     q = enc.quantized
     out = codec.decode(meta, list(enc.chunks), DecodeContext.of_encoded("t", x, enc, parent))
     assert isinstance(out, Decoded), f"decode returned {type(out).__name__}, not Decoded"
