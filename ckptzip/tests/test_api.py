@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import random
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
@@ -440,7 +441,9 @@ def test_tied_weights_and_views_are_stored_once_and_stay_consistent(tmp_path: Pa
 def test_numpy_rng_state_is_saved_exactly(tmp_path: Path) -> None:
     np = pytest.importorskip("numpy")
     np.random.seed(3)
+    # what Hugging Face's Trainer writes to rng_state.pth, plus a Generator's state
     state = {
+        "python": random.Random(4).getstate(),
         "numpy": np.random.get_state(),
         "generator": np.random.default_rng(9).bit_generator.state,
         "torch": torch.get_rng_state(),
@@ -453,6 +456,10 @@ def test_numpy_rng_state_is_saved_exactly(tmp_path: Path) -> None:
     expected = np.random.RandomState(3).random_sample(3)
     assert np.array_equal(np.random.random_sample(3), expected)
     assert np.array_equal(back["big_float_array"], state["big_float_array"])
+    r = random.Random()
+    r.setstate(back["python"])
+    assert r.random() == random.Random(4).random()
+    assert torch.equal(back["torch"], state["torch"])
     assert back["generator"] == {
         **state["generator"],
         "state": dict(state["generator"]["state"]),
