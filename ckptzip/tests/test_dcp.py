@@ -219,3 +219,22 @@ def test_strict_bytes_refuses_pickled_objects(tmp_path: Path) -> None:
     dcp.save(state, storage_writer=Writer(tmp_path / "c"), no_dist=True)
     with pytest.raises(CheckpointException, match="weights_only"):
         dcp.load({"obj": io.BytesIO()}, storage_reader=Reader(tmp_path / "c"), no_dist=True)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_delta_chain_keyframes_and_unfinished_parents(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    w = torch.randn(64, 128)
+    kinds = []
+    for step in range(4):
+        parent = tmp_path / f"s{step - 1}" if step else None
+        writer = Writer(tmp_path / f"s{step}", config=CONFIG, parent=parent, keyframe_every=3)
+        dcp.save({"w": w + 0.01 * step}, storage_writer=writer, no_dist=True)
+        kinds.append(api.read_manifest(tmp_path / f"s{step}" / "__0.ckz").parent is not None)
+    assert kinds == [False, True, True, False]  # a full file every 3
+    out = {"w": torch.zeros(64, 128)}
+    dcp.load(out, storage_reader=Reader(tmp_path / "s2"), no_dist=True)
+    assert float((out["w"] - w - 0.02).norm() / w.norm()) < 0.2
+    os.unlink(tmp_path / "s3" / METADATA_NAME)  # as if that save had been killed
+    dcp.save({"w": w}, storage_writer=Writer(tmp_path / "s4", parent=tmp_path / "s3"), no_dist=True)
+    assert api.read_manifest(tmp_path / "s4" / "__0.ckz").parent is None

@@ -60,7 +60,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint import (
     LoadPlan,
     LoadPlanner,
@@ -203,6 +202,8 @@ class Writer(StorageWriter):
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         name: str = plan.storage_data
+        # DefaultSavePlanner's flattening map (an attribute, not part of SavePlanner's
+        # interface): with another planner the paths are DCP's FQNs
         mappings = getattr(planner, "mappings", None)
         state: dict[str, torch.Tensor] = {}
         keys: list[tuple[Any, str]] = []
@@ -250,7 +251,9 @@ class Writer(StorageWriter):
         if self.parent is None or storage.is_url(self.parent) or storage.is_url(self.path):
             return None, 0
         src = os.path.join(self.parent, name)
-        if not os.path.isfile(src):
+        if not os.path.isfile(src) or not os.path.isfile(
+            os.path.join(self.parent, METADATA_NAME)
+        ):  # no such rank there, or the parent's save never finished
             return None, 0
         manifest = api.read_manifest(src)
         depth = int(manifest.metadata.get(_DEPTH_KEY, "0")) + 1
@@ -388,7 +391,11 @@ class Reader(StorageReader):
                         _check_weights_only(raw, key)
                     planner.load_bytes(item, io.BytesIO(raw))
                     continue
-                src = narrow_tensor_by_index(value, item.storage_offsets, item.lengths)
+                src = value
+                for dim, (start, length) in enumerate(
+                    zip(item.storage_offsets, item.lengths, strict=True)
+                ):
+                    src = src.narrow(dim, start, length)  # the piece this rank asked for
                 dst = planner.resolve_tensor(item).detach()
                 if dst.size() != src.size():
                     raise CorruptCheckpointError(
