@@ -1,10 +1,12 @@
 """Small, real training workloads that run on a CPU in a minute or two.
 
 No data set can be downloaded here, so every workload trains on data that either ships with
-Python (the standard library's own source text, for a character-level language model) or that
-the code makes deterministically (a Gaussian-mixture classification task, procedurally drawn
-images). Batches are a pure function of ``(seed, step)``, so a run that restores from a
-checkpoint and redoes steps sees exactly the same data, as the evaluation protocol requires.
+Python (the standard library's own source text, for a character-level transformer and a
+word-level GRU language model) or with a package (scikit-learn's 8×8 handwritten digits, the
+``digits`` workload, imported only when built) or that the code makes deterministically (a
+Gaussian-mixture classification task, procedurally drawn images). Batches are a pure
+function of ``(seed, step)``, so a run that restores from a checkpoint and redoes steps sees
+exactly the same data, as the evaluation protocol requires.
 
 >>> w = make("mlp", seed=0)
 >>> loss = w.train_step(0)
@@ -14,9 +16,11 @@ True
 
 from __future__ import annotations
 
+import collections
+import re
 import sysconfig
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["WORKLOADS", "Workload", "make", "train"]
+__all__ = ["WORKLOADS", "Workload", "failure_steps", "make", "train"]
 
 
 @dataclass
@@ -33,7 +37,10 @@ class Workload:
 
     ``train_step(step)`` runs one optimisation step on the batch for ``step`` and returns the
     loss; ``eval_fn(model)`` returns the held-out loss (lower is better) without touching the
-    optimizer or the model's training mode afterwards.
+    optimizer or the model's training mode afterwards. ``val_fn`` is the same on the ``val``
+    batches (disjoint from ``heldout``; a configuration search tunes on them, so the held-out
+    figure stays unbiased); ``accuracy(model)`` is the held-out top-1 accuracy of the model's
+    logits (per token for the language models).
     """
 
     name: str
@@ -42,6 +49,7 @@ class Workload:
     batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
     loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
     heldout: list[tuple[torch.Tensor, torch.Tensor]]
+    val: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     def train_step(self, step: int) -> float:
         self.model.train()
@@ -52,13 +60,32 @@ class Workload:
         self.optimizer.step()
         return float(loss.detach())
 
-    @torch.no_grad()
     def eval_fn(self, model: nn.Module) -> float:
+        return self._mean(model, self.heldout, lambda m, x, y: float(self.loss_fn(m, x, y)))
+
+    def val_fn(self, model: nn.Module) -> float:
+        return self._mean(model, self.val, lambda m, x, y: float(self.loss_fn(m, x, y)))
+
+    def accuracy(self, model: nn.Module) -> float:
+        def acc(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+            return float((m(x).argmax(-1) == y).float().mean())
+
+        return self._mean(model, self.heldout, acc)
+
+    @torch.no_grad()
+    def _mean(
+        self,
+        model: nn.Module,
+        batches: list[tuple[torch.Tensor, torch.Tensor]],
+        metric: Callable[[nn.Module, torch.Tensor, torch.Tensor], float],
+    ) -> float:
+        if not batches:
+            raise ValueError(f"workload {self.name!r} has no batches for this metric")
         was_training = model.training
         model.eval()
-        total = sum(float(self.loss_fn(model, x, y)) for x, y in self.heldout)
+        total = sum(metric(model, x, y) for x, y in batches)
         model.train(was_training)
-        return total / len(self.heldout)
+        return total / len(batches)
 
     def state(self) -> dict[str, Any]:
         """What a user passes to ``torch.save`` for a checkpoint."""
@@ -88,7 +115,10 @@ def _mlp(seed: int) -> Workload:
     )
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     heldout = [batch(10_000_000 + i, 512) for i in range(4)]
-    return Workload("mlp", model, opt, batch, lambda m, x, y: F.cross_entropy(m(x), y), heldout)
+    val = [batch(20_000_000 + i, 512) for i in range(2)]
+    return Workload(
+        "mlp", model, opt, batch, lambda m, x, y: F.cross_entropy(m(x), y), heldout, val
+    )
 
 
 # -- cnn: procedurally drawn images (bars, boxes, blobs) -------------------------------------
@@ -136,7 +166,10 @@ def _cnn(seed: int) -> Workload:
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     heldout = [batch(10_000_000 + i, 256) for i in range(2)]
-    return Workload("cnn", model, opt, batch, lambda m, x, y: F.cross_entropy(m(x), y), heldout)
+    val = [batch(20_000_000 + i, 256) for i in range(2)]
+    return Workload(
+        "cnn", model, opt, batch, lambda m, x, y: F.cross_entropy(m(x), y), heldout, val
+    )
 
 
 # -- lm: character-level transformer on the standard library's source -----------------------
@@ -198,17 +231,118 @@ def _lm(seed: int) -> Workload:
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         return sample(train_data, _gen(seed, step), 32)
 
-    def loss_fn(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = m(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
     model = TinyLM(len(chars))
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
     heldout = [sample(test_data, _gen(seed, 10_000_000 + i), 64) for i in range(3)]
-    return Workload("lm", model, opt, batch, loss_fn, heldout)
+    val = [sample(test_data, _gen(seed, 20_000_000 + i), 64) for i in range(2)]
+    return Workload("lm", model, opt, batch, _lm_loss, heldout, val)
 
 
-WORKLOADS: dict[str, Callable[[int], Workload]] = {"mlp": _mlp, "cnn": _cnn, "lm": _lm}
+def _lm_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    logits = m(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+# -- digits: a CNN on scikit-learn's 8×8 handwritten digits (1797 images) --------------------
+
+
+def _digits(seed: int) -> Workload:
+    from sklearn.datasets import load_digits  # optional: only this workload needs it
+
+    torch.manual_seed(seed)
+    data = load_digits()
+    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(data.target, dtype=torch.long)
+    # one fixed split for every seed (the seed moves the initialisation and the batch order)
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(1234))
+    train_idx, val_idx, test_idx = order[:1297], order[1297:1497], order[1497:]
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pick = train_idx[torch.randint(0, len(train_idx), (64,), generator=_gen(seed, step))]
+        return images[pick], labels[pick]
+
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 4 * 4, 128),
+        nn.ReLU(),
+        nn.Linear(128, 10),
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    heldout = [(images[test_idx], labels[test_idx])]
+    val = [(images[val_idx], labels[val_idx])]
+    return Workload(
+        "digits", model, opt, batch, lambda m, x, y: F.cross_entropy(m(x), y), heldout, val
+    )
+
+
+# -- gru: word-level GRU language model on standard-library source --------------------------
+
+_GRU_FILES = (
+    "argparse.py", "ast.py", "dataclasses.py", "enum.py", "inspect.py", "pathlib.py",
+    "subprocess.py", "tarfile.py", "typing.py", "zipfile.py", "email/message.py", "json/decoder.py",
+)  # fmt: skip
+_GRU_VOCAB, _GRU_CTX = 1024, 32
+
+
+class GRULM(nn.Module):
+    """Embedding table, one GRU layer and a linear head over a word vocabulary."""
+
+    def __init__(self, vocab: int, d: int = 64, hidden: int = 128) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.gru = nn.GRU(d, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h, _ = self.gru(self.embed(idx))
+        return self.head(h)  # type: ignore[no-any-return]
+
+
+def _gru(seed: int) -> Workload:
+    torch.manual_seed(seed)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    text = "\n".join(
+        (stdlib / n).read_text(encoding="utf-8", errors="replace")
+        for n in _GRU_FILES
+        if (stdlib / n).exists()
+    )
+    tokens = re.findall(r"[A-Za-z_]\w*|\d+|\S", text)
+    if len(tokens) < 10_000:
+        raise RuntimeError(f"too little standard-library source found under {stdlib}")
+    common = [t for t, _ in collections.Counter(tokens).most_common(_GRU_VOCAB - 1)]
+    lookup = {t: i + 1 for i, t in enumerate(common)}  # 0: any rarer word
+    data = torch.tensor([lookup.get(t, 0) for t in tokens], dtype=torch.long)
+    split = int(len(data) * 0.9)
+    train_data, test_data = data[:split], data[split:]
+
+    def sample(src: torch.Tensor, g: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = torch.randint(0, len(src) - _GRU_CTX - 1, (n,), generator=g).tolist()
+        x = torch.stack([src[s : s + _GRU_CTX] for s in starts])
+        y = torch.stack([src[s + 1 : s + _GRU_CTX + 1] for s in starts])
+        return x, y
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample(train_data, _gen(seed, step), 32)
+
+    model = GRULM(_GRU_VOCAB)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    heldout = [sample(test_data, _gen(seed, 10_000_000 + i), 128) for i in range(3)]
+    val = [sample(test_data, _gen(seed, 20_000_000 + i), 128) for i in range(2)]
+    return Workload("gru", model, opt, batch, _lm_loss, heldout, val)
+
+
+WORKLOADS: dict[str, Callable[[int], Workload]] = {
+    "mlp": _mlp,
+    "cnn": _cnn,
+    "lm": _lm,
+    "digits": _digits,
+    "gru": _gru,
+}
 
 
 def make(name: str, seed: int = 0) -> Workload:
@@ -232,6 +366,17 @@ def train(
         done = step + 1
         if done % every == 0:
             yield done, _clone(workload.state())
+
+
+def failure_steps(steps: int, every: int, failures: int) -> list[int]:
+    """Failures spread evenly, each half-way between two checkpoints (work is lost)."""
+    out = []
+    for i in range(failures):
+        at = round((i + 1) * steps / (failures + 1))
+        at = (at // every) * every + every // 2
+        if every < at < steps and at not in out:
+            out.append(at)
+    return out
 
 
 def _clone(obj: Any) -> Any:

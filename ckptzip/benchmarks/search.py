@@ -61,17 +61,6 @@ PLANS = {
 }
 
 
-def _failure_steps(steps: int, every: int, failures: int) -> list[int]:
-    """Failures spread evenly, each half-way between two checkpoints (work is lost)."""
-    out = []
-    for i in range(failures):
-        at = round((i + 1) * steps / (failures + 1))
-        at = (at // every) * every + every // 2
-        if every < at < steps and at not in out:
-            out.append(at)
-    return out
-
-
 def _subset_eval(w: _workloads.Workload, batches: int) -> Any:
     held = w.heldout[:batches] if batches > 0 else w.heldout
 
@@ -112,7 +101,7 @@ def run_protocol(
     """One run of the protocol; ``compressed=False`` keeps exact in-memory checkpoints."""
     w = _workloads.make(name, seed)
     search_eval = _subset_eval(w, search_batches)
-    fail_at = set(_failure_steps(steps, every, failures))
+    fail_at = set(_workloads.failure_steps(steps, every, failures))
     tracker = (
         SensitivityTracker(w.model, window=min(50, every), every=every, optimizer=w.optimizer)
         if compressed

@@ -1,0 +1,847 @@
+"""Benchmark: fault-tolerant training with every checkpointing method, side by side.
+
+The protocol of the design notes, for each model and seed: train ``T`` steps with AdamW,
+checkpoint every ``C`` steps, inject ``F`` failures spread evenly (each half-way between two
+checkpoints: the live model and optimizer are thrown away, fresh ones are built as a new
+process would, the latest checkpoint is restored and the lost steps are redone with the same
+data order). Every method runs the identical protocol; what differs is how a checkpoint is
+written and read back.
+
+Models (``_workloads``; data ships with Python or scikit-learn, nothing is downloaded):
+
+* ``digits``: a CNN on scikit-learn's 8×8 handwritten digits (accuracy reported);
+* ``gru``: a word-level GRU language model (embedding table + recurrence) on stdlib source;
+* ``lm``: a two-layer character-level transformer on stdlib source.
+
+Methods (the baselines are written here, faithful to their papers' descriptions; they are
+comparison points, not library features):
+
+* ``exact``: ``torch.save`` of ``{"model", "optimizer"}`` state dicts (the ratio's reference);
+* ``zstd``: ``torch.save`` bytes through zstandard (level 3);
+* ``zipnn``: ``torch.save`` bytes through ZipNN (byte grouping + Huffman/zstd). Both lossless
+  methods restore the identical state, so they share the exact run's trajectory; each of their
+  checkpoints is decompressed and compared with the original bytes, and a method whose round
+  trip fails is reported as such, with no quality figures;
+* ``cnr`` (Check-N-Run, NSDI 2022): per-row uniform 8-bit quantization of the weights (row
+  minimum and step), incremental checkpoints that store only the rows whose codes changed
+  since the previous checkpoint (a full one every ``keyframe_every``), zstd; the optimizer
+  state stays exact (zstd), as in the paper, which quantizes the model;
+* ``excp`` (ExCP, ICML 2024): weight residuals against the previous *reconstructed*
+  checkpoint (zero before the first), pruned below ``min(2.5, α/sqrt(mean v))·median|ΔW|``;
+  first and second moments pruned where ``|m| <= β·mean|m|`` or the residual was pruned; the
+  nonzeros of each quantized with 4-bit k-means (15 centres + an exact zero), LZMA (the
+  paper uses 7-zip). ``α = 5e-5``, ``β = 2`` as in the authors' released script;
+* ``ckptzip-w``: ``CheckpointManager(model=, optimizer=, eval_fn=)`` with the optimizer state
+  exact (``CompressionConfig(exact=("optimizer/*",))``): searched weights + delta chains;
+* ``ckptzip``: the same manager at its defaults: the whole checkpoint, moments included.
+
+Every method compresses the same tensors: floating-point tensors of at least 4096 elements
+(ckptzip's ``min_numel``); smaller ones and everything else stay exact. After a failure the
+ckptzip methods open a new manager on the directory, as a restarted process would (the search
+starts over from a full search).
+
+Reported per method: final held-out loss (and accuracy), degradation against the exact run
+of the same seed, overall ratio (Σ ``torch.save`` bytes / Σ bytes written) and its range over
+checkpoints, the weights' own ratio (tensor bytes / bytes written for them), mean save and
+restore time, total run time against the exact run's. Over seeds: median and range, and the
+exact run's own spread of final loss across seeds (the noise floor).
+
+Run ``python benchmarks/fault_tolerant.py`` (full, 3 seeds; ~1 h on a shared 2-core machine)
+or ``--quick`` (one seed, short runs, < 3 min). Writes ``benchmarks/results/
+fault_tolerant[-quick].json`` and two PNGs (loss curves with restore points; ratio per
+checkpoint). Timings on a shared machine are noisy; sizes and losses are deterministic for a
+seed (one torch thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import lzma
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import zstandard
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _workloads
+
+import ckptzip
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MIN_NUMEL = 4096  # the same rule for every method: smaller float tensors stay exact
+KEYFRAME_EVERY = 10  # full checkpoint every this many saves, for every method with deltas
+
+# (steps, checkpoint every, failures) per model and mode
+PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
+    "quick": {"digits": (120, 12, 4), "gru": (100, 10, 3), "lm": (60, 10, 2)},
+    "full": {"digits": (600, 30, 10), "gru": (600, 30, 10), "lm": (400, 20, 10)},
+}
+SEEDS = {"quick": (0,), "full": (0, 1, 2)}
+METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip")
+LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
+
+
+@dataclass
+class SaveStat:
+    """One checkpoint written by a method."""
+
+    step: int
+    bytes_in: int  # torch.save bytes of the same state
+    bytes_out: int  # bytes written
+    weights_nbytes: int  # in-memory bytes of the model's tensors
+    weights_bytes: int  # bytes written for them
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "ratio": self.bytes_in / self.bytes_out,
+            "weights_ratio": self.weights_nbytes / max(1, self.weights_bytes),
+            "seconds": self.seconds,
+            **self.extra,
+        }
+
+
+# -- helpers shared by the baselines ----------------------------------------------------------
+
+
+def _torch_bytes(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write and fsync, as a checkpoint writer must (ckptzip does the same)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _state(w: _workloads.Workload) -> dict[str, Any]:
+    return {"model": w.model.state_dict(), "optimizer": w.optimizer.state_dict()}
+
+
+def _load_state(w: _workloads.Workload, state: dict[str, Any]) -> None:
+    w.model.load_state_dict(state["model"])
+    w.optimizer.load_state_dict(state["optimizer"])
+
+
+def _big(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= MIN_NUMEL
+
+
+def _param_names(w: _workloads.Workload) -> list[str]:
+    """Parameter names in the optimizer's index order (its state dict's integer keys)."""
+    names = {id(p): n for n, p in w.model.named_parameters()}
+    return [names[id(p)] for g in w.optimizer.param_groups for p in g["params"]]
+
+
+def _pack(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
+    """A small pickle-free container: JSON header (names, dtypes, shapes) + raw buffers."""
+    header = {
+        "meta": meta,
+        "arrays": [[k, str(a.dtype), list(a.shape)] for k, a in arrays.items()],
+    }
+    head = json.dumps(header).encode()
+    parts = [len(head).to_bytes(8, "little"), head]
+    parts += [np.ascontiguousarray(a).tobytes() for a in arrays.values()]
+    return b"".join(parts)
+
+
+def _unpack(data: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    pos, out = 8 + n, {}
+    for name, dtype, shape in header["arrays"]:
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape)) if shape else 1
+        out[name] = np.frombuffer(data, dt, count, pos).reshape(shape)
+        pos += count * dt.itemsize
+    return out, header["meta"]
+
+
+class Method:
+    """A checkpointing method under the protocol.
+
+    Call order: ``attach(w)`` with the live workload (again with a fresh one after each
+    failure, before ``restore``); ``save(step, w)`` every ``C`` steps; ``restore(w)`` loads the
+    latest checkpoint into ``w`` and returns its step.
+    """
+
+    name = ""
+
+    def __init__(self, directory: Path, every: int) -> None:
+        self.directory, self.every = directory, every
+
+    def attach(self, w: _workloads.Workload) -> None:
+        pass
+
+    def save(self, step: int, w: _workloads.Workload) -> SaveStat:
+        raise NotImplementedError
+
+    def restore(self, w: _workloads.Workload) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def _files(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.directory.glob("*.ckpt"))
+
+    def _path(self, step: int) -> Path:
+        return self.directory / f"{step:08d}.ckpt"
+
+
+# -- exact, with the lossless codecs measured on its checkpoints ------------------------------
+
+
+def _zipnn() -> Any | None:
+    try:
+        import zipnn
+    except ImportError:
+        return None
+    return zipnn.ZipNN(input_format="byte", bytearray_dtype="float32")
+
+
+class Exact(Method):
+    name = "exact"
+
+    def __init__(self, directory: Path, every: int) -> None:
+        super().__init__(directory, every)
+        self.zstd = zstandard.ZstdCompressor(level=3)
+        self.unzstd = zstandard.ZstdDecompressor()
+        self.zipnn = _zipnn()
+
+    def save(self, step: int, w: _workloads.Workload) -> SaveStat:
+        t0 = time.perf_counter()
+        state = _state(w)
+        raw = _torch_bytes(state)
+        _write(self._path(step), raw)
+        seconds = time.perf_counter() - t0
+        model_raw = _torch_bytes(state["model"])
+        nbytes = sum(t.numel() * t.element_size() for t in state["model"].values())
+        extra: dict[str, Any] = {}
+        codecs: list[tuple[str, Callable[[bytes], bytes], Callable[[bytes], bytes]]] = [
+            ("zstd", self.zstd.compress, self.unzstd.decompress)
+        ]
+        if self.zipnn is not None:
+            codecs.append(("zipnn", self.zipnn.compress, lambda b: bytes(self.zipnn.decompress(b))))
+        for name, enc, dec in codecs:
+            t1 = time.perf_counter()
+            packed = enc(raw)
+            _write(self.directory / f"{step:08d}.{name}", packed)
+            t2 = time.perf_counter()
+            back = dec(packed)
+            t3 = time.perf_counter()
+            extra[name] = {
+                "bytes_out": len(packed),
+                "weights_ratio": nbytes / len(enc(model_raw)),
+                "save_seconds": seconds + (t2 - t1),  # torch.save, then the codec
+                "decode_seconds": t3 - t2,
+                "round_trip_ok": back == raw,
+            }
+        return SaveStat(step, len(raw), len(raw), nbytes, len(model_raw), seconds, extra)
+
+    def restore(self, w: _workloads.Workload) -> int:
+        step = self._files()[-1]
+        _load_state(w, torch.load(self._path(step), weights_only=True))
+        return step
+
+
+# -- Check-N-Run: per-row uniform 8-bit, incremental rows -------------------------------------
+
+
+class CheckNRun(Method):
+    name = "cnr"
+
+    def __init__(self, directory: Path, every: int) -> None:
+        super().__init__(directory, every)
+        self.zstd = zstandard.ZstdCompressor(level=3)
+        self.prev: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.chain = 0  # saves since the last keyframe
+
+    @staticmethod
+    def _quantize(t: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows = t.detach().float().reshape(t.shape[0] if t.dim() > 1 else 1, -1).numpy()
+        lo, hi = rows.min(axis=1), rows.max(axis=1)
+        step = np.where(hi > lo, (hi - lo) / 255.0, 1.0).astype(np.float32)
+        codes = np.clip(np.rint((rows - lo[:, None]) / step[:, None]), 0, 255).astype(np.uint8)
+        return codes, lo.astype(np.float32), step
+
+    def save(self, step: int, w: _workloads.Workload) -> SaveStat:
+        t0 = time.perf_counter()
+        state = _state(w)
+        model = dict(state["model"])
+        keyframe = self.chain % KEYFRAME_EVERY == 0 or not self.prev
+        arrays: dict[str, np.ndarray] = {}
+        big = [k for k, t in model.items() if _big(t)]
+        for k in big:
+            codes, lo, st = self._quantize(model.pop(k))
+            if keyframe:
+                rows = np.ones(len(lo), dtype=bool)
+            else:
+                pc, plo, pst = self.prev[k]
+                rows = (codes != pc).any(axis=1) | (lo != plo) | (st != pst)
+                arrays[f"{k}/rows"] = np.packbits(rows)
+            arrays[f"{k}/codes"], arrays[f"{k}/lo"], arrays[f"{k}/step"] = (
+                codes[rows],
+                lo[rows],
+                st[rows],
+            )
+            self.prev[k] = (codes, lo, st)
+        rest = _torch_bytes({"model": model, "optimizer": state["optimizer"]})
+        arrays["rest"] = np.frombuffer(rest, np.uint8)
+        meta = {"big": big, "parent": None if keyframe else self._files()[-1]}
+        body = _pack(arrays, meta)
+        packed = self.zstd.compress(body)
+        _write(self._path(step), packed)
+        self.chain = 1 if keyframe else self.chain + 1
+        seconds = time.perf_counter() - t0
+        wb = len(self.zstd.compress(_pack({k: v for k, v in arrays.items() if k != "rest"}, {})))
+        nbytes = sum(t.numel() * t.element_size() for t in state["model"].values() if _big(t))
+        return SaveStat(step, len(_torch_bytes(state)), len(packed), nbytes, wb, seconds)
+
+    def restore(self, w: _workloads.Workload) -> int:
+        unz = zstandard.ZstdDecompressor()
+        chain = [self._files()[-1]]
+        while True:
+            arrays, meta = _unpack(unz.decompress(self._path(chain[-1]).read_bytes()))
+            if meta["parent"] is None:
+                break
+            chain.append(meta["parent"])
+        self.prev = {}
+        for s in reversed(chain):
+            arrays, meta = _unpack(unz.decompress(self._path(s).read_bytes()))
+            for k in meta["big"]:
+                parts = [arrays[f"{k}/{p}"] for p in ("codes", "lo", "step")]
+                if meta["parent"] is None:
+                    self.prev[k] = (parts[0].copy(), parts[1].copy(), parts[2].copy())
+                    continue
+                codes, lo, st = self.prev[k]
+                rows = np.unpackbits(arrays[f"{k}/rows"], count=len(lo)).astype(bool)
+                codes[rows], lo[rows], st[rows] = parts
+        rest = torch.load(io.BytesIO(arrays["rest"].tobytes()), weights_only=True)
+        shapes = {k: t.shape for k, t in w.model.state_dict().items()}
+        for k, (codes, lo, st) in self.prev.items():
+            x = lo[:, None] + codes.astype(np.float32) * st[:, None]
+            rest["model"][k] = torch.from_numpy(x.reshape(shapes[k]).copy())
+        _load_state(w, rest)
+        self.chain = len(chain)
+        return chain[0]
+
+
+# -- ExCP: residuals, weight-momentum joint pruning, 4-bit k-means ---------------------------
+
+
+def _kmeans_1d(x: np.ndarray, k: int, iters: int = 25, sample: int = 65536) -> np.ndarray:
+    """Lloyd's k-means in one dimension (quantile start, a fixed subsample for the fit)."""
+    rng = np.random.default_rng(0)
+    fit = x if x.size <= sample else rng.choice(x, sample, replace=False)
+    fit = np.sort(fit.astype(np.float64))
+    centres = np.quantile(fit, (np.arange(k) + 0.5) / k)
+    for _ in range(iters):
+        centres = np.unique(centres)
+        idx = np.searchsorted((centres[1:] + centres[:-1]) / 2, fit)
+        sums = np.bincount(idx, weights=fit, minlength=len(centres))
+        counts = np.bincount(idx, minlength=len(centres))
+        new = np.where(counts > 0, sums / np.maximum(counts, 1), centres)
+        if np.allclose(new, centres):
+            break
+        centres = new
+    return np.sort(centres).astype(np.float32)
+
+
+def _excp_quantize(t: np.ndarray) -> dict[str, np.ndarray]:
+    """15 k-means centres for the nonzeros, index 0 the exact zero; two indices a byte."""
+    flat = t.reshape(-1)
+    nz = flat != 0
+    if nz.sum() <= 15:  # as the authors' script: too few values to cluster, kept raw
+        return {"raw": flat.astype(np.float32)}
+    centres = _kmeans_1d(flat[nz], 15)
+    idx = np.zeros(flat.size + (flat.size & 1), dtype=np.uint8)
+    mids = (centres[1:] + centres[:-1]) / 2
+    idx[: flat.size][nz] = np.searchsorted(mids, flat[nz]).astype(np.uint8) + 1
+    return {"centres": centres, "idx": (idx[0::2] << 4) | idx[1::2]}
+
+
+def _excp_dequantize(parts: dict[str, np.ndarray], numel: int) -> np.ndarray:
+    if "raw" in parts:
+        return parts["raw"].astype(np.float32)
+    packed = parts["idx"]
+    idx = np.empty(packed.size * 2, dtype=np.uint8)
+    idx[0::2], idx[1::2] = packed >> 4, packed & 15
+    table = np.concatenate([np.zeros(1, np.float32), parts["centres"]])
+    return table[idx[:numel]]
+
+
+class ExCP(Method):
+    name = "excp"
+
+    def __init__(self, directory: Path, every: int, alpha: float = 5e-5, beta: float = 2.0) -> None:
+        super().__init__(directory, every)
+        self.alpha, self.beta = alpha, beta
+        self.base: dict[str, np.ndarray] = {}  # reconstructed weights of the last checkpoint
+
+    def save(self, step: int, w: _workloads.Workload) -> SaveStat:
+        t0 = time.perf_counter()
+        state = _state(w)
+        model, opt = dict(state["model"]), state["optimizer"]
+        opt_state = {i: dict(s) for i, s in opt["state"].items()}
+        names = _param_names(w)
+        arrays: dict[str, np.ndarray] = {}
+        big = []
+        for i, name in enumerate(names):
+            s = opt_state.get(i)
+            if not _big(model[name]) or s is None or "exp_avg_sq" not in s:
+                continue
+            big.append([name, i])
+            wt = model.pop(name).detach().float().numpy().reshape(-1)
+            m = s.pop("exp_avg").float().numpy().reshape(-1)
+            v = s.pop("exp_avg_sq").float().numpy().reshape(-1)
+            delta = wt - self.base.get(name, np.zeros_like(wt))
+            mean_v = float(v.mean())
+            factor = min(2.5, self.alpha / np.sqrt(mean_v)) if mean_v > 0 else 2.5
+            delta = np.where(np.abs(delta) > factor * np.median(np.abs(delta)), delta, 0)
+            keep = (np.abs(m) > self.beta * np.abs(m).mean()) & (delta != 0)
+            for part, values in (
+                ("w", delta),
+                ("m", np.where(keep, m, 0)),
+                ("v", np.where(keep, v, 0)),
+            ):
+                q = _excp_quantize(values.astype(np.float32))
+                arrays.update({f"{name}/{part}/{k}": a for k, a in q.items()})
+                if part == "w":
+                    recon = _excp_dequantize(q, wt.size)
+                    self.base[name] = self.base.get(name, np.zeros_like(wt)) + recon
+        opt = {**opt, "state": opt_state}
+        rest = _torch_bytes({"model": model, "optimizer": opt})
+        meta = {"big": big, "parent": self._files()[-1] if self._files() else None}
+        packed = lzma.compress(_pack({**arrays, "rest": np.frombuffer(rest, np.uint8)}, meta))
+        _write(self._path(step), packed)
+        seconds = time.perf_counter() - t0
+        w_arrays = {k: a for k, a in arrays.items() if "/w/" in k}
+        wb = len(lzma.compress(_pack(w_arrays, {})))
+        nbytes = sum(state["model"][n].numel() * state["model"][n].element_size() for n, _ in big)
+        return SaveStat(step, len(_torch_bytes(state)), len(packed), nbytes, wb, seconds)
+
+    def restore(self, w: _workloads.Workload) -> int:
+        chain = [self._files()[-1]]
+        while True:
+            _, meta = _unpack(lzma.decompress(self._path(chain[-1]).read_bytes()))
+            if meta["parent"] is None:
+                break
+            chain.append(meta["parent"])
+        sd = w.model.state_dict()
+        self.base = {}
+        for s in reversed(chain):
+            arrays, meta = _unpack(lzma.decompress(self._path(s).read_bytes()))
+            for name, _ in meta["big"]:
+                parts = {
+                    k.rsplit("/", 1)[1]: a for k, a in arrays.items() if k.startswith(f"{name}/w/")
+                }
+                delta = _excp_dequantize(parts, sd[name].numel())
+                self.base[name] = self.base.get(name, np.zeros_like(delta)) + delta
+        rest = torch.load(io.BytesIO(arrays["rest"].tobytes()), weights_only=True)
+        for name, i in meta["big"]:
+            shape = sd[name].shape
+            rest["model"][name] = torch.from_numpy(self.base[name].reshape(shape).copy())
+            for part, key in (("m", "exp_avg"), ("v", "exp_avg_sq")):
+                prefix = f"{name}/{part}/"
+                parts = {k[len(prefix) :]: a for k, a in arrays.items() if k.startswith(prefix)}
+                values = _excp_dequantize(parts, sd[name].numel()).reshape(shape)
+                rest["optimizer"]["state"][i][key] = torch.from_numpy(values.copy())
+        _load_state(w, rest)
+        return chain[0]
+
+
+# -- ckptzip through CheckpointManager --------------------------------------------------------
+
+
+class Ckptzip(Method):
+    def __init__(self, directory: Path, every: int, *, weights_only: bool) -> None:
+        super().__init__(directory, every)
+        self.name = "ckptzip-w" if weights_only else "ckptzip"
+        self.config = ckptzip.CompressionConfig(exact=("optimizer/*",)) if weights_only else None
+        self.mgr: ckptzip.CheckpointManager | None = None
+
+    def attach(self, w: _workloads.Workload) -> None:
+        self.close()  # a restarted process: a new manager on the same directory
+        self.mgr = ckptzip.CheckpointManager(
+            self.directory,
+            model=w.model,
+            optimizer=w.optimizer,
+            eval_fn=w.val_fn,
+            config=self.config,
+            keyframe_every=KEYFRAME_EVERY,
+            window=min(50, self.every),
+            checkpoint_every=self.every,
+        )
+
+    def save(self, step: int, w: _workloads.Workload) -> SaveStat:
+        assert self.mgr is not None
+        t0 = time.perf_counter()
+        r = self.mgr.save(step)
+        seconds = time.perf_counter() - t0
+        model = [e for e in r.entries if e.path.startswith("model/")]
+        search = r.search
+        extra = {
+            "search_seconds": search.seconds if search else 0.0,
+            "trials": search.trials if search else 0,
+            "delta": any(e.codec == "delta" for e in r.entries),
+            "layer_configs": search.to_json()["layer_configs"] if search else None,
+        }
+        return SaveStat(
+            step,
+            r.bytes_in,
+            r.bytes_out,
+            sum(e.nbytes for e in model),
+            sum(e.bytes for e in model),
+            seconds,
+            extra,
+        )
+
+    def restore(self, w: _workloads.Workload) -> int:
+        assert self.mgr is not None
+        return self.mgr.restore()
+
+    def close(self) -> None:
+        if self.mgr is not None:
+            self.mgr.close()
+            self.mgr = None
+
+
+def make_method(name: str, directory: Path, every: int) -> Method:
+    if name == "exact":
+        return Exact(directory, every)
+    if name == "cnr":
+        return CheckNRun(directory, every)
+    if name == "excp":
+        return ExCP(directory, every)
+    if name in ("ckptzip", "ckptzip-w"):
+        return Ckptzip(directory, every, weights_only=name == "ckptzip-w")
+    raise ValueError(f"method {name!r} unknown; choose from {METHODS}")
+
+
+# -- the protocol -----------------------------------------------------------------------------
+
+
+def run(model: str, seed: int, method_name: str, plan: tuple[int, int, int]) -> dict[str, Any]:
+    """One model, seed and method under the fault-tolerant protocol."""
+    steps, every, failures = plan
+    fail_at = set(_workloads.failure_steps(steps, every, failures))
+    with tempfile.TemporaryDirectory(prefix=f"ft-{method_name}-") as tmp:
+        method = make_method(method_name, Path(tmp), every)
+        w = _workloads.make(model, seed)
+        method.attach(w)
+        building = 0.0  # rebuilding after failures: excluded from run time, as data loading
+        losses: list[tuple[int, float]] = []
+        saves: list[SaveStat] = []
+        restores: list[dict[str, Any]] = []
+        t_start = time.perf_counter()
+        step = 0
+        while step < steps:
+            if step in fail_at:
+                fail_at.discard(step)
+                t_build = time.perf_counter()
+                w = _workloads.make(model, seed)  # the failure: fresh model and optimizer
+                building += time.perf_counter() - t_build
+                t0 = time.perf_counter()
+                method.attach(w)
+                restored = method.restore(w)
+                restores.append({"at": step, "to": restored, "seconds": time.perf_counter() - t0})
+                step = restored
+                continue
+            losses.append((step, w.train_step(step)))
+            step += 1
+            if step % every == 0:
+                saves.append(method.save(step, w))
+        total = time.perf_counter() - t_start - building
+        method.close()
+        return {
+            "model": model,
+            "seed": seed,
+            "method": method_name,
+            "final_loss": w.eval_fn(w.model),
+            "final_accuracy": w.accuracy(w.model),
+            "run_seconds": total,
+            "saves": [s.to_json() for s in saves],
+            "restores": restores,
+            "losses": losses,
+        }
+
+
+def _lossless_runs(exact: dict[str, Any]) -> list[dict[str, Any]]:
+    """zstd / ZipNN rows from the exact run's checkpoints (they restore the same state).
+
+    A codec whose decompressed bytes differ from the original at any checkpoint cannot be
+    used to restore: its row keeps the sizes and times but no quality figures.
+    """
+    out = []
+    for name in LOSSLESS:
+        if not exact["saves"] or name not in exact["saves"][0]:
+            continue
+        codec = [s[name] for s in exact["saves"]]
+        ok = all(c["round_trip_ok"] for c in codec)
+        saves = [
+            {
+                "step": s["step"],
+                "bytes_in": s["bytes_in"],
+                "bytes_out": c["bytes_out"],
+                "ratio": s["bytes_in"] / c["bytes_out"],
+                "weights_ratio": c["weights_ratio"],
+                "seconds": c["save_seconds"],
+            }
+            for s, c in zip(exact["saves"], codec, strict=True)
+        ]
+        decode = statistics.mean(c["decode_seconds"] for c in codec)
+        pairs = zip(exact["saves"], codec, strict=True)
+        extra_save = sum(c["save_seconds"] - s["seconds"] for s, c in pairs)
+        out.append(
+            {
+                **exact,
+                "method": name,
+                "round_trip_ok": ok,
+                "final_loss": exact["final_loss"] if ok else None,
+                "final_accuracy": exact["final_accuracy"] if ok else None,
+                "run_seconds": exact["run_seconds"] + extra_save,
+                "saves": saves,
+                "restores": [{**r, "seconds": r["seconds"] + decode} for r in exact["restores"]],
+            }
+        )
+    return out
+
+
+# -- summary, table, plots --------------------------------------------------------------------
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per model and method: medians and ranges over seeds; the exact run's noise floor."""
+    out: dict[str, Any] = {}
+    for model in dict.fromkeys(r["model"] for r in runs):
+        exact = {r["seed"]: r for r in runs if r["model"] == model and r["method"] == "exact"}
+        losses = [r["final_loss"] for r in exact.values()]
+        floor = (max(losses) - min(losses)) / statistics.median(losses)
+        rows = {}
+        for method in METHODS:
+            mine = [r for r in runs if r["model"] == model and r["method"] == method]
+            if not mine:
+                continue
+            saves = [s for r in mine for s in r["saves"]]
+            row: dict[str, Any] = {
+                "ratio": _spread(
+                    [
+                        sum(s["bytes_in"] for s in r["saves"])
+                        / sum(s["bytes_out"] for s in r["saves"])
+                        for r in mine
+                    ]
+                ),
+                "ratio_per_checkpoint": _spread([s["ratio"] for s in saves]),
+                "weights_ratio": _spread([s["weights_ratio"] for s in saves if s["weights_ratio"]])
+                if any(s["weights_ratio"] for s in saves)
+                else None,
+                "save_seconds": statistics.mean(s["seconds"] for s in saves),
+                "restore_seconds": statistics.mean(
+                    x["seconds"] for r in mine for x in r["restores"]
+                )
+                if any(r["restores"] for r in mine)
+                else None,
+                "round_trip_ok": all(r.get("round_trip_ok", True) for r in mine),
+            }
+            if row["round_trip_ok"]:
+                row["final_loss"] = _spread([r["final_loss"] for r in mine])
+                row["final_accuracy"] = _spread([r["final_accuracy"] for r in mine])
+                degr = [
+                    (r["final_loss"] - exact[r["seed"]]["final_loss"])
+                    / exact[r["seed"]]["final_loss"]
+                    for r in mine
+                ]
+                row["degradation"] = _spread(degr)
+                row["within_noise_floor"] = abs(row["degradation"]["median"]) <= floor
+                row["run_time_vs_exact"] = _spread(
+                    [r["run_seconds"] / exact[r["seed"]]["run_seconds"] for r in mine]
+                )
+            if method.startswith("ckptzip"):
+                row["trials"] = _spread([s["trials"] for s in saves])
+                row["search_seconds"] = statistics.mean(s["search_seconds"] for s in saves)
+            rows[method] = row
+        out[model] = {"noise_floor": floor, "exact_losses": losses, "methods": rows}
+    return out
+
+
+def _fmt_spread(s: dict[str, float] | None, fmt: str, pct: bool = False) -> str:
+    if s is None:
+        return "—"
+    k = 100.0 if pct else 1.0
+    mid = format(s["median"] * k, fmt)
+    if s["min"] == s["max"]:
+        return mid + ("%" if pct else "")
+    return f"{mid} [{s['min'] * k:{fmt}}, {s['max'] * k:{fmt}}]" + ("%" if pct else "")
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    for model, data in summary.items():
+        print(
+            f"\n{model}: exact final loss over seeds "
+            f"{[round(x, 4) for x in data['exact_losses']]}, "
+            f"noise floor (max-min)/median = {data['noise_floor'] * 100:.2f} %"
+        )
+        head = (
+            f"{'method':<10} {'final loss':>26} {'accuracy':>22} {'degradation':>26} "
+            f"{'ratio':>22} {'per ckpt':>16} {'weights':>8} {'save s':>7} {'rest. s':>7} "
+            f"{'time/exact':>10}"
+        )
+        print(head)
+        print("-" * len(head))
+        for method, r in data["methods"].items():
+            ok = r["round_trip_ok"]
+            per = r["ratio_per_checkpoint"]
+            wr = r["weights_ratio"]
+            span = f"{per['min']:.1f}-{per['max']:.1f}x"
+            restore = r["restore_seconds"]
+            print(
+                f"{method:<10} "
+                f"{_fmt_spread(r.get('final_loss'), '.4f') if ok else 'round trip FAILED':>26} "
+                f"{_fmt_spread(r.get('final_accuracy'), '.3f'):>22} "
+                f"{_fmt_spread(r.get('degradation'), '+.2f', pct=True):>26} "
+                f"{_fmt_spread(r['ratio'], '.2f') + 'x':>22} "
+                f"{span:>16} "
+                f"{(format(wr['median'], '.1f') + 'x') if wr else '—':>8} "
+                f"{r['save_seconds']:>7.3f} "
+                f"{restore if restore is not None else float('nan'):>7.3f} "
+                f"{_fmt_spread(r.get('run_time_vs_exact'), '.2f'):>10}"
+            )
+
+
+def plot(runs: list[dict[str, Any]], stem: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in runs))
+    seed = min(r["seed"] for r in runs)
+    mine = [r for r in runs if r["seed"] == seed and r["method"] not in LOSSLESS]
+    written = []
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        for r in (r for r in mine if r["model"] == model):
+            steps = np.array([s for s, _ in r["losses"]])
+            loss = np.array([x for _, x in r["losses"]])
+            smooth = np.empty_like(loss)
+            acc = loss[0]
+            for i, x in enumerate(loss):  # EMA in execution order: a restore shows as a jump back
+                acc = 0.9 * acc + 0.1 * x
+                smooth[i] = acc
+            (line,) = ax.plot(np.arange(len(steps)), smooth, lw=1, label=r["method"])
+            for x in r["restores"]:
+                i = next(j for j, (s, _) in enumerate(r["losses"]) if s == x["at"])
+                ax.plot(i, smooth[i], "o", ms=3, color=line.get_color())
+        ax.set_title(f"{model} (seed {seed}): training loss, dots = restores")
+        ax.set_xlabel("optimizer steps executed (redone steps included)")
+        ax.set_ylabel("training loss (EMA 0.9)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(f"{stem}-loss.png", dpi=110)
+    written.append(f"{stem}-loss.png")
+    plt.close(fig)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        for r in (r for r in runs if r["seed"] == seed and r["model"] == model):
+            if r["method"] == "exact":
+                continue
+            ax.plot([s["step"] for s in r["saves"]], [s["ratio"] for s in r["saves"]], ".-",
+                    lw=1, label=r["method"])  # fmt: skip
+        ax.set_yscale("log")
+        ax.set_title(f"{model} (seed {seed}): ratio per checkpoint")
+        ax.set_xlabel("step")
+        ax.set_ylabel("torch.save bytes / bytes written")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(f"{stem}-ratio.png", dpi=110)
+    written.append(f"{stem}-ratio.png")
+    plt.close(fig)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one seed, short runs (< 3 min)")
+    ap.add_argument("--models", nargs="*", default=None, help="subset of models")
+    ap.add_argument("--methods", nargs="*", default=None, help="subset of methods")
+    ap.add_argument("--seeds", nargs="*", type=int, default=None)
+    ap.add_argument("--out", default=None, help="JSON path (default: results/fault_tolerant*.json)")
+    args = ap.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    models = args.models or list(PLANS[mode])
+    methods = [m for m in (args.methods or METHODS) if m not in LOSSLESS]
+    if "exact" not in methods:
+        methods.insert(0, "exact")  # the reference of every ratio and degradation
+    seeds = args.seeds if args.seeds is not None else list(SEEDS[mode])
+    torch.set_num_threads(1)  # deterministic, and the machine is shared
+    runs: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for model in models:
+        for seed in seeds:
+            for method in methods:
+                r = run(model, seed, method, PLANS[mode][model])
+                runs.append(r)
+                if method == "exact":
+                    runs.extend(_lossless_runs(r))
+                ratio = sum(s["bytes_in"] for s in r["saves"]) / sum(
+                    s["bytes_out"] for s in r["saves"]
+                )
+                print(
+                    f"[{time.perf_counter() - t0:7.1f}s] {model} seed {seed} {method:<10} "
+                    f"loss {r['final_loss']:.4f} acc {r['final_accuracy']:.3f} "
+                    f"ratio {ratio:.2f}x run {r['run_seconds']:.1f}s",
+                    flush=True,
+                )
+    summary = summarize(runs)
+    print_table(summary)
+    RESULTS.mkdir(exist_ok=True)
+    out = (
+        Path(args.out)
+        if args.out
+        else RESULTS / f"fault_tolerant{'-quick' if args.quick else ''}.json"
+    )
+    stem = out.with_suffix("")
+    pngs = plot(runs, stem)
+    for r in runs:
+        r.pop("losses")  # the plots hold them; the JSON stays small
+    meta = {
+        "mode": mode,
+        "plans": {m: PLANS[mode][m] for m in models},
+        "seeds": seeds,
+        "keyframe_every": KEYFRAME_EVERY,
+        "min_numel": MIN_NUMEL,
+        "torch_threads": 1,
+        "seconds": time.perf_counter() - t0,
+    }
+    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
+    print(f"\nwrote {out} and {', '.join(pngs)} in {meta['seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
