@@ -17,6 +17,7 @@ from ckptzip.codecs import Codec, DecodeContext, EncodeContext, available_codecs
 from ckptzip.codecs.base import Decoded, register_codec
 from ckptzip.codecs.testing import check_round_trip
 from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.entropy import order0_entropy_bits
 from ckptzip.errors import CorruptCheckpointError, UnsupportedFormatError
 from ckptzip.structure import DTYPES
 
@@ -109,9 +110,12 @@ def test_values_near_fp32_max_record_a_finite_error() -> None:
 
 def test_quant_codec_keeps_the_smaller_index_layout() -> None:
     x = torch.randn(50_000)
-    _, meta, chunks, _ = round_trip("quant", x, QuantConfig(bins=16, protect=0.0))
-    assert meta["bits"] == 4 and meta["index_layout"] in ("packed", "bytes")
+    q, meta, chunks, _ = round_trip("quant", x, QuantConfig(bins=16, protect=0.0))
+    assert meta["bits"] == 4 and meta["index_layout"] in ("packed", "bytes", "ans")
     assert len(chunks[1]) <= 50_000 // 2 + 64  # no worse than the packed stream
+    # k-means levels are unequally used: ANS codes them near their order-0 entropy
+    assert meta["index_layout"] == "ans"
+    assert len(chunks[1]) <= 1.02 * order0_entropy_bits(q.indices) / 8 + 64
     _, meta, _, _ = round_trip(
         "quant",
         torch.zeros(10_000).index_fill_(0, torch.tensor([5]), 1.0),
@@ -191,8 +195,14 @@ def test_index_layouts_round_trip(n: int) -> None:
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 11, n).astype(np.uint8)
     payload, meta = encode_indices(idx, 11, 3)
-    assert meta["index_layout"] in ("packed", "bytes")
+    assert meta["index_layout"] in ("packed", "bytes", "ans")
     assert np.array_equal(decode_indices(meta, payload, n, 11), idx)
+    # the packed layout, written by hand, decodes too
+    from ckptzip.packing import pack_indices
+
+    raw, info = entropy.encode(pack_indices(idx, 4))
+    meta = {"bits": 4, "index_layout": "packed", "index_stage": info}
+    assert np.array_equal(decode_indices(meta, raw, n, 11), idx)
     # the one-byte layout, written by hand, decodes too
     raw, info = entropy.encode(idx.tobytes())
     meta = {"bits": 4, "index_layout": "bytes", "index_stage": info}

@@ -171,12 +171,12 @@ def test_unknown_method_is_named() -> None:
         encode_delta(np.zeros(3, np.uint8), np.zeros(3, np.uint8), 4, method="huffman")
 
 
-def _payload() -> tuple[DeltaPayload, np.ndarray]:
+def _payload(method: str = "rle+lzma") -> tuple[DeltaPayload, np.ndarray]:
     rng = np.random.default_rng(4)
     prev = rng.integers(0, 8, 5000).astype(np.uint8)
     now = prev.copy()
     now[::7] = (now[::7] + 1) % 8
-    return encode_delta(prev, now, 8), prev
+    return encode_delta(prev, now, 8, method=method), prev
 
 
 @pytest.mark.parametrize(
@@ -196,6 +196,41 @@ def test_damaged_metadata_is_corrupt(change: dict[str, object], match: str) -> N
     meta = {**payload.meta, **change}
     with pytest.raises(CorruptCheckpointError, match=match):
         decode_delta(meta, payload.chunks, prev)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"alphabet": 300}, "out of range"),
+        ({"alphabet": 3}, "claims|count table"),
+        ({"table_bytes": 10**9}, "out of range"),
+        ({"table_bytes": 3}, "zstd|misaligned"),
+        ({"table_width": 3}, "table_width"),
+        ({"table_width": 4}, "claims"),
+        ({"rearrange": False}, "claims"),
+    ],
+)
+def test_damaged_ans_metadata_is_corrupt(change: dict[str, object], match: str) -> None:
+    payload, prev = _payload("ans")
+    meta = {**payload.meta, **change}
+    with pytest.raises(CorruptCheckpointError, match=match):
+        decode_delta(meta, payload.chunks, prev)
+
+
+def test_ans_codes_within_two_percent_of_the_conditional_entropy() -> None:
+    # One context per previous bin: the coder reaches H(difference | previous bin), which is
+    # below the order-0 entropy the other back ends aim at.
+    rng = np.random.default_rng(6)
+    prev = rng.integers(0, 16, 400_000).astype(np.uint8)
+    step = rng.choice([0, 1, 15], prev.size, p=[0.8, 0.1, 0.1]).astype(np.int16)
+    step[prev == 0] = np.abs(step[prev == 0]) % 2  # the lowest bin only moves up
+    now = ((prev.astype(np.int16) + step) % 16).astype(np.uint8)
+    payload = encode_delta(prev, now, 16, method="ans")
+    symbols = cyclic_difference(prev, now, 16)
+    conditional = sum(order0_entropy_bits(symbols[prev == b]) for b in range(16)) / 8
+    assert conditional < order0_entropy_bits(symbols) / 8
+    assert payload.nbytes <= 1.02 * conditional
+    assert (decode_delta(payload.meta, payload.chunks, prev) == now).all()
 
 
 def test_wrong_parent_length_is_named() -> None:

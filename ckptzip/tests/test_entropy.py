@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import zstandard
 from hypothesis import given
@@ -121,3 +122,74 @@ def test_bad_planes_records(damage: object) -> None:
     damage(info)  # type: ignore[operator]
     with pytest.raises(CorruptCheckpointError):
         entropy.decode(payload, info)
+
+
+# -- the ANS symbol back end -----------------------------------------------------------------
+
+
+@st.composite
+def _segmented(draw: st.DrawFn) -> tuple[np.ndarray, list[int]]:
+    alphabet = draw(st.integers(1, 256))
+    symbols = draw(st.lists(st.integers(0, alphabet - 1), max_size=600))
+    cuts = sorted(draw(st.lists(st.integers(0, len(symbols)), max_size=5)))
+    sizes = np.diff([0, *cuts, len(symbols)]).tolist()
+    return np.array(symbols, dtype=np.uint8), sizes
+
+
+@given(_segmented(), st.booleans())
+def test_ans_round_trips_with_and_without_contexts(
+    case: tuple[np.ndarray, list[int]], ctx: bool
+) -> None:
+    symbols, sizes = case
+    segments = sizes if ctx else None
+    chunks, meta = entropy.encode_symbols(symbols, "ans", segments=segments)
+    back = entropy.decode_symbols(chunks, meta, symbols.size, "ans", segments=segments)
+    assert back.dtype == np.uint8 and np.array_equal(back, symbols)
+
+
+def test_ans_reaches_the_order0_entropy_within_two_percent() -> None:
+    rng = np.random.default_rng(0)
+    p = np.array([0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.02])
+    symbols = rng.choice(p.size, 200_000, p=p).astype(np.uint8)
+    (chunk,), _ = entropy.encode_symbols(symbols, "ans")
+    bound = entropy.order0_entropy_bits(symbols) / 8
+    assert bound <= len(chunk) <= 1.02 * bound
+
+
+def test_ans_context_with_one_symbol_costs_no_coded_bits() -> None:
+    symbols = np.zeros(100_000, np.uint8)
+    (chunk,), meta = entropy.encode_symbols(symbols, "ans")
+    assert len(chunk) - meta["table_bytes"] <= 8  # the coder's empty state at most
+
+
+def test_ans_segments_must_cover_the_stream() -> None:
+    with pytest.raises(ConfigError, match="summing to 10"):
+        entropy.encode_symbols(np.zeros(10, np.uint8), "ans", segments=[3, 3])
+
+
+@given(
+    st.binary(max_size=300), st.integers(1, 256), st.integers(0, 300), st.sampled_from([1, 2, 4])
+)
+def test_ans_garbage_only_raises_corrupt(
+    data: bytes, alphabet: int, table: int, width: int
+) -> None:
+    meta = {"alphabet": alphabet, "table_bytes": table, "table_width": width}
+    try:
+        out = entropy.decode_symbols([data], meta, 500, "ans", segments=[250, 250])
+    except CorruptCheckpointError:
+        return
+    assert out.shape == (500,) and int(out.max()) < alphabet
+
+
+def test_ans_forged_table_with_garbage_words_only_raises_corrupt() -> None:
+    # a valid count table over random coder words: decodes to something or is refused
+    rng = np.random.default_rng(1)
+    symbols = rng.integers(0, 5, 1000).astype(np.uint8)
+    (chunk,), meta = entropy.encode_symbols(symbols, "ans")
+    for trial in range(50):
+        words = rng.integers(0, 2**32, 40 + trial, dtype=np.uint64).astype("<u4").tobytes()
+        try:
+            out = entropy.decode_symbols([chunk[: meta["table_bytes"]] + words], meta, 1000, "ans")
+        except CorruptCheckpointError:
+            continue
+        assert out.shape == (1000,) and int(out.max()) < 5

@@ -124,3 +124,10 @@ def test_numpy_golden_equals_recomputed_input() -> None:
         assert isinstance(b, np.ndarray) and b.dtype == a.dtype.newbyteorder("=")
         assert np.array_equal(a, b), key
     assert_same(original["torch_rng"], back["torch_rng"])
+
+
+def test_ans_golden_holds_ans_index_streams() -> None:
+    # the golden file of the "ans" index layout must keep exercising it
+    manifest = read_manifest(GOLDEN / "v1_quant_ans.ckz")
+    layouts = {e.path: e.meta.get("index_layout") for e in manifest.tensors}
+    assert layouts["model/w16"] == layouts["model/w4_pruned"] == "ans"

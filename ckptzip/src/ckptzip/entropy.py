@@ -30,7 +30,18 @@ length ``n`` as one chunk, by
   the zero run before it as ``g // 255`` bytes 255 and one byte ``g % 255``, then the nonzero
   symbols (meta ``nonzero``, ``rle_bytes``), as a zstd frame / raw LZMA2 stream;
 * ``"bitmap+zstd"``: the MSB-first bitmap of ``symbol != 0`` then the nonzero symbols, one
-  zstd frame (meta ``nonzero``).
+  zstd frame (meta ``nonzero``);
+* ``"ans"``: asymmetric numeral systems (``constriction``'s ``AnsCoder``, a maintained Rust
+  coder) under a static categorical model per *context*, which reaches the stream's empirical
+  entropy given its context within a fraction of a percent plus the count table. The caller
+  may split the stream into contiguous segments, each its own context (the delta codec's
+  groups by the parent's bin, so the coder reaches the entropy *given* the parent's bin);
+  the decoder gets the same segment sizes from what it already knows. Chunk: a zstd frame of
+  the counts (little-endian unsigned of ``table_width`` 1, 2 or 4 bytes, ``contexts ×
+  alphabet``, meta ``alphabet``, ``table_bytes``, ``table_width``) then the coder's
+  ``uint32`` little-endian words. A context holding one distinct symbol costs no coded bits.
+  The counts are the model: decoding rebuilds the same ``Categorical(counts, perfect=False)``,
+  checks each context's counts sum to its segment size and that the coder ends empty.
 
 The raw LZMA2 filter options (``dict_size`` 2^20, ``lc`` 3, ``lp`` 0, ``pb`` 0) are part of the
 format. Every decoded size is bounded by ``n`` before decompressing.
@@ -332,10 +343,14 @@ def _from_zero_runs(data: bytes, n: int, nonzero: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Method:
-    """One symbol back end: symbols -> (chunks, meta) and back, bounded by ``n``."""
+    """One symbol back end: symbols -> (chunks, meta) and back, bounded by ``n``.
 
-    encode: Callable[[np.ndarray, int], tuple[list[bytes], dict[str, Any]]]
-    decode: Callable[[Sequence[bytes], dict[str, Any], int], np.ndarray]
+    ``segments`` (sizes of contiguous parts of the stream, summing to ``n``, or ``None``) is
+    context the caller knows on both sides; back ends without a context model ignore it.
+    """
+
+    encode: Callable[[np.ndarray, int, Sequence[int] | None], tuple[list[bytes], dict[str, Any]]]
+    decode: Callable[[Sequence[bytes], dict[str, Any], int, Sequence[int] | None], np.ndarray]
 
 
 def _bounded(meta: dict[str, Any], key: str, limit: int) -> int:
@@ -354,25 +369,28 @@ def _one_chunk(chunks: Sequence[bytes]) -> bytes:
 _Coder = Callable[[bytes, int], bytes]
 
 
+_Segments = Sequence[int] | None
+
+
 def _raw_method(pack: _Coder, unpack: _Coder) -> _Method:
-    def enc(symbols: np.ndarray, level: int) -> tuple[list[bytes], dict[str, Any]]:
+    def enc(symbols: np.ndarray, level: int, _: _Segments) -> tuple[list[bytes], dict[str, Any]]:
         return [pack(symbols.tobytes(), level)], {}
 
-    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int) -> np.ndarray:
+    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int, _: _Segments) -> np.ndarray:
         return np.frombuffer(unpack(_one_chunk(chunks), n), dtype=np.uint8).copy()
 
     return _Method(enc, dec)
 
 
 def _rle_method(pack: _Coder, unpack: _Coder) -> _Method:
-    def enc(symbols: np.ndarray, level: int) -> tuple[list[bytes], dict[str, Any]]:
+    def enc(symbols: np.ndarray, level: int, _: _Segments) -> tuple[list[bytes], dict[str, Any]]:
         data = _zero_runs(symbols)
         return [pack(data, level)], {
             "rle_bytes": len(data),
             "nonzero": int(np.count_nonzero(symbols)),
         }
 
-    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int) -> np.ndarray:
+    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int, _: _Segments) -> np.ndarray:
         nonzero = _bounded(meta, "nonzero", n)
         # n symbols need at most n // 255 + n escape/run bytes plus the nonzero values.
         size = _bounded(meta, "rle_bytes", 2 * n + n // 255 + 1)
@@ -382,12 +400,12 @@ def _rle_method(pack: _Coder, unpack: _Coder) -> _Method:
 
 
 def _bitmap_method() -> _Method:
-    def enc(symbols: np.ndarray, level: int) -> tuple[list[bytes], dict[str, Any]]:
+    def enc(symbols: np.ndarray, level: int, _: _Segments) -> tuple[list[bytes], dict[str, Any]]:
         mask = symbols != 0
         data = np.packbits(mask).tobytes() + symbols[mask].tobytes()
         return [compress(data, level)], {"nonzero": int(mask.sum())}
 
-    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int) -> np.ndarray:
+    def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int, _: _Segments) -> np.ndarray:
         nonzero = _bounded(meta, "nonzero", n)
         nbits = (n + 7) // 8
         raw = np.frombuffer(decompress(_one_chunk(chunks), nbits + nonzero), np.uint8)
@@ -402,20 +420,103 @@ def _bitmap_method() -> _Method:
     return _Method(enc, dec)
 
 
+def _bounds(segments: _Segments, n: int) -> np.ndarray:
+    """Start offsets of the contexts plus ``n``: one context when ``segments`` is None."""
+    sizes = np.asarray([n] if segments is None else list(segments), dtype=np.int64)
+    if sizes.size == 0 or (sizes < 0).any() or int(sizes.sum()) != n or sizes.size > 1 << 16:
+        raise ConfigError(f"segments must be 1..65536 sizes >= 0 summing to {n}")
+    return np.concatenate([[0], np.cumsum(sizes)])
+
+
+def _categorical(counts: np.ndarray) -> Any:
+    from constriction import stream  # the only back end that needs it
+
+    # Built from the integer counts alone, so encoder and decoder get the same fixed-point
+    # model (perfect=False: its quantization is a deterministic function of the input).
+    return stream.model.Categorical(counts.astype(np.float64), perfect=False)
+
+
+def _ans_encode(
+    symbols: np.ndarray, level: int, segments: _Segments
+) -> tuple[list[bytes], dict[str, Any]]:
+    from constriction import stream  # the only back end that needs it
+
+    bounds = _bounds(segments, symbols.size)
+    alphabet = int(symbols.max()) + 1 if symbols.size else 1
+    contexts = bounds.size - 1
+    counts = np.zeros((contexts, alphabet), dtype="<u4")
+    coder = stream.stack.AnsCoder()
+    # A stack coder decodes last-in first-out: encode the contexts back to front.
+    for c in range(contexts - 1, -1, -1):
+        part = symbols[bounds[c] : bounds[c + 1]]
+        counts[c] = np.bincount(part, minlength=alphabet)
+        if np.count_nonzero(counts[c]) > 1:
+            coder.encode_reverse(part.astype(np.int32), _categorical(counts[c]))
+    words = np.asarray(coder.get_compressed(), dtype="<u4")
+    # the narrowest little-endian width that holds every count: the table of a small tensor's
+    # many contexts is otherwise a visible share of its payload
+    width = next(w for w in (1, 2, 4) if int(counts.max(initial=0)) < 1 << (8 * w))
+    table = compress(counts.astype(f"<u{width}").tobytes(), 19)
+    meta = {"alphabet": alphabet, "table_bytes": len(table), "table_width": width}
+    return [table + words.tobytes()], meta
+
+
+def _ans_decode(
+    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
+) -> np.ndarray:
+    from constriction import stream  # the only back end that needs it
+
+    data = _one_chunk(chunks)
+    bounds = _bounds(segments, n)
+    contexts = bounds.size - 1
+    alphabet = _bounded(meta, "alphabet", 256)
+    table_bytes = _bounded(meta, "table_bytes", len(data))
+    width = meta.get("table_width")
+    if alphabet < 1 or width not in (1, 2, 4) or (len(data) - table_bytes) % 4:
+        raise CorruptCheckpointError(
+            f"ans payload: alphabet={alphabet}, table_width={width!r} or misaligned coder words"
+        )
+    raw = decompress(data[:table_bytes], width * contexts * alphabet)
+    counts = np.frombuffer(raw, dtype=f"<u{width}").reshape(contexts, alphabet)
+    if (counts.sum(axis=1, dtype=np.int64) != np.diff(bounds)).any():
+        raise CorruptCheckpointError("ans count table does not match the stream's segments")
+    words = np.frombuffer(data[table_bytes:], dtype="<u4").astype(np.uint32)
+    out = np.empty(n, dtype=np.uint8)
+    try:
+        coder = stream.stack.AnsCoder(words)
+        for c in range(contexts):
+            lo, hi = int(bounds[c]), int(bounds[c + 1])
+            used = np.flatnonzero(counts[c])
+            if used.size <= 1:
+                out[lo:hi] = used[0] if used.size else 0
+            elif hi > lo:
+                out[lo:hi] = coder.decode(_categorical(counts[c]), hi - lo)
+        empty = coder.is_empty()
+    except (ValueError, RuntimeError, OverflowError) as exc:
+        raise CorruptCheckpointError(f"ans payload does not decode: {exc}") from exc
+    if not empty:
+        raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
+    return out
+
+
 SYMBOL_METHODS: dict[str, _Method] = {
     "zstd": _raw_method(compress, decompress),
     "rle+zstd": _rle_method(compress, decompress),
     "bitmap+zstd": _bitmap_method(),
     "lzma": _raw_method(_lzma_compress, _lzma_decompress),
     "rle+lzma": _rle_method(_lzma_compress, _lzma_decompress),
+    "ans": _Method(_ans_encode, _ans_decode),
 }
 """Symbol back ends by id; a payload records the id it was written with."""
 
 
 def encode_symbols(
-    symbols: np.ndarray, method: str, level: int = 3
+    symbols: np.ndarray, method: str, level: int = 3, *, segments: Sequence[int] | None = None
 ) -> tuple[list[bytes], dict[str, Any]]:
     """Code a uint8 symbol stream with back end ``method``: its chunks and meta.
+
+    ``segments``: sizes of contiguous parts of the stream that are separate contexts (the
+    ``"ans"`` back end models each on its own); the decoder must pass the same sizes.
 
     Examples
     --------
@@ -423,15 +524,23 @@ def encode_symbols(
     >>> chunks, meta = encode_symbols(s, "rle+lzma")
     >>> meta["nonzero"], bool((decode_symbols(chunks, meta, 1000, "rle+lzma") == s).all())
     (10, True)
+    >>> chunks, meta = encode_symbols(s, "ans", segments=[500, 500])
+    >>> bool((decode_symbols(chunks, meta, 1000, "ans", segments=[500, 500]) == s).all())
+    True
     """
     if method not in SYMBOL_METHODS:
         raise ConfigError(f"method={method!r} is unknown; choose one of {sorted(SYMBOL_METHODS)}")
     flat = np.ascontiguousarray(np.asarray(symbols, dtype=np.uint8).reshape(-1))
-    return SYMBOL_METHODS[method].encode(flat, level)
+    return SYMBOL_METHODS[method].encode(flat, level, segments)
 
 
 def decode_symbols(
-    chunks: Sequence[bytes], meta: dict[str, Any], n: int, method: str
+    chunks: Sequence[bytes],
+    meta: dict[str, Any],
+    n: int,
+    method: str,
+    *,
+    segments: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Invert :func:`encode_symbols` for a stream of ``n`` symbols (bounded by ``n``)."""
     found = SYMBOL_METHODS.get(method)
@@ -439,7 +548,9 @@ def decode_symbols(
         raise CorruptCheckpointError(
             f"symbol back end {method!r} is unknown; known: {sorted(SYMBOL_METHODS)}"
         )
-    return found.decode(chunks, meta, n)
+    if not isinstance(meta, dict):
+        raise CorruptCheckpointError(f"symbol stage metadata {meta!r} must be a JSON object")
+    return found.decode(chunks, meta, n, segments)
 
 
 def order0_entropy_bits(symbols: np.ndarray) -> float:

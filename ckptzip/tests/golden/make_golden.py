@@ -144,6 +144,36 @@ def numpy_object() -> dict[str, Any]:
     }
 
 
+def bell(n: int, salt: int) -> torch.Tensor:
+    """Bell-shaped float32 values from integer hashing alone (splitmix64, four draws summed)."""
+    import numpy as np
+
+    total = np.zeros(n, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        for k in range(4):
+            z = np.arange(n, dtype=np.uint64) + np.uint64(salt * 1_000_003 + k * 7_919 + 1)
+            z = z * np.uint64(0x9E3779B97F4A7C15)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z = z ^ (z >> np.uint64(31))
+            total += (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return torch.from_numpy(total - 2.0).to(torch.float32)
+
+
+def ans_object() -> dict[str, Any]:
+    """Tensors whose k-means indices are unequally used, so they are coded with ANS."""
+    w = bell(3000, 2)
+    w[17], w[1000] = math.nan, math.inf
+    return {
+        "model": {
+            "w16": bell(4096, 1).reshape(64, 64),
+            "w4_pruned": w,
+            "bias": ramp(32, torch.float32),
+        },
+        "step": 7,
+    }
+
+
 def exact_config() -> Any:
     from ckptzip import CompressionConfig
 
@@ -173,6 +203,8 @@ def cases() -> dict[int, dict[str, tuple[Any, Any]]]:
             "v1_exact.ckz": (exact_object(), None),
             "v1_quant.ckz": (quant_object(), quant_config()),
             "v1_planes.ckz": (planes_object(), exact_config()),
+            # written once the quant codec could code indices with ANS ("ans" index layout)
+            "v1_quant_ans.ckz": (ans_object(), quant_config()),
         },
         2: {
             "v2_shared.ckz": (shared_object(), quant_config()),

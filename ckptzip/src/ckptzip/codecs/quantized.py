@@ -4,11 +4,14 @@
 chunk   content
 ======  ==========================================================================
 0       levels: ``n_levels`` float64, little-endian, raw (a few hundred bytes at most)
-1       indices through the lossless stage, laid out as ``meta["index_layout"]``:
-        ``"packed"`` (``bits_for(n_levels)`` bits each, :mod:`ckptzip.packing`) or
-        ``"bytes"`` (one uint8 each); both are tried and the smaller kept, since zstd
-        sometimes models whole bytes better (heavily pruned tensors) and usually the
-        packed stream wins (it is already half the size at 4 bits)
+1       indices, laid out as ``meta["index_layout"]``: ``"packed"``
+        (``bits_for(n_levels)`` bits each, :mod:`ckptzip.packing`) or ``"bytes"`` (one
+        uint8 each) through the lossless stage, or ``"ans"`` (the ``"ans"`` symbol back
+        end of :mod:`ckptzip.entropy`, one context; ``index_stage`` is its meta; added
+        after the first files, which never hold it: a reader without it rejects the
+        entry as an unknown layout); the smallest is kept:
+        ANS reaches the order-0 entropy, zstd sometimes models runs better (heavily pruned
+        tensors)
 2       protected positions: first position then gaps, int64 little-endian, lossless stage
 3       protected values: raw bytes of the original dtype, lossless stage
 ======  ==========================================================================
@@ -84,7 +87,7 @@ def _sample(indices: np.ndarray) -> np.ndarray:
 
 
 def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[bytes, dict[str, Any]]:
-    """The smaller of packed+zstd and bytes+zstd for an index stream, with its meta.
+    """The smallest of packed+zstd, bytes+zstd and ANS for an index stream, with its meta.
 
     Examples
     --------
@@ -96,6 +99,13 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     bits = bits_for(n_levels)
     packed, packed_info = entropy.encode(pack_indices(flat, bits), level)
     best = (packed, {"bits": bits, "index_layout": "packed", "index_stage": packed_info})
+    # ANS reaches the indices' order-0 entropy (k-means levels are far from equally used, and
+    # Adam moments' much less); zstd can beat it on runs (heavily pruned tensors), so both
+    # are tried: the ANS pass costs a few ms per million indices.
+    if flat.size:
+        (coded,), ans_info = entropy.encode_symbols(flat, "ans")
+        if len(coded) < len(packed):
+            best = (coded, {"bits": bits, "index_layout": "ans", "index_stage": ans_info})
     if bits == 8:
         return best
     if flat.size >= _SAMPLE_MIN:
@@ -105,7 +115,7 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
         if as_bytes >= _SAMPLE_GAIN * as_packed:
             return best
     whole, whole_info = entropy.encode(flat.data, level)
-    if len(whole) < len(packed):
+    if len(whole) < len(best[0]):
         best = (whole, {"bits": bits, "index_layout": "bytes", "index_stage": whole_info})
     return best
 
@@ -117,9 +127,14 @@ def decode_indices(meta: dict[str, Any], payload: bytes, n: int, n_levels: int) 
         raise CorruptCheckpointError(f"bits={bits} does not match {n_levels} levels")
     layout = meta_get(meta, "index_layout", str)
     stage = meta_get(meta, "index_stage", dict)
+    if layout == "ans":  # bounded by n, which comes from the shape
+        return entropy.decode_symbols([payload], stage, n, "ans")
     expected = {"packed": packed_size(n, bits), "bytes": n}.get(layout)
     if expected is None:
-        raise CorruptCheckpointError(f"unknown index layout {layout!r}")
+        raise CorruptCheckpointError(
+            f"unknown index layout {layout!r} (known: 'packed', 'bytes', 'ans'); the file may "
+            "need a newer ckptzip"
+        )
     if stage.get("size") != expected:  # before decompressing: sizes come from the shape
         raise CorruptCheckpointError(
             f"index stream size {stage.get('size')!r} does not fit {n} indices ({layout})"
