@@ -491,6 +491,7 @@ def quant_bomb(numel: int) -> bytes:
     first = entry["chunks"][0]
     assert entry["codec"] == "quant" and entry["meta"]["bits"] == 1
     entry["shape"] = [numel]
+    entry["meta"]["index_layout"] = "packed"  # whatever the writer chose for 5000 indices
     entry["meta"]["index_stage"] = {"enc": "zstd", "size": (numel + 7) // 8}
     chunks[first + 1] = _zeros_frame((numel + 7) // 8)
     return reseal_chunks(doc, chunks)

@@ -55,6 +55,7 @@ from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = [
     "DEFAULT_METHOD",
+    "DELTA_METHODS",
     "DeltaPayload",
     "apply_difference",
     "cyclic_difference",
@@ -147,7 +148,12 @@ def rearrangement(prev: np.ndarray) -> np.ndarray:
 
 
 DEFAULT_METHOD = "ans"
-"""The symbol back end the delta codec uses; chosen by ``benchmarks/delta.py`` (see the README)."""
+"""The default symbol back end of :func:`encode_delta` (see the module docstring)."""
+
+DELTA_METHODS = ("ans", "rle+lzma")
+"""The back ends the delta codec tries, keeping the smaller payload: ANS wins on dense changes
+(weights), LZMA on long zero runs and on small tensors, where ANS's count table per parent
+bin is a large share."""
 
 _DEFAULT_LEVEL = 9
 

@@ -23,8 +23,9 @@ sizes. With ``p`` the parent entry's indices and ``x`` this entry's, the symbols
 ``d[i] = (p[i] - x[i]) mod B``, listed in position order, or with ``rearrange`` in the order
 of a stable ascending sort of ``p`` (all positions whose parent index is 0, in position order,
 then 1, ...); a reader recomputes that order from ``p`` and inverts ``x[i] = (p[i] - d[i])
-mod B``. The methods (k = 1 in each; ``"rle+lzma"`` written by this version) are the symbol
-back ends of :mod:`ckptzip.entropy`.
+mod B``. The methods (k = 1 in each; this version writes the smaller of ``"ans"``, with one
+context per parent bin, and ``"rle+lzma"``) are the symbol back ends of
+:mod:`ckptzip.entropy`.
 
 Every decoded size is bounded by ``n`` and ``D`` before decompressing; the decoded indices and
 the side parts go through :func:`ckptzip.codecs.quantized.decode_side`'s checks.
@@ -38,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ckptzip.bindiff import DEFAULT_METHOD, decode_delta, encode_delta
+from ckptzip.bindiff import DELTA_METHODS, decode_delta, encode_delta
 from ckptzip.codecs.base import (
     Codec,
     DecodeContext,
@@ -99,7 +100,10 @@ class DeltaCodec(Codec):
         if q.numel == 0:
             return full("empty tensor")
         bins = max(len(prev.levels), len(q.levels))
-        payload = encode_delta(prev.indices, q.indices, bins, method=DEFAULT_METHOD)
+        payload = min(
+            (encode_delta(prev.indices, q.indices, bins, method=m) for m in DELTA_METHODS),
+            key=lambda p: p.nbytes,
+        )
         side = encode_side(q, level)
         chunks = [side.levels, *payload.chunks, side.positions, side.values]
         whole = full("delta not smaller")
