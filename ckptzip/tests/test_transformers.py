@@ -127,3 +127,17 @@ def test_rng_state_round_trips_without_pickle(tmp_path: Path) -> None:
     bad["numpy"]["keys"] = bad["numpy"]["keys"][:10]
     with pytest.raises(ckptzip.CorruptCheckpointError):
         _rng_from_plain(bad)
+
+
+def test_load_best_model_at_end_is_refused(tmp_path: Path) -> None:
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        eval_strategy="steps",
+        save_steps=5,
+        eval_steps=5,
+        load_best_model_at_end=True,
+        report_to=[],
+        use_cpu=True,
+    )
+    with pytest.raises(ckptzip.ConfigError, match="load_best_model_at_end"):
+        CkptzipTrainer(model=_model(0), args=args, train_dataset=_dataset())

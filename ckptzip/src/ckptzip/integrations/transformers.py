@@ -24,7 +24,8 @@ files are read with ``torch.load(weights_only=True)`` (NumPy's RNG arrays allow-
 with ``resume_from_checkpoint`` decodes the directory into a temporary ``Trainer`` checkpoint
 (standard file names, rebuilt from the typed values) and resumes from it. The model stays
 readable by ``from_pretrained``: ``ckptzip decompress checkpoint-N/model.safetensors.ckz -o
-checkpoint-N/model.safetensors``. Single-process training only: under DDP every rank would
+checkpoint-N/model.safetensors``. ``load_best_model_at_end`` is refused (the ``Trainer`` would
+reload a converted file itself). Single-process training only: under DDP every rank would
 have to finish its files before rank 0 converts the directory.
 """
 
@@ -47,7 +48,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 import ckptzip
 from ckptzip.config import CompressionConfig
-from ckptzip.errors import CorruptCheckpointError
+from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = [
     "SUFFIX",
@@ -212,6 +213,13 @@ class CkptzipTrainer(Trainer):
 
     def __init__(self, *args: Any, ckptzip_config: CompressionConfig | None = None, **kw: Any):
         super().__init__(*args, **kw)
+        if self.args.load_best_model_at_end:
+            # the Trainer reloads the best checkpoint's model.safetensors itself, which the
+            # callback has converted by then
+            raise ConfigError(
+                "load_best_model_at_end=True is not supported by CkptzipTrainer: load the best "
+                "checkpoint with ckptzip.load(<dir>/model.safetensors.ckz) after training"
+            )
         self.ckptzip_callback = CkptzipCallback(ckptzip_config)
         self.add_callback(self.ckptzip_callback)
 
