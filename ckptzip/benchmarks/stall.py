@@ -170,7 +170,7 @@ def _size(directory: Path, suffix: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--width", type=int, default=3072)
-    ap.add_argument("--depth", type=int, default=5)
+    ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--every", type=int, default=20)

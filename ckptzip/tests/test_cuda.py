@@ -73,3 +73,21 @@ def test_save_cuda_state_and_load_onto_cuda(tmp_path: Path) -> None:
         assert t.is_cuda, name
         rel = (t - obj["model"][name]).norm() / obj["model"][name].norm().clamp_min(1e-12)
         assert float(rel) < 0.1, name
+
+
+def test_async_snapshot_of_cuda_tensors_is_a_pinned_host_copy(tmp_path: Path) -> None:
+    from ckptzip.snapshot import copy_tree
+
+    w = torch.randn(1_000_000, device="cuda")
+    expected = w.cpu()
+    snap = copy_tree({"w": w})
+    w.mul_(-2)  # queued after the copy on the training stream: must not reach the snapshot
+    copied = snap.ready()["w"]
+    assert copied.device.type == "cpu" and copied.is_pinned()
+    assert torch.equal(copied, expected)
+    mgr = ckptzip.CheckpointManager(tmp_path, config=ckptzip.CompressionConfig(exact=("*",)))
+    mgr.save(1, {"w": w}, blocking=False)
+    after = w.cpu()
+    w.zero_()
+    mgr.close()
+    assert torch.equal(mgr.load(1)["w"], after)
