@@ -140,4 +140,6 @@ def test_load_best_model_at_end_is_refused(tmp_path: Path) -> None:
         use_cpu=True,
     )
     with pytest.raises(ckptzip.ConfigError, match="load_best_model_at_end"):
-        CkptzipTrainer(model=_model(0), args=args, train_dataset=_dataset())
+        CkptzipTrainer(
+            model=_model(0), args=args, train_dataset=_dataset(), eval_dataset=_dataset()
+        )
