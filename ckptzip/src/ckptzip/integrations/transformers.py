@@ -13,8 +13,8 @@ runs after the ``Trainer`` wrote ``checkpoint-N/`` and converts it in place:
 ``*.safetensors``      ``*.safetensors.ckz``      weights quantized (the ``CompressionConfig``)
 ``optimizer.pt``       ``optimizer.pt.ckz``       moments quantized, step counters exact
 ``scheduler.pt``       ``scheduler.pt.ckz``       exact
-``rng_state*.pth``     ``rng_state*.pth.ckz``     exact; NumPy's and Python's states as
-                                                  tensors and numbers (no pickle)
+``rng_state*.pth``     ``rng_state*.pth.ckz``     exact (Python's state tuple, NumPy's
+                                                  array: ckptzip stores both natively)
 ``training_args.bin``  ``training_args.json``     ``TrainingArguments.to_dict()``
 =====================  =========================  =========================================
 
@@ -33,13 +33,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import tempfile
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -48,7 +45,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 import ckptzip
 from ckptzip.config import CompressionConfig
-from ckptzip.errors import ConfigError, CorruptCheckpointError
+from ckptzip.errors import ConfigError
 
 __all__ = [
     "SUFFIX",
@@ -65,55 +62,6 @@ _ARGS_BIN, _ARGS_JSON = "training_args.bin", "training_args.json"
 
 def _is_rng(name: str) -> bool:
     return name.startswith("rng_state") and name.endswith(".pth")
-
-
-def _rng_to_plain(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``Trainer``'s RNG states as tensors and numbers (what a ``.ckz`` holds)."""
-    out = dict(state)
-    if "python" in state:
-        version, internal, gauss = state["python"]
-        out["python"] = {
-            "version": int(version),
-            "internal": torch.tensor(internal, dtype=torch.int64),
-            "gauss_next": gauss,
-        }
-    if "numpy" in state:
-        algo, keys, pos, has_gauss, cached = state["numpy"]
-        out["numpy"] = {
-            "algo": str(algo),
-            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        }
-    return out
-
-
-def _rng_from_plain(plain: Mapping[str, Any]) -> dict[str, Any]:
-    """Inverse of :func:`_rng_to_plain`, checking every field's type."""
-    out = dict(plain)
-    try:
-        if "python" in plain:
-            p = plain["python"]
-            out["python"] = (
-                int(p["version"]),
-                tuple(int(v) for v in p["internal"].tolist()),
-                None if p["gauss_next"] is None else float(p["gauss_next"]),
-            )
-            random.Random().setstate(out["python"])  # rejects a malformed state here
-        if "numpy" in plain:
-            n = plain["numpy"]
-            out["numpy"] = (
-                str(n["algo"]),
-                n["keys"].numpy().astype(np.uint32),
-                int(n["pos"]),
-                int(n["has_gauss"]),
-                float(n["cached_gaussian"]),
-            )
-            np.random.RandomState().set_state(out["numpy"])
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise CorruptCheckpointError(f"malformed RNG state in a checkpoint: {exc}") from exc
-    return out
 
 
 def _torch_load(path: str) -> Any:
@@ -135,10 +83,8 @@ def compress_checkpoint(
         src = os.path.join(directory, name)
         if name.endswith(".safetensors"):
             obj: Any = load_file(src)
-        elif name in ("optimizer.pt", "scheduler.pt"):
+        elif name in ("optimizer.pt", "scheduler.pt") or _is_rng(name):
             obj = _torch_load(src)
-        elif _is_rng(name):
-            obj = _rng_to_plain(_torch_load(src))
         else:
             continue  # JSON files stay; training_args.bin is replaced by the callback
         reports.append(ckptzip.save(obj, src + SUFFIX, config=config, overwrite=True))
@@ -159,8 +105,6 @@ def materialize(directory: str | os.PathLike[str], into: str | os.PathLike[str])
         obj = ckptzip.load(src)
         if dst.endswith(".safetensors"):
             save_file(obj, dst, metadata={"format": "pt"})
-        elif _is_rng(os.path.basename(dst)):
-            torch.save(_rng_from_plain(obj), dst)
         else:
             torch.save(obj, dst)
 
