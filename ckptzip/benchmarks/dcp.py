@@ -13,8 +13,9 @@ its two moments, and saves ``{"model", "optim"}`` from ``get_state_dict`` with
 and the same state once more through ``dcp`` for the second step, so each ``ckptzip`` row has a
 ``dcp`` row of the same state. Bytes written = sizes of the files each save created; seconds =
 wall time of ``dcp.save`` on rank 0, between barriers (every rank compresses its own shards
-in parallel). Each process uses one intra-op thread. It then loads the ``ckptzip`` and
-``ckptzip_delta`` checkpoints back (``Reader``) and records the relative L2 error of the
+in parallel). Each process uses one intra-op thread and one ckptzip encoding thread, as
+``FileSystemWriter`` writes with one. It then loads the ``ckptzip`` and ``ckptzip_delta``
+checkpoints back (``Reader``) and records the relative L2 error of the
 restored weights.
 
     python benchmarks/dcp.py            # 50M parameters, 2 and 4 processes
@@ -126,7 +127,7 @@ def _worker(rank: int, world: int, port: int, width: int, layers: int, root: str
 
     state = {"model": get_state_dict(model, opt)[0], "optim": get_state_dict(model, opt)[1]}
     save("dcp", dcp.FileSystemWriter(out / "dcp"), state, None)
-    save("ckptzip", Writer(out / "ckptzip"), state, None)
+    save("ckptzip", Writer(out / "ckptzip", threads=1), state, None)
     truth1 = _weights(state)
     _train(model, opt, 5, width)
     msd, osd = get_state_dict(model, opt)
@@ -134,7 +135,10 @@ def _worker(rank: int, world: int, port: int, width: int, layers: int, root: str
     save("dcp2", dcp.FileSystemWriter(out / "dcp2"), state, None)
     parent_inodes = {f.stat().st_ino for f in (out / "ckptzip").iterdir()}
     save(
-        "ckptzip_delta", Writer(out / "ckptzip_delta", parent=out / "ckptzip"), state, parent_inodes
+        "ckptzip_delta",
+        Writer(out / "ckptzip_delta", parent=out / "ckptzip", threads=1),
+        state,
+        parent_inodes,
     )
     truth2 = _weights(state)
 

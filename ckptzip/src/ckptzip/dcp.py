@@ -135,6 +135,9 @@ class Writer(StorageWriter):
         At most ``keyframe_every - 1`` deltas follow a full file in a rank's chain.
     overwrite:
         Replace an existing checkpoint in ``path``; otherwise a finished one there is refused.
+    threads:
+        Encoding threads per rank (:func:`ckptzip.save`'s ``threads``; default one per core,
+        at most 8). With several ranks on one machine, about ``cores // ranks_per_machine``.
 
     The call order is DCP's (module docstring). One instance may serve several saves; each
     ``dcp.save`` calls :meth:`reset` first.
@@ -148,6 +151,7 @@ class Writer(StorageWriter):
         parent: str | os.PathLike[str] | None = None,
         keyframe_every: int = 10,
         overwrite: bool = False,
+        threads: int | None = None,
     ) -> None:
         super().__init__()
         if config is not None and not isinstance(config, CompressionConfig):
@@ -161,6 +165,7 @@ class Writer(StorageWriter):
         self.parent = None if parent is None else os.fspath(parent)
         self.keyframe_every = keyframe_every
         self.overwrite = overwrite
+        self.threads = threads
         self.rank: int | None = None
         self.use_collectives = True
         self.reports: list[api.Report] = []
@@ -231,6 +236,7 @@ class Writer(StorageWriter):
             # unfinished save (no .metadata) is replaced
             overwrite=True,
             metadata={_DEPTH_KEY: str(depth)},
+            threads=self.threads,
         )
         self.reports = [report]
         nbytes = {e.path: e.bytes for e in report.entries}
