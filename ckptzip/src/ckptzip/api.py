@@ -756,16 +756,19 @@ _OOM_MESSAGES = ("can't allocate memory", "out of memory", "not enough memory")
 
 
 @contextlib.contextmanager
-def _memory_guard(where: str) -> Iterator[None]:
-    """Turn an allocation failure while decoding into :class:`DecodeMemoryError`."""
+def _memory_guard(where: Callable[[], str]) -> Iterator[None]:
+    """Turn an allocation failure while decoding into :class:`DecodeMemoryError`.
+
+    ``where()`` names what was being decoded; it is called only on failure, so one guard can
+    cover a loop (entering a guard per tensor measurably slowed loads of many small ones)."""
     try:
         yield
     except MemoryError as exc:
-        raise DecodeMemoryError(f"{where}: out of memory while decoding ({exc})") from exc
+        raise DecodeMemoryError(f"{where()}: out of memory while decoding ({exc})") from exc
     except RuntimeError as exc:
         if not any(m in str(exc).lower() for m in _OOM_MESSAGES):
             raise
-        raise DecodeMemoryError(f"{where}: out of memory while decoding ({exc})") from exc
+        raise DecodeMemoryError(f"{where()}: out of memory while decoding ({exc})") from exc
 
 
 def _decoded_nbytes(table: Mapping[str, QuantizedTensor | torch.Tensor]) -> int:
@@ -813,12 +816,14 @@ def _decode_entries(
     _check_sizes(reader, max_bytes, 0 if parent is None else _decoded_nbytes(parent.table))
     out: dict[str, Decoded] = {}
     total, done = reader.decoded_bytes, 0
-    for entry in reader.manifest.tensors:
-        with _memory_guard(f"{reader.name}: tensor {entry.path!r}"):
-            out[entry.path] = _decode_entry(reader, entry, parent)
-        done += entry.nbytes
-        if progress is not None:
-            progress(done, total)
+    path = ""
+    with _memory_guard(lambda: f"{reader.name}: tensor {path!r}"):
+        for entry in reader.manifest.tensors:
+            path = entry.path
+            out[path] = _decode_entry(reader, entry, parent)
+            done += entry.nbytes
+            if progress is not None:
+                progress(done, total)
     return out
 
 
@@ -1004,8 +1009,9 @@ def _materialize(
     device, relocate = _placement(map_location)
     arrays = ndarray_entries(manifest.skeleton)
     leaves = []
-    for i, (p, d) in enumerate(decoded.items()):
-        with _memory_guard(f"tensor {p!r}"):
+    path = ""
+    with _memory_guard(lambda: f"tensor {path!r}"):
+        for i, (path, d) in enumerate(decoded.items()):  # noqa: B007 (path: for the guard)
             if i in arrays:  # NumPy lives on the CPU whatever the tensors' placement
                 leaves.append(d.materialize("cpu"))
                 continue

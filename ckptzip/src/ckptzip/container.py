@@ -30,13 +30,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
-import torch
-
 from ckptzip.errors import CorruptCheckpointError, DecodeLimitError, UnsupportedFormatError
 from ckptzip.structure import (
     DTYPES,
     MAX_NDIM,
     MAX_NUMEL,
+    StandIn,
     dtype_from_name,
     skeleton_version,
     unflatten,
@@ -127,9 +126,9 @@ class TensorEntry:
         """Size of the decoded tensor in bytes."""
         return self.numel * _ITEMSIZE[self.dtype]
 
-    def stand_in(self) -> torch.Tensor:
-        """A data-less (``meta``) tensor of this entry's shape and dtype."""
-        return torch.empty(self.shape, dtype=DTYPES[self.dtype], device="meta")
+    def stand_in(self) -> StandIn:
+        """A data-less stand-in of this entry, to check the skeleton's views against."""
+        return StandIn(self.numel, DTYPES[self.dtype])
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -407,12 +407,34 @@ def _nodes(skeleton: Any) -> Iterator[dict[str, Any]]:
             stack.extend(reversed(node))
 
 
+@dataclass(frozen=True)
+class StandIn:
+    """A data-less leaf for :func:`unflatten` that checks a skeleton without decoding: views
+    are bounds-checked against ``numel`` (cheaper than a ``meta`` tensor per entry)."""
+
+    n: int
+    dtype: torch.dtype
+    is_meta: bool = True
+
+    def numel(self) -> int:
+        return self.n
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def as_strided(self, *args: Any) -> StandIn:
+        return self
+
+    def detach(self) -> StandIn:
+        return self
+
+
 def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
     """Rebuild the object from a skeleton and its leaves (``leaves[i]`` for entry ``i``).
 
     The skeleton comes from a file, so every node is checked against ``version``'s rules
     (module docstring); every leaf must be referenced. Leaves are the decoded tensors
-    (contiguous); ``meta`` tensors of the entries' shapes check a skeleton without data.
+    (contiguous), or :class:`StandIn` objects to check a skeleton without data.
 
     Raises
     ------
