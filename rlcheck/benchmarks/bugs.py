@@ -48,6 +48,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bugs_suite import SUITE, BugProperty, PlantedBug
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _variant(name: str, **options: Any) -> None:
+    """Register an ablation of the rlcheck backend as backend ``name``."""
+    from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
+
+    from rlcheck.hypothesis.provider import RLCheckProvider
+
+    AVAILABLE_PROVIDERS.setdefault(name, type(name, (RLCheckProvider,), options))
+
+
+# Registered at import, so worker processes have them too.
+_variant("rlcheck-default0", default_share=0.0)
+_variant("rlcheck-default25", default_share=0.25)
+_variant("rlcheck-default50", default_share=0.5)
 BY_NAME = {p.name: p for p in SUITE}
 
 

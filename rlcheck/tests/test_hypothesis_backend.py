@@ -157,6 +157,56 @@ def test_a_finite_space_is_enumerated_once_then_handed_back(stats: BackendStats)
     assert set(values) == set(range(10))
 
 
+def test_a_repeated_valid_case_does_not_count_toward_max_examples(stats: BackendStats) -> None:
+    # Values 2..40 are drawn through buckets of several values: repeats the choice tree
+    # cannot see, which are discarded after they ran (the engine then tries another).
+    values: list[int] = []
+
+    @seed(3)
+    @settings(backend="rlcheck", max_examples=30, database=None, **QUIET)
+    @given(st.integers(0, 40))
+    def inner(n: int) -> None:
+        values.append(n)
+
+    inner()
+    counts = _stats_of(stats, inner)
+    assert counts.valid > counts.unique_valid  # repeats happened ...
+    # ... and (up to the discard limit) did not use up the budget: without discards the
+    # body runs exactly max_examples times.
+    assert len(values) > 30 + min(8, counts.valid - counts.unique_valid) - 1
+
+
+class _HalfDefault(RLCheckProvider):
+    default_share = 0.5
+
+
+def test_a_share_of_cases_is_generated_by_hypothesis_own_provider(
+    stats: BackendStats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[Any] = []
+    original = provider_module.default_provider
+
+    def counting() -> Any:
+        made.append(original())
+        return made[-1]
+
+    monkeypatch.setattr(provider_module, "default_provider", counting)
+    monkeypatch.setitem(AVAILABLE_PROVIDERS, "rlcheck-half-default", _HalfDefault)
+    values: list[list[int]] = []
+
+    @settings(backend="rlcheck-half-default", max_examples=100, database=None, **QUIET)
+    @given(st.lists(st.integers()))
+    def inner(xs: list[int]) -> None:
+        values.append(xs)
+
+    inner()
+    counts = _stats_of(stats, inner)
+    assert not counts.fallback
+    assert counts.valid >= 95
+    assert 25 <= len(made) <= 75  # about half of the cases
+    assert all(p is not None for p in made)
+
+
 def test_same_seed_same_inputs() -> None:
     def record() -> list[Any]:
         out: list[Any] = []

@@ -35,6 +35,9 @@ health-check limits (10 valid /           none: local constants of
 ``OBSERVABILITY_COLLECT_COVERAGE``,       the ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_*``
 ``OBSERVABILITY_CHOICES``                 environment variables, read at import only
 ``StopTest``, ``UnsatisfiedAssumption``   none: the engine's control-flow exceptions
+``HypothesisProvider`` bound to the       none: the default backend's own draws
+running test case's ``data``              (boundary values, constants of the code under
+                                          test) for a share of the backend's cases
 ========================================  ==============================================
 """
 
@@ -72,6 +75,7 @@ __all__ = [
     "check_compat",
     "choice_permitted",
     "current_test",
+    "default_provider",
     "database_directory",
     "database_key",
     "make_float_clamper",
@@ -126,6 +130,23 @@ def current_test() -> tuple[Any, random.Random | None]:
     test = getattr(context, "wrapped_test", None)
     source = getattr(getattr(context, "data", None), "_random", None)
     return test, source if isinstance(source, random.Random) else None
+
+
+def default_provider() -> PrimitiveProvider | None:
+    """Hypothesis's own provider for the running test case (``None`` outside one).
+
+    It draws from the case's random stream and, for collections, through the case's
+    ``data`` (unobserved draws, which come back to the running backend's provider: a
+    backend that forwards them to this one gets the default backend's whole case).
+    """
+    from hypothesis.control import _current_build_context
+    from hypothesis.internal.conjecture.providers import HypothesisProvider
+
+    context = _current_build_context.value
+    data = getattr(context, "data", None)
+    if data is None or not isinstance(getattr(data, "_random", None), random.Random):
+        return None
+    return HypothesisProvider(data)
 
 
 def database_key(test: Any) -> bytes | None:
@@ -280,9 +301,16 @@ def check_compat() -> dict[str, bool]:
         "OBSERVABILITY_COLLECT_COVERAGE": hasattr(observability, "OBSERVABILITY_COLLECT_COVERAGE"),
         "OBSERVABILITY_CHOICES": hasattr(observability, "OBSERVABILITY_CHOICES"),
         "AVAILABLE_PROVIDERS": isinstance(AVAILABLE_PROVIDERS, dict),
+        "HypothesisProvider": _has_hypothesis_provider(),
         "PrimitiveProvider.span_start": hasattr(PrimitiveProvider, "span_start"),
         "IntervalSet": callable(IntervalSet),
         "float helpers": all(
             map(callable, (choice_permitted, make_float_clamper, next_up, next_down))
         ),
     }
+
+
+def _has_hypothesis_provider() -> bool:
+    from hypothesis.internal.conjecture import providers
+
+    return isinstance(getattr(providers, "HypothesisProvider", None), type)

@@ -40,6 +40,10 @@ Every strategy draws its values through the five primitive draws of a
   same with its ``DataTree``), so a valid case never repeats an earlier one through
   choices that pin the value down (all of a small domain's). When every sequence has
   been run, the provider hands the run back (Hypothesis then stops: nothing new is left).
+  A valid case that still repeats one (through choices left to chance) is discarded
+  after it ran (``realize`` raises ``BackendCannotProceed("discard_test_case")``), so it
+  does not count toward ``max_examples``; at most as often as Hypothesis tolerates
+  without switching backends (:data:`_DISCARD_SHARE`).
 
 Hypothesis facts the design leans on (read in ``hypothesis/internal/conjecture/engine.py``;
 every access to Hypothesis internals is in :mod:`rlcheck.hypothesis.compat`): a run
@@ -93,6 +97,7 @@ from rlcheck.hypothesis.compat import (
     current_test,
     database_directory,
     database_key,
+    default_provider,
     make_float_clamper,
     run_random,
 )
@@ -128,6 +133,9 @@ _HAND_BACK_UNSATISFIABLE = 0.5
 _HAND_BACK_HEALTH_CHECK = 0.5
 _SAVE_INTERVAL_S = 5.0
 _MAX_SEEN = 1 << 20  # choice-sequence fingerprints kept per run (bounds memory)
+# Hypothesis switches to its own backend after more than 10 discarded cases making up
+# over 20 % of calls (engine.py); stay below with a margin.
+_DISCARD_FREE, _DISCARD_SHARE = 10, 0.15
 _LABEL_MASK = (1 << 32) - 1  # span labels are 64-bit; 32 bits keep saved files small
 _POLICY_META = {"kind": "rlcheck-hypothesis-backend", "layout": 1}
 
@@ -356,6 +364,10 @@ class RLCheckProvider(PrimitiveProvider):
     #: Defaults of the constructor options; a subclass can change them, since Hypothesis
     #: instantiates a backend without arguments.
     epsilon: ClassVar[float] = 0.25
+    #: Share of test cases generated wholly by Hypothesis's own provider (its boundary
+    #: values and the constants of the code under test), so the backend also tries what
+    #: the default backend would. Those cases are counted by the ledger but not learned.
+    default_share: ClassVar[float] = 0.0
     window: ClassVar[WindowMode] = "sequence"
 
     def __init__(
@@ -400,6 +412,9 @@ class RLCheckProvider(PrimitiveProvider):
         self._stats: BackendStats | None = None
         self._run_id = 0
         self._caches: dict[Hashable, Any] = {}
+        self._delegate: PrimitiveProvider | None = None  # this case's default provider
+        self._discard = False  # the case just run repeats a valid one: discard it
+        self._discards = 0
 
     # -- episodes -------------------------------------------------------------------
 
@@ -444,7 +459,15 @@ class RLCheckProvider(PrimitiveProvider):
         self._state.reset()
         self._visits.clear()
         self._choices = []
-        self._tree.begin()
+        self._delegate = None
+        self._discard = False
+        share = type(self).default_share
+        if share > 0 and self._rng.random() < share:
+            self._delegate = default_provider()
+        if self._delegate is None:
+            self._tree.begin()
+        else:
+            self._tree.abandon()  # not our choices: nothing to record
 
     def _should_hand_back(self) -> bool:
         """Whether to let Hypothesis's own backend finish this run.
@@ -472,6 +495,9 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             self._tree.finish()
             new = self._ledger.record(outcome, tuple(self._choices))
+            if outcome == "valid" and not new:
+                allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
+                self._discard = self._discards + 1 <= allowed
             self._policy.learn_rows(self._visits, Ledger.reward(outcome, new))
             self._record()
             persistence = self._persistence
@@ -588,6 +614,8 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            if self._delegate is not None:
+                return self._delegated(self._delegate.draw_boolean(p))
             if p < 0.02 or p > 0.98:
                 # Rare-event switches inside Hypothesis's strategies: learning them would
                 # make the rare branch common under a fresh (uniform) policy. Not learned,
@@ -614,6 +642,11 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            if self._delegate is not None:
+                value = self._delegate.draw_integer(
+                    min_value, max_value, weights=weights, shrink_towards=shrink_towards
+                )
+                return self._delegated(value)
             value = self._draw_integer(min_value, max_value)
             self._choices.append(value)
             return value
@@ -649,6 +682,14 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            if self._delegate is not None:
+                value = self._delegate.draw_float(
+                    min_value=min_value,
+                    max_value=max_value,
+                    allow_nan=allow_nan,
+                    smallest_nonzero_magnitude=smallest_nonzero_magnitude,
+                )
+                return self._delegated(value)
             constraints = {
                 "min_value": min_value,
                 "max_value": max_value,
@@ -689,6 +730,9 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            if self._delegate is not None:
+                value = self._delegate.draw_string(intervals, min_size=min_size, max_size=max_size)
+                return self._delegated(value)
             if len(intervals) == 0:
                 self._choices.append("")
                 return ""
@@ -713,6 +757,9 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            if self._delegate is not None:
+                value = self._delegate.draw_bytes(min_size, max_size)
+                return self._delegated(value)
             out = bytearray()
             for _ in self._sizes(min_size, max_size, "y"):
                 n = len(buckets.BYTE_CLASSES)
@@ -725,6 +772,23 @@ class RLCheckProvider(PrimitiveProvider):
             return value
         except Exception as exc:
             raise self._guarded(exc) from exc
+
+    def realize(self, value: Any, *, for_failure: bool = False) -> Any:
+        """Discards a valid case that repeated an earlier one (see the module docstring).
+
+        Hypothesis realizes each choice of a case after the case ran, and counts a
+        case discarded there as neither valid nor a failure. Only choice values are
+        refused (the engine's other calls, on events and notes, swallow the refusal).
+        """
+        if self._discard and not for_failure and type(value) in _CHOICE_TYPES:
+            self._discard = False
+            self._discards += 1
+            raise BackendCannotProceed("discard_test_case")
+        return value
+
+    def _delegated(self, value: Any) -> Any:
+        self._choices.append(value)
+        return value
 
     def _sizes(self, min_size: int, max_size: int, kind: str) -> Iterator[int]:
         """Element indices of a string or bytes draw, with learned continue/stop."""
@@ -778,3 +842,6 @@ class _Below:
 
     def __contains__(self, action: object) -> bool:
         return isinstance(action, int) and 0 <= action < self.n
+
+
+_CHOICE_TYPES = frozenset((bool, int, float, str, bytes))
