@@ -63,6 +63,7 @@ def _variant(name: str, **options: Any) -> None:
 _variant("rlcheck-default0", default_share=0.0)
 _variant("rlcheck-default25", default_share=0.25)
 _variant("rlcheck-default50", default_share=0.5)
+_variant("rlcheck-default75", default_share=0.75)
 BY_NAME = {p.name: p for p in SUITE}
 
 

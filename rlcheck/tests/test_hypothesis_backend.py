@@ -104,6 +104,7 @@ def test_given_test_runs_on_the_backend_and_counts_cases(stats: BackendStats) ->
     assert len({repr(v) for v in seen}) > 10
 
 
+@pytest.mark.usefixtures("learned_only")
 def test_learning_raises_the_valid_rate_of_a_strict_assume(stats: BackendStats) -> None:
     # Valid only when three booleans all come out True: 1/8 at random. The integer's
     # range is wide so that the valid inputs are not soon exhausted (the choice tree
@@ -119,6 +120,12 @@ def test_learning_raises_the_valid_rate_of_a_strict_assume(stats: BackendStats) 
     assert stats.valid / stats.cases > 0.4
 
 
+@pytest.fixture
+def learned_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case from the learned policy (none from Hypothesis's own provider)."""
+    monkeypatch.setattr(RLCheckProvider, "default_share", 0.0)
+
+
 def _balanced(s: str) -> bool:
     depth = 0
     for c in s:
@@ -128,6 +135,7 @@ def _balanced(s: str) -> bool:
     return depth == 0
 
 
+@pytest.mark.usefixtures("learned_only")
 def test_no_valid_case_repeats_a_choice_sequence(stats: BackendStats) -> None:
     # 197 balanced strings of at most 12 characters: enough to fill the run, few enough
     # that a learned policy without the choice tree repeats its favourites.
@@ -142,6 +150,7 @@ def test_no_valid_case_repeats_a_choice_sequence(stats: BackendStats) -> None:
     assert counts.unique_valid == counts.valid
 
 
+@pytest.mark.usefixtures("learned_only")
 def test_a_finite_space_is_enumerated_once_then_handed_back(stats: BackendStats) -> None:
     values: list[int] = []
 

@@ -136,6 +136,7 @@ _MAX_SEEN = 1 << 20  # choice-sequence fingerprints kept per run (bounds memory)
 # Hypothesis switches to its own backend after more than 10 discarded cases making up
 # over 20 % of calls (engine.py); stay below with a margin.
 _DISCARD_FREE, _DISCARD_SHARE = 10, 0.15
+_DEFAULT_STREAK = 10  # invalid default-provider cases in a row before a learned one
 _LABEL_MASK = (1 << 32) - 1  # span labels are 64-bit; 32 bits keep saved files small
 _POLICY_META = {"kind": "rlcheck-hypothesis-backend", "layout": 1}
 
@@ -364,10 +365,11 @@ class RLCheckProvider(PrimitiveProvider):
     #: Defaults of the constructor options; a subclass can change them, since Hypothesis
     #: instantiates a backend without arguments.
     epsilon: ClassVar[float] = 0.25
-    #: Share of test cases generated wholly by Hypothesis's own provider (its boundary
-    #: values and the constants of the code under test), so the backend also tries what
-    #: the default backend would. Those cases are counted by the ledger but not learned.
-    default_share: ClassVar[float] = 0.0
+    #: Share of the valid cases (``max_examples`` counts those) generated wholly by
+    #: Hypothesis's own provider (its distributions, boundary values and the constants of
+    #: the code under test), so the backend also tries what the default backend would.
+    #: Those cases are counted by the ledger but not learned from.
+    default_share: ClassVar[float] = 0.5
     window: ClassVar[WindowMode] = "sequence"
 
     def __init__(
@@ -415,6 +417,8 @@ class RLCheckProvider(PrimitiveProvider):
         self._delegate: PrimitiveProvider | None = None  # this case's default provider
         self._discard = False  # the case just run repeats a valid one: discard it
         self._discards = 0
+        self._default_valid = 0  # valid cases of the default provider's share
+        self._default_streak = 0  # its invalid cases in a row
 
     # -- episodes -------------------------------------------------------------------
 
@@ -461,13 +465,30 @@ class RLCheckProvider(PrimitiveProvider):
         self._choices = []
         self._delegate = None
         self._discard = False
-        share = type(self).default_share
-        if share > 0 and self._rng.random() < share:
+        if self._default_turn():
             self._delegate = default_provider()
         if self._delegate is None:
             self._tree.begin()
         else:
             self._tree.abandon()  # not our choices: nothing to record
+
+    def _default_turn(self) -> bool:
+        """Whether Hypothesis's own provider generates the next case.
+
+        By valid cases, not by cases: where the learned policy's valid rate is far above
+        the default's, a share of cases would leave the default almost none of the valid
+        budget. So the default generates while its valid cases are below its share; after
+        10 invalid ones in a row, the learned policy gets a case (a default that rarely
+        makes a valid input must not stall the run).
+        """
+        share = type(self).default_share
+        if share <= 0:
+            return False
+        if self._default_streak >= _DEFAULT_STREAK:
+            self._default_streak = 0
+            return False
+        ledger = self._ledger
+        return self._default_valid < share * (ledger.valid + ledger.failures + 1)
 
     def _should_hand_back(self) -> bool:
         """Whether to let Hypothesis's own backend finish this run.
@@ -495,6 +516,12 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             self._tree.finish()
             new = self._ledger.record(outcome, tuple(self._choices))
+            if self._delegate is not None:
+                if outcome == "invalid":
+                    self._default_streak += 1
+                else:
+                    self._default_valid += 1
+                    self._default_streak = 0
             if outcome == "valid" and not new:
                 allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
                 self._discard = self._discards + 1 <= allowed
