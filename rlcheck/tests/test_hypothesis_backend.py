@@ -403,6 +403,7 @@ def test_no_persistence_without_a_directory_database() -> None:
     _make_test(InMemoryExampleDatabase(), max_examples=20)()
 
 
+@pytest.mark.usefixtures("learned_only")  # a learned case must run before the failure
 def test_database_key_matches_hypothesis(tmp_path: Path) -> None:
     # The key rlcheck files the policy under is the one Hypothesis files examples under.
     db = DirectoryBasedExampleDatabase(tmp_path)
