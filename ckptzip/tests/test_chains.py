@@ -201,6 +201,7 @@ def test_longest_chain_loads_in_a_fresh_process(
     step, seconds = out.stdout.split()
     assert int(step) == MAX_CHAIN_LENGTH - 1
     assert float(seconds) < 30, f"the longest chain took {seconds} s to load"
+    print(f"{MAX_CHAIN_LENGTH}-file chain loaded in {float(seconds):.2f} s", file=sys.stderr)
 
 
 def test_parent_is_decoded_from_the_bytes_that_were_hashed(
