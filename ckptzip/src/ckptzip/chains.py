@@ -23,6 +23,15 @@ Call order of a save (what the manager does)::
 and of a load: ``store.chain(step)`` (or :meth:`ChainStore.latest`), then decode the links
 keyframe first. Readers take no lock.
 
+The same order as the references': DCP's ``StorageWriter`` sees ``set_up_storage_writer``,
+``prepare_local_plan`` / ``prepare_global_plan``, ``write_data``, then ``finish`` (the metadata
+written last is the commit); Orbax's ``CheckpointManager.save`` has its handlers write into a
+temporary location, finalizes it (an atomic rename, or a ``commit_success`` file on object
+stores), then removes old steps, and ``wait_until_finished`` joins an asynchronous save. Here
+``writing``/``check_new`` set up, ``parent_chain`` and the encoder plan, ``publish`` writes
+and commits (the rename, or the marker written last), ``retain`` removes old steps, and
+:meth:`ckptzip.CheckpointManager.wait` joins.
+
 Guarantees:
 
 * A chain is resolved iteratively (no recursion), at most :data:`MAX_CHAIN_LENGTH` files.
