@@ -662,3 +662,30 @@ def test_fuzzed_bomb_sizes_never_allocate_past_the_limit(
 
 def decode_bytes_with(data: bytes, **kw: Any) -> Any:
     return load_bytes(data, _FUZZ_DIR, **kw)
+
+
+_SHARED = (Path(__file__).parent / "golden" / "v2_shared.ckz").read_bytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_resealed_edits_of_shared_storage_and_views(data: Any) -> None:
+    """Edits of a version-2 file (views, repeated references): a clean error, or views that
+    stay inside their entry and share its storage."""
+    doc, body = split(_SHARED)
+    _edit_leaves(doc, data)
+    try:
+        back = decode_bytes(seal(doc, body, version=2))
+    except CkptzipError:
+        return
+    stack = [back]
+    while stack:  # every tensor of the result, views included, lies inside its storage
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, torch.Tensor) and x.numel():
+            dims = zip(x.shape, x.stride(), strict=True)
+            reach = x.storage_offset() + sum((n - 1) * st for n, st in dims)
+            assert (reach + 1) * x.element_size() <= x.untyped_storage().nbytes()
