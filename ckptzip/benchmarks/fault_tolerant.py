@@ -86,7 +86,8 @@ KEYFRAME_EVERY = 10  # full checkpoint every this many saves, for every method w
 # (steps, checkpoint every, failures) per model and mode
 PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
     "quick": {"digits": (120, 12, 4), "gru": (100, 10, 3), "lm": (60, 10, 2)},
-    "full": {"digits": (600, 30, 10), "gru": (600, 30, 10), "lm": (400, 20, 10)},
+    # sized to finish within an hour on a 2-core machine shared with other jobs
+    "full": {"digits": (600, 30, 10), "gru": (300, 15, 10), "lm": (200, 10, 10)},
 }
 SEEDS = {"quick": (0,), "full": (0, 1, 2)}
 METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip")
@@ -784,6 +785,17 @@ def plot(runs: list[dict[str, Any]], stem: Path) -> list[str]:
     return written
 
 
+def _save(runs: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> list[str]:
+    """Summary JSON and plots of the runs so far (rewritten after every seed, so a long run
+    that is stopped still leaves its finished part)."""
+    RESULTS.mkdir(exist_ok=True)
+    pngs = plot(runs, out.with_suffix(""))
+    slim = [{k: v for k, v in r.items() if k != "losses"} for r in runs]  # the plots hold them
+    doc = {"meta": meta, "summary": summarize(runs), "runs": slim}
+    out.write_text(json.dumps(doc, indent=1))
+    return pngs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one seed, short runs (< 3 min)")
@@ -798,6 +810,20 @@ def main(argv: list[str] | None = None) -> int:
     if "exact" not in methods:
         methods.insert(0, "exact")  # the reference of every ratio and degradation
     seeds = args.seeds if args.seeds is not None else list(SEEDS[mode])
+    subset = "" if args.models is None else "-" + "-".join(models)
+    out = (
+        Path(args.out)
+        if args.out
+        else RESULTS / f"fault_tolerant{'-quick' if args.quick else ''}{subset}.json"
+    )
+    meta: dict[str, Any] = {
+        "mode": mode,
+        "plans": {m: PLANS[mode][m] for m in models},
+        "seeds": seeds,
+        "keyframe_every": KEYFRAME_EVERY,
+        "min_numel": MIN_NUMEL,
+        "torch_threads": 1,
+    }
     torch.set_num_threads(1)  # deterministic, and the machine is shared
     runs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -817,28 +843,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"ratio {ratio:.2f}x run {r['run_seconds']:.1f}s",
                     flush=True,
                 )
-    summary = summarize(runs)
-    print_table(summary)
-    RESULTS.mkdir(exist_ok=True)
-    out = (
-        Path(args.out)
-        if args.out
-        else RESULTS / f"fault_tolerant{'-quick' if args.quick else ''}.json"
-    )
-    stem = out.with_suffix("")
-    pngs = plot(runs, stem)
-    for r in runs:
-        r.pop("losses")  # the plots hold them; the JSON stays small
-    meta = {
-        "mode": mode,
-        "plans": {m: PLANS[mode][m] for m in models},
-        "seeds": seeds,
-        "keyframe_every": KEYFRAME_EVERY,
-        "min_numel": MIN_NUMEL,
-        "torch_threads": 1,
-        "seconds": time.perf_counter() - t0,
-    }
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
+            meta["seconds"] = time.perf_counter() - t0
+            pngs = _save(runs, out, meta)
+    print_table(summarize(runs))
     print(f"\nwrote {out} and {', '.join(pngs)} in {meta['seconds']:.0f} s")
     return 0
 

@@ -21,14 +21,15 @@ zstd, LZMA alone, and ANS with one static model per group. ``benchmarks/delta.py
 them on real training runs against the order-0 entropy of the symbol stream and the entropy
 given the previous bin (the bound rearrangement opens up).
 ANS with the groups as its contexts (:data:`DEFAULT_METHOD`; the decoder knows each group's
-size from the parent's indices) codes within 0.1 % of the entropy given the previous bin,
-plus a count table per tensor (about 150-210 bytes for 16 bins). Measured on ``gru`` and
-``lm`` weights (16 bins, 20 % pruned, checkpoints 20 steps apart) it was 14-21 % smaller than
-run-length + LZMA, the earlier default (a few percent off the order-0 bound, which is above
-the conditional one); on Adam's first moments 18 % smaller on ``lm``, 1.5 % larger on
-``gru`` (long zero runs LZMA models). zstd's long-distance matching gained nothing (no long
-matches in these streams), so it is not offered. The method used is recorded in the
-payload's metadata, so any of them decodes.
+size from the parent's indices) codes within 0.1 % of the entropy given the previous bin, plus
+a count table per tensor (about 150-210 bytes for 16 bins). Measured by
+``benchmarks/entropy_stage.py`` (``gru`` and ``lm``, 16 bins, 20 % pruned, checkpoints 20 steps
+apart, tables included): weight deltas 2-3 % above the conditional entropy and 15-21 % smaller
+than run-length + LZMA, the earlier default; Adam's first moments 18 % smaller on ``lm`` but
+1.5 % larger on ``gru``, whose long zero runs LZMA models, so the delta codec tries both
+(:data:`DELTA_METHODS`) and keeps the smaller per tensor. zstd's long-distance matching gained
+nothing (no long matches in these streams), so it is not offered. The method used is recorded
+in the payload's metadata, so any of them decodes.
 
 Every decoder is bounded: the number of symbols comes from the caller (the tensor's shape in
 the manifest), never from the compressed stream, and each decompression stops one byte past
