@@ -8,7 +8,9 @@ import json
 from typing import Any
 
 import pytest
+import torch
 
+import ckptzip
 from ckptzip import container
 from ckptzip.container import HEADER, MAGIC, Manifest, Reader, TensorEntry, chunk_refs, write
 from ckptzip.errors import CorruptCheckpointError, UnsupportedFormatError
@@ -104,3 +106,18 @@ def test_manifest_size_cap_on_write() -> None:
     big = {"k": "x" * (container.MAX_MANIFEST_BYTES + 1)}
     with pytest.raises(ValueError, match="cap"):
         write(io.BytesIO(), Manifest(skeleton=None, tensors=(), chunks=(), metadata=big), [])
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_real_manifests_pass_the_parse_cost_bound_without_its_floor(exact: bool) -> None:
+    from ckptzip.container import _PARSE_BYTES_PER_BYTE, _parse_cost
+
+    sd = {f"l{i}.{k}": torch.randn(64, 64) for i in range(150) for k in ("w", "v")}
+    sd.update({f"l{i}.b": torch.randn(64) for i in range(150)})
+    config = ckptzip.CompressionConfig(exact=("*",) if exact else ())
+    buf = io.BytesIO()
+    ckptzip.save({"model": sd, "step": 3}, buf, config=config)
+    buf.seek(0)
+    raw = buf.getvalue()[HEADER.size : HEADER.size + Reader(buf).manifest_size]
+    # with a margin: exact files (byte-plane records) are the densest real manifests
+    assert _parse_cost(raw) < 0.75 * _PARSE_BYTES_PER_BYTE * len(raw)
