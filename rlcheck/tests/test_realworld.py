@@ -67,7 +67,9 @@ def test_random_generation_is_mostly_invalid_and_replays(bench: Any) -> None:
 def test_same_generator_as_a_hypothesis_strategy(bench: Any) -> None:
     kinds = set()
 
-    @settings(max_examples=15, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=15, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     @given(strategy(bench.generator))
     def test(value: Any) -> None:
         kinds.add(type(value))
