@@ -90,10 +90,10 @@ def _train(rank: int, world: int, tmp: Path) -> None:
     model, opt = _model(0)
     for step in range(4):
         _step(model, opt, step, rank)
-    dcp.save(_state(model, opt), storage_writer=Writer(tmp / "step4", config=CONFIG))
+    dcp.save(_state(model, opt), storage_writer=Writer(tmp / "step4", config=CONFIG, threads=1))
     for step in range(4, 6):
         _step(model, opt, step, rank)
-    writer = Writer(tmp / "step6", config=CONFIG, parent=tmp / "step4")
+    writer = Writer(tmp / "step6", config=CONFIG, parent=tmp / "step4", threads=1)
     dcp.async_save(_state(model, opt), storage_writer=writer).result()
     reference = [_step(model, opt, step, rank) for step in range(6, 10)]
 
@@ -138,7 +138,7 @@ def _save(rank: int, world: int, tmp: Path) -> None:
     model, opt = _model(0)
     for step in range(3):
         _step(model, opt, step, rank)
-    dcp.save(_state(model, opt), storage_writer=Writer(tmp / "ckpt", config=CONFIG))
+    dcp.save(_state(model, opt), storage_writer=Writer(tmp / "ckpt", config=CONFIG, threads=1))
 
 
 def _load(rank: int, world: int, tmp: Path) -> None:
