@@ -155,3 +155,109 @@ def test_arbitrary_bytes_never_raise(tmp_path: Path, data: st.DataObject) -> Non
     path.write_bytes(blob)
     ok, caught = _load_quietly(path)
     assert ok or len(caught) == 1
+
+
+# -- bounds and validation (issue: loosely bounded policy files) -------------------------
+
+
+def test_size_cap_is_checked_before_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "big.json"
+    save_policy(path, _trained())
+    read_bytes_called = False
+
+    def spy(self: Path) -> bytes:
+        nonlocal read_bytes_called
+        read_bytes_called = True
+        return b""
+
+    monkeypatch.setattr(Path, "read_bytes", spy)
+    ok, caught = _load_quietly(path, max_bytes=10)
+    assert not ok and not read_bytes_called
+    assert "233 bytes, more than the 10 allowed" in str(caught[0].message)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    path = tmp_path / "fifo.json"
+    os.mkfifo(path)
+    ok, caught = _load_quietly(path)
+    assert not ok and "not a regular file" in str(caught[0].message)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [["1.5", 1], [True, 1], [1e308, 1], [20.0, 1.5], [20.0, -1], [float("nan"), 1]],
+    ids=["string", "bool", "huge", "fractional-count", "negative-count", "nan"],
+)
+def test_wrong_value_types_are_refused(tmp_path: Path, row: list[object]) -> None:
+    document = {
+        "format": FILE_FORMAT,
+        "version": FILE_VERSION,
+        "meta": {},
+        "policy": {"format": "rlcheck-policy", "version": 1, "tables": [["p", [["s", row]]]]},
+    }
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(document))
+    ok, caught = _load_quietly(path)
+    assert not ok and "ignoring policy file" in str(caught[0].message)
+
+
+def test_table_count_is_bounded_like_rows(tmp_path: Path) -> None:
+    p = Policy(seed=0)
+    for i in range(50):
+        p.learn([(f"point{i}", (), 0)], 20.0)
+    path = tmp_path / "p.json"
+    save_policy(path, p)
+    q = Policy(seed=0, max_tables=10)
+    assert load_policy(path, q)
+    assert len(q.points) == 10
+    for i in range(5):  # and at run time: the oldest table goes
+        q.table(f"new{i}")
+    assert len(q.points) == 10
+
+
+def test_non_finite_keys_are_refused_when_saving_with_a_precise_message(tmp_path: Path) -> None:
+    p = Policy(seed=0)
+    p.learn([("value", (float("nan"),), 0)], 20.0)
+    with pytest.raises(InvalidArgument, match=r"point 'value'.*nan.*not a finite float"):
+        save_policy(tmp_path / "p.json", p, meta={"generator": "g"})
+    # and a file holding one (NaN is not JSON) is refused on load
+    text = _good_text(tmp_path).replace('"LEFT"', "NaN", 1)
+    (tmp_path / "nan.json").write_text(text)
+    ok, caught = _load_quietly(tmp_path / "nan.json")
+    assert not ok and "NaN" in str(caught[0].message)
+
+
+def test_rewriting_a_policy_keeps_the_file_mode(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    save_policy(path, _trained())
+    os.chmod(path, 0o644)
+    save_policy(path, _trained())
+    assert (path.stat().st_mode & 0o777) == 0o644
+    fresh = tmp_path / "new.json"
+    save_policy(fresh, _trained())
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask
+
+
+def test_a_policy_of_another_generator_is_kept_aside_not_overwritten(tmp_path: Path) -> None:
+    import rlcheck
+    from rlcheck.guides import RLGuide
+
+    path = tmp_path / "policy.json"
+
+    def pair(g: rlcheck.Gen) -> tuple[int, int]:
+        return g.integer(0, 9, label="a"), g.integer(0, 9, label="b")
+
+    def triple(g: rlcheck.Gen) -> tuple[int, int, int]:
+        return g.integer(0, 9, label="a"), g.integer(0, 9, label="b"), g.integer(0, 9)
+
+    rlcheck.run(pair, lambda p: p[0] < p[1], guide=RLGuide(seed=0, policy_file=path), trials=300)
+    learned = path.read_bytes()
+    with pytest.warns(RLCheckWarning, match=r"kept aside as .*policy\.json\.foreign-1"):
+        rlcheck.run(triple, lambda t: True, guide=RLGuide(seed=0, policy_file=path), trials=50)
+    assert (tmp_path / "policy.json.foreign-1").read_bytes() == learned
+    assert path.read_bytes() != learned  # the new generator's policy

@@ -10,6 +10,7 @@ __all__ = [
     "Invalid",
     "InvalidArgument",
     "PolicyFileError",
+    "PolicyMismatch",
     "RLCheckError",
     "RLCheckWarning",
     "ReplayError",
@@ -26,6 +27,10 @@ class InvalidArgument(RLCheckError, ValueError):
 
 class PolicyFileError(RLCheckError, ValueError):
     """A saved policy file is corrupt or incompatible (callers usually warn and ignore it)."""
+
+
+class PolicyMismatch(PolicyFileError):
+    """A good policy file, saved for another generator, state abstraction or kind."""
 
 
 class RLCheckWarning(UserWarning):

@@ -267,6 +267,9 @@ class Policy:
         Seed of the policy's own random stream (exploration and tie-breaking).
     max_states:
         Cap on states per choice point's table (bounds memory on long campaigns).
+    max_tables:
+        Cap on the number of tables (kinds of choice point); past it the oldest table is
+        dropped, and a loaded snapshot keeps its first ``max_tables`` tables.
 
     Examples
     --------
@@ -278,12 +281,20 @@ class Policy:
     """
 
     def __init__(
-        self, *, epsilon: float = 0.25, seed: int | None = None, max_states: int = 200_000
+        self,
+        *,
+        epsilon: float = 0.25,
+        seed: int | None = None,
+        max_states: int = 200_000,
+        max_tables: int = 10_000,
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise InvalidArgument(f"epsilon={epsilon!r} must lie in [0, 1]")
+        if max_tables < 1:
+            raise InvalidArgument(f"max_tables={max_tables!r} must be at least 1")
         self._epsilon = epsilon
         self.max_states = max_states
+        self.max_tables = max_tables
         self._rng = random.Random(seed)
         # Changed in place only (see load_dict): window_chooser's closures hold it, and the
         # random stream, and read epsilon once (hence both are read-only).
@@ -303,6 +314,8 @@ class Policy:
         """The Q-table of one kind of choice point (created empty on first use)."""
         t = self._tables.get(point)
         if t is None:
+            if len(self._tables) >= self.max_tables:
+                del self._tables[next(iter(self._tables))]
             t = self._tables[point] = QTable(max_states=self.max_states)
         return t
 
@@ -555,11 +568,18 @@ class Policy:
     # -- persistence (plain JSON-able data; rlcheck never unpickles) -----------------
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable snapshot of the learned values (not the random stream)."""
+        """A JSON-serialisable snapshot of the learned values (not the random stream).
+
+        Raises :class:`InvalidArgument` naming the table and key when a point or state
+        key cannot be saved (a type JSON cannot hold, or a NaN or infinite float).
+        """
         tables = []
         for point, table in self._tables.items():
-            rows = [[_encode(state), row] for state, row in table.items()]
-            tables.append([_encode(point), rows])
+            try:
+                rows = [[_encode(state), row] for state, row in table.items()]
+                tables.append([_encode(point), rows])
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"cannot save the table of point {point!r}: {exc}") from exc
         return {
             "format": _FORMAT,
             "version": _FORMAT_VERSION,
@@ -570,8 +590,10 @@ class Policy:
     def load_dict(self, data: Any) -> None:
         """Replace the learned values with a snapshot from :meth:`to_dict`.
 
-        Raises :class:`PolicyFileError` when ``data`` is not such a snapshot; the policy is
-        left unchanged in that case.
+        Raises :class:`PolicyFileError` when ``data`` is not such a snapshot (values must
+        be numbers: Q within ±1e9, visit counts whole and non-negative); the policy is
+        left unchanged in that case. Past ``max_tables`` tables and ``max_states`` rows
+        per table, the rest is dropped.
         """
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise PolicyFileError("not an rlcheck policy snapshot")
@@ -582,17 +604,13 @@ class Policy:
         tables: dict[Hashable, QTable] = {}
         try:
             for point_enc, rows in data["tables"]:
+                if len(tables) >= self.max_tables:
+                    break
                 table = QTable(max_states=self.max_states)
                 for state_enc, row in rows:
-                    values = [float(v) for v in row]
-                    if (
-                        len(values) % 2
-                        or any(values[i] < 0 for i in range(1, len(values), 2))
-                        or not all(map(math.isfinite, values))
-                    ):
-                        raise PolicyFileError("malformed Q-table row")
-                    if len(table) < self.max_states:
-                        table._put(_decode(state_enc), _new_row() + values)
+                    if len(table) >= self.max_states:
+                        break
+                    table._put(_decode(state_enc), _new_row() + _checked_row(row))
                 tables[_decode(point_enc)] = table
         except (KeyError, TypeError, ValueError) as exc:
             raise PolicyFileError(f"malformed policy snapshot: {exc}") from exc
@@ -601,10 +619,35 @@ class Policy:
         self._tables.update(tables)
 
 
+_MAX_ABS_Q = 1e9  # far beyond any mean of rewards; rejects 1e308-style garbage
+_MAX_COUNT = float(2**53)
+_NUMBER = (int, float)
+
+
+def _checked_row(row: Any) -> list[float]:
+    """A stored row ``[q_0, n_0, q_1, n_1, ...]`` as floats, or :class:`PolicyFileError`."""
+    if not isinstance(row, list) or len(row) % 2:
+        raise PolicyFileError("malformed Q-table row: not a list of (Q, count) pairs")
+    for i, v in enumerate(row):
+        # bool is an int subclass: refused, as are strings that float() would accept.
+        if type(v) not in _NUMBER or not math.isfinite(v):
+            raise PolicyFileError(f"malformed Q-table row: value {v!r} is not a finite number")
+        if i % 2 and not (0 <= v <= _MAX_COUNT and v == int(v)):
+            raise PolicyFileError(f"malformed Q-table row: visit count {v!r}")
+        if not i % 2 and abs(v) > _MAX_ABS_Q:
+            raise PolicyFileError(f"malformed Q-table row: Q value {v!r} out of range")
+    return [float(v) for v in row]
+
+
 def _encode(key: Hashable) -> Any:
     """Hashable key (nested tuples of str/int/float/bool/None) -> JSON value."""
     if isinstance(key, tuple):
         return {"t": [_encode(k) for k in key]}
+    if isinstance(key, float) and not math.isfinite(key):
+        raise InvalidArgument(
+            f"key {key!r} is not a finite float; JSON policy files cannot hold NaN or "
+            "infinities (use a label or a string in place of the value)"
+        )
     if key is None or isinstance(key, (str, int, float, bool)):
         return key
     raise InvalidArgument(
@@ -618,4 +661,6 @@ def _decode(value: Any) -> Hashable:
         return tuple(_decode(v) for v in value["t"])
     if isinstance(value, list):
         raise TypeError("lists are not valid keys")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"key {value!r} is not a finite float")
     return value

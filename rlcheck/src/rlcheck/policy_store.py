@@ -13,7 +13,12 @@ sees either the old file or the new one, never half of one.
 Loading is best-effort by design (a learned policy only speeds learning up): a missing file
 returns ``False`` silently; a truncated, garbage, wrong-version or mismatched file returns
 ``False`` with one :class:`~rlcheck.errors.RLCheckWarning`, and the policy is left unchanged.
-Nothing in the file is ever executed: it is parsed as JSON only.
+Nothing in the file is ever executed: it is parsed as JSON only, and bounded before it is:
+only a regular file is read (a FIFO or device is refused without blocking), at most
+``max_bytes`` (:data:`MAX_BYTES` by default: its size is checked before reading), with
+values type-checked and tables and rows capped by the policy's own limits.
+
+Saving keeps the mode of the file it replaces (a new file gets the usual ``0666 & ~umask``).
 """
 
 from __future__ import annotations
@@ -21,20 +26,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
-from rlcheck.errors import InvalidArgument, PolicyFileError, RLCheckWarning
+from rlcheck.errors import InvalidArgument, PolicyFileError, PolicyMismatch, RLCheckWarning
 from rlcheck.learner import Policy
 
-__all__ = ["FILE_FORMAT", "FILE_VERSION", "load_policy", "save_policy"]
+__all__ = ["FILE_FORMAT", "FILE_VERSION", "MAX_BYTES", "load_policy", "save_policy"]
 
 FILE_FORMAT = "rlcheck-policy-file"
 """The ``format`` tag every policy file carries."""
 FILE_VERSION = 1
 """The policy file layout version this code writes and reads."""
+MAX_BYTES = 32 << 20
+"""Largest policy file :func:`load_policy` reads by default (32 MiB; parsing costs about
+50x the file size in memory)."""
 
 
 def save_policy(
@@ -91,7 +100,12 @@ def save_policy(
 
 
 def load_policy(
-    path: str | os.PathLike[str], policy: Policy, *, expect_meta: dict[str, Any] | None = None
+    path: str | os.PathLike[str],
+    policy: Policy,
+    *,
+    expect_meta: dict[str, Any] | None = None,
+    max_bytes: int = MAX_BYTES,
+    strict_meta: bool = False,
 ) -> bool:
     """Load a policy saved by :func:`save_policy` into ``policy``; never raises on bad files.
 
@@ -106,6 +120,11 @@ def load_policy(
         Every key given here must be present in the file's metadata with an equal value
         (compared after a JSON round trip, so tuples match lists); otherwise the file is
         ignored as incompatible.
+    max_bytes:
+        Larger files are ignored (with a warning) without being read.
+    strict_meta:
+        Raise :class:`~rlcheck.errors.PolicyMismatch` instead of warning when the file is
+        a good policy file saved for other metadata (so the caller can keep it aside).
 
     Returns
     -------
@@ -121,14 +140,20 @@ def load_policy(
     """
     target = Path(path)
     try:
-        raw = target.read_bytes()
+        raw = _read_bounded(target, max_bytes)
     except FileNotFoundError:
         return False
-    except OSError as exc:
-        _warn(target, f"it could not be read ({exc})")
+    except (OSError, PolicyFileError) as exc:
+        reason = str(exc) if isinstance(exc, PolicyFileError) else f"it could not be read ({exc})"
+        _warn(target, reason)
         return False
     try:
         _load_document(raw, policy, expect_meta)
+    except PolicyMismatch as exc:
+        if strict_meta:
+            raise
+        _warn(target, str(exc))
+        return False
     # The file is untrusted input: any way its content can fail to parse is a reason to
     # ignore it, never to stop the run (RELIABILITY.md, rlcheck #3).
     except (PolicyFileError, ValueError, TypeError, KeyError, RecursionError) as exc:
@@ -137,9 +162,36 @@ def load_policy(
     return True
 
 
+def _read_bounded(target: Path, max_bytes: int) -> bytes:
+    """The file's bytes: a regular file of at most ``max_bytes`` (checked before reading)."""
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PolicyFileError("it is not a regular file")
+        if info.st_size > max_bytes:
+            raise PolicyFileError(
+                f"it is {info.st_size} bytes, more than the {max_bytes} allowed (max_bytes)"
+            )
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            raw = handle.read(max_bytes + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > max_bytes:  # grew while being read
+        raise PolicyFileError(f"it is more than the {max_bytes} bytes allowed (max_bytes)")
+    return raw
+
+
+def _no_constants(name: str) -> Any:
+    raise PolicyFileError(f"it holds {name}, which JSON does not allow")
+
+
 def _load_document(raw: bytes, policy: Policy, expect_meta: dict[str, Any] | None) -> None:
     try:
-        document = json.loads(raw.decode("utf-8"))
+        document = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PolicyFileError(f"it is not valid JSON (truncated or corrupt?): {exc}") from exc
     if not isinstance(document, dict) or document.get("format") != FILE_FORMAT:
@@ -157,7 +209,7 @@ def _load_document(raw: bytes, policy: Policy, expect_meta: dict[str, Any] | Non
         for key, want in expected.items():
             have = meta.get(key, "<missing>")
             if have != want:
-                raise PolicyFileError(
+                raise PolicyMismatch(
                     f"it was saved for {key}={have!r}, not {key}={want!r} (delete it or "
                     "save to another path to keep both)"
                 )
@@ -175,8 +227,16 @@ def _warn(path: Path, reason: str) -> None:
 def _atomic_write_text(target: Path, text: str) -> None:
     """Temp file in the same directory + fsync + rename + directory fsync."""
     directory = target.parent
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        with contextlib.suppress(OSError):  # mkstemp made it 0600: keep the file's mode
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

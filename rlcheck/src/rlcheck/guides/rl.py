@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
 from typing import Any
 
-from rlcheck.errors import InvalidArgument, RLCheckWarning
+from rlcheck.errors import InvalidArgument, PolicyMismatch, RLCheckWarning
 from rlcheck.guides.base import Guide
 from rlcheck.learner import Policy, Visit, reward_for
 from rlcheck.policy_store import load_policy, save_policy
@@ -40,9 +42,11 @@ class RLGuide(Guide):
     max_states:
         Cap on states per choice point's Q-table (bounds memory on long campaigns).
     policy_file:
-        If given, the policy is loaded from this file when a campaign starts (a missing,
-        corrupt or incompatible file is ignored with a warning) and saved to it,
-        atomically, when the campaign ends.
+        If given, the policy is loaded from this file when a campaign starts (a missing
+        or corrupt file is ignored with a warning) and saved to it, atomically, when the
+        campaign ends. A file learned for another generator or state abstraction is
+        never overwritten: it is kept aside, renamed to ``<name>.foreign-<n>``
+        (:meth:`load` warns where), before the new policy is saved.
 
     Attributes
     ----------
@@ -85,6 +89,7 @@ class RLGuide(Guide):
         self.policy_file = policy_file
         self._seed = seed
         self._generator_name = ""
+        self._foreign = False  # the policy file holds another generator's policy
         # One list for the guide's life, cleared in place: the fused chooser (the hot path,
         # see Policy.window_chooser) holds it.
         self._visits: list[Visit] = []
@@ -107,6 +112,7 @@ class RLGuide(Guide):
 
     def start_campaign(self, name: str) -> None:
         self._generator_name = name
+        self._foreign = False
         if self.policy_file is not None:
             self.load(self.policy_file)
 
@@ -170,13 +176,41 @@ class RLGuide(Guide):
         >>> RLGuide(seed=1).load(path)
         True
         """
+        if self._foreign and os.fspath(path) == os.fspath(self.policy_file or ""):
+            _keep_aside(Path(path))
+            self._foreign = False
         save_policy(path, self._policy, meta=self._meta())
 
     def load(self, path: str | os.PathLike[str]) -> bool:
         """Load a policy saved by :meth:`save`; ``False`` (with a warning, unless the file
         is missing) when it is unusable or was saved for another state abstraction or
-        generator."""
-        return load_policy(path, self._policy, expect_meta=self._meta())
+        generator (that file is then kept aside when the campaign saves)."""
+        try:
+            return load_policy(path, self._policy, expect_meta=self._meta(), strict_meta=True)
+        except PolicyMismatch as exc:
+            self._foreign = True
+            warnings.warn(
+                f"policy file {os.fspath(path)!r}: {exc}; learning starts from scratch, and "
+                f"the file will be kept aside as {str(_aside_name(Path(path)))!r} when the "
+                "new policy is saved",
+                RLCheckWarning,
+                stacklevel=2,
+            )
+            return False
 
     def __repr__(self) -> str:
         return f"RLGuide(state={self._abstraction!r}, seed={self._seed!r})"
+
+
+def _aside_name(path: Path) -> Path:
+    """The first free ``<name>.foreign-<n>`` next to ``path``."""
+    n = 1
+    while (candidate := path.with_name(f"{path.name}.foreign-{n}")).exists():
+        n += 1
+    return candidate
+
+
+def _keep_aside(path: Path) -> None:
+    # os.rename, not replace: never clobber a file kept aside before (checked just above).
+    with contextlib.suppress(FileNotFoundError):
+        os.rename(path, _aside_name(path))
