@@ -64,6 +64,7 @@ _variant("rlcheck-default0", default_share=0.0)
 _variant("rlcheck-default25", default_share=0.25)
 _variant("rlcheck-default50", default_share=0.5)
 _variant("rlcheck-default75", default_share=0.75)
+_variant("rlcheck-patience30", default_patience=30)
 BY_NAME = {p.name: p for p in SUITE}
 
 

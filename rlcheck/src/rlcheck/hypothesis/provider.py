@@ -136,7 +136,6 @@ _MAX_SEEN = 1 << 20  # choice-sequence fingerprints kept per run (bounds memory)
 # Hypothesis switches to its own backend after more than 10 discarded cases making up
 # over 20 % of calls (engine.py); stay below with a margin.
 _DISCARD_FREE, _DISCARD_SHARE = 10, 0.15
-_DEFAULT_STREAK = 10  # invalid default-provider cases in a row before a learned one
 _LABEL_MASK = (1 << 32) - 1  # span labels are 64-bit; 32 bits keep saved files small
 _POLICY_META = {"kind": "rlcheck-hypothesis-backend", "layout": 1}
 
@@ -370,6 +369,9 @@ class RLCheckProvider(PrimitiveProvider):
     #: the code under test), so the backend also tries what the default backend would.
     #: Those cases are counted by the ledger but not learned from.
     default_share: ClassVar[float] = 0.5
+    #: Invalid cases in a row the default provider may make before the learned policy
+    #: gets a case: bounds the default's share of the *cases* where its valid rate is low.
+    default_patience: ClassVar[int] = 10
     window: ClassVar[WindowMode] = "sequence"
 
     def __init__(
@@ -478,13 +480,13 @@ class RLCheckProvider(PrimitiveProvider):
         By valid cases, not by cases: where the learned policy's valid rate is far above
         the default's, a share of cases would leave the default almost none of the valid
         budget. So the default generates while its valid cases are below its share; after
-        10 invalid ones in a row, the learned policy gets a case (a default that rarely
-        makes a valid input must not stall the run).
+        ``default_patience`` invalid ones in a row, the learned policy gets a case (a
+        default that rarely makes a valid input must not stall the run).
         """
         share = type(self).default_share
         if share <= 0:
             return False
-        if self._default_streak >= _DEFAULT_STREAK:
+        if self._default_streak >= type(self).default_patience:
             self._default_streak = 0
             return False
         ledger = self._ledger
