@@ -379,3 +379,23 @@ def test_memory_does_not_grow_with_the_inputs() -> None:
         tracemalloc.stop()
     assert result.unique_valid > 3000  # keeping them would take over 12 MB
     assert peak < 4 * 2**20
+
+
+def test_found_failures_are_shrunk_before_they_are_reported() -> None:
+    def trio(g: Gen) -> list[int]:
+        return [g.integer(0, 50, label="x") for _ in range(g.integer(0, 6, label="n"))]
+
+    def check(xs: list[int]) -> bool:
+        if sum(xs) > 30:
+            raise AssertionError(f"sum {sum(xs)}")
+        return True
+
+    result = rlcheck.run(trio, check, guide=RandomGuide(seed=3), trials=500)
+    (failure,) = result.failures
+    # The simplest failing input: one element just over the bound.
+    assert failure.value == [31], failure.value
+    assert replay(trio, failure.choices) == [31]
+    assert len(failure.found_choices) >= len(failure.choices)
+    assert failure.exception == "AssertionError" and "sum 31" in failure.message
+    unshrunk = rlcheck.run(trio, check, guide=RandomGuide(seed=3), trials=500, shrink=False)
+    assert unshrunk.failures[0].choices == unshrunk.failures[0].found_choices

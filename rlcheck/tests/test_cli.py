@@ -6,6 +6,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -131,3 +132,27 @@ def test_a_guide_fallback_is_shown(gens: Path, monkeypatch: pytest.MonkeyPatch) 
         )  # fmt: skip
     assert code == 0, text
     assert "guide fallback" in text and "RandomGuide" in text
+
+
+def test_missing_matplotlib_is_detected_before_the_campaign(
+    gens: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    import rlcheck.campaign
+
+    real = importlib.util.find_spec
+
+    def no_matplotlib(name: str, *args: Any) -> Any:
+        return None if name == "matplotlib" else real(name, *args)
+
+    def must_not_run(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the campaign ran before the missing dependency was reported")
+
+    monkeypatch.setattr(importlib.util, "find_spec", no_matplotlib)
+    monkeypatch.setattr(rlcheck.campaign, "run", must_not_run)
+    code, out = invoke(
+        f"{gens}:pair", "--check", f"{gens}:ordered", "--trials", "10",
+        "--plot", str(tmp_path / "p.png"),
+    )  # fmt: skip
+    assert code == 2 and "pip install 'rlcheck[plot]'" in out

@@ -82,6 +82,8 @@ class Failure:
     traceback: str
     value: Any = field(default=None, compare=False, repr=False)
     """The input itself (not written to JSON)."""
+    found_choices: tuple[int, ...] = ()
+    """The choice sequence as found, before shrinking (``choices`` is the shrunk one)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ def run(
     max_failures: int = 1,
     max_choices: int = 10_000,
     progress: Callable[[Sample], None] | None = None,
+    shrink: bool = True,
 ) -> Result:
     """Run a generation campaign and count the (distinct) valid inputs.
 
@@ -203,6 +206,11 @@ def run(
         Choices allowed per input; beyond it the input is invalid (see :class:`Overrun`).
     progress:
         Called about four times a second with the counts so far.
+    shrink:
+        Shrink each found failure before recording it: shorter, then smaller choice
+        sequences are replayed through the generator (past the end of a sequence, every
+        choice takes its first option), and one is kept when the check still raises the
+        same exception type. At most 1000 replays or 5 s per failure.
 
     Returns
     -------
@@ -303,7 +311,11 @@ def run(
                 except Invalid:
                     outcome = "invalid"
                 except Exception as exc:
-                    failures.append(_failure(ledger.cases + 1, value, g.choices, exc))
+                    found = shrunk = tuple(g.choices)
+                    simpler = _shrink(generator, check, found, exc, max_choices) if shrink else None
+                    if simpler is not None:
+                        value, exc, shrunk = simpler
+                    failures.append(_failure(ledger.cases + 1, value, shrunk, exc, found))
                     outcome = "failure"
                 else:
                     # ``None`` (an assert-style check that returned nothing) passes.
@@ -362,7 +374,13 @@ def _fall_back(
     return random_guide, Gen(random_guide, max_choices=max_choices), reason
 
 
-def _failure(trial: int, value: object, choices: list[int], exc: BaseException) -> Failure:
+def _failure(
+    trial: int,
+    value: object,
+    choices: tuple[int, ...],
+    exc: BaseException,
+    found: tuple[int, ...],
+) -> Failure:
     try:
         shown = repr(value)
     except Exception as repr_exc:  # a broken __repr__ must not hide the bug itself
@@ -370,9 +388,106 @@ def _failure(trial: int, value: object, choices: list[int], exc: BaseException) 
     return Failure(
         trial=trial,
         value_repr=shown,
-        choices=tuple(choices),
+        choices=choices,
         exception=type(exc).__name__,
         message=str(exc),
         traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        found_choices=found,
         value=value,
     )
+
+
+_SHRINK_ATTEMPTS = 1000
+_SHRINK_SECONDS = 5.0
+
+
+class _ShrinkGuide(Guide):
+    """Replays a candidate sequence, clamping indices; past its end, option 0."""
+
+    name = "shrink"
+
+    def __init__(self, choices: list[int]) -> None:
+        self._choices = choices
+        self._at = 0
+
+    def choose(self, point: Hashable, options: Any) -> int:
+        at = self._at
+        self._at = at + 1
+        return min(self._choices[at], len(options) - 1) if at < len(self._choices) else 0
+
+
+def _shrink(
+    generator: Callable[[Gen], Any],
+    check: Callable[[Any], object],
+    choices: tuple[int, ...],
+    error: Exception,
+    max_choices: int,
+) -> tuple[Any, Exception, tuple[int, ...]] | None:
+    """A simpler failing input: ``(value, exception, choices)`` (see ``run(shrink=)``),
+    or ``None`` when none was found.
+
+    Greedy passes until none helps: cut the tail, delete blocks of 8, 4, 2 and 1 choices,
+    lower a choice while deleting a later one, set each choice to 0, halve it, lower it.
+    A candidate counts when the check raises the same exception type; the choices it
+    really consumed replace the best so far when they are shorter, or as long and smaller.
+    """
+    kind = type(error)
+    best: tuple[int, ...] = choices
+    best_value: Any = None
+    best_error = error
+    attempts = 0
+    deadline = time.perf_counter() + _SHRINK_SECONDS
+    found_value = False
+
+    def attempt(candidate: list[int]) -> bool:
+        nonlocal best, best_value, best_error, attempts, found_value
+        if attempts >= _SHRINK_ATTEMPTS or time.perf_counter() > deadline:
+            return False
+        attempts += 1
+        g = Gen(_ShrinkGuide(candidate), max_choices=max_choices)
+        try:
+            value = generator(g)
+            check(value)
+        except Invalid:
+            return False
+        except Exception as exc:
+            used = tuple(g.choices)
+            if type(exc) is kind and (len(used), used) < (len(best), best):
+                best, best_value, best_error, found_value = used, value, exc, True
+                return True
+        return False
+
+    improved = True
+    while improved and attempts < _SHRINK_ATTEMPTS and time.perf_counter() <= deadline:
+        improved = False
+        n = len(best)
+        for cut in (n // 2, n - 1):  # drop the tail (later choices take option 0)
+            if 0 <= cut < len(best) and attempt(list(best[:cut])):
+                improved = True
+        for size in (8, 4, 2, 1):
+            i = 0
+            while i + size <= len(best):
+                if not attempt(list(best[:i] + best[i + size :])):
+                    i += 1
+                else:
+                    improved = True
+        # Lower one choice and delete a later one (a count and one of the elements it
+        # counts): neither helps alone.
+        i = 0
+        while i < len(best):
+            for j in range(i + 1, min(i + 9, len(best))):
+                if best[i] > 0 and attempt(
+                    [*best[:i], best[i] - 1, *best[i + 1 : j], *best[j + 1 :]]
+                ):
+                    improved = True
+                    break
+            i += 1
+        for i in range(len(best)):
+            for smaller in (0, best[i] // 2, best[i] - 1) if i < len(best) else ():
+                if i < len(best) and 0 <= smaller < best[i]:
+                    candidate = list(best)
+                    candidate[i] = smaller
+                    if attempt(candidate):
+                        improved = True
+                        break
+    return (best_value, best_error, best) if found_value else None

@@ -157,6 +157,11 @@ def run_command(
         raise click.UsageError("give a budget: --seconds N or --trials N (or both)")
     if policy is not None and guide != "rl":
         raise click.UsageError("--policy needs --guide rl (the random guide learns nothing)")
+    if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+        # Checked before the campaign, not after it has run for minutes.
+        raise click.UsageError(
+            "--plot needs matplotlib, which is not installed: pip install 'rlcheck[plot]'"
+        )
     gen_fn = _load_object(generator, "MODULE:GENERATOR")
     check_fn = _load_object(check_spec, "--check")
     key_fn = _load_object(key_spec, "--key") if key_spec else None
