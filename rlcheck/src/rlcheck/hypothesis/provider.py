@@ -533,10 +533,10 @@ class RLCheckProvider(PrimitiveProvider):
             if persistence is not None and self._visits:
                 persistence.dirty = True
                 if (
-                    # Hypothesis stops at max_examples *distinct* valid choice sequences
-                    # (the ledger's unique valid), the first (simplest) one not ours:
-                    # from our (max_examples - 1)-th on, each may be the run's last.
-                    self._ledger.unique_valid >= self._max_examples - 1
+                    # Hypothesis stops at max_examples valid cases (6.170: distinct
+                    # choice sequences, older versions: all), the first (simplest) one
+                    # not ours: from our (max_examples - 1)-th on, each may be the last.
+                    self._ledger.valid >= self._max_examples - 1
                     # A failure ends generation soon (shrinking is not ours).
                     or outcome == "failure"
                     or time.monotonic() - persistence.last_save > _SAVE_INTERVAL_S
