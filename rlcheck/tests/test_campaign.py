@@ -399,3 +399,20 @@ def test_found_failures_are_shrunk_before_they_are_reported() -> None:
     assert failure.exception == "AssertionError" and "sum 31" in failure.message
     unshrunk = rlcheck.run(trio, check, guide=RandomGuide(seed=3), trials=500, shrink=False)
     assert unshrunk.failures[0].choices == unshrunk.failures[0].found_choices
+
+
+def test_a_hanging_check_is_interrupted_by_the_check_timeout() -> None:
+    def check(p: tuple[int, int]) -> bool:
+        if p[0] == 7:
+            time.sleep(30)  # hangs
+        return True
+
+    start = time.perf_counter()
+    result = rlcheck.run(
+        pair, check, guide=RandomGuide(seed=0), trials=300, check_timeout=0.05, shrink=False
+    )
+    assert time.perf_counter() - start < 10
+    (failure,) = result.failures
+    assert failure.exception == "CheckTimeout" and failure.value[0] == 7
+    with pytest.raises(InvalidArgument, match="check_timeout"):
+        rlcheck.run(pair, check, trials=1, check_timeout=0)

@@ -32,6 +32,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import threading
 import time
 import traceback
 import warnings
@@ -40,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rlcheck.errors import Invalid, InvalidArgument, RLCheckWarning
+from rlcheck.errors import CheckTimeout, Invalid, InvalidArgument, RLCheckWarning
 from rlcheck.gen import Gen
 from rlcheck.guides.base import Guide
 from rlcheck.guides.random import RandomGuide
@@ -180,6 +182,7 @@ def run(
     max_choices: int = 10_000,
     progress: Callable[[Sample], None] | None = None,
     shrink: bool = True,
+    check_timeout: float | None = None,
 ) -> Result:
     """Run a generation campaign and count the (distinct) valid inputs.
 
@@ -206,6 +209,10 @@ def run(
         Choices allowed per input; beyond it the input is invalid (see :class:`Overrun`).
     progress:
         Called about four times a second with the counts so far.
+    check_timeout:
+        Seconds one call of the check may take; a longer one is interrupted and recorded
+        as a found bug (:class:`~rlcheck.errors.CheckTimeout`). Uses ``SIGALRM``: POSIX,
+        main thread only.
     shrink:
         Shrink each found failure before recording it: shorter, then smaller choice
         sequences are replayed through the generator (past the end of a sequence, every
@@ -237,6 +244,14 @@ def run(
         raise InvalidArgument(f"seconds={seconds!r} must be positive")
     if trials is not None and (not isinstance(trials, int) or trials < 0):
         raise InvalidArgument(f"trials={trials!r} must be a non-negative int")
+    if check_timeout is not None:
+        if not check_timeout > 0:
+            raise InvalidArgument(f"check_timeout={check_timeout!r} must be positive")
+        if not hasattr(signal, "setitimer") or (
+            threading.current_thread() is not threading.main_thread()
+        ):
+            raise InvalidArgument("check_timeout needs SIGALRM: a POSIX system and the main thread")
+        check = _timed(check, check_timeout)
     if not isinstance(max_failures, int) or max_failures < 0:
         raise InvalidArgument(f"max_failures={max_failures!r} must be a non-negative int")
     if guide is None:
@@ -491,3 +506,21 @@ def _shrink(
                         improved = True
                         break
     return (best_value, best_error, best) if found_value else None
+
+
+def _timed(check: Callable[[T], object], seconds: float) -> Callable[[T], object]:
+    """``check`` interrupted by :class:`CheckTimeout` after ``seconds`` (``SIGALRM``)."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise CheckTimeout(f"the check ran longer than check_timeout={seconds!r} s")
+
+    def timed(value: T) -> object:
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return check(value)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    return timed

@@ -118,6 +118,12 @@ def _load_object(spec: str, what: str) -> Any:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write a PNG of unique valid inputs over time (needs matplotlib).",
 )
+@click.option(
+    "--check-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds one check may take; a longer one is a found bug (CheckTimeout).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No live progress line.")
 def run_command(
     generator: str,
@@ -133,6 +139,7 @@ def run_command(
     max_failures: int,
     json_path: Path | None,
     plot_path: Path | None,
+    check_timeout: float | None,
     quiet: bool,
 ) -> None:
     """Run a campaign: generate with MODULE:GENERATOR, check, count distinct valid inputs.
@@ -196,6 +203,7 @@ def run_command(
             key=key_fn,
             max_failures=max_failures,
             progress=None if quiet else show,
+            check_timeout=check_timeout,
         )
 
     table = Table(title=f"rlcheck run {result.generator}", show_header=False)

@@ -7,6 +7,7 @@ subclasses also inherit the builtin that fits. Messages name the offending value
 from __future__ import annotations
 
 __all__ = [
+    "CheckTimeout",
     "Invalid",
     "InvalidArgument",
     "PolicyFileError",
@@ -43,6 +44,10 @@ class Invalid(RLCheckError):
     A check may equally return ``False``; raising is handy deep inside a parser or
     validator. Raised from a generator, it rejects the input early (like ``assume``).
     """
+
+
+class CheckTimeout(RLCheckError):
+    """A check ran longer than ``run(check_timeout=...)``: recorded as a found bug."""
 
 
 class ReplayError(RLCheckError, ValueError):
