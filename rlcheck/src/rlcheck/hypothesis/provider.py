@@ -371,7 +371,7 @@ class RLCheckProvider(PrimitiveProvider):
     default_share: ClassVar[float] = 0.5
     #: Invalid cases in a row the default provider may make before the learned policy
     #: gets a case: bounds the default's share of the *cases* where its valid rate is low.
-    default_patience: ClassVar[int] = 10
+    default_patience: ClassVar[int] = 30
     window: ClassVar[WindowMode] = "sequence"
 
     def __init__(
