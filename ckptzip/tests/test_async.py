@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -163,3 +164,25 @@ def test_parallel_encoding_writes_the_same_file(tmp_path: Path) -> None:
     assert one.sha256 == four.sha256 and one.bytes_in == four.bytes_in
     with pytest.raises(ckptzip.ConfigError, match="threads=0"):
         ckptzip.save(state, tmp_path / "zero.ckz", threads=0)
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread nice is Linux/BSD")
+def test_background_save_yields_the_cpu_to_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptzip import manager
+
+    seen: list[int] = []
+    real = api.encode
+
+    def encode(*args: Any, **kwargs: Any) -> Any:
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "encode", encode)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    mgr = CheckpointManager(tmp_path, config=CONFIG)
+    mgr.save(1, {"w": torch.ones(100)}, blocking=False)
+    mgr.close()
+    assert seen and seen[0] >= manager.BACKGROUND_NICE
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # training's

@@ -33,6 +33,7 @@ Guarantees (see the package README):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -522,6 +523,8 @@ class CheckpointManager:
         snap = None if blocking else copy_tree((obj, scores))
 
         def job() -> SaveReport:
+            if snap is not None:
+                _yield_to_training()  # the worker thread: the copy is taken already
             o, sc = (obj, scores) if snap is None else snap.ready()
             return self._write(step, o, self.config, sc, {"step": str(step)}, overwrite, None, None)
 
@@ -561,9 +564,10 @@ class CheckpointManager:
                 if optimizer is not None:
                     obj["optimizer"] = optimizer.state_dict()
             else:
-                m, opt, obj = snapshot.take()
+                m, opt, obj = snapshot.take()  # at full priority: the next step waits for it
                 if gate is not None:
                     gate.release()  # the copy is taken: training may step again
+                _yield_to_training()
             result = search(
                 m,
                 eval_fn=self.eval_fn,
@@ -785,6 +789,22 @@ class CheckpointManager:
     def describe(self) -> list[ChainEntry]:
         """One :class:`ChainEntry` per step (see :func:`describe_directory`)."""
         return describe_directory(self.directory)
+
+
+#: The nice value of the worker thread of an asynchronous save once its snapshot is taken
+#: (Linux: per thread, inherited by the threads it starts): the search and compression take
+#: the CPU training leaves idle.
+BACKGROUND_NICE = 10
+
+
+def _yield_to_training() -> None:
+    if not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+        return  # pragma: no cover - not Linux/BSD
+    tid = threading.get_native_id()
+    # not allowed everywhere (some containers): then it runs at normal priority
+    with contextlib.suppress(OSError):
+        nice = max(os.getpriority(os.PRIO_PROCESS, tid), BACKGROUND_NICE)
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 def _with(report: SaveReport, *, stall: float) -> SaveReport:
