@@ -35,7 +35,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +46,12 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import RESULTS, best_of, print_table, write_json
+
 import ckptzip
 from ckptzip.dcp import Reader, Writer
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _model(width: int, layers: int) -> torch.nn.Module:
@@ -87,11 +88,12 @@ def _dir_bytes(path: Path, since: set[int] | None = None) -> int:
 
 
 def _timed_save(state: dict[str, Any], writer: Any) -> float:
+    def save() -> None:
+        dcp.save(state, storage_writer=writer)
+        dist.barrier()  # the save ends when the slowest rank has written
+
     dist.barrier()
-    t0 = time.perf_counter()
-    dcp.save(state, storage_writer=writer)
-    dist.barrier()
-    return time.perf_counter() - t0
+    return best_of(save, 1)[1]
 
 
 def _weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -176,10 +178,8 @@ def main() -> None:
         "layers": args.layers,
         "width": width,
         "optimizer": "AdamW",
-        "cpu_count": os.cpu_count(),
         "load_average": os.getloadavg(),
         "ckptzip": ckptzip.__version__,
-        "torch": torch.__version__,
         "runs": [],
     }
     for world in args.worlds:
@@ -195,24 +195,21 @@ def main() -> None:
             by[name]["time_vs_dcp"] = by[name]["seconds"] / by[base]["seconds"]
         results["runs"].append({"world": world, "rows": rows})
 
-    print(f"{n_params / 1e6:.1f}M parameters + AdamW state, FSDP2 on CPU/gloo")
-    print(
-        f"{'procs':>5} {'writer':<14} {'bytes':>14} {'seconds':>8} {'ratio':>7} {'time':>7} "
-        f"{'w err':>7}"
+    rows = [{"procs": run["world"], **r} for run in results["runs"] for r in run["rows"]]
+    print_table(
+        f"{n_params / 1e6:.1f}M parameters + AdamW state, FSDP2 on CPU/gloo",
+        rows,
+        [
+            ("writer", "writer", ""),
+            ("procs", "procs", "d"),
+            ("bytes", "bytes", ",d"),
+            ("seconds", "seconds", ".2f"),
+            ("ratio_vs_dcp", "ratio", ".2f"),
+            ("time_vs_dcp", "time", ".1f"),
+            ("weights_rel_error", "w err", ".1%"),
+        ],
     )
-    for run in results["runs"]:
-        for r in run["rows"]:
-            ratio = f"{r['ratio_vs_dcp']:.2f}x" if "ratio_vs_dcp" in r else ""
-            slow = f"{r['time_vs_dcp']:.1f}x" if "time_vs_dcp" in r else ""
-            err = r.get("weights_rel_error")
-            print(
-                f"{run['world']:>5} {r['writer']:<14} {r['bytes']:>14,} {r['seconds']:>8.2f} "
-                f"{ratio:>7} {slow:>7} {'' if err is None else f'{100 * err:.1f}%':>7}"
-            )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("dcp-quick.json" if args.quick else "dcp.json")
-    out.write_text(json.dumps(results, indent=1))
-    print(f"wrote {out}")
+    write_json(RESULTS / ("dcp-quick.json" if args.quick else "dcp.json"), results)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Run ``python benchmarks/entropy_stage.py`` (~2 min on one core); writes
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _workloads
 from _measure import conditional_entropy_bits
+from _report import RESULTS, print_table, write_json
 
 from ckptzip import entropy
 from ckptzip.bindiff import cyclic_difference, rearrangement
@@ -35,7 +35,6 @@ from ckptzip.entropy import encode_symbols, order0_entropy_bits
 from ckptzip.packing import bits_for, pack_indices
 from ckptzip.quantize import quantize
 
-RESULTS = Path(__file__).resolve().parent / "results"
 PLAN = {"gru": (200, 20), "lm": (120, 20)}  # steps, checkpoint every
 CONFIGS = {"weights": QuantConfig(bins=16, prune=0.2), "first moments": QuantConfig(bins=8)}
 
@@ -99,14 +98,13 @@ def main() -> None:
     for name in PLAN:
         out[name] = measure(name)
         for stream, row in out[name].items():
-            print(f"\n{name} {stream} (KiB)")
             ref = row.get("entropy given parent bin", row["order-0 entropy"])
-            for label, size in row.items():
-                print(f"  {label:30s} {size / 1024:9.1f}  {size / ref:6.3f}x the bound")
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / "entropy_stage.json"
-    path.write_text(json.dumps({"plan": PLAN, "results": out}, indent=1))
-    print(f"\nwrote {path}")
+            print_table(
+                f"{name} {stream}",
+                [{"stage": k, "kib": v / 1024, "bound": v / ref} for k, v in row.items()],
+                [("stage", "stage", ""), ("kib", "KiB", ".1f"), ("bound", "x the bound", ".3f")],
+            )
+    write_json(RESULTS / "entropy_stage.json", {"plan": PLAN, "results": out})
 
 
 if __name__ == "__main__":
