@@ -13,12 +13,12 @@ to tune against.
 from __future__ import annotations
 
 import itertools
-import keyword
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from _inputs import bst_ok, identifier_ok, record_ok, records, tree_size, trees
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -115,50 +115,7 @@ _nested = st.recursive(
     st.integers(0, 9), lambda children: st.lists(children, max_size=3), max_leaves=12
 )
 
-# -- size: binary search trees (the RLCheck paper's case study) ---------------------------
-
-Tree = Any  # None | tuple[Tree, int, Tree]
-
-
-def _bst_ok(t: Tree, lo: int = -1, hi: int = 11) -> bool:
-    if t is None:
-        return True
-    left, v, right = t
-    return lo < v < hi and _bst_ok(left, lo, v) and _bst_ok(right, v, hi)
-
-
-def _tree_size(t: Tree) -> int:
-    return 0 if t is None else 1 + _tree_size(t[0]) + _tree_size(t[2])
-
-
-_trees = st.recursive(
-    st.none(),
-    lambda children: st.tuples(children, st.integers(0, 10), children),
-    max_leaves=20,
-)
-
-# -- required combination of keys --------------------------------------------------------
-
-_KEYS = ["id", "name", "age", "email", "tags", "admin", "score", "city"]
-_records = st.dictionaries(
-    st.sampled_from(_KEYS),
-    st.one_of(st.integers(0, 150), st.text(max_size=6), st.booleans()),
-    max_size=8,
-)
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _record_ok(d: dict[str, Any]) -> bool:
-    return (
-        _is_int(d.get("id"))
-        and isinstance(d.get("name"), str)
-        and len(d["name"]) > 0
-        and _is_int(d.get("age"))
-        and 18 <= d["age"] <= 99
-    )
+# -- required combination of keys (records from _inputs) ---------------------------------
 
 
 def _record_bug(d: dict[str, Any]) -> bool:
@@ -273,13 +230,6 @@ def _underflow_bug(t: tuple[float, float]) -> bool:
     return x * y == 0.0  # both positive, their product underflows to zero
 
 
-# -- identifiers -------------------------------------------------------------------------
-
-
-def _identifier_ok(s: str) -> bool:
-    return len(s) >= 3 and s.isascii() and s.isidentifier() and not keyword.iskeyword(s)
-
-
 # -- a stateful machine ------------------------------------------------------------------
 
 _CAPACITY = 4
@@ -353,9 +303,7 @@ SUITE: list[BugProperty] = [
         "bst_size",
         "size",
         "binary search trees over 0..10 (st.recursive); bug at >= 5 nodes",
-        _given_property(
-            _trees, lambda t: t is not None and _bst_ok(t), lambda t: _tree_size(t) >= 5
-        ),
+        _given_property(trees, lambda t: t is not None and bst_ok(t), lambda t: tree_size(t) >= 5),
     ),
     BugProperty(
         "sorted_length",
@@ -371,7 +319,7 @@ SUITE: list[BugProperty] = [
         "record_keys",
         "keys",
         "dicts needing id:int, name:nonempty str, age:18..99; bug when admin=True and email:str",
-        _given_property(_records, _record_ok, _record_bug),
+        _given_property(records, record_ok, _record_bug),
     ),
     BugProperty(
         "sql_tokens",
@@ -431,7 +379,7 @@ SUITE: list[BugProperty] = [
         "identifier",
         "characters",
         "ASCII identifiers (len >= 3, not keywords) from full-unicode text; bug on a '__' prefix",
-        _given_property(st.text(min_size=1), _identifier_ok, lambda s: s.startswith("__")),
+        _given_property(st.text(min_size=1), identifier_ok, lambda s: s.startswith("__")),
     ),
     BugProperty(
         "ring_buffer",

@@ -8,11 +8,11 @@ by their kind, so counting distinct shapes measures structural diversity.
 from __future__ import annotations
 
 import itertools
-import keyword
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from _inputs import Tree, bst_ok, identifier_ok, record_ok, records, tree_size, trees
 from hypothesis import strategies as st
 
 __all__ = ["SUITE", "SuiteTest"]
@@ -32,29 +32,10 @@ class SuiteTest:
 
 # -- binary search trees (the RLCheck paper's Python case study) ---------------------
 
-Tree = Any  # None | tuple[Tree, int, Tree]
-
-
-def _bst_ok(t: Tree, lo: int = -1, hi: int = 11) -> bool:
-    if t is None:
-        return True
-    left, v, right = t
-    return lo < v < hi and _bst_ok(left, lo, v) and _bst_ok(right, v, hi)
-
-
-def _tree_size(t: Tree) -> int:
-    return 0 if t is None else 1 + _tree_size(t[0]) + _tree_size(t[2])
-
 
 def _tree_shape(t: Tree) -> Any:
     return None if t is None else (_tree_shape(t[0]), _tree_shape(t[2]))
 
-
-_trees = st.recursive(
-    st.none(),
-    lambda children: st.tuples(children, st.integers(0, 10), children),
-    max_leaves=20,
-)
 
 # -- balanced brackets -------------------------------------------------------------------
 
@@ -76,25 +57,6 @@ def _bracket_shape(s: str) -> str:
 
 
 # -- records with required keys ----------------------------------------------------------
-
-_KEYS = ["id", "name", "age", "email", "tags", "admin", "score", "city"]
-_record = st.dictionaries(
-    st.sampled_from(_KEYS),
-    st.one_of(st.integers(0, 150), st.text(max_size=6), st.booleans()),
-    max_size=8,
-)
-
-
-def _record_ok(d: dict[str, Any]) -> bool:
-    return (
-        isinstance(d.get("id"), int)
-        and not isinstance(d.get("id"), bool)
-        and isinstance(d.get("name"), str)
-        and len(d["name"]) > 0
-        and isinstance(d.get("age"), int)
-        and not isinstance(d.get("age"), bool)
-        and 18 <= d["age"] <= 99
-    )
 
 
 def _record_shape(d: dict[str, Any]) -> Any:
@@ -153,10 +115,6 @@ def _expr_shape(s: str) -> str:
 # -- identifiers from full unicode text ---------------------------------------------------
 
 
-def _identifier_ok(s: str) -> bool:
-    return len(s) >= 3 and s.isascii() and s.isidentifier() and not keyword.iskeyword(s)
-
-
 def _char_kind(c: str) -> str:
     return "d" if c.isdigit() else "_" if c == "_" else "a"
 
@@ -181,8 +139,8 @@ def _close_pair_shape(t: tuple[int, int]) -> Any:
 SUITE: list[SuiteTest] = [
     SuiteTest(
         "bst",
-        _trees,
-        lambda t: _tree_size(t) >= 2 and _bst_ok(t),
+        trees,
+        lambda t: tree_size(t) >= 2 and bst_ok(t),
         _tree_shape,
         "assume",
         "binary search trees, keys 0..10, at least 2 nodes (st.recursive)",
@@ -205,8 +163,8 @@ SUITE: list[SuiteTest] = [
     ),
     SuiteTest(
         "record",
-        _record,
-        _record_ok,
+        records,
+        record_ok,
         _record_shape,
         "assume",
         "dicts with required keys id:int, name:nonempty str, age:int in 18..99",
@@ -222,7 +180,7 @@ SUITE: list[SuiteTest] = [
     SuiteTest(
         "identifier",
         st.text(min_size=1),
-        _identifier_ok,
+        identifier_ok,
         _identifier_shape,
         "assume",
         "ASCII identifiers of length >= 3, not keywords (full-unicode st.text())",
