@@ -44,7 +44,9 @@ Reported per method: final held-out loss (and accuracy), degradation against the
 of the same seed, overall ratio (Σ ``torch.save`` bytes / Σ bytes written) and its range over
 checkpoints, the weights' own ratio (tensor bytes / bytes written for them), mean save and
 restore time, total run time against the exact run's. Over seeds: median and range, and the
-exact run's own spread of final loss across seeds (the noise floor).
+exact run's own spread of final loss across seeds (the noise floor). For the ckptzip methods,
+where the bytes go: weights, ``exp_avg``, ``exp_avg_sq`` and other state, each split into
+exact / quantized in full / delta-coded, plus the container's manifest and framing.
 
 Run ``python benchmarks/fault_tolerant.py`` (full, 3 seeds; ~1 h on a shared 2-core machine)
 or ``--quick`` (one seed, short runs, < 3 min). Writes ``benchmarks/results/
@@ -75,9 +77,12 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _report
 import _workloads
 
 import ckptzip
+from ckptzip.api import read_manifest
+from ckptzip.plan import moment_kind
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MIN_NUMEL = 4096  # the same rule for every method: smaller float tensors stay exact
@@ -474,6 +479,40 @@ class ExCP(Method):
 
 # -- ckptzip through CheckpointManager --------------------------------------------------------
 
+KINDS = ("weights", "exp_avg", "exp_avg_sq", "other")
+CODINGS = ("exact", "full", "delta")  # stored losslessly / quantized in full / bin-index delta
+
+
+def _kind(path: str) -> str:
+    if path.startswith("model/"):
+        return "weights"
+    leaf = path.rsplit("/", 1)[-1]
+    kind = moment_kind(path)
+    if kind == "first":
+        return "exp_avg" if leaf == "exp_avg" else "other"
+    return "exp_avg_sq" if kind == "second" else "other"
+
+
+def breakdown(report: ckptzip.Report) -> dict[str, dict[str, list[int]]]:
+    """Where the bytes of one ckptzip file go: ``{kind: {coding: [bytes in memory, bytes
+    written]}}``, kinds :data:`KINDS`, codings :data:`CODINGS` (a ``"delta"`` entry the codec
+    stored in full counts as ``"full"``); ``"container"`` holds the manifest and framing."""
+    manifest = read_manifest(report.path)
+    meta = {e.path: e.meta for e in manifest.tensors}
+    out: dict[str, dict[str, list[int]]] = {}
+    for e in report.entries:
+        if e.config is None:
+            coding = "exact"
+        elif e.codec == "delta" and meta[e.path].get("mode") == "delta":
+            coding = "delta"
+        else:
+            coding = "full"
+        cell = out.setdefault(_kind(e.path), {}).setdefault(coding, [0, 0])
+        cell[0] += e.nbytes
+        cell[1] += e.bytes
+    out["container"] = {"exact": [0, report.bytes_out - sum(e.bytes for e in report.entries)]}
+    return out
+
 
 class Ckptzip(Method):
     def __init__(self, directory: Path, every: int, *, weights_only: bool) -> None:
@@ -507,6 +546,7 @@ class Ckptzip(Method):
             "trials": search.trials if search else 0,
             "delta": any(e.codec == "delta" for e in r.entries),
             "layer_configs": search.to_json()["layer_configs"] if search else None,
+            "breakdown": breakdown(r),
         }
         return SaveStat(
             step,
@@ -636,6 +676,36 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def _total_breakdown(saves: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`breakdown` summed over ``saves``: one row per (kind, coding) and per kind, with
+    its ratio (bytes in memory / bytes written) and its share of all bytes written."""
+    cells: dict[tuple[str, str], list[int]] = {}
+    for s in saves:
+        for kind, codings in s["breakdown"].items():
+            for coding, (nbytes, written) in codings.items():
+                for key in ((kind, coding), (kind, "all")):
+                    cell = cells.setdefault(key, [0, 0])
+                    cell[0] += nbytes
+                    cell[1] += written
+    total = sum(s["bytes_out"] for s in saves)
+    order = (*KINDS, "container")
+    return [
+        {
+            "kind": kind,
+            "coding": coding,
+            "nbytes": nbytes,
+            "bytes": written,
+            "ratio": nbytes / written if nbytes and written else None,
+            "share": written / total,
+        }
+        for (kind, coding), (nbytes, written) in sorted(
+            cells.items(),
+            key=lambda kv: (order.index(kv[0][0]), (*CODINGS, "all").index(kv[0][1])),
+        )
+        if kind != "container" or coding == "all"
+    ]
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per model and method: medians and ranges over seeds; the exact run's noise floor."""
     out: dict[str, Any] = {}
@@ -685,6 +755,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if method.startswith("ckptzip"):
                 row["trials"] = _spread([s["trials"] for s in saves])
                 row["search_seconds"] = statistics.mean(s["search_seconds"] for s in saves)
+                row["breakdown"] = _total_breakdown(saves)
             rows[method] = row
         out[model] = {"noise_floor": floor, "exact_losses": losses, "methods": rows}
     return out
@@ -732,6 +803,20 @@ def print_table(summary: dict[str, Any]) -> None:
                 f"{restore if restore is not None else float('nan'):>7.3f} "
                 f"{_fmt_spread(r.get('run_time_vs_exact'), '.2f'):>10}"
             )
+        for method, r in data["methods"].items():
+            if "breakdown" in r:
+                _report.print_table(
+                    f"{model} {method}: where the bytes go (all checkpoints, all seeds)",
+                    [{**b, "share": 100 * b["share"]} for b in r["breakdown"]],
+                    [
+                        ("kind", "kind", ""),
+                        ("coding", "coding", ""),
+                        ("nbytes", "in memory", ",d"),
+                        ("bytes", "written", ",d"),
+                        ("ratio", "ratio", ".1f"),
+                        ("share", "% of written", ".1f"),
+                    ],
+                )
 
 
 def plot(runs: list[dict[str, Any]], stem: Path) -> list[str]:

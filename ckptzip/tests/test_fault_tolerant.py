@@ -54,3 +54,19 @@ def test_excp_prunes_moments_where_the_residual_is_pruned(tmp_path: Path) -> Non
         if m.numel() >= ft.MIN_NUMEL:
             assert bool(((m == 0) == (v == 0)).all()) and float((m == 0).float().mean()) > 0.5
     assert torch.isfinite(fresh.model[0].weight).all()
+
+
+def test_the_breakdown_accounts_for_every_byte_written(tmp_path: Path) -> None:
+    w = _trained()
+    method = ft.make_method("ckptzip", tmp_path, every=1)
+    method.attach(w)
+    stats = [method.save(s, w) for s in (3, 4) if w.train_step(s) or True]
+    method.close()
+    for s in stats:
+        cells = [c for codings in s.extra["breakdown"].values() for c in codings.values()]
+        assert sum(written for _, written in cells) == s.bytes_out
+    kinds = stats[1].extra["breakdown"]
+    assert {"weights", "exp_avg", "exp_avg_sq", "container"} <= set(kinds)
+    assert "delta" in kinds["weights"]  # the second save is coded against the first
+    rows = ft._total_breakdown([s.to_json() for s in stats])
+    assert abs(sum(r["share"] for r in rows if r["coding"] == "all") - 1.0) < 1e-9
