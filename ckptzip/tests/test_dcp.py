@@ -47,6 +47,10 @@ def _entry(rank: int, world: int, port: int, task: str, tmp: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         {"train": _train, "save": _save, "load": _load}[task](rank, world, Path(tmp))
+        # Every rank reaches teardown before any rank leaves: gloo aborts a process
+        # ("terminate called without an active exception") whose peer closed the
+        # connection while its own group was still being torn down.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
