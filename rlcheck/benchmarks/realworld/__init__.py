@@ -75,24 +75,38 @@ class DrawGen:
     """The generation context's choice points, each answered by a Hypothesis draw.
 
     ``scope`` is accepted and ignored: Hypothesis sees the structure through its own
-    strategy spans.
+    strategy spans. One strategy is built per distinct choice point shape (options,
+    bounds) and kept in ``strategies``: building and validating a fresh ``sampled_from``
+    at every draw took about a third of a test case's time, a cost of this adapter, not
+    of Hypothesis.
     """
 
-    __slots__ = ("_draw",)
+    __slots__ = ("_draw", "_strategies")
 
-    def __init__(self, draw: Callable[[st.SearchStrategy[Any]], Any]) -> None:
+    def __init__(
+        self,
+        draw: Callable[[st.SearchStrategy[Any]], Any],
+        strategies: dict[Hashable, st.SearchStrategy[Any]] | None = None,
+    ) -> None:
         self._draw = draw
+        self._strategies = {} if strategies is None else strategies
+
+    def _drawn(self, key: Hashable, make: Callable[[], st.SearchStrategy[Any]]) -> Any:
+        strategy = self._strategies.get(key)
+        if strategy is None:
+            strategy = self._strategies[key] = make()
+        return self._draw(strategy)
 
     def choice(self, options: Sequence[T], *, label: Hashable | None = None) -> T:
-        result: T = self._draw(st.sampled_from(options))
+        result: T = self._drawn(("choice", tuple(options)), lambda: st.sampled_from(options))
         return result
 
     def integer(self, low: int, high: int, *, label: Hashable | None = None) -> int:
-        result: int = self._draw(st.integers(low, high))
+        result: int = self._drawn(("integer", low, high), lambda: st.integers(low, high))
         return result
 
     def boolean(self, *, label: Hashable | None = None) -> bool:
-        result: bool = self._draw(st.booleans())
+        result: bool = self._drawn("boolean", st.booleans)
         return result
 
     @contextlib.contextmanager
@@ -103,9 +117,11 @@ class DrawGen:
 def strategy(generator: Callable[[Any], T]) -> st.SearchStrategy[T]:
     """The generator as a Hypothesis strategy (same choices, drawn by Hypothesis)."""
 
+    strategies: dict[Hashable, st.SearchStrategy[Any]] = {}  # this strategy's own cache
+
     @st.composite
     def drawn(draw: Callable[[st.SearchStrategy[Any]], Any]) -> T:
-        return generator(DrawGen(draw))
+        return generator(DrawGen(draw, strategies))
 
     result: st.SearchStrategy[T] = drawn()
     return result

@@ -40,16 +40,20 @@ MAX_DEPTH = 3
 def _component(g: Any, tags: tuple[str, ...], depth: int) -> str:
     tag = g.choice(tags, label="tag")
     with g.scope(tag):
-        attributes = []
+        # Set as on a DOM element (the paper's generators build one): an attribute chosen
+        # twice keeps its last value. Written out as repeated text it would make the
+        # document ill-formed XML, a rejection no state that sees only the ancestors
+        # could learn to avoid.
+        attributes: dict[str, str] = {}
         for _ in range(g.integer(0, 2, label="n_attributes")):
             attribute = g.choice(ATTRIBUTES, label="attribute")
             with g.scope(attribute):
-                attributes.append(f' {attribute}="{g.choice(VALUES[attribute], label="value")}"')
+                attributes[attribute] = g.choice(VALUES[attribute], label="value")
         children = []
         if depth < MAX_DEPTH:
             for _ in range(g.integer(0, 2, label="n_children")):
                 children.append(_component(g, CHILD_TAGS, depth + 1))
-    head = f"xs:{tag}{''.join(attributes)}"
+    head = f"xs:{tag}" + "".join(f' {key}="{value}"' for key, value in attributes.items())
     if not children:
         return f"<{head}/>"
     return f"<{head}>{''.join(children)}</xs:{tag}>"
