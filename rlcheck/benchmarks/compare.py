@@ -20,13 +20,18 @@ Guides (``--guides``):
   tracing cost is inside its budget, as it would be for a real greybox fuzzer).
 * ``hypothesis``: the generator as a Hypothesis strategy on Hypothesis's own backend,
   invalid inputs rejected with ``assume``.
-* ``rl-hypothesis``: the same test on ``backend="rlcheck"``; the policy is kept in a
-  temporary example database for the whole run, so a restart after ``Unsatisfiable``
-  keeps what was learned.
-
-HypoFuzz is not a row (see the README): its documented interface is ``hypothesis fuzz``,
-which collects tests with pytest and runs them in worker processes next to a dashboard;
-driving one test under a budget from a script takes its internal per-test fuzzer class.
+* ``rl-hypothesis``: the same test on ``backend="rlcheck"`` with every case from the
+  learned policy (``RLCheckProvider.default_share`` 0, the RL method alone); the policy is
+  kept in a temporary example database for the whole run, so a restart after
+  ``Unsatisfiable`` keeps what was learned.
+* ``rl-hypothesis-shipped`` (not a default row): the backend as shipped, half of the valid
+  cases from Hypothesis's own provider (tuned for finding bugs, not for diversity).
+* ``hypofuzz``: HypoFuzz's coverage-guided fuzzer on the same test, when ``hypofuzz`` is
+  installed (``pip install "rlcheck[hypofuzz]"``; a default row only then). Its documented
+  interface is ``hypothesis fuzz`` (pytest collection, worker processes, a dashboard); a
+  budgeted run from a script drives its per-test fuzzer, ``hypofuzz.hypofuzz.FuzzTarget``
+  (``run_one()`` until the budget is spent), which is internal and may change between
+  releases. Its tracing (``sys.settrace`` before Python 3.12) is inside its budget.
 
 Usage (from the repository root)::
 
@@ -42,6 +47,7 @@ benchmark (``compare[_quick]_<benchmark>.png``: the three metrics over time).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -54,18 +60,28 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hypothesis import HealthCheck, Phase, assume, given, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 from realworld import BENCHMARKS, Benchmark, load, strategy
 
 import rlcheck
 from rlcheck.guides import GreyboxGuide, RestartingRLGuide
+from rlcheck.hypothesis.provider import RLCheckProvider
 
-GUIDES = ("random", "rl", "rl-restart", "greybox", "hypothesis", "rl-hypothesis")
+GUIDES = (
+    "random", "rl", "rl-restart", "greybox", "hypothesis", "rl-hypothesis", "hypofuzz",
+    "rl-hypothesis-shipped",
+)  # fmt: skip
+HYPOTHESIS_GUIDES = ("hypothesis", "rl-hypothesis", "rl-hypothesis-shipped")
+HAVE_HYPOFUZZ = importlib.util.find_spec("hypofuzz") is not None
+DEFAULT_GUIDES = tuple(
+    g for g in GUIDES[:-1] if g != "hypofuzz" or HAVE_HYPOFUZZ
+)  # fmt: skip
 METRICS = ("unique_valid", "diverse_valid", "branches")
 GRID = 20
 """Points of the time series (plus t = 0)."""
@@ -80,8 +96,12 @@ class Run:
     seed: int
     seconds: float
     trials: int
-    found: list[tuple[float, Any]]
+    found: Found
     note: str = ""
+
+
+Found = list[tuple[float, Any]]
+"""New valid inputs in the order found, each with its time since the run began."""
 
 
 class _TimeUp(Exception):
@@ -89,30 +109,36 @@ class _TimeUp(Exception):
 
 
 def _recorder(
-    check: Callable[[Any], bool], found: list[tuple[float, Any]]
-) -> tuple[Callable[[Any], bool], Callable[[], None], list[int]]:
-    """``check`` that also logs each new valid input with its time since ``start()``."""
-    seen: set[Hashable] = set()
+    check: Callable[[Any], bool],
+) -> tuple[Callable[[Any], bool], Callable[[], None], list[int], Callable[[], Found]]:
+    """``check`` that also logs each new valid input with its time since ``begin()``.
+
+    Returns ``(recorded, begin, calls, found)``: ``found()`` lists the new valid inputs in
+    the order found. ``recorded`` takes the same Python path for a new input as for a
+    repeat (``dict.setdefault`` keeps the first time), so a coverage-guided fuzzer that
+    traces the whole test (HypoFuzz) sees the same branches when it re-runs an input.
+    """
+    first: dict[Hashable, float] = {}
     start = [0.0]
     calls = [0]
 
     def recorded(value: Any) -> bool:
         calls[0] += 1
         ok = check(value)
-        if ok and value not in seen:
-            seen.add(value)
-            found.append((time.perf_counter() - start[0], value))
+        first.setdefault(value, time.perf_counter() - start[0]) if ok else None
         return ok
 
     def begin() -> None:
         start[0] = time.perf_counter()
 
-    return recorded, begin, calls
+    def found() -> Found:
+        return [(t, value) for value, t in first.items()]
+
+    return recorded, begin, calls, found
 
 
 def run_core(bench: Benchmark, guide_name: str, seconds: float, seed: int) -> Run:
     """A run through :func:`rlcheck.run`."""
-    found: list[tuple[float, Any]] = []
     guide: rlcheck.Guide
     check: Callable[[Any], bool] = bench.check
     if guide_name == "random":
@@ -126,19 +152,23 @@ def run_core(bench: Benchmark, guide_name: str, seconds: float, seed: int) -> Ru
         check = guide.observe(bench.measure)
     else:
         raise ValueError(guide_name)
-    recorded, begin, _ = _recorder(check, found)
+    recorded, begin, _, found = _recorder(check)
     begin()
     result = rlcheck.run(bench.generator, recorded, guide=guide, seconds=seconds, max_failures=0)
     note = f"restarts {guide.restarts}" if isinstance(guide, RestartingRLGuide) else ""
     if isinstance(guide, GreyboxGuide):
         note = f"corpus {len(guide.corpus)}"
-    return Run(guide_name, seed, result.seconds, result.trials, found, note)
+    return Run(guide_name, seed, result.seconds, result.trials, found(), note)
 
 
-def run_hypothesis(bench: Benchmark, backend: str, seconds: float, seed: int) -> Run:
-    """A run of a ``@given`` test over the benchmark's strategy on ``backend``."""
-    found: list[tuple[float, Any]] = []
-    recorded, begin, calls = _recorder(bench.check, found)
+def run_hypothesis(bench: Benchmark, guide: str, seconds: float, seed: int) -> Run:
+    """A run of a ``@given`` test over the benchmark's strategy: on Hypothesis's own
+    backend (``guide="hypothesis"``) or on ``backend="rlcheck"``, learned cases only
+    (``"rl-hypothesis"``) or with the shipped default share (``"rl-hypothesis-shipped"``).
+    """
+    backend = "hypothesis" if guide == "hypothesis" else "rlcheck"
+    share = RLCheckProvider.default_share if guide == "rl-hypothesis-shipped" else 0.0
+    recorded, begin, calls, found = _recorder(bench.check)
     deadline = 0.0
 
     def body(value: Any) -> None:
@@ -147,7 +177,12 @@ def run_hypothesis(bench: Benchmark, backend: str, seconds: float, seed: int) ->
         assume(recorded(value))
 
     runs = gave_up = 0
-    with tempfile.TemporaryDirectory() as tmp:
+    # Hypothesis builds the provider itself, without arguments: the class option is the
+    # only way in, restored when the run ends.
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mock.patch.object(RLCheckProvider, "default_share", share),
+    ):
         test = settings(
             backend=backend,
             max_examples=10**9,
@@ -175,16 +210,46 @@ def run_hypothesis(bench: Benchmark, backend: str, seconds: float, seed: int) ->
             except Flaky:  # the body depends on the clock by design
                 pass
         elapsed = min(time.perf_counter(), deadline) - start
-    name = "hypothesis" if backend == "hypothesis" else "rl-hypothesis"
     note = f"hypothesis runs {runs}, unsatisfiable {gave_up}"
-    return Run(name, seed, elapsed, calls[0], found, note)
+    return Run(guide, seed, elapsed, calls[0], found(), note)
+
+
+def run_hypofuzz(bench: Benchmark, seconds: float, seed: int) -> Run:
+    """A run of HypoFuzz's fuzzer on the ``@given`` test, ``run_one()`` until time is up."""
+    try:
+        from hypofuzz.database import HypofuzzDatabase
+        from hypofuzz.hypofuzz import FuzzTarget
+    except ImportError as exc:
+        raise SystemExit(f"the hypofuzz row needs HypoFuzz: pip install hypofuzz ({exc})") from exc
+    recorded, begin, calls, found = _recorder(bench.check)
+
+    def body(value: Any) -> None:
+        assume(recorded(value))
+
+    test = given(strategy(bench.generator))(body)
+    target = FuzzTarget.from_hypothesis_test(
+        test, database=HypofuzzDatabase(InMemoryExampleDatabase())
+    )
+    target.random.seed(seed)
+    target._enter_fixtures()  # no pytest item: builds the test's execution state only
+    begin()
+    start = time.perf_counter()
+    deadline = start + seconds
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        while time.perf_counter() < deadline:
+            target.run_one()
+    elapsed = time.perf_counter() - start
+    corpus = target.provider.corpus
+    note = f"corpus {len(corpus.corpus)}" if corpus is not None else ""
+    return Run("hypofuzz", seed, elapsed, calls[0], found(), note)
 
 
 def run_once(bench: Benchmark, guide: str, seconds: float, seed: int) -> Run:
-    if guide == "hypothesis":
-        return run_hypothesis(bench, "hypothesis", seconds, seed)
-    if guide == "rl-hypothesis":
-        return run_hypothesis(bench, "rlcheck", seconds, seed)
+    if guide == "hypofuzz":
+        return run_hypofuzz(bench, seconds, seed)
+    if guide in HYPOTHESIS_GUIDES:
+        return run_hypothesis(bench, guide, seconds, seed)
     return run_core(bench, guide, seconds, seed)
 
 
@@ -254,13 +319,14 @@ def markdown(table: dict[str, dict[str, dict[str, Any]]], command: str) -> str:
     lines = [
         f"`{command}`",
         "",
-        "| benchmark | guide | unique valid | × random | diverse valid | × random | "
-        "branches by valid | × greybox | runs with 0 valid | trials |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| benchmark | guide | unique valid | × random | × hypothesis | diverse valid | "
+        "× random | × greybox | branches by valid | × greybox | runs with 0 valid | trials |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for bench, by_guide in table.items():
         base = by_guide.get("random")
         grey = by_guide.get("greybox")
+        hyp = by_guide.get("hypothesis")  # the same engine as the Hypothesis-based rows
         for guide, row in by_guide.items():
 
             def cell(m: str, row: dict[str, Any] = row) -> str:
@@ -272,7 +338,8 @@ def markdown(table: dict[str, dict[str, dict[str, Any]]], command: str) -> str:
 
             lines.append(
                 f"| {bench} | {guide} | {cell('unique_valid')} | {vs('unique_valid', base)} | "
-                f"{cell('diverse_valid')} | {vs('diverse_valid', base)} | {cell('branches')} | "
+                f"{vs('unique_valid', hyp)} | {cell('diverse_valid')} | "
+                f"{vs('diverse_valid', base)} | {vs('diverse_valid', grey)} | {cell('branches')} | "
                 f"{vs('branches', grey)} | {row['zero_valid_runs']}/{len(row['trials'])} | "
                 f"{row['median_trials']:.0f} |"
             )
@@ -320,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=None, help="budget per run (60)")
     parser.add_argument("--reps", type=int, default=5, help="runs per guide and benchmark")
     parser.add_argument("--benchmarks", nargs="*", default=list(BENCHMARKS), choices=BENCHMARKS)
-    parser.add_argument("--guides", nargs="*", default=list(GUIDES), choices=GUIDES)
+    parser.add_argument("--guides", nargs="*", default=list(DEFAULT_GUIDES), choices=GUIDES)
     parser.add_argument("--out", type=Path, default=None, help="output prefix")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
@@ -329,10 +396,20 @@ def main(argv: list[str] | None = None) -> int:
     prefix.parent.mkdir(parents=True, exist_ok=True)
     command = "python rlcheck/benchmarks/compare.py " + " ".join(argv or sys.argv[1:])
 
+    meta = {
+        "command": command,
+        "seconds": seconds,
+        "reps": args.reps,
+        "grid": [seconds * i / GRID for i in range(GRID + 1)],
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+    }
     records: list[dict[str, Any]] = []
     for name in args.benchmarks:
         bench = load(name)
         bench.measure(bench.generator(rlcheck.Gen(rlcheck.RandomGuide(seed=0))))  # warm up
+        meta.setdefault("coverage", {})[name] = bench.coverage
         for guide in args.guides:
             for rep in range(args.reps):
                 run = run_once(bench, guide, seconds, seed=rep)
@@ -349,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
                         "series": s,
                         "note": run.note,
                         "replay_seconds": round(replay, 2),
+                        "load_average_1min": round(os.getloadavg()[0], 2),
                     }
                 )
                 print(
@@ -357,20 +435,20 @@ def main(argv: list[str] | None = None) -> int:
                     f"branches {s['branches'][-1]:>5}  {run.note} (replay {replay:.1f} s)",
                     flush=True,
                 )
-    table = summarize(records)
-    text = markdown(table, command)
+        # After each benchmark, so a long run cut short keeps what it measured.
+        text = write(prefix, meta, records, command)
     print()
     print(text)
-    meta = {
-        "command": command,
-        "seconds": seconds,
-        "reps": args.reps,
-        "grid": [seconds * i / GRID for i in range(GRID + 1)],
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "coverage": {name: load(name).coverage for name in args.benchmarks},
-    }
+    if not args.no_plot:
+        plot(records, seconds, lambda bench: Path(f"{prefix}_{bench}.png"))
+    return 0
+
+
+def write(prefix: Path, meta: dict[str, Any], records: list[dict[str, Any]], command: str) -> str:
+    """Write ``<prefix>.json`` (settings, summary, every run) and ``<prefix>.md`` (the
+    table); returns the table."""
+    table = summarize(records)
+    text = markdown(table, command)
     summary = {
         b: {
             g: {k: v for k, v in row.items() if k not in ("finals", "trials")}
@@ -378,13 +456,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         for b, t in table.items()
     }
+    meta = {**meta, "load_average_end": os.getloadavg()}
     Path(f"{prefix}.json").write_text(
         json.dumps({**meta, "summary": summary, "runs": records}, indent=1) + "\n"
     )
     Path(f"{prefix}.md").write_text(text)
-    if not args.no_plot:
-        plot(records, seconds, lambda bench: Path(f"{prefix}_{bench}.png"))
-    return 0
+    return text
 
 
 if __name__ == "__main__":
