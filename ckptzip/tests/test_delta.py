@@ -33,7 +33,7 @@ from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.entropy import SYMBOL_METHODS, order0_entropy_bits
 from ckptzip.errors import ConfigError, CorruptCheckpointError, MissingParentError
-from ckptzip.quantize import quantize
+from ckptzip.quantize import dequantize, quantize, requantize
 from ckptzip.storage import sha256_file
 from ckptzip.structure import flatten
 
@@ -471,3 +471,43 @@ def test_golden_delta_without_its_parent_is_refused(tmp_path: Path) -> None:
     shutil.copy(GOLDEN / "v1_child.ckz", tmp_path / "v1_parent.ckz")  # a file, but not that one
     with pytest.raises(MissingParentError, match="altered or replaced"):
         ckptzip.load(tmp_path / "v1_child.ckz")
+
+
+@pytest.mark.parametrize("log_domain", [False, True])
+def test_a_child_keeps_its_parents_codebook_when_that_costs_no_error(log_domain: bool) -> None:
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(20_000, generator=g)
+    x0 = base.abs() if log_domain else base
+    x1 = x0 * (1 + 0.01 * torch.randn(20_000, generator=g))  # a small step of training
+    quant = QuantConfig(bins=16, prune=0.0 if log_domain else 0.2, log_domain=log_domain)
+    parent = _Parent({"w": quantize(x0, quant)})
+    meta, child, decoded = _codec_round_trip(x1, parent, quant)
+    fresh = quantize(x1, quant)
+    _same_quantized(child, decoded)
+    assert meta["mode"] == "delta"
+    if np.array_equal(child.levels, parent.table["w"].levels):  # kept: never more error
+        assert child.rel_error <= fresh.rel_error
+        changed = float((child.indices != parent.table["w"].indices).mean())
+        assert changed < float((fresh.indices != parent.table["w"].indices).mean())
+    else:
+        _same_quantized(child, fresh)
+    recon = dequantize(child)
+    err = float((recon - x1).norm() / x1.norm())
+    assert err == pytest.approx(child.rel_error, rel=1e-5)
+
+
+def test_requantize_keeps_pruned_and_protected_entries() -> None:
+    x = torch.randn(10_000, generator=torch.Generator().manual_seed(5))
+    q = quantize(x, QuantConfig(bins=8, prune=0.3, protect=0.01))
+    other = quantize(x * 1.1, QuantConfig(bins=8, prune=0.3, protect=0.01)).levels
+    r = requantize(x, q, other)
+    assert r is not None
+    np.testing.assert_array_equal(r.levels, other)
+    np.testing.assert_array_equal(r.protected_positions, q.protected_positions)
+    was_zero = (dequantize(q) == 0).numpy()
+    assert bool((dequantize(r).numpy()[was_zero] == 0).all())
+    pos = torch.from_numpy(q.protected_positions)
+    assert torch.equal(dequantize(r)[pos], x[pos])
+    # levels that cannot hold the pruned zeros, or too many of them, are refused
+    assert requantize(x, q, np.array([-1.0, 1.0])) is None
+    assert requantize(x, q, np.linspace(-1, 1, 9)) is None

@@ -50,7 +50,7 @@ from ckptzip.config import QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedValueError
 from ckptzip.sketch import LogSketch, build_sketch, value_codes
 
-__all__ = ["SIGMA", "assign", "dequantize", "fit_levels", "quantize"]
+__all__ = ["SIGMA", "assign", "dequantize", "fit_levels", "quantize", "requantize"]
 
 SIGMA = 0.2
 """Weight of the (normalised) count against the (normalised) magnitude of a bucket in k-means."""
@@ -711,6 +711,72 @@ def _level_values(
     if log_domain:
         lv = np.where(lv == 0.0, 0.0, np.exp(lv))
     return torch.as_tensor(lv).to(dtype=dtype).to(device)
+
+
+def requantize(x: torch.Tensor, q: QuantizedTensor, levels: np.ndarray) -> QuantizedTensor | None:
+    """``x``'s quantization ``q`` with its levels replaced by ``levels`` (another codebook).
+
+    What ``q`` decided stays: the protected entries (stored exactly) and the entries it set to
+    exactly zero (pruned, or exact zeros of a log-domain tensor). Every other entry takes the
+    nearest of ``levels`` (in the log domain for a log-domain config; the zero level there
+    stands for exact zero only). ``rel_error`` is measured. A delta chain uses this to keep
+    its parent's codebook, so bin indices stay comparable from checkpoint to checkpoint.
+
+    ``None`` when ``levels`` cannot hold ``q``'s decisions: more levels than ``q.config.bins``,
+    zeros to keep but no zero level, or no level for the nonzero entries.
+
+    Examples
+    --------
+    >>> from ckptzip.config import QuantConfig
+    >>> x = torch.tensor([0.0, 0.9, 2.1, 3.0])
+    >>> q = quantize(x, QuantConfig(bins=4, protect=0.0))
+    >>> r = requantize(x, q, np.array([0.0, 1.0, 2.0, 3.0]))
+    >>> r.indices.tolist(), round(r.rel_error, 3)
+    ([0, 1, 2, 3], 0.038)
+    """
+    lv = np.asarray(levels, dtype=np.float64)
+    cfg = q.config
+    if lv.ndim != 1 or not 0 < lv.size <= min(cfg.bins, 256) or (np.diff(lv) < 0).any():
+        return None
+    flat = x.detach().reshape(-1)
+    work = flat if flat.dtype == torch.float64 else flat.to(torch.float32)
+    kept = dequantize(q).reshape(-1)
+    zero = kept == 0
+    if q.protected_positions.size:
+        zero[torch.from_numpy(q.protected_positions)] = False
+    zero_at = np.flatnonzero(lv == 0.0)
+    if bool(zero.any()) and zero_at.size == 0:
+        return None
+    if cfg.log_domain:
+        nonzero = np.flatnonzero(lv != 0.0)
+        if nonzero.size == 0:
+            return None
+        logs = torch.log(work.abs().clamp_min(torch.finfo(work.dtype).tiny))
+        idx = torch.from_numpy(nonzero).index_select(0, assign(logs, lv[nonzero]).long())
+    else:
+        idx = assign(work, lv).long()
+    if zero_at.size:
+        idx.masked_fill_(zero, int(zero_at[0]))
+    out = _level_values(lv, cfg.log_domain, work.dtype, work.device).index_select(0, idx)
+    pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions))
+    if pos.numel():
+        out.index_copy_(0, pos, q.protected_values.to(out.dtype))
+    finite = torch.isfinite(work)
+    diff, ref = out - work, work
+    if not bool(finite.all()):
+        diff, ref = diff[finite], work[finite]
+    norm = float(torch.linalg.vector_norm(ref.double()))
+    err = float(torch.linalg.vector_norm(diff.double())) / norm if norm > 0 else 0.0
+    return QuantizedTensor(
+        shape=q.shape,
+        dtype=q.dtype,
+        config=cfg,
+        levels=lv.copy(),
+        indices=idx.to(torch.uint8).cpu().numpy(),
+        protected_positions=q.protected_positions,
+        protected_values=q.protected_values,
+        rel_error=err,
+    )
 
 
 # -- validation ------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ parts (levels, protected positions and values, :class:`~ckptzip.codecs.quantized
 and, instead of its indices, a :mod:`ckptzip.bindiff` payload against the parent's indices at
 the same path. When the parent stored this path exactly or with another shape, or the delta is
 not smaller than the full encoding (the bin layout moved too much), the entry holds the
-``"quant"`` encoding unchanged, so a reader needs no parent for that tensor.
+``"quant"`` encoding unchanged, so a reader needs no parent for that tensor. A child keeps
+its parent's levels (requantized against them) when that gives no larger error than its own
+fresh levels, so indices stay comparable along the chain; the format is the same either way.
 
 Format (the ``quant`` codec's is in ``FORMAT.md``; ``parent`` is the file's top-level field)
 
@@ -37,8 +39,10 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
+from ckptzip._types import QuantizedTensor
 from ckptzip.bindiff import DELTA_METHODS, decode_delta, encode_delta
 from ckptzip.codecs.base import (
     Codec,
@@ -66,6 +70,39 @@ __all__ = ["DeltaCodec"]
 
 _FULL_CODEC = "quant"
 _SIDE_FIELDS = ("n_levels", "n_protected", "positions_stage", "values_stage")
+
+
+REUSE_SLACK = 0.0
+"""How much larger a tensor's relative error may grow to keep its parent's codebook: at most
+``(1 + REUSE_SLACK)`` times the error of its own fresh levels. None: the search judged the
+quality of the fresh levels' error (on the --quick fault-tolerant benchmark 0, 0.1 and 0.3
+gave the same ratios within run-to-run spread)."""
+
+
+def _keep_parent_levels(
+    x: torch.Tensor, q: QuantizedTensor, prev: QuantizedTensor
+) -> QuantizedTensor:
+    """``q`` requantized against the parent's levels when that costs no more error.
+
+    Fresh k-means levels move a little at every checkpoint, so an index changes whenever a
+    cut-off passes its value even though the value hardly moved; on the parent's levels only
+    the values that crossed a cut-off change index, and the delta is mostly zeros. The chain
+    keeps one codebook until the tensor's distribution has drifted so far that the parent's
+    levels cost more error than fresh ones (beyond ``REUSE_SLACK``), then starts again from
+    fresh levels.
+    """
+    if (
+        prev.config.log_domain != q.config.log_domain
+        or np.array_equal(prev.levels, q.levels)
+        or tuple(prev.shape) != tuple(q.shape)
+    ):
+        return q
+    from ckptzip.quantize import requantize  # the quantizer pulls in the sketch machinery
+
+    r = requantize(x, q, prev.levels)
+    if r is None or r.rel_error > q.rel_error * (1.0 + REUSE_SLACK):
+        return q
+    return r
 
 
 @register_codec
@@ -99,6 +136,7 @@ class DeltaCodec(Codec):
             return full(f"parent shape {list(prev.shape)}")
         if q.numel == 0:
             return full("empty tensor")
+        q = _keep_parent_levels(x, q, prev)
         bins = max(len(prev.levels), len(q.levels))
         payload = min(
             (encode_delta(prev.indices, q.indices, bins, method=m) for m in DELTA_METHODS),
