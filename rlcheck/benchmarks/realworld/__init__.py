@@ -26,9 +26,12 @@ import sys
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
+
+from rlcheck.coverage import BranchCoverage
 
 # The benchmarks directory holds bst.py, which the tree benchmark reuses.
 _BENCHMARKS = str(Path(__file__).resolve().parents[1])
@@ -56,6 +59,28 @@ class Benchmark:
     description: str
     coverage: str
     """What a branch is here (which code is traced)."""
+
+    @classmethod
+    def traced(
+        cls,
+        name: str,
+        generator: Callable[[Any], Any],
+        check: Callable[[Any], bool],
+        *,
+        include: Sequence[str | ModuleType],
+        traced: str,
+        description: str,
+    ) -> Benchmark:
+        """A benchmark whose branches are the arcs ``check`` executes in ``include``
+        (:class:`rlcheck.coverage.BranchCoverage`); ``traced`` names that code."""
+        return cls(
+            name=name,
+            generator=generator,
+            check=check,
+            measure=BranchCoverage(include).measure(check),
+            description=description,
+            coverage=f"arcs executed in {traced}",
+        )
 
 
 BENCHMARKS = ("workflow", "xsd", "sql", "pymodule", "bst")

@@ -12,7 +12,6 @@ from typing import Any
 import bst as _case_study  # benchmarks/bst.py (the package puts benchmarks/ on sys.path)
 
 from realworld import Benchmark
-from rlcheck.coverage import BranchCoverage
 
 
 def check(tree: Any) -> bool:
@@ -22,11 +21,8 @@ def check(tree: Any) -> bool:
 
 def make() -> Benchmark:
     """The benchmark."""
-    return Benchmark(
-        name="bst",
-        generator=_case_study.bst,
-        check=check,
-        measure=BranchCoverage([_case_study.__file__]).measure(check),
+    return Benchmark.traced(
+        "bst", _case_study.bst, check, include=[_case_study.__file__],
+        traced="benchmarks/bst.py (its check)",
         description="binary search trees, values 0..10, depth <= 4 (RLCheck's case study)",
-        coverage="arcs executed in benchmarks/bst.py (its check)",
-    )
+    )  # fmt: skip

@@ -17,7 +17,6 @@ import pyflakes
 from pyflakes.checker import Checker
 
 from realworld import Benchmark
-from rlcheck.coverage import BranchCoverage
 
 NAMES = ("x", "y", "f", "os", "path", "items", "undefined")
 IMPORTS = ("import os", "from os import path", "import sys", "from . import x")
@@ -87,11 +86,7 @@ def check(source: str) -> bool:
 
 def make() -> Benchmark:
     """The benchmark."""
-    return Benchmark(
-        name="pymodule",
-        generator=module,
-        check=check,
-        measure=BranchCoverage([pyflakes]).measure(check),
+    return Benchmark.traced(
+        "pymodule", module, check, include=[pyflakes], traced="pyflakes",
         description="Python modules that compile() accepts and pyflakes passes",
-        coverage="arcs executed in pyflakes",
-    )
+    )  # fmt: skip

@@ -20,7 +20,6 @@ import ruamel.yaml
 from check_jsonschema.parsers.yaml import construct_yaml_implementation
 
 from realworld import Benchmark
-from rlcheck.coverage import BranchCoverage
 
 TOP_KEYS = ("name", "on", "jobs", "env", "permissions", "trigger")
 EVENTS = ("push", "pull_request", "workflow_dispatch", "schedule", "release", "commit", "merge")
@@ -155,11 +154,8 @@ def make() -> Benchmark:
             return False
         return bool(validator.is_valid(document))
 
-    return Benchmark(
-        name="workflow",
-        generator=workflow,
-        check=check,
-        measure=BranchCoverage([jsonschema, ruamel.yaml]).measure(check),
+    return Benchmark.traced(
+        "workflow", workflow, check, include=[jsonschema, ruamel.yaml],
+        traced="jsonschema and ruamel.yaml",
         description="GitHub Actions workflow YAML valid under check-jsonschema's vendored schema",
-        coverage="arcs executed in jsonschema and ruamel.yaml",
-    )
+    )  # fmt: skip

@@ -15,7 +15,6 @@ from typing import Any
 import xmlschema
 
 from realworld import Benchmark
-from rlcheck.coverage import BranchCoverage
 
 TOP_TAGS = ("element", "complexType", "simpleType", "attribute", "group", "elem", "type")
 CHILD_TAGS = (
@@ -80,11 +79,7 @@ def check(text: str) -> bool:
 
 def make() -> Benchmark:
     """The benchmark."""
-    return Benchmark(
-        name="xsd",
-        generator=schema,
-        check=check,
-        measure=BranchCoverage([xmlschema]).measure(check),
+    return Benchmark.traced(
+        "xsd", schema, check, include=[xmlschema], traced="xmlschema",
         description="XML Schema documents xmlschema compiles",
-        coverage="arcs executed in xmlschema",
-    )
+    )  # fmt: skip
