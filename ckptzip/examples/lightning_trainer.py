@@ -1,6 +1,6 @@
 """ckptzip with PyTorch Lightning: ModelCheckpoint through CkptzipCheckpointIO, then a resume.
 
-    python ckptzip/examples/lightning_trainer.py        # pip install ckptzip[lightning]
+    python ckptzip/examples/lightning_trainer.py        # pip install ckptzip[lightning]; --quick
 
 Trains a small regressor for 3 epochs with a checkpoint each epoch, resumes from the
 epoch-2 file into a fresh module for 3 more, and rebuilds the module from ``last.ckpt``.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
+from _common import Cost, mlp, parse_args, print_cost, regression_batch, seconds
 from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 
@@ -24,16 +24,10 @@ from ckptzip.integrations.lightning import CkptzipCheckpointIO, load_from_checkp
 
 
 class Regressor(pl.LightningModule):
-    def __init__(self, hidden: int = 512, lr: float = 1e-3) -> None:
+    def __init__(self, hidden: int = 512, lr: float = 1e-3, rows: int = 2048) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(32, hidden),
-            torch.nn.GELU(),
-            torch.nn.Linear(hidden, hidden),
-            torch.nn.GELU(),
-            torch.nn.Linear(hidden, 1),
-        )
+        self.net = mlp(32, hidden)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -45,30 +39,24 @@ class Regressor(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
 
     def train_dataloader(self) -> Any:
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(2048, 32, generator=g)
-        y = torch.sin(x[:, :8].sum(1, keepdim=True))
-        data = torch.utils.data.TensorDataset(x, y)
+        data = torch.utils.data.TensorDataset(*regression_batch(self.hparams.rows, 32, seed=0))
         return torch.utils.data.DataLoader(data, batch_size=64, num_workers=0)
 
 
 class Compared(CkptzipCheckpointIO):
     """CkptzipCheckpointIO that also times Lightning's own writer on the same checkpoint."""
 
-    costs: ClassVar[list[tuple[int, int, float, float]]] = []  # all saves of the script
+    costs: ClassVar[list[Cost]] = []  # all saves of the script
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None
     ) -> None:
-        t0 = time.perf_counter()
-        TorchCheckpointIO().save_checkpoint(checkpoint, f"{path}.torch")
-        t_torch = time.perf_counter() - t0
+        t_torch = seconds(lambda: TorchCheckpointIO().save_checkpoint(checkpoint, f"{path}.torch"))
         super().save_checkpoint(checkpoint, path)
         report = self.last_report
         assert report is not None
-        self.costs.append(
-            (os.path.getsize(f"{path}.torch"), report.bytes_out, report.seconds, t_torch)
-        )
+        size = os.path.getsize(f"{path}.torch")
+        self.costs.append(Cost(size, report.bytes_out, t_torch, report.seconds))
         os.unlink(f"{path}.torch")
 
 
@@ -84,24 +72,19 @@ def trainer(root: str, epochs: int) -> pl.Trainer:
     )
 
 
-with tempfile.TemporaryDirectory() as root:
-    pl.seed_everything(0)
-    trainer(root, 3).fit(Regressor())
-    first = sorted(n for n in os.listdir(root) if n.startswith("epoch=1"))[0]
-    pl.seed_everything(1)
-    t = trainer(root, 6)
-    t.fit(Regressor(), ckpt_path=os.path.join(root, first))  # a fresh module resumes
-    print(
-        f"resumed from {first}: epoch {t.current_epoch}, "
-        f"loss {float(t.callback_metrics['loss']):.4f}"
-    )
-    model = load_from_checkpoint(Regressor, os.path.join(root, "last.ckpt"))
-    print(f"load_from_checkpoint: hparams {dict(model.hparams)}")
-
-costs = Compared.costs
-raw, out = sum(c[0] for c in costs), sum(c[1] for c in costs)
-print(
-    f"cost: {len(costs)} checkpoints, TorchCheckpointIO {raw:,} B, ckptzip {out:,} B "
-    f"({raw / out:.1f}x smaller); save {sum(c[2] for c in costs) / len(costs) * 1000:.0f} ms "
-    f"vs {sum(c[3] for c in costs) / len(costs) * 1000:.0f} ms (per checkpoint)"
-)
+if __name__ == "__main__":
+    rows = 512 if parse_args(__doc__).quick else 2048
+    with tempfile.TemporaryDirectory() as root:
+        pl.seed_everything(0)
+        trainer(root, 3).fit(Regressor(rows=rows))
+        first = sorted(n for n in os.listdir(root) if n.startswith("epoch=1"))[0]
+        pl.seed_everything(1)
+        t = trainer(root, 6)
+        t.fit(Regressor(rows=rows), ckpt_path=os.path.join(root, first))  # a fresh module resumes
+        print(
+            f"resumed from {first}: epoch {t.current_epoch}, "
+            f"loss {float(t.callback_metrics['loss']):.4f}"
+        )
+        model = load_from_checkpoint(Regressor, os.path.join(root, "last.ckpt"))
+        print(f"load_from_checkpoint: hparams {dict(model.hparams)}")
+    print_cost(Compared.costs, "TorchCheckpointIO")
