@@ -21,6 +21,7 @@ from rlcheck import (
     RLCheckWarning,
     RLGuide,
     SequenceState,
+    learner,
 )
 from rlcheck.learner import Policy, QTable, reward_for
 from rlcheck.state import TOKEN_TYPES
@@ -190,6 +191,61 @@ def test_fast_path_chooses_and_learns_exactly_like_the_plain_rule(state: str, k:
     assert fast_inputs == plain_inputs
     assert len(set(map(str, fast_inputs))) > 300  # the runs explored, not one input repeated
     assert fast.policy.to_dict() == plain.policy.to_dict()
+
+
+class _Forgetful:
+    """Start every ``every``-th episode from an empty policy (as RestartingRLGuide does)."""
+
+    every = 700
+    episodes = 0
+
+    def start_episode(self) -> None:
+        self.episodes += 1
+        if self.episodes % self.every == 0:
+            self.policy.load_dict(Policy().to_dict())  # type: ignore[attr-defined]
+        super().start_episode()  # type: ignore[misc]
+
+
+class _ForgetfulRL(_Forgetful, RLGuide):
+    pass
+
+
+class _ForgetfulPlain(_Forgetful, PlainRLGuide):
+    pass
+
+
+@pytest.mark.parametrize("state", ["ancestor", "labelled"])
+def test_fast_path_follows_reloads_and_its_own_memory_bound(
+    state: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver memoises rows in its interned states: a load_dict (a restart) detaches
+    # them, and past _MAX_NODES states it starts over; neither may change a choice.
+    monkeypatch.setattr(learner, "_MAX_NODES", 50)
+    fast_inputs: list[Any] = []
+    plain_inputs: list[Any] = []
+    fast, plain = _ForgetfulRL(state, k=4, seed=3), _ForgetfulPlain(state, 4, seed=3)
+    rlcheck.run(expression, lambda v: fast_inputs.append(v) or True, guide=fast, trials=2000)
+    rlcheck.run(expression, lambda v: plain_inputs.append(v) or True, guide=plain, trials=2000)
+    assert fast_inputs == plain_inputs
+    assert fast.policy.to_dict() == plain.policy.to_dict()
+
+
+def test_fast_path_uses_the_tables_row_after_an_eviction() -> None:
+    # A table of 3 states over 5 windows: rows are evicted all the time, and the row each
+    # choice reads and credits must be the table's (a memoised evicted row is dropped).
+    policy = Policy(seed=0, max_states=3)
+    window = rlcheck.make_state("sequence", k=1)
+    visits: list[Any] = []
+    driver = policy.window_driver(visits, window)
+    for _ in range(300):
+        driver.reset()
+        visits.clear()
+        for _ in range(4):
+            state = window.state
+            driver.choose("p", range(5))
+            assert policy.table("p")._rows[state] is visits[-1][0]
+        policy.learn_rows(visits, 20.0)
+    assert len(policy.table("p")) == 3
 
 
 def reference_best(row: list[float], n: int, rng: random.Random) -> int:

@@ -154,7 +154,7 @@ def test_cached_greedy_action_is_what_a_scan_finds(
     # values are the plain rule's.
     fast, plain = Policy(epsilon=epsilon, seed=seed), Policy(epsilon=epsilon, seed=seed)
     visits: list[Visit] = []
-    choose = fast.window_chooser(visits, _OneState(k=1))
+    choose = fast.window_driver(visits, _OneState(k=1)).choose
     for n, reward in steps:
         action = choose("p", range(n))
         assert action == plain.choose("p", (), n)
@@ -200,9 +200,9 @@ def test_exploration_follows_the_prior() -> None:
     assert 0.85 < picks.count(0) / 2000 < 0.95
 
 
-def test_window_chooser_records_tokens_and_indices() -> None:
+def test_window_driver_records_tokens_and_indices() -> None:
     window = SequenceState(k=3)
-    choose = Policy(seed=0).window_chooser([], window)
+    choose = Policy(seed=0).window_driver([], window).choose
     marker = object()
     choose("one", ("only",))
     choose("objects", (marker, marker))  # not a token type: the index stands in

@@ -76,7 +76,7 @@ class Gen:
     (True, 1)
     """
 
-    __slots__ = ("_choose", "_guide_error", "choices", "guide", "max_choices")
+    __slots__ = ("_choose", "_enter", "_exit", "_guide_error", "choices", "guide", "max_choices")
 
     def __init__(self, guide: Guide, *, max_choices: int = 10_000) -> None:
         if not isinstance(guide, Guide):
@@ -90,6 +90,7 @@ class Gen:
         self.max_choices = max_choices
         self.choices: list[int] = []
         self._choose = guide.chooser()
+        self._enter, self._exit = guide.scope_hooks()
         # The guide method that raised here and its exception: the campaign tells a broken
         # guide from a broken generator by it (the exception itself passes through as is).
         self._guide_error: tuple[str, Exception] | None = None
@@ -222,16 +223,15 @@ class Gen:
 
 
 class _Scope:
-    __slots__ = ("_gen", "_guide", "_label")
+    __slots__ = ("_gen", "_label")
 
     def __init__(self, gen: Gen, label: Hashable) -> None:
         self._gen = gen
-        self._guide = gen.guide
         self._label = label
 
     def __enter__(self) -> None:
         try:
-            self._guide.enter_scope(self._label)
+            self._gen._enter(self._label)
         except Exception as exc:
             self._gen._guide_error = ("enter_scope", exc)
             raise
@@ -243,7 +243,7 @@ class _Scope:
         tb: TracebackType | None,
     ) -> None:
         try:
-            self._guide.exit_scope()
+            self._gen._exit()
         except Exception as error:
             self._gen._guide_error = ("exit_scope", error)
             raise

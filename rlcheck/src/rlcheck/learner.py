@@ -23,7 +23,7 @@ inserted state is evicted (its knowledge is the least likely to matter to the cu
 policy, which keeps moving towards inputs it has not made yet).
 
 Speed: the generator guide calls the rule once per choice point, so its hot path is a
-fused closure (:meth:`Policy.window_chooser`) over rows that cache their greedy action (see
+fused closure (:meth:`Policy.window_driver`) over rows that cache their greedy action (see
 :class:`QTable`); :meth:`Policy.choose` and :meth:`Policy.learn` are the plain reference,
 and the tests check that both paths make the same choices from the same seed.
 """
@@ -36,10 +36,10 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlcheck.errors import InvalidArgument, PolicyFileError
-from rlcheck.state import TOKEN_TYPES, StateAbstraction
+from rlcheck.state import TOKEN_TYPES, AncestorState, LabelledAncestorState, StateAbstraction
 
 __all__ = [
     "REWARD_DUPLICATE",
@@ -48,6 +48,7 @@ __all__ = [
     "Policy",
     "QTable",
     "Visit",
+    "WindowDriver",
     "reward_for",
 ]
 
@@ -88,10 +89,16 @@ def reward_for(*, valid: bool, new: bool) -> float:
 # reads its current Q. Only when the greedy action's Q falls to the bound (or n differs)
 # is the row scanned again. (A plain cached argmax does not pay: the greedy action is
 # the one credited most, and its value usually falls; the bound rarely forces a rescan.)
+#
+# A row dropped from its table (evicted, its table dropped, or replaced by a load) is
+# marked *detached*: ``row[_N_CACHED] = _DETACHED``, a value no n matches. A chooser that
+# memoises rows (``Policy.window_driver``) checks for it before it uses a row it did not
+# just look up.
 _N_CACHED = 0
 _BEST = 1
 _BOUND = 2
 _HEAD = 3
+_DETACHED = -1
 _Row = list[Any]  # floats, but for the two int slots _N_CACHED and _BEST
 
 Visit = tuple[_Row, int]
@@ -109,6 +116,22 @@ def _greedy(row: _Row, n_actions: int, rng: random.Random) -> int:
 
     Actions past the row's end are unvisited and count as Q = 0.
     """
+    if n_actions == 2:
+        # Two thirds of a typical generator's choices are yes/no: compared directly, with
+        # the draws and the cache of the general case below.
+        q0 = row[_HEAD]
+        q1 = row[_HEAD + 2] if len(row) > _HEAD + 2 else 0.0
+        if q0 == q1:
+            row[_N_CACHED] = 0
+            return int(rng.random() * 2)
+        if q0 > q1:
+            row[_N_CACHED], row[_BEST], row[_BOUND] = 2, _HEAD, q1
+            return 0
+        if len(row) > _HEAD + 2:
+            row[_N_CACHED], row[_BEST], row[_BOUND] = 2, _HEAD + 2, q0
+        else:
+            row[_N_CACHED] = 0
+        return 1
     # Built-ins (slice, max, index, count) rather than a Python loop.
     qs = row[_HEAD : _HEAD + 2 * n_actions : 2]
     known = len(qs)
@@ -133,6 +156,12 @@ def _greedy(row: _Row, n_actions: int, rng: random.Random) -> int:
     return action
 
 
+def _detach(rows: Iterable[_Row]) -> None:
+    """Mark rows dropped from their table (see ``_DETACHED``)."""
+    for row in rows:
+        row[_N_CACHED] = _DETACHED
+
+
 def _slot(row: _Row, action: int) -> int:
     """Where ``action``'s Q sits in ``row``, growing the row to hold it."""
     at = _HEAD + 2 * action
@@ -145,14 +174,16 @@ def _credit_all(visits: Iterable[Visit], ret: float) -> None:
     """The update rule, for each visit ``(row, _slot(row, action))``: Q <- Q + (G - Q) / N,
     with N counting the visits of that state-action pair (every-visit Monte Carlo, no
     discount); keeps the row's greedy cache valid (see ``_HEAD``)."""
+    # Literal offsets (_BEST = 1, _BOUND = 2): this loop runs once per choice made.
     for row, at in visits:
-        n = row[at + 1] + 1.0
-        row[at + 1] = n
+        count = at + 1
+        n = row[count] + 1.0
+        row[count] = n
         q = row[at]
         q += (ret - q) / n
         row[at] = q
-        if q > row[_BOUND] and at != row[_BEST]:
-            row[_BOUND] = q
+        if q > row[2] and at != row[1]:
+            row[2] = q
 
 
 def _sample(random_: Callable[[], float], n: int, cumulative: Sequence[float] | None) -> int:
@@ -186,6 +217,48 @@ def _follow_prior(row: _Row, n: int, cumulative: Sequence[float] | None) -> bool
     size = len(row)
     # Each of the two actions is untried (past the row's end, or never credited) or < 0.
     return all(at + 1 >= size or not row[at + 1] or row[at] < 0 for at in (_HEAD, _HEAD + 2))
+
+
+_MAX_NODES = 1 << 15
+"""Most window states a driver interns before it starts over (bounds its memory: a few
+hundred bytes each)."""
+
+
+class _Node:
+    """A window state interned by :meth:`Policy.window_driver`: its key, its row at each
+    point (memoised; detached rows are looked up again) and the state each token leads
+    to."""
+
+    __slots__ = ("key", "rows", "succ")
+
+    def __init__(self, key: tuple[Hashable, ...]) -> None:
+        self.key = key
+        self.rows: dict[Hashable, _Row] = {}
+        self.succ: dict[Hashable, _Node] = {}
+
+
+def _forget(nodes: dict[Hashable, _Node]) -> None:
+    """Empty a chooser's interned states, cutting their links so none outlives it."""
+    for node in nodes.values():
+        node.rows.clear()
+        node.succ.clear()
+    nodes.clear()
+
+
+class WindowDriver(NamedTuple):
+    """A window and a policy's choices, driven together (:meth:`Policy.window_driver`).
+
+    Call order per episode, as :class:`rlcheck.state.StateAbstraction`'s: ``reset()``;
+    then ``choose(point, options)`` at each choice point (the chosen index), ``push(label)``
+    when a scope opens and ``pop()`` when it closes (balanced); then
+    :meth:`Policy.learn_rows` over the visits recorded. Use these rather than the
+    window's own methods while driving it.
+    """
+
+    choose: Callable[[Hashable, Sequence[Any]], int]
+    push: Callable[[Hashable], None]
+    pop: Callable[[], None]
+    reset: Callable[[], None]
 
 
 class QTable:
@@ -246,8 +319,10 @@ class QTable:
         rows = self._rows
         if state not in rows:
             if len(rows) >= self.max_states:
-                del rows[self._order.popleft()]
+                _detach((rows.pop(self._order.popleft()),))
             self._order.append(state)
+        else:
+            _detach((rows[state],))
         rows[state] = row
 
     def items(self) -> Iterator[tuple[Hashable, list[float]]]:
@@ -296,7 +371,7 @@ class Policy:
         self.max_states = max_states
         self.max_tables = max_tables
         self._rng = random.Random(seed)
-        # Changed in place only (see load_dict): window_chooser's closures hold it, and the
+        # Changed in place only (see load_dict): the drivers' closures hold it, and the
         # random stream, and read epsilon once (hence both are read-only).
         self._tables: dict[Hashable, QTable] = {}
 
@@ -315,7 +390,7 @@ class Policy:
         t = self._tables.get(point)
         if t is None:
             if len(self._tables) >= self.max_tables:
-                del self._tables[next(iter(self._tables))]
+                _detach(self._tables.pop(next(iter(self._tables)))._rows.values())
             t = self._tables[point] = QTable(max_states=self.max_states)
         return t
 
@@ -367,64 +442,94 @@ class Policy:
 
     # -- fused fast path (same rule): one call per choice point -----------------------
 
-    def window_chooser(
-        self, visits: list[Visit], window: StateAbstraction
-    ) -> Callable[[Hashable, Sequence[Any]], int]:
-        """A fast ``choose(point, options) -> index`` for a generator's choice points.
+    def window_driver(self, visits: list[Visit], window: StateAbstraction) -> WindowDriver:
+        """The generator guide's hot path: ``choose``, and the window's ``push``, ``pop``
+        and ``reset`` that keep up with it (see :class:`WindowDriver`).
 
-        Each call reads the state from ``window.state``, makes the choice :meth:`choose`
-        would make there (same rule, same random stream), appends the visit to ``visits``
-        for :meth:`learn_rows` (it holds the state's row itself, so crediting needs no
-        second lookup) and records the chosen option in ``window``. A single option is
-        answered without a visit, as there is nothing to learn. The one difference from
-        :meth:`choose` + :meth:`learn`: an unseen state gets its (empty) row when chosen
-        rather than when credited.
+        ``choose(point, options)`` reads the state of ``window``, makes the
+        choice :meth:`choose` would make there (same rule, same random stream), appends
+        the visit to ``visits`` for :meth:`learn_rows` (it holds the state's row itself,
+        so crediting needs no second lookup) and records the chosen option in
+        ``window``. A single option is answered without a visit, as there is nothing to
+        learn. The one difference from :meth:`choose` + :meth:`learn`: an unseen state
+        gets its (empty) row when chosen rather than when credited.
 
-        This is the generator guide's hot path, run once per choice point, so it is one
-        closure with everything bound to locals.
+        Speed: this runs once per choice point, so it is closures with everything bound
+        to locals. The driver interns the window's states as nodes that remember their
+        row at each point and, for the built-in abstractions (:mod:`rlcheck.state`), the
+        state each token or scope label leads to, so a choice or a scope builds no tuple
+        and hashes none (``window.state`` is kept up to date all the same). So the
+        window must be moved through the driver only; a window of another class is
+        moved by its own methods and looked up by its ``state`` at each choice.
 
         Examples
         --------
-        >>> from rlcheck.state import SequenceState
-        >>> p, visits, window = Policy(seed=0), [], SequenceState(k=2)
-        >>> choose = p.window_chooser(visits, window)
-        >>> a = choose("coin", ("heads", "tails"))
-        >>> window.state == (("heads", "tails")[a],)
+        >>> from rlcheck.state import LabelledAncestorState
+        >>> p, visits, window = Policy(seed=0), [], LabelledAncestorState(k=3)
+        >>> driver = p.window_driver(visits, window)
+        >>> driver.reset(); a = driver.choose("value", range(3)); driver.push("LEFT")
+        >>> window.state == (a, "LEFT")
         True
-        >>> p.learn_rows(visits, 20.0)
-        >>> p.table("coin").value((), a)
-        (20.0, 1)
+        >>> driver.pop(); window.state == (a,)
+        True
         """
-        tables = self._tables
-        table = self.table
-        rng = self._rng
-        random_ = rng.random
-        epsilon = self._epsilon
-        append = visits.append
+        rng, random_, epsilon, append, row_of = self._hot_path(visits)
         tokens = TOKEN_TYPES
-        # The window's own ``record`` unless it is the base class's, which is inlined.
-        record = None if type(window).record is StateAbstraction.record else window.record
+        kind = type(window)
+        # The built-in window moves (see rlcheck.state), memoised; anything else is the
+        # window's own method.
+        own_record = kind.record is StateAbstraction.record
+        labels = kind.push is LabelledAncestorState.push
+        saves = (
+            own_record
+            and kind.pop is AncestorState.pop
+            and (labels or kind.push is AncestorState.push)
+        )
+        still = kind.push is StateAbstraction.push and kind.pop is StateAbstraction.pop
         keep = window._keep
+        nodes: dict[Hashable, _Node] = {}
+        # Memoised rows are the tables' own, but a node costs memory too: no more nodes
+        # than a table may hold states.
+        max_nodes = min(_MAX_NODES, self.max_states)
+        stack: list[_Node] = []
+
+        def node_of(state: tuple[Hashable, ...]) -> _Node:
+            node = nodes.get(state)
+            if node is None:
+                if len(nodes) >= max_nodes:
+                    _forget(nodes)
+                node = nodes[state] = _Node(state)
+            return node
+
+        def row_at(node: _Node, point: Hashable) -> _Row:
+            row = node.rows[point] = row_of(point, node.key)
+            return row
+
+        def successor(node: _Node, token: Hashable) -> _Node:
+            nxt = node.succ[token] = node_of(node.key[keep] + (token,))
+            return nxt
+
+        current = node_of(window.state)
 
         def choose(point: Hashable, options: Sequence[Any]) -> int:
+            nonlocal current
             n = len(options)
-            state = window.state
+            node = current if own_record else node_of(window.state)
             if n > 1:
-                t = tables.get(point)
-                if t is None:
-                    t = table(point)
-                row = t._rows.get(state)
+                row = node.rows.get(point)
                 if row is None:
-                    row = t.row(state)
+                    row = row_at(node, point)
                 # The random draws come in the plain rule's order: ε first, then uniform
                 # or tie-breaking; a cache hit draws nothing, like a scan finding a
                 # unique maximum. Row offsets are literals here (_N_CACHED = 0, _BEST = 1,
-                # _BOUND = 2, _HEAD = 3): about 1 % of a BST trial's instructions.
+                # _BOUND = 2, _HEAD = 3).
                 explore = random_() < epsilon
                 if not explore and row[0] == n and row[row[1]] > row[2]:
                     at = row[1]
                     index = (at - 3) >> 1
                 else:
+                    if row[0] == -1:  # _DETACHED: dropped from its table since memoised
+                        row = row_at(node, point)
                     index = int(random_() * n) if explore or len(row) == 3 else _greedy(row, n, rng)
                     at = 3 + 2 * index
                     if len(row) <= at:  # _slot, inline
@@ -433,13 +538,47 @@ class Policy:
             else:
                 index = 0
             token = options[index]
-            if record is None:  # StateAbstraction.record, inline
-                window.state = state[keep] + (token if token.__class__ in tokens else index,)
+            if token.__class__ not in tokens:
+                token = index
+            if own_record:
+                nxt = node.succ.get(token)
+                if nxt is None:
+                    nxt = successor(node, token)
+                current = nxt
+                window.state = nxt.key
             else:
-                record(token if token.__class__ in tokens else index)
+                window.record(token)
             return index
 
-        return choose
+        def push(label: Hashable) -> None:
+            nonlocal current
+            if not saves:
+                if not still:
+                    window.push(label)
+                return
+            node = current
+            stack.append(node)
+            if labels:
+                nxt = node.succ.get(label)
+                current = successor(node, label) if nxt is None else nxt
+                window.state = current.key
+
+        def pop() -> None:
+            nonlocal current
+            if not saves:
+                if not still:
+                    window.pop()
+                return
+            current = stack.pop()
+            window.state = current.key
+
+        def reset() -> None:
+            nonlocal current
+            window.reset()
+            stack.clear()
+            current = node_of(window.state)
+
+        return WindowDriver(choose, push, pop, reset)
 
     def prior_chooser(
         self, visits: list[Visit], window: StateAbstraction
@@ -462,20 +601,13 @@ class Policy:
         >>> window.state == ((), (a,))
         True
         """
-        tables = self._tables
-        table = self.table
-        rng = self._rng
-        random_ = rng.random
-        epsilon = self._epsilon
-        append = visits.append
+        rng, random_, epsilon, append, row_of = self._hot_path(visits)
         record = window.record
 
         def choose(point: Hashable, n: int, cumulative: Sequence[float] | None) -> int:
             if n > 1:
-                state = window.state
-                t = tables.get(point) or table(point)
-                row = t._rows.get(state) or t.row(state)
-                # Literal row offsets as in window_chooser (_HEAD = 3).
+                row = row_of(point, window.state)
+                # Literal row offsets as in window_driver (_HEAD = 3).
                 if (
                     random_() < epsilon
                     or len(row) == 3
@@ -496,6 +628,30 @@ class Policy:
             return index
 
         return choose
+
+    def _hot_path(
+        self, visits: list[Visit]
+    ) -> tuple[
+        random.Random,
+        Callable[[], float],
+        float,
+        Callable[[Visit], None],
+        Callable[[Hashable, Hashable], _Row],
+    ]:
+        """What the fast choosers bind to locals: the random stream and its ``random``,
+        ε, ``visits.append`` and a row lookup ``row_of(point, state)`` (the row, inserted
+        empty when new)."""
+        tables = self._tables
+        table = self.table
+
+        def row_of(point: Hashable, state: Hashable) -> _Row:
+            t = tables.get(point)
+            if t is None:
+                t = table(point)
+            row = t._rows.get(state)
+            return t.row(state) if row is None else row
+
+        return self._rng, self._rng.random, self._epsilon, visits.append, row_of
 
     def choose_allowed(
         self,
@@ -561,7 +717,7 @@ class Policy:
         return action
 
     def learn_rows(self, visits: Iterable[Visit], reward: float) -> None:
-        """Credit ``reward`` to every visit recorded by :meth:`window_chooser` or
+        """Credit ``reward`` to every visit recorded by :meth:`window_driver` or
         :meth:`choose_row`."""
         _credit_all(visits, reward)
 
@@ -614,7 +770,10 @@ class Policy:
                 tables[_decode(point_enc)] = table
         except (KeyError, TypeError, ValueError) as exc:
             raise PolicyFileError(f"malformed policy snapshot: {exc}") from exc
-        # In place: a chooser made before the load keeps seeing the policy's tables.
+        # In place: a chooser made before the load keeps seeing the policy's tables (and
+        # drops the rows it memoised from the old ones: they are detached).
+        for old in self._tables.values():
+            _detach(old._rows.values())
         self._tables.clear()
         self._tables.update(tables)
 

@@ -36,9 +36,10 @@ class Guide:
     few lines. Guides are seeded and deterministic: the same seed, generator and check
     give the same inputs.
 
-    :class:`~rlcheck.Gen` calls the function returned by :meth:`chooser` (once per
-    context) instead of :meth:`choose` itself, so a guide may hand out a faster
-    equivalent of its ``choose``.
+    :class:`~rlcheck.Gen` calls the functions returned by :meth:`chooser` and
+    :meth:`scope_hooks` (fetched once per context) instead of :meth:`choose`,
+    :meth:`enter_scope` and :meth:`exit_scope` themselves, so a guide may hand out
+    faster equivalents.
     """
 
     name: ClassVar[str] = "guide"
@@ -62,6 +63,20 @@ class Guide:
         True
         """
         return self.choose
+
+    def scope_hooks(self) -> tuple[Callable[[Hashable], None], Callable[[], None]]:
+        """The functions the generation context calls when a scope opens and closes:
+        :meth:`enter_scope` and :meth:`exit_scope` unless the guide overrides this with
+        equivalents that are faster to call (as :meth:`chooser`).
+
+        Examples
+        --------
+        >>> from rlcheck.guides import RandomGuide
+        >>> guide = RandomGuide(seed=0)
+        >>> guide.scope_hooks() == (guide.enter_scope, guide.exit_scope)
+        True
+        """
+        return self.enter_scope, self.exit_scope
 
     def start_campaign(self, name: str) -> None:
         """A campaign on the generator called ``name`` begins."""

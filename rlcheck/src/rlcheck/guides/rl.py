@@ -90,10 +90,11 @@ class RLGuide(Guide):
         self._seed = seed
         self._generator_name = ""
         self._foreign = False  # the policy file holds another generator's policy
-        # One list for the guide's life, cleared in place: the fused chooser (the hot path,
-        # see Policy.window_chooser) holds it.
+        # One list for the guide's life, cleared in place: the driver (the hot path, see
+        # Policy.window_driver) holds it.
         self._visits: list[Visit] = []
-        self._choose = self._policy.window_chooser(self._visits, self._abstraction)
+        self._driver = self._policy.window_driver(self._visits, self._abstraction)
+        self._choose = self._driver.choose
 
     @property
     def abstraction(self) -> StateAbstraction:
@@ -110,6 +111,17 @@ class RLGuide(Guide):
     def choose(self, point: Hashable, options: Sequence[Any]) -> int:
         return self._choose(point, options)
 
+    def scope_hooks(self) -> tuple[Callable[[Hashable], None], Callable[[], None]]:
+        # The driver's own functions unless the methods are replaced (by a subclass or on
+        # the instance).
+        enter: Callable[[Hashable], None] = self.enter_scope
+        exit_: Callable[[], None] = self.exit_scope
+        if getattr(enter, "__func__", None) is RLGuide.enter_scope:
+            enter = self._driver.push
+        if getattr(exit_, "__func__", None) is RLGuide.exit_scope:
+            exit_ = self._driver.pop
+        return enter, exit_
+
     def start_campaign(self, name: str) -> None:
         self._generator_name = name
         self._foreign = False
@@ -117,14 +129,14 @@ class RLGuide(Guide):
             self.load(self.policy_file)
 
     def start_episode(self) -> None:
-        self._abstraction.reset()
+        self._driver.reset()
         self._visits.clear()
 
     def enter_scope(self, label: Hashable) -> None:
-        self._abstraction.push(label)
+        self._driver.push(label)
 
     def exit_scope(self) -> None:
-        self._abstraction.pop()
+        self._driver.pop()
 
     def end_episode(self, *, valid: bool, new: bool) -> None:
         self._policy.learn_rows(self._visits, reward_for(valid=valid, new=new))
