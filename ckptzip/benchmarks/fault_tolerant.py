@@ -21,7 +21,10 @@ comparison points, not library features):
 * ``zipnn``: ``torch.save`` bytes through ZipNN (byte grouping + Huffman/zstd). Both lossless
   methods restore the identical state, so they share the exact run's trajectory; each of their
   checkpoints is decompressed and compared with the original bytes, and a method whose round
-  trip fails is reported as such, with no quality figures;
+  trip fails is reported as such, with no quality figures. ZipNN is first probed on float32
+  bytes in a child process: where it does not give them back (0.5.4 on this project's
+  machine returns other exponent bytes, and sometimes aborts the interpreter) it is left
+  out, and the table says why;
 * ``cnr`` (Check-N-Run, NSDI 2022): per-row uniform 8-bit quantization of the weights (row
   minimum and step), incremental checkpoints that store only the rows whose codes changed
   since the previous checkpoint (a full one every ``keyframe_every``), zstd; the optimizer
@@ -58,6 +61,7 @@ seed (one torch thread).
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import lzma
@@ -84,7 +88,7 @@ import ckptzip
 from ckptzip.api import read_manifest
 from ckptzip.plan import moment_kind
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = _report.RESULTS
 MIN_NUMEL = 4096  # the same rule for every method: smaller float tensors stay exact
 KEYFRAME_EVERY = 10  # full checkpoint every this many saves, for every method with deltas
 
@@ -124,12 +128,6 @@ class SaveStat:
 
 
 # -- helpers shared by the baselines ----------------------------------------------------------
-
-
-def _torch_bytes(obj: Any) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -218,11 +216,45 @@ class Method:
 # -- exact, with the lossless codecs measured on its checkpoints ------------------------------
 
 
-def _zipnn() -> Any | None:
+_ZIPNN_PROBE = """
+import numpy as np, zipnn
+raw = np.random.default_rng(0).standard_normal(65536).astype(np.float32).tobytes() + b"tail"
+z = zipnn.ZipNN(input_format="byte", bytearray_dtype="float32")
+print("ok" if bytes(z.decompress(z.compress(raw))) == raw else "differ")
+"""
+
+
+@functools.cache
+def zipnn_unusable() -> str | None:
+    """Why ZipNN cannot be a method on this install, or ``None`` when it round-trips.
+
+    The probe runs in a child process: on some installs ZipNN's native module corrupts the
+    heap and aborts the interpreter, which must not take the benchmark down with it.
+    """
+    import subprocess
+
     try:
-        import zipnn
+        import zipnn  # noqa: F401
     except ImportError:
+        return "not installed (pip install zipnn)"
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _ZIPNN_PROBE], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return "its round trip of 256 KiB of float32 did not finish in 120 s"
+    if out.returncode != 0:
+        return f"its round trip of float32 bytes crashed the interpreter (exit {out.returncode})"
+    if out.stdout.strip() != "ok":
+        return "its round trip of float32 bytes gives other bytes back (lossless no more)"
+    return None
+
+
+def _zipnn() -> Any | None:
+    if zipnn_unusable() is not None:
         return None
+    import zipnn
+
     return zipnn.ZipNN(input_format="byte", bytearray_dtype="float32")
 
 
@@ -238,10 +270,10 @@ class Exact(Method):
     def save(self, step: int, w: _workloads.Workload) -> SaveStat:
         t0 = time.perf_counter()
         state = _state(w)
-        raw = _torch_bytes(state)
+        raw = _report.torch_save_raw(state)
         _write(self._path(step), raw)
         seconds = time.perf_counter() - t0
-        model_raw = _torch_bytes(state["model"])
+        model_raw = _report.torch_save_raw(state["model"])
         nbytes = sum(t.numel() * t.element_size() for t in state["model"].values())
         extra: dict[str, Any] = {}
         codecs: list[tuple[str, Callable[[bytes], bytes], Callable[[bytes], bytes]]] = [
@@ -312,7 +344,7 @@ class CheckNRun(Method):
                 st[rows],
             )
             self.prev[k] = (codes, lo, st)
-        rest = _torch_bytes({"model": model, "optimizer": state["optimizer"]})
+        rest = _report.torch_save_raw({"model": model, "optimizer": state["optimizer"]})
         arrays["rest"] = np.frombuffer(rest, np.uint8)
         meta = {"big": big, "parent": None if keyframe else self._files()[-1]}
         body = _pack(arrays, meta)
@@ -322,7 +354,7 @@ class CheckNRun(Method):
         seconds = time.perf_counter() - t0
         wb = len(self.zstd.compress(_pack({k: v for k, v in arrays.items() if k != "rest"}, {})))
         nbytes = sum(t.numel() * t.element_size() for t in state["model"].values() if _big(t))
-        return SaveStat(step, len(_torch_bytes(state)), len(packed), nbytes, wb, seconds)
+        return SaveStat(step, len(_report.torch_save_raw(state)), len(packed), nbytes, wb, seconds)
 
     def restore(self, w: _workloads.Workload) -> int:
         unz = zstandard.ZstdDecompressor()
@@ -437,7 +469,7 @@ class ExCP(Method):
                     recon = _excp_dequantize(q, wt.size)
                     self.base[name] = self.base.get(name, np.zeros_like(wt)) + recon
         opt = {**opt, "state": opt_state}
-        rest = _torch_bytes({"model": model, "optimizer": opt})
+        rest = _report.torch_save_raw({"model": model, "optimizer": opt})
         meta = {"big": big, "parent": self._files()[-1] if self._files() else None}
         packed = lzma.compress(_pack({**arrays, "rest": np.frombuffer(rest, np.uint8)}, meta))
         _write(self._path(step), packed)
@@ -445,7 +477,7 @@ class ExCP(Method):
         w_arrays = {k: a for k, a in arrays.items() if "/w/" in k}
         wb = len(lzma.compress(_pack(w_arrays, {})))
         nbytes = sum(state["model"][n].numel() * state["model"][n].element_size() for n, _ in big)
-        return SaveStat(step, len(_torch_bytes(state)), len(packed), nbytes, wb, seconds)
+        return SaveStat(step, len(_report.torch_save_raw(state)), len(packed), nbytes, wb, seconds)
 
     def restore(self, w: _workloads.Workload) -> int:
         chain = [self._files()[-1]]
@@ -672,6 +704,11 @@ def _lossless_runs(exact: dict[str, Any]) -> list[dict[str, Any]]:
 # -- summary, table, plots --------------------------------------------------------------------
 
 
+def overall_ratio(saves: list[dict[str, Any]]) -> float:
+    """Σ torch.save bytes / Σ bytes written over a run's checkpoints."""
+    return sum(s["bytes_in"] for s in saves) / sum(s["bytes_out"] for s in saves)
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -720,13 +757,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 continue
             saves = [s for r in mine for s in r["saves"]]
             row: dict[str, Any] = {
-                "ratio": _spread(
-                    [
-                        sum(s["bytes_in"] for s in r["saves"])
-                        / sum(s["bytes_out"] for s in r["saves"])
-                        for r in mine
-                    ]
-                ),
+                "ratio": _spread([overall_ratio(r["saves"]) for r in mine]),
                 "ratio_per_checkpoint": _spread([s["ratio"] for s in saves]),
                 "weights_ratio": _spread([s["weights_ratio"] for s in saves if s["weights_ratio"]])
                 if any(s["weights_ratio"] for s in saves)
@@ -771,38 +802,52 @@ def _fmt_spread(s: dict[str, float] | None, fmt: str, pct: bool = False) -> str:
     return f"{mid} [{s['min'] * k:{fmt}}, {s['max'] * k:{fmt}}]" + ("%" if pct else "")
 
 
-def print_table(summary: dict[str, Any]) -> None:
+_COLUMNS = [
+    ("method", "method", ""),
+    ("final_loss", "final loss", ""),
+    ("final_accuracy", "accuracy", ""),
+    ("degradation", "degradation", ""),
+    ("ratio", "ratio", ""),
+    ("per_ckpt", "per ckpt", ""),
+    ("weights", "weights", ""),
+    ("save_seconds", "save s", ".3f"),
+    ("restore_seconds", "rest. s", ".3f"),
+    ("run_time", "time/exact", ""),
+]
+
+
+def _row(method: str, r: dict[str, Any]) -> dict[str, Any]:
+    """One method's cells of the table, formatted (median [min, max] over seeds)."""
+    per, wr = r["ratio_per_checkpoint"], r["weights_ratio"]
+    return {
+        "method": method,
+        "final_loss": _fmt_spread(r.get("final_loss"), ".4f")
+        if r["round_trip_ok"]
+        else "round trip FAILED",
+        "final_accuracy": _fmt_spread(r.get("final_accuracy"), ".3f"),
+        "degradation": _fmt_spread(r.get("degradation"), "+.2f", pct=True),
+        "ratio": _fmt_spread(r["ratio"], ".2f") + "x",
+        "per_ckpt": f"{per['min']:.1f}-{per['max']:.1f}x",
+        "weights": (format(wr["median"], ".1f") + "x") if wr else "—",
+        "save_seconds": r["save_seconds"],
+        "restore_seconds": r["restore_seconds"],
+        "run_time": _fmt_spread(r.get("run_time_vs_exact"), ".2f"),
+    }
+
+
+def print_table(summary: dict[str, Any], dropped: dict[str, str] | None = None) -> None:
+    """Per model: the methods side by side, the methods left out and why, where ckptzip's
+    bytes go."""
     for model, data in summary.items():
-        print(
-            f"\n{model}: exact final loss over seeds "
+        _report.print_table(
+            f"{model}: exact final loss over seeds "
             f"{[round(x, 4) for x in data['exact_losses']]}, "
-            f"noise floor (max-min)/median = {data['noise_floor'] * 100:.2f} %"
+            f"noise floor (max-min)/median = {data['noise_floor'] * 100:.2f} %",
+            [_row(method, r) for method, r in data["methods"].items()],
+            _COLUMNS,
         )
-        head = (
-            f"{'method':<10} {'final loss':>26} {'accuracy':>22} {'degradation':>26} "
-            f"{'ratio':>22} {'per ckpt':>16} {'weights':>8} {'save s':>7} {'rest. s':>7} "
-            f"{'time/exact':>10}"
-        )
-        print(head)
-        print("-" * len(head))
-        for method, r in data["methods"].items():
-            ok = r["round_trip_ok"]
-            per = r["ratio_per_checkpoint"]
-            wr = r["weights_ratio"]
-            span = f"{per['min']:.1f}-{per['max']:.1f}x"
-            restore = r["restore_seconds"]
-            print(
-                f"{method:<10} "
-                f"{_fmt_spread(r.get('final_loss'), '.4f') if ok else 'round trip FAILED':>26} "
-                f"{_fmt_spread(r.get('final_accuracy'), '.3f'):>22} "
-                f"{_fmt_spread(r.get('degradation'), '+.2f', pct=True):>26} "
-                f"{_fmt_spread(r['ratio'], '.2f') + 'x':>22} "
-                f"{span:>16} "
-                f"{(format(wr['median'], '.1f') + 'x') if wr else '—':>8} "
-                f"{r['save_seconds']:>7.3f} "
-                f"{restore if restore is not None else float('nan'):>7.3f} "
-                f"{_fmt_spread(r.get('run_time_vs_exact'), '.2f'):>10}"
-            )
+        for method, why in (dropped or {}).items():
+            print(f"{method:<10} left out: {why}")
         for method, r in data["methods"].items():
             if "breakdown" in r:
                 _report.print_table(
@@ -819,65 +864,67 @@ def print_table(summary: dict[str, Any]) -> None:
                 )
 
 
-def plot(runs: list[dict[str, Any]], stem: Path) -> list[str]:
+def _figure(models: list[str], path: str, draw: Callable[[Any, str], None]) -> str:
+    """One panel per model, drawn by ``draw(axes, model)``, written to ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    models = list(dict.fromkeys(r["model"] for r in runs))
-    seed = min(r["seed"] for r in runs)
-    mine = [r for r in runs if r["seed"] == seed and r["method"] not in LOSSLESS]
-    written = []
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
-        for r in (r for r in mine if r["model"] == model):
-            steps = np.array([s for s, _ in r["losses"]])
+        draw(ax, model)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot(runs: list[dict[str, Any]], stem: Path) -> list[str]:
+    """Loss curves with the restore points, and the ratio of every checkpoint (first seed)."""
+    models = list(dict.fromkeys(r["model"] for r in runs))
+    seed = min(r["seed"] for r in runs)
+    mine = [r for r in runs if r["seed"] == seed]
+
+    def losses(ax: Any, model: str) -> None:
+        for r in (r for r in mine if r["model"] == model and r["method"] not in LOSSLESS):
             loss = np.array([x for _, x in r["losses"]])
             smooth = np.empty_like(loss)
             acc = loss[0]
             for i, x in enumerate(loss):  # EMA in execution order: a restore shows as a jump back
                 acc = 0.9 * acc + 0.1 * x
                 smooth[i] = acc
-            (line,) = ax.plot(np.arange(len(steps)), smooth, lw=1, label=r["method"])
+            (line,) = ax.plot(np.arange(len(loss)), smooth, lw=1, label=r["method"])
             for x in r["restores"]:
                 i = next(j for j, (s, _) in enumerate(r["losses"]) if s == x["at"])
                 ax.plot(i, smooth[i], "o", ms=3, color=line.get_color())
         ax.set_title(f"{model} (seed {seed}): training loss, dots = restores")
         ax.set_xlabel("optimizer steps executed (redone steps included)")
         ax.set_ylabel("training loss (EMA 0.9)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(f"{stem}-loss.png", dpi=110)
-    written.append(f"{stem}-loss.png")
-    plt.close(fig)
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
-    for ax, model in zip(axes[0], models, strict=True):
-        for r in (r for r in runs if r["seed"] == seed and r["model"] == model):
-            if r["method"] == "exact":
-                continue
+
+    def ratios(ax: Any, model: str) -> None:
+        for r in (r for r in mine if r["model"] == model and r["method"] != "exact"):
             ax.plot([s["step"] for s in r["saves"]], [s["ratio"] for s in r["saves"]], ".-",
                     lw=1, label=r["method"])  # fmt: skip
         ax.set_yscale("log")
         ax.set_title(f"{model} (seed {seed}): ratio per checkpoint")
         ax.set_xlabel("step")
         ax.set_ylabel("torch.save bytes / bytes written")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(f"{stem}-ratio.png", dpi=110)
-    written.append(f"{stem}-ratio.png")
-    plt.close(fig)
-    return written
+
+    return [
+        _figure(models, f"{stem}-loss.png", losses),
+        _figure(models, f"{stem}-ratio.png", ratios),
+    ]
 
 
 def _save(runs: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> list[str]:
     """Summary JSON and plots of the runs so far (rewritten after every seed, so a long run
     that is stopped still leaves its finished part)."""
-    RESULTS.mkdir(exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     pngs = plot(runs, out.with_suffix(""))
     slim = [{k: v for k, v in r.items() if k != "losses"} for r in runs]  # the plots hold them
-    doc = {"meta": meta, "summary": summarize(runs), "runs": slim}
-    out.write_text(json.dumps(doc, indent=1))
+    _report.write_json(out, {"meta": meta, "summary": summarize(runs), "runs": slim})
     return pngs
 
 
@@ -909,6 +956,8 @@ def main(argv: list[str] | None = None) -> int:
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,
     }
+    if "exact" in methods and (why := zipnn_unusable()) is not None:
+        meta["dropped"] = {"zipnn": why}
     torch.set_num_threads(1)  # deterministic, and the machine is shared
     runs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -919,9 +968,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(r)
                 if method == "exact":
                     runs.extend(_lossless_runs(r))
-                ratio = sum(s["bytes_in"] for s in r["saves"]) / sum(
-                    s["bytes_out"] for s in r["saves"]
-                )
+                ratio = overall_ratio(r["saves"])
                 print(
                     f"[{time.perf_counter() - t0:7.1f}s] {model} seed {seed} {method:<10} "
                     f"loss {r['final_loss']:.4f} acc {r['final_accuracy']:.3f} "
@@ -930,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             meta["seconds"] = time.perf_counter() - t0
             pngs = _save(runs, out, meta)
-    print_table(summarize(runs))
+    print_table(summarize(runs), meta.get("dropped"))
     print(f"\nwrote {out} and {', '.join(pngs)} in {meta['seconds']:.0f} s")
     return 0
 
