@@ -93,29 +93,39 @@ print(
     f"{fresh.eval_fn(fresh.model):.4f} vs exact {work.eval_fn(work.model):.4f}"
 )
 
-# -- 6. the manager given the model: a configuration searched per checkpoint -------------------
+# -- 6. the manager given the model: a configuration searched per checkpoint, saved async ----
 # The manager watches gradients in the steps before each save (|g·w| sensitivity), searches
 # the most aggressive per-layer-type quantization whose held-out loss stays within 5 % of the
-# exact weights, compresses the Adam moments too, and restores into the same objects.
+# exact weights, compresses the Adam moments too, and restores into the same objects. With
+# blocking=False, save() snapshots the state and returns; the search, compression and write run
+# in a background thread while training goes on, and wait() hands back the report.
 search_dir = os.path.join(tmp, "searched")
 smgr = ckptzip.CheckpointManager(
     search_dir, model=work.model, optimizer=work.optimizer, eval_fn=work.eval_fn, tolerance=0.05
 )
+
+
+def show(rep: ckptzip.SaveReport | None) -> None:
+    assert rep is not None and rep.search is not None
+    s = rep.search
+    chosen = ", ".join(
+        "exact" if c is None else f"{k}: {c.bins} bins, prune {c.prune:g} ({c.prune_metric})"
+        for k, c in s.layer_configs.items()
+    )
+    print(
+        f"\nstep {rep.step}: {s.strategy} search, {s.trials} trials in {s.seconds:.2f} s "
+        f"(in the background; training stalled {1000 * (rep.stall or 0.0):.0f} ms); {chosen}; "
+        f"held-out {s.quality:.4f} vs exact {s.baseline:.4f}; whole checkpoint {rep.ratio:.1f}x"
+    )
+
+
 for step in range(STEPS + 80, STEPS + 140):
     work.train_step(step)
     if (step + 1) % 30 == 0:
-        rep = smgr.save(step + 1, extra={"step": step + 1})
-        s = rep.search
-        assert s is not None
-        chosen = ", ".join(
-            "exact" if c is None else f"{k}: {c.bins} bins, prune {c.prune:g} ({c.prune_metric})"
-            for k, c in s.layer_configs.items()
-        )
-        print(
-            f"\nstep {step + 1}: {s.strategy} search, {s.trials} trials in {s.seconds:.2f} s; "
-            f"{chosen}; held-out {s.quality:.4f} vs exact {s.baseline:.4f}; "
-            f"whole checkpoint {rep.ratio:.1f}x"
-        )
+        if step + 1 > STEPS + 110:
+            show(smgr.wait())  # the previous save's report (waits if it is still running)
+        smgr.save(step + 1, extra={"step": step + 1}, blocking=False)
+show(smgr.wait())
 before = work.eval_fn(work.model)
 smgr.restore()  # back into work.model and work.optimizer, in place
 after = work.eval_fn(work.model)
