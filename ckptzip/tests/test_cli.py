@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 from click.testing import CliRunner
 
 import ckptzip
+from ckptzip import storage
 from ckptzip.cli import main
 
 
@@ -182,3 +184,60 @@ def test_inspect_notes_come_from_the_codecs(tmp_path: Path) -> None:
     assert rows["w"]["codec"] == "delta" and rows["w"]["note"].startswith("stored in full")
     assert rows["w"]["protected"] is not None and rows["w"]["protected"] > 0  # from the inner codec
     assert rows["b"]["note"] == "fewer than min_numel=4096 elements"
+
+
+def cli_round_trip_on(base: str, pt: Path, tmp_path: Path) -> None:
+    """compress (local .pt to a URL), inspect, verify, decompress (URL to URL and to local)
+    and ``inspect DIR`` of a manager directory, all under the URL ``base``."""
+    url = f"{base}/c.ckz"
+    r = run("compress", str(pt), "-o", url)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(run("inspect", url, "--json").output)
+    assert doc["file"] == url and doc["file_bytes"] == len(storage.read_bytes(url))
+    assert [t["path"] for t in doc["tensors"]] == ["model/fc.weight", "model/fc.bias"]
+    r = run("inspect", url)
+    assert r.exit_code == 0 and "model/fc.weight" in r.output, r.output
+    r = run("verify", "--decode", url)
+    assert r.exit_code == 0 and "OK (checksums and decoding" in r.output, r.output
+
+    direct = ckptzip.load(url)
+    r = run("decompress", url, "-o", f"{base}/back.pt")
+    assert r.exit_code == 0, r.output
+    back = torch.load(io.BytesIO(storage.read_bytes(f"{base}/back.pt")), weights_only=True)
+    assert torch.equal(back["model"]["fc.weight"], direct["model"]["fc.weight"])
+    assert run("decompress", url, "-o", str(tmp_path / "back.pt")).exit_code == 0
+    r = run("compress", f"{base}/back.pt", "-o", f"{base}/again.ckz")  # a remote input too
+    assert r.exit_code == 0, r.output
+
+    mgr = ckptzip.CheckpointManager(f"{base}/run", keyframe_every=2)
+    for step in (1, 2, 3):
+        mgr.save(step, state())
+    r = run("inspect", f"{base}/run")
+    assert r.exit_code == 0 and "3 checkpoints" in r.output, r.output
+    chain = json.loads(run("inspect", f"{base}/run", "--json").output)
+    assert [(e["step"], e["kind"], e["status"]) for e in chain] == [
+        (1, "full", "ok"),
+        (2, "delta", "ok"),
+        (3, "full", "ok"),
+    ]
+
+    r = run("verify", f"{base}/missing.ckz")
+    assert r.exit_code == 1 and "no checkpoint at" in r.output, r.output
+    r = run("decompress", url, "-o", f"{base}/back.pt")
+    assert r.exit_code == 1 and "--overwrite" in r.output, r.output
+
+
+def test_remote_urls_through_the_storage_layer(pt: Path, tmp_path: Path) -> None:
+    pytest.importorskip("fsspec")
+    cli_round_trip_on(f"memory://ckptzip-cli/{tmp_path.name}", pt, tmp_path)
+
+
+def test_missing_local_files_are_one_line_errors(tmp_path: Path) -> None:
+    for args in (
+        ["inspect", str(tmp_path / "nope.ckz")],
+        ["verify", str(tmp_path / "nope.ckz")],
+        ["decompress", str(tmp_path / "nope.ckz"), "-o", str(tmp_path / "x.pt")],
+        ["compress", str(tmp_path / "nope.pt")],
+    ):
+        r = run(*args)
+        assert r.exit_code == 1 and "no checkpoint at" in r.output, (args, r.output)

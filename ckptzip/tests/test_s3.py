@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,3 +154,11 @@ def test_reader_listing_while_a_writer_commits(s3: str) -> None:
         t.join(60)
     assert not problems, problems
     assert seen and writer.steps() == list(range(7))
+
+
+def test_cli_on_s3(s3: str, tmp_path: Path) -> None:
+    from test_cli import cli_round_trip_on, state
+
+    pt = tmp_path / "ckpt.pt"
+    torch.save(state(), pt)
+    cli_round_trip_on(s3, pt, tmp_path)

@@ -2,13 +2,16 @@
 
 ``compress`` / ``decompress`` convert between ``torch.save`` (or ``.safetensors``) files and
 ``.ckz``; ``inspect`` shows what a file holds and how each tensor was stored; ``verify``
-checks every checksum (and with ``--decode`` decodes everything). Errors of the package become
-one-line messages and exit status 1.
+checks every checksum (and with ``--decode`` decodes everything). Every file or directory
+argument may also be an fsspec URL (``s3://bucket/run/step_10.ckz``, ``memory://...``; the
+``remote`` extra), read and written through :mod:`ckptzip.storage`. Errors of the package
+become one-line messages and exit status 1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
@@ -85,22 +88,21 @@ def _ratio(tensor_bytes: int, file_bytes: int) -> float | None:
 
 def _read_input(path: str) -> Any:
     """A torch.save file (weights_only: no arbitrary code) or a .safetensors file."""
+    data = storage.read_bytes(path)  # one read, local or remote; a missing file is our error
     if path.endswith(".safetensors"):
         try:
-            from safetensors.torch import load_file
+            from safetensors.torch import load as st_load
         except ImportError:
             raise click.ClickException(
                 "reading .safetensors needs the safetensors package: "
                 "pip install 'ckptzip[safetensors]'"
             ) from None
         try:
-            return load_file(path)
+            return st_load(data)
         except Exception as exc:  # the library's own error types vary across versions
             raise click.ClickException(f"cannot read {path!r} as safetensors: {exc}") from exc
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise click.ClickException(f"no such file: {path!r}") from None
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # UnpicklingError for refused globals, RuntimeError for non-zips
         raise click.ClickException(
             f"cannot read {path!r} with torch.load(weights_only=True): {exc}. ckptzip "
@@ -115,8 +117,10 @@ def main() -> None:
     """Compress PyTorch training checkpoints, inspect and verify them."""
 
 
+# File arguments are plain strings, not click.Path(exists=True): they may be URLs, which the
+# storage layer resolves (and reports missing with the package's own error).
 @main.command()
-@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.argument("src")
 @click.option("-o", "--output", help="Output .ckz file [default: SRC with .ckz appended].")
 @click.option("--bins", type=int, default=16, show_default=True, help="Quantization levels.")
 @click.option("--prune", type=float, default=0.0, show_default=True, help="Fraction zeroed.")
@@ -166,6 +170,7 @@ def compress(
             zstd_level=level,
         )
         storage.check_target(out, overwrite=overwrite)
+        size = storage.file_size(src)
         obj = _read_input(src)
         paths = [p for p, _ in flatten(obj)[1]]
         for pat in exact:
@@ -176,7 +181,7 @@ def compress(
                     f"e.g. {example!r} (a pattern like {pat.rstrip('/*') + '/*'!r} matches "
                     "everything below a key)"
                 )
-        with _progress("compressing", os.path.getsize(src)) as progress:
+        with _progress("compressing", size) as progress:
             report = api.save(obj, out, config=config, overwrite=overwrite, progress=progress)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
@@ -200,7 +205,7 @@ def compress(
 
 
 @main.command()
-@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.argument("src")
 @click.option(
     "-o", "--output", required=True, help="Output file: .pt (torch.save) or .safetensors."
 )
@@ -209,7 +214,7 @@ def decompress(src: str, output: str, overwrite: bool) -> None:
     """Decode a .ckz file into a torch.save file (or .safetensors)."""
     with _errors():
         storage.check_target(output, overwrite=overwrite)
-        with _progress("decoding", os.path.getsize(src)) as progress:
+        with _progress("decoding", storage.file_size(src)) as progress:
             obj = api.load(src, progress=progress)
         if output.endswith(".safetensors"):
             try:
@@ -275,7 +280,7 @@ def _describe(entry: TensorEntry) -> Description:
 
 
 @main.command()
-@click.argument("src", type=click.Path(exists=True))
+@click.argument("src")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 def inspect(src: str, as_json: bool) -> None:
     """Show each tensor's shape, dtype, codec, bins, pruned/protected %, bytes, ratio, error
@@ -284,12 +289,12 @@ def inspect(src: str, as_json: bool) -> None:
     Given a CheckpointManager directory, show its chain instead: step, kind (full/delta),
     bytes, ratio, parent step, and whether the step can be restored.
     """
-    if os.path.isdir(src):
-        _inspect_directory(src, as_json)
-        return
     with _errors():
+        if storage.is_dir(src):
+            _inspect_directory(src, as_json)
+            return
         manifest = api.read_manifest(src)
-    file_size = os.path.getsize(src)
+        file_size = storage.file_size(src)
     rows: list[dict[str, Any]] = []
     for e in manifest.tensors:
         stored = sum(manifest.chunks[e.chunks[0] + j].length for j in range(e.chunks[1]))
@@ -393,11 +398,11 @@ def inspect(src: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.argument("src")
 @click.option("--decode", is_flag=True, help="Also decode every tensor (slower, checks more).")
 def verify(src: str, decode: bool) -> None:
     """Check SRC's header, manifest and every chunk checksum; exit 1 if anything is wrong."""
-    with _errors(), _progress("verifying", os.path.getsize(src)) as progress:
+    with _errors(), _progress("verifying", storage.file_size(src)) as progress:
         manifest = api.verify(src, decode=decode, progress=progress)
     what = "checksums and decoding" if decode else "checksums"
     console.print(

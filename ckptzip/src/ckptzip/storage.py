@@ -59,6 +59,8 @@ __all__ = [
     "Storage",
     "atomic_write",
     "check_target",
+    "file_size",
+    "is_dir",
     "is_file",
     "is_temp_name",
     "is_url",
@@ -111,6 +113,35 @@ def is_file(path: str | os.PathLike[str]) -> bool:
         fs, p = _fs(os.fspath(path))
         return bool(fs.isfile(p))
     return os.path.isfile(_local(path))
+
+
+def is_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory (local path, or a URL's prefix in an object store)."""
+    if is_url(path):
+        fs, p = _fs(os.fspath(path))
+        return bool(fs.isdir(p))
+    return os.path.isdir(_local(path))
+
+
+def file_size(path: str | os.PathLike[str]) -> int:
+    """Bytes of the file at ``path`` (local path or URL).
+
+    Raises
+    ------
+    CheckpointNotFoundError
+        No such file.
+    StorageError
+        Its size cannot be read.
+    """
+    try:
+        if is_url(path):
+            fs, p = _fs(os.fspath(path))
+            return int(fs.size(p))
+        return os.path.getsize(_local(path))
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(f"no checkpoint at {os.fspath(path)!r}") from None
+    except OSError as exc:
+        raise StorageError(f"cannot read {os.fspath(path)!r}: {exc.strerror or exc}") from exc
 
 
 def sibling(path: str | os.PathLike[str], name: str) -> str:
