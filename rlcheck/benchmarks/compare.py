@@ -38,6 +38,7 @@ Usage (from the repository root)::
     python rlcheck/benchmarks/compare.py --quick              # 10 s a run, 5 runs
     python rlcheck/benchmarks/compare.py                      # 60 s a run, 5 runs
     python rlcheck/benchmarks/compare.py --benchmarks sql --guides random rl --seconds 2 --reps 1
+    python rlcheck/benchmarks/compare.py --seconds 30 --plot-only   # table and PNGs again
 
 It prints a table (median and interquartile range over the runs, and each guide over
 random), and writes ``benchmarks/results/compare[_quick].json``, ``.md`` and one PNG per
@@ -390,11 +391,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--guides", nargs="*", default=list(DEFAULT_GUIDES), choices=GUIDES)
     parser.add_argument("--out", type=Path, default=None, help="output prefix")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="print the table and draw the PNGs from <out>.json, which a run writes after "
+        "each benchmark (for a run cut short)",
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else (10.0 if args.quick else 60.0)
     prefix = args.out or RESULTS / ("compare_quick" if args.quick else "compare")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     command = "python rlcheck/benchmarks/compare.py " + " ".join(argv or sys.argv[1:])
+    if args.plot_only:
+        data = json.loads(Path(f"{prefix}.json").read_text())
+        print(markdown(summarize(data["runs"]), data["command"]))
+        plot(data["runs"], data["seconds"], lambda bench: Path(f"{prefix}_{bench}.png"))
+        return 0
 
     meta = {
         "command": command,

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 import rlcheck
 from rlcheck import Gen, RandomGuide
+from rlcheck.coverage import BranchCoverage
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -111,3 +112,20 @@ def test_compare_tiny_run(tmp_path: Path) -> None:
     assert data["summary"]["sql"]["rl"]["unique_valid"]["median"] > 0
     assert Path(f"{prefix}_sql.png").stat().st_size > 0
     assert "| sql | greybox |" in Path(f"{prefix}.md").read_text()
+    Path(f"{prefix}_sql.png").unlink()
+    assert compare.main(["--out", str(prefix), "--plot-only"]) == 0
+    assert Path(f"{prefix}_sql.png").stat().st_size > 0
+
+
+def test_recorder_runs_the_same_lines_for_a_repeat() -> None:
+    # HypoFuzz keeps an input only when re-running it covers the same branches, and it
+    # traces the whole test, the recorder included.
+    compare = _compare()
+    recorded, begin, calls, found = compare._recorder(lambda v: v > 0)
+    cov = BranchCoverage([compare.__file__])
+    begin()
+    first = cov.run(recorded, 5)
+    again = cov.run(recorded, 5)
+    assert first == again and first[0] is True
+    assert recorded(-1) is False and recorded(7) is True
+    assert [value for _, value in found()] == [5, 7] and calls[0] == 4
