@@ -2,7 +2,7 @@
 
 * :func:`best_of`: the least disturbed wall time of a few calls (and the last result);
 * :func:`torch_save_bytes` / :func:`torch_save_raw`: what ``torch.save`` writes for an object
-  (the size is the ratio's numerator);
+  (the size is the numerator of every "ratio", as ``ckptzip.api.RATIO`` defines it);
 * :func:`print_table`: rows of dicts as an aligned text table;
 * :func:`write_json`: the results file under :data:`RESULTS`, with the machine it ran on.
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import torch
 from click.testing import CliRunner
 
 import ckptzip
-from ckptzip import storage
+from ckptzip import api, storage
 from ckptzip.cli import main
 
 
@@ -41,7 +42,7 @@ def test_compress_inspect_verify_decompress(pt: Path, tmp_path: Path) -> None:
     out = tmp_path / "c.ckz"
     r = run("compress", str(pt), "-o", str(out), "--bins", "8", "--prune", "0.1")
     assert r.exit_code == 0, r.output
-    assert "1 of 2 tensors quantized" in r.output and "x)" in r.output
+    assert "1 of 2 tensors quantized" in r.output and "tensor ratio" in r.output
 
     r = run("inspect", str(out))
     assert r.exit_code == 0, r.output
@@ -49,7 +50,7 @@ def test_compress_inspect_verify_decompress(pt: Path, tmp_path: Path) -> None:
     doc = json.loads(run("inspect", str(out), "--json").output)
     w = doc["tensors"][0]
     assert (w["bins"], w["pruned"], w["codec"]) == (8, 0.1, "quant")
-    assert doc["file_bytes"] == out.stat().st_size and doc["ratio"] > 4
+    assert doc["file_bytes"] == out.stat().st_size and doc["tensor_ratio"] > 4
 
     assert run("verify", str(out)).exit_code == 0
     r = run("verify", "--decode", str(out))
@@ -160,13 +161,19 @@ def test_an_exact_pattern_that_matches_nothing_is_a_warning(pt: Path, tmp_path: 
     assert "matches no tensor" not in r.output
 
 
-def test_one_ratio_definition_for_compress_and_inspect(pt: Path, tmp_path: Path) -> None:
+def test_two_named_ratios_one_definition_each(pt: Path, tmp_path: Path) -> None:
     out = tmp_path / "c.ckz"
     r = run("compress", str(pt), "-o", str(out))
-    shown = {line.split("(")[-1].split("x)")[0] for line in r.output.splitlines() if "x)" in line}
+    found = re.search(r"ratio ([\d.]+)x, tensor ratio ([\d.]+)x", r.output)
+    assert found, r.output
+    assert api.RATIO in r.output and api.TENSOR_RATIO in r.output
+    report = json.loads(run("compress", str(pt), "-o", str(out), "--overwrite", "--json").output)
+    assert found.group(1) == f"{report['ratio']:.2f}"
+    assert report["ratio"] == pytest.approx(report["bytes_in"] / report["bytes_out"])
     doc = json.loads(run("inspect", str(out), "--json").output)
-    assert shown == {f"{doc['ratio']:.2f}"}
-    assert doc["ratio_definition"] in r.output
+    assert found.group(2) == f"{doc['tensor_ratio']:.2f}" == f"{report['tensor_ratio']:.2f}"
+    assert doc["tensor_ratio_definition"] == api.TENSOR_RATIO
+    assert "t.ratio: " + api.TENSOR_RATIO in run("inspect", str(out)).output.replace("\n", " ")
 
 
 def test_inspect_notes_come_from_the_codecs(tmp_path: Path) -> None:
@@ -213,7 +220,7 @@ def cli_round_trip_on(base: str, pt: Path, tmp_path: Path) -> None:
     for step in (1, 2, 3):
         mgr.save(step, state())
     r = run("inspect", f"{base}/run")
-    assert r.exit_code == 0 and "3 checkpoints" in r.output, r.output
+    assert r.exit_code == 0 and "of tensors (tensor ratio" in r.output, r.output
     chain = json.loads(run("inspect", f"{base}/run", "--json").output)
     assert [(e["step"], e["kind"], e["status"]) for e in chain] == [
         (1, "full", "ok"),

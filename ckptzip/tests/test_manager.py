@@ -241,7 +241,7 @@ def test_describe_reports_sizes_and_ratio(tmp_path: Path) -> None:
     table = mgr.describe()
     assert [e.bytes for e in table] == [r.bytes_out for r in reports]
     assert [e.parent_step for e in table] == [None, 0, None]
-    assert all(e.ratio > 1 and e.to_json()["status"] == "ok" for e in table)
+    assert all(e.tensor_ratio > 1 and e.to_json()["status"] == "ok" for e in table)
 
 
 @st.composite

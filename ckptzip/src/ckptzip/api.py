@@ -47,6 +47,8 @@ from ckptzip.plan import Planner, Prequantized, exact_reason
 from ckptzip.structure import dtype_name, flatten, ndarray_entries, reference_paths, unflatten
 
 __all__ = [
+    "RATIO",
+    "TENSOR_RATIO",
     "DecodedCache",
     "EncodedCheckpoint",
     "Report",
@@ -61,6 +63,15 @@ __all__ = [
     "save",
     "verify",
 ]
+
+RATIO = "ratio = bytes torch.save writes / bytes of the .ckz file"
+"""What "ratio" means everywhere (:attr:`Report.ratio`, the benchmarks, the README): how much
+smaller the file is than the one it replaces."""
+TENSOR_RATIO = "tensor ratio = tensor bytes in memory / bytes of the .ckz file"
+"""What "tensor ratio" means everywhere (:attr:`Report.tensor_ratio`, ``ckptzip inspect``,
+``ChainEntry.tensor_ratio``): what a reader can compute from a ``.ckz`` file alone, without
+``torch.save``'s container overhead (a few hundred bytes per tensor, so the two differ most
+on small tensors)."""
 
 Progress = Callable[[int, int], None]
 Source: TypeAlias = "str | os.PathLike[str] | IO[bytes]"
@@ -131,7 +142,8 @@ class Report:
     bytes_out:
         Size of the ``.ckz`` file.
     ratio:
-        ``bytes_in / bytes_out``.
+        ``bytes_in / bytes_out`` (:data:`RATIO`); :attr:`tensor_ratio` is the other figure
+        (:data:`TENSOR_RATIO`), the one ``ckptzip inspect`` shows.
     seconds:
         Wall time of flattening, encoding and writing (the ``bytes_in`` measurement excluded).
     entries:
@@ -153,6 +165,11 @@ class Report:
         """Sum of the tensors' in-memory sizes (the input without torch.save's overhead)."""
         return sum(e.nbytes for e in self.entries)
 
+    @property
+    def tensor_ratio(self) -> float:
+        """``tensor_nbytes / bytes_out`` (:data:`TENSOR_RATIO`)."""
+        return self.tensor_nbytes / self.bytes_out if self.bytes_out else math.inf
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (``json.dumps(report.to_json())`` works)."""
         return {
@@ -160,6 +177,7 @@ class Report:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "ratio": self.ratio,
+            "tensor_ratio": self.tensor_ratio,
             "seconds": self.seconds,
             "entries": [e.to_json() for e in self.entries],
             "sha256": self.sha256,

@@ -31,8 +31,7 @@ from ckptzip.container import TensorEntry
 from ckptzip.errors import CheckpointExistsError, CkptzipError, UnsupportedFormatError
 from ckptzip.structure import flatten
 
-RATIO = "ratio = tensor bytes in memory / bytes in the file"
-"""The one ratio the CLI reports (``compress``, ``inspect``, ``inspect DIR``)."""
+RATIO, TENSOR_RATIO = api.RATIO, api.TENSOR_RATIO  # the package's two named figures
 
 # Progress bars appear only when a file is big enough for the wait to be noticeable.
 PROGRESS_MIN_BYTES = 64 << 20
@@ -187,10 +186,10 @@ def compress(
         click.echo(json.dumps(report.to_json(), indent=1))
         return
     lossy = [e for e in report.entries if e.config is not None]
-    ratio = _ratio(report.tensor_nbytes, report.bytes_out)
     console.print(
         f"{src} -> {out}: {_fmt_bytes(report.bytes_in)} -> {_fmt_bytes(report.bytes_out)} "
-        f"([bold]{'' if ratio is None else f'{ratio:.2f}x'}[/bold]) in {report.seconds:.2f} s"
+        f"in {report.seconds:.2f} s: ratio [bold]{report.ratio:.2f}x[/bold], "
+        f"tensor ratio {report.tensor_ratio:.2f}x"
     )
     if lossy:
         worst = max((e.rel_error for e in lossy if e.rel_error is not None), default=None)
@@ -201,7 +200,7 @@ def compress(
         )
     else:
         console.print(f"lossless: all {len(report.entries)} tensors stored bit-exact")
-    console.print(RATIO)
+    console.print(f"{RATIO}; {TENSOR_RATIO}")
 
 
 @main.command()
@@ -250,14 +249,14 @@ def _inspect_directory(directory: str, as_json: bool) -> None:
         click.echo(json.dumps([e.to_json() for e in entries], indent=1))
         return
     table = Table(title=f"{directory}: {len(entries)} checkpoints")
-    for col in ("step", "kind", "bytes", "ratio", "parent", "status"):
-        table.add_column(col, justify="right" if col in ("step", "bytes", "ratio") else "left")
+    for col in ("step", "kind", "bytes", "tensor ratio", "parent", "status"):
+        table.add_column(col, justify="left" if col in ("kind", "parent", "status") else "right")
     for e in entries:
         table.add_row(
             str(e.step),
             e.kind,
             _fmt_bytes(e.bytes),
-            f"{e.ratio:.2f}x" if e.bytes else "",
+            f"{e.tensor_ratio:.2f}x" if e.bytes else "",
             "" if e.parent_step is None else str(e.parent_step),
             e.status,
         )
@@ -266,8 +265,8 @@ def _inspect_directory(directory: str, as_json: bool) -> None:
     raw = sum(e.tensor_bytes for e in entries)
     if total:
         console.print(
-            f"total {_fmt_bytes(total)} for {_fmt_bytes(raw)} of tensors ({raw / total:.2f}x); "
-            + RATIO
+            f"total {_fmt_bytes(total)} for {_fmt_bytes(raw)} of tensors (tensor ratio "
+            f"{raw / total:.2f}x); {TENSOR_RATIO}"
         )
 
 
@@ -283,11 +282,11 @@ def _describe(entry: TensorEntry) -> Description:
 @click.argument("src")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 def inspect(src: str, as_json: bool) -> None:
-    """Show each tensor's shape, dtype, codec, bins, pruned/protected %, bytes, ratio, error
+    """Show each tensor's shape, dtype, codec, bins, pruned/protected %, bytes, tensor ratio, error
     and a note (why an exact tensor is exact, how a delta entry was stored).
 
     Given a CheckpointManager directory, show its chain instead: step, kind (full/delta),
-    bytes, ratio, parent step, and whether the step can be restored.
+    bytes, tensor ratio, parent step, and whether the step can be restored.
     """
     with _errors():
         if storage.is_dir(src):
@@ -312,7 +311,7 @@ def inspect(src: str, as_json: bool) -> None:
                 "protected": protected,
                 "bytes": stored,
                 "nbytes": e.nbytes,
-                "ratio": _ratio(e.nbytes, stored),
+                "tensor_ratio": _ratio(e.nbytes, stored),
                 "rel_error": e.rel_error,
                 "note": desc.note,
             }
@@ -326,8 +325,8 @@ def inspect(src: str, as_json: bool) -> None:
         "metadata": manifest.metadata,
         "tensor_bytes": total_in,
         "file_bytes": file_size,
-        "ratio": _ratio(total_in, file_size),
-        "ratio_definition": RATIO,
+        "tensor_ratio": _ratio(total_in, file_size),
+        "tensor_ratio_definition": TENSOR_RATIO,
         "tensors": rows,
     }
     if as_json:
@@ -343,7 +342,7 @@ def inspect(src: str, as_json: bool) -> None:
         ("pruned%", "right"),
         ("prot.%", "right"),
         ("bytes", "right"),
-        ("ratio", "right"),
+        ("t.ratio", "right"),
         ("rel.err", "right"),
         ("note", "left"),
     ]:
@@ -365,7 +364,7 @@ def inspect(src: str, as_json: bool) -> None:
             _pct(r["pruned"]),
             _pct(r["protected"]),
             _fmt_bytes(r["bytes"]),
-            "" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+            "" if r["tensor_ratio"] is None else f"{r['tensor_ratio']:.2f}x",
             "" if r["rel_error"] is None else f"{r['rel_error']:.1e}",
             r["note"],
         )
@@ -379,7 +378,7 @@ def inspect(src: str, as_json: bool) -> None:
         "",
         "",
         _fmt_bytes(file_size),
-        f"{summary['ratio']:.2f}x" if summary["ratio"] else "",
+        f"{summary['tensor_ratio']:.2f}x" if summary["tensor_ratio"] else "",
         "",
         "",
     )
@@ -394,7 +393,10 @@ def inspect(src: str, as_json: bool) -> None:
             f"lossy: {lossy} of {len(manifest.tensors)} tensors quantized (compress with "
             "--exact '*' for a bit-exact file)"
         )
-    console.print(f"{RATIO} (the file total includes the manifest)")
+    console.print(
+        f"t.ratio: {TENSOR_RATIO} (the file total includes the manifest); a file alone cannot "
+        "give the ratio against torch.save, which compress reports"
+    )
 
 
 @main.command()

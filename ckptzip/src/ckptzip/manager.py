@@ -130,8 +130,8 @@ class ChainEntry:
     status: str
 
     @property
-    def ratio(self) -> float:
-        """``tensor_bytes / bytes``: how much smaller the file is than its raw tensors."""
+    def tensor_ratio(self) -> float:
+        """``tensor_bytes / bytes`` (:data:`ckptzip.api.TENSOR_RATIO`)."""
         return self.tensor_bytes / self.bytes if self.bytes else float("inf")
 
     def to_json(self) -> dict[str, Any]:
@@ -140,7 +140,7 @@ class ChainEntry:
             "kind": self.kind,
             "bytes": self.bytes,
             "tensor_bytes": self.tensor_bytes,
-            "ratio": self.ratio,
+            "tensor_ratio": self.tensor_ratio,
             "parent_step": self.parent_step,
             "status": self.status,
         }
