@@ -2,7 +2,8 @@
 
 For each test of ``_hyp_suite.SUITE`` and each backend, one Hypothesis run gets the same
 wall-clock budget; the test body counts valid inputs, unique valid inputs (by ``repr``)
-and unique shapes (the value with its literal values replaced by their kind). The run is
+and unique shapes (the value with its literal values replaced by their kind), and the
+engine's statistics count the test cases it ran (speed: test cases per second). The run is
 stopped at the deadline by raising a private exception from the test body (generation
 phase only, so nothing is shrunk); ``max_examples`` is set out of reach. When Hypothesis
 ends a run before the deadline (too many invalid cases, ``Unsatisfiable``), a fresh run
@@ -38,6 +39,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
+from hypothesis.statistics import collector
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _hyp_suite import SUITE, SuiteTest
@@ -94,6 +96,15 @@ def measure(
     # Distinct tests must not share one policy file: key them by name.
     run._hypothesis_internal_database_key = f"rlcheck-bench-{test.name}".encode()  # type: ignore[attr-defined]
     collected = BackendStats()
+    # The engine's own count of the test cases it ran (its statistics, as pytest's
+    # --hypothesis-show-statistics gets them): one definition for both backends. Cases a
+    # backend discards (BackendCannotProceed) are not in it.
+    engine_cases = 0
+
+    def note(statistics: Any) -> None:
+        nonlocal engine_cases
+        engine_cases += len(statistics.get("generate-phase", {}).get("test-cases", ()))
+
     start = time.monotonic()
     deadline = start + seconds
     runs = gave_up = flaky = 0
@@ -103,7 +114,7 @@ def measure(
     while time.monotonic() < deadline:
         runs += 1
         try:
-            with collect_stats(collected):
+            with collect_stats(collected), collector.with_value(note):
                 run()
         except _TimeUp:
             break
@@ -128,6 +139,8 @@ def measure(
         "unsatisfiable_runs": gave_up,
         "flaky_runs": flaky,
         "provider_cases": stats.cases if stats else None,
+        "engine_cases": engine_cases,
+        "cases_per_s": round(engine_cases / elapsed, 1) if elapsed > 0 else None,
         "handed_back": stats.handed_back if stats else None,
     }
 
@@ -162,6 +175,7 @@ def _print_row(row: dict[str, Any]) -> None:
         f"{row['test']:<12} {row['backend']:<14} {row['seconds']:>6.1f}s "
         f"valid {row['valid']:>7} unique {row['unique_valid']:>7} "
         f"shapes {row['unique_shapes']:>6} cases {row['provider_cases'] or '-':>7} "
+        f"cases/s {row['cases_per_s'] or 0:>7.0f} "
         f"runs {row['runs']:>3} "
         f"(unsatisfiable {row['unsatisfiable_runs']})"
         + (" (handed back)" if row.get("handed_back") else ""),
@@ -170,7 +184,8 @@ def _print_row(row: dict[str, Any]) -> None:
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[str]:
-    """Per test: rlcheck's unique valid inputs over the default backend's."""
+    """Per test: rlcheck's unique valid inputs, and its test cases per second, over the
+    default backend's."""
     lines = []
     by_test: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
@@ -184,7 +199,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[str]:
             if backend == "hypothesis":
                 continue
             ratio = row["unique_valid"] / max(base["unique_valid"], 1)
-            parts.append(f"{backend} {ratio:.1f}x")
+            speed = (row["cases_per_s"] or 0) / max(base["cases_per_s"] or 0, 1e-9)
+            parts.append(f"{backend} {ratio:.1f}x (cases/s {speed:.2f}x)")
         lines.append(f"{name:<12} default unique {base['unique_valid']:>7}: " + ", ".join(parts))
     return lines
 
