@@ -39,8 +39,8 @@ Counts(cases=3, valid=2, unique_valid=1, invalid=1, failures=0)
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Literal, TypeVar
 
 from rlcheck.errors import InvalidArgument
 from rlcheck.learner import reward_for
@@ -49,6 +49,7 @@ __all__ = ["OUTCOMES", "Counts", "Ledger", "Outcome", "fingerprint"]
 
 Outcome = Literal["invalid", "valid", "failure"]
 OUTCOMES: tuple[Outcome, ...] = ("invalid", "valid", "failure")
+_C = TypeVar("_C", bound="Counts")
 
 
 def fingerprint(identity: object) -> int:
@@ -75,14 +76,21 @@ class Counts:
     invalid: int = 0
     failures: int = 0
 
-    def __add__(self, other: Counts) -> Counts:
-        return Counts(
-            self.cases + other.cases,
-            self.valid + other.valid,
-            self.unique_valid + other.unique_valid,
-            self.invalid + other.invalid,
-            self.failures + other.failures,
-        )
+    def __add__(self: _C, other: _C) -> _C:
+        """Field by field: counts add up, flags (in subclasses) are or-ed.
+
+        >>> Counts(1, 1, 1, 0, 0) + Counts(2, 0, 0, 2, 0)
+        Counts(cases=3, valid=1, unique_valid=1, invalid=2, failures=0)
+        """
+        return type(self)(*(_combine(getattr(self, f), getattr(other, f)) for f in _names(self)))
+
+
+def _names(counts: Counts) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(counts))
+
+
+def _combine(a: int | bool, b: int | bool) -> int | bool:
+    return (a or b) if isinstance(a, bool) else a + b
 
 
 class Ledger:

@@ -141,7 +141,7 @@ _POLICY_META = {"kind": "rlcheck-hypothesis-backend", "layout": 1}
 
 
 @dataclass(frozen=True)
-class TestStats:
+class TestStats(Counts):
     """What the backend saw for one test function, summed over its runs.
 
     Counts are the episode ledger's (:class:`rlcheck.ledger.Counts`): ``unique_valid``
@@ -153,26 +153,9 @@ class TestStats:
 
     __test__: ClassVar[bool] = False  # not a pytest test class despite the name
 
-    cases: int = 0
-    valid: int = 0
-    unique_valid: int = 0
-    invalid: int = 0
-    failures: int = 0
     runs: int = 0
     handed_back: bool = False
     fallback: bool = False
-
-    def __add__(self, other: TestStats) -> TestStats:
-        return TestStats(
-            self.cases + other.cases,
-            self.valid + other.valid,
-            self.unique_valid + other.unique_valid,
-            self.invalid + other.invalid,
-            self.failures + other.failures,
-            self.runs + other.runs,
-            self.handed_back or other.handed_back,
-            self.fallback or other.fallback,
-        )
 
 
 class BackendStats:
