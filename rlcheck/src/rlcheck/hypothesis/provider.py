@@ -439,6 +439,10 @@ class RLCheckProvider(PrimitiveProvider):
                 self._start_run()
             if self._should_hand_back() or self._tree.exhausted:
                 self._record(handed_back=True)
+                if self._persistence is not None:
+                    # Nothing more is learned in this run: save now, not whenever the
+                    # provider is collected.
+                    self._persistence.final_save()
                 raise BackendCannotProceed("exhausted")
         except BackendCannotProceed:
             raise
