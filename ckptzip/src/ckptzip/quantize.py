@@ -757,16 +757,18 @@ def requantize(x: torch.Tensor, q: QuantizedTensor, levels: np.ndarray) -> Quant
         idx = assign(work, lv).long()
     if zero_at.size:
         idx.masked_fill_(zero, int(zero_at[0]))
-    out = _level_values(lv, cfg.log_domain, work.dtype, work.device).index_select(0, idx)
-    pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions))
+    # measured on what decoding gives: levels in the tensor's own dtype
+    out = _level_values(lv, cfg.log_domain, q.dtype, work.device).index_select(0, idx)
+    pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions)).to(work.device)
     if pos.numel():
-        out.index_copy_(0, pos, q.protected_values.to(out.dtype))
+        out.index_copy_(0, pos, q.protected_values.to(device=work.device, dtype=q.dtype))
     finite = torch.isfinite(work)
-    diff, ref = out - work, work
+    ref = work.double()
+    diff = out.double() - ref
     if not bool(finite.all()):
-        diff, ref = diff[finite], work[finite]
-    norm = float(torch.linalg.vector_norm(ref.double()))
-    err = float(torch.linalg.vector_norm(diff.double())) / norm if norm > 0 else 0.0
+        diff, ref = diff[finite], ref[finite]
+    norm = float(torch.linalg.vector_norm(ref))
+    err = float(torch.linalg.vector_norm(diff)) / norm if norm > 0 else 0.0
     return QuantizedTensor(
         shape=q.shape,
         dtype=q.dtype,
