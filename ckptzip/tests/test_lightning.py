@@ -1,77 +1,95 @@
-"""ckptzip.integrations.lightning: ModelCheckpoint, resume, load_from_checkpoint, async saves."""
+"""ckptzip.integrations.lightning: ModelCheckpoint, resume, load_from_checkpoint, async saves,
+under both Lightning packages (``pytorch_lightning`` and the unified ``lightning``)."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
-pl = pytest.importorskip("pytorch_lightning")
+import ckptzip
 
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint  # noqa: E402
-from pytorch_lightning.plugins.io import AsyncCheckpointIO  # noqa: E402
-
-import ckptzip  # noqa: E402
-from ckptzip.integrations.lightning import CkptzipCheckpointIO, load_from_checkpoint  # noqa: E402
+try:
+    from ckptzip.integrations.lightning import PACKAGES, CkptzipCheckpointIO, load_from_checkpoint
+except ImportError:  # neither pytorch_lightning nor lightning
+    pytest.skip("needs ckptzip[lightning]", allow_module_level=True)
 
 CONFIG = ckptzip.CompressionConfig(min_numel=256)
 TOLERANCE = 0.05
 
 
-class Regressor(pl.LightningModule):
-    def __init__(
-        self,
-        hidden: int = 64,
-        lr: float = 1e-2,
-        name: str = "mlp",
-        betas: tuple[float, float] = (0.9, 0.99),
-    ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(16, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)
-        )
-        self.losses: list[float] = []
+@functools.cache
+def flavour(package: str) -> SimpleNamespace:
+    """The test's module, callback and Lightning classes from ``package`` (skip if absent)."""
+    pl = pytest.importorskip(package)
+    callbacks = importlib.import_module(f"{package}.callbacks")
+    plugins = importlib.import_module(f"{package}.plugins.io")
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.net(x), y)
-        self.losses.append(float(loss.detach()))
-        return loss
+    class Regressor(pl.LightningModule):
+        def __init__(
+            self,
+            hidden: int = 64,
+            lr: float = 1e-2,
+            name: str = "mlp",
+            betas: tuple[float, float] = (0.9, 0.99),
+        ) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(16, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)
+            )
+            self.losses: list[float] = []
 
-    def configure_optimizers(self) -> Any:
-        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, betas=self.hparams.betas)
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.8)
-        return [opt], [sched]
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.losses.append(float(loss.detach()))
+            return loss
 
-    def train_dataloader(self) -> Any:
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(128, 16, generator=g)
-        y = (x[:, :4].sum(1, keepdim=True)).tanh()
-        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
+        def configure_optimizers(self) -> Any:
+            opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, betas=self.hparams.betas)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.8)
+            return [opt], [sched]
+
+        def train_dataloader(self) -> Any:
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(128, 16, generator=g)
+            y = (x[:, :4].sum(1, keepdim=True)).tanh()
+            data = torch.utils.data.TensorDataset(x, y)
+            return torch.utils.data.DataLoader(data, batch_size=32)
+
+    class Counter(callbacks.Callback):
+        """A callback with state: the number of batches it has seen over the whole run."""
+
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            self.seen += 1
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"seen": self.seen, "note": "batches"}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.seen = state["seen"]
+
+    return SimpleNamespace(
+        pl=pl,
+        Regressor=Regressor,
+        Counter=Counter,
+        ModelCheckpoint=callbacks.ModelCheckpoint,
+        AsyncCheckpointIO=plugins.AsyncCheckpointIO,
+    )
 
 
-class Counter(Callback):
-    """A callback with state: the number of batches it has seen over the whole run."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    def on_train_batch_end(self, *args: Any) -> None:
-        self.seen += 1
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"seen": self.seen, "note": "batches"}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seen = state["seen"]
-
-
-def _trainer(root: Path, epochs: int, io: Any, counter: Counter) -> pl.Trainer:
-    return pl.Trainer(
+def _trainer(f: SimpleNamespace, root: Path, epochs: int, io: Any, counter: Any) -> Any:
+    return f.pl.Trainer(
         max_epochs=epochs,
         accelerator="cpu",
         logger=False,
@@ -79,7 +97,7 @@ def _trainer(root: Path, epochs: int, io: Any, counter: Counter) -> pl.Trainer:
         enable_model_summary=False,
         plugins=[io],
         callbacks=[
-            ModelCheckpoint(dirpath=root, save_top_k=-1, every_n_epochs=1, save_last=True),
+            f.ModelCheckpoint(dirpath=root, save_top_k=-1, every_n_epochs=1, save_last=True),
             counter,
         ],
     )
@@ -87,20 +105,24 @@ def _trainer(root: Path, epochs: int, io: Any, counter: Counter) -> pl.Trainer:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("asynchronous", [False, True])
-def test_resume_and_load_from_checkpoint(tmp_path: Path, asynchronous: bool) -> None:
+@pytest.mark.parametrize("package", ["pytorch_lightning", "lightning.pytorch"])
+def test_resume_and_load_from_checkpoint(tmp_path: Path, package: str, asynchronous: bool) -> None:
+    f = flavour(package)
+    Regressor, Counter, pl = f.Regressor, f.Counter, f.pl
+
     def plugin() -> Any:
         io = CkptzipCheckpointIO(CONFIG)
-        return AsyncCheckpointIO(io) if asynchronous else io
+        return f.AsyncCheckpointIO(io) if asynchronous else io
 
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     pl.seed_everything(0)
     whole = Regressor(hidden=64, name="whole")
-    _trainer(tmp_path / "whole", 4, plugin(), Counter()).fit(whole)
+    _trainer(f, tmp_path / "whole", 4, plugin(), Counter()).fit(whole)
     reference = whole.losses[8:]  # epochs 3 and 4 (4 batches an epoch)
 
     pl.seed_everything(0)
     first = Regressor(hidden=64, name="whole")
-    _trainer(tmp_path / "run", 2, plugin(), Counter()).fit(first)
+    _trainer(f, tmp_path / "run", 2, plugin(), Counter()).fit(first)
     ckpt = tmp_path / "run" / "epoch=1-step=8.ckpt"
     assert ckpt.exists() and (tmp_path / "run" / "last.ckpt").exists()
     assert ckptzip.api.read_manifest(ckpt).tensors  # a ckptzip file under Lightning's name
@@ -108,7 +130,7 @@ def test_resume_and_load_from_checkpoint(tmp_path: Path, asynchronous: bool) -> 
     pl.seed_everything(1)  # the live state is gone: another initialisation
     resumed = Regressor(hidden=64, name="whole")
     counter = Counter()
-    trainer = _trainer(tmp_path / "run", 4, plugin(), counter)
+    trainer = _trainer(f, tmp_path / "run", 4, plugin(), counter)
     trainer.fit(resumed, ckpt_path=ckpt)
     assert trainer.current_epoch == 4 and counter.seen == 16  # the callback's state came back
     assert len(resumed.losses) == len(reference) == 8
@@ -134,3 +156,14 @@ def test_unstorable_hyper_parameter_names_its_key(tmp_path: Path) -> None:
     assert io.load_checkpoint(tmp_path / "c.ckpt") == {"hyper_parameters": {"lr": 0.1}, "epoch": 2}
     io.remove_checkpoint(tmp_path / "c.ckpt")
     assert not (tmp_path / "c.ckpt").exists()
+
+
+def test_one_plugin_class_for_every_installed_package() -> None:
+    io = CkptzipCheckpointIO()
+    for package in ("pytorch_lightning", "lightning.pytorch"):
+        try:
+            base = importlib.import_module(f"{package}.plugins.io").CheckpointIO
+        except ImportError:
+            assert package not in PACKAGES
+            continue
+        assert package in PACKAGES and isinstance(io, base)

@@ -1,5 +1,10 @@
 """PyTorch Lightning: a ``CheckpointIO`` plugin that writes every checkpoint through ckptzip.
 
+Works with both of Lightning's packages, ``pytorch_lightning`` and the unified ``lightning``
+(``lightning.pytorch``), whichever are installed: the two ship separate copies of the
+``CheckpointIO`` base class, and :class:`CkptzipCheckpointIO` derives from each installed copy,
+so either package's ``Trainer`` (and its ``AsyncCheckpointIO``) takes it as its own.
+
 >>> trainer = pl.Trainer(plugins=[CkptzipCheckpointIO()])              # doctest: +SKIP
 >>> trainer = pl.Trainer(plugins=[AsyncCheckpointIO(CkptzipCheckpointIO())])  # doctest: +SKIP
 >>> trainer.fit(model, ckpt_path="ckpts/last.ckpt")                    # doctest: +SKIP
@@ -24,22 +29,42 @@ pass a plain value instead. Dict subclasses (Lightning's ``AttributeDict``) come
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 from typing import Any, TypeVar
 
-import pytorch_lightning as pl
+import fsspec
 import torch
-from lightning_fabric.utilities.cloud_io import get_filesystem
-from pytorch_lightning.plugins.io import CheckpointIO
 
 import ckptzip
 from ckptzip import storage
 from ckptzip.config import CompressionConfig
 
-__all__ = ["CkptzipCheckpointIO", "load_from_checkpoint"]
+__all__ = ["PACKAGES", "CkptzipCheckpointIO", "load_from_checkpoint"]
 
-_T = TypeVar("_T", pl.LightningModule, pl.LightningDataModule)
+_T = TypeVar("_T")
+
+
+def _checkpoint_io_bases() -> dict[str, type]:
+    found = {}
+    for package in ("pytorch_lightning", "lightning.pytorch"):
+        try:
+            found[package] = importlib.import_module(f"{package}.plugins.io").CheckpointIO
+        except ImportError:
+            continue
+    if not found:
+        raise ImportError(
+            "ckptzip.integrations.lightning needs PyTorch Lightning: pip install "
+            "'ckptzip[lightning]' (pytorch_lightning or lightning)"
+        )
+    return found
+
+
+_BASES = _checkpoint_io_bases()
+PACKAGES: tuple[str, ...] = tuple(_BASES)
+"""The installed Lightning packages (``pytorch_lightning``, ``lightning.pytorch``) whose
+``Trainer`` takes :class:`CkptzipCheckpointIO`."""
 
 
 def _device(map_location: Any) -> str | torch.device:
@@ -50,7 +75,7 @@ def _device(map_location: Any) -> str | torch.device:
     return "cpu"
 
 
-class CkptzipCheckpointIO(CheckpointIO):
+class CkptzipCheckpointIO(*_BASES.values()):  # type: ignore[misc]  # bases found at import
     """Save and load Lightning checkpoints as ckptzip files (under Lightning's file names).
 
     Parameters
@@ -90,9 +115,9 @@ class CkptzipCheckpointIO(CheckpointIO):
         return out
 
     def remove_checkpoint(self, path: Any) -> None:
-        fs = get_filesystem(path)
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+        fs, p = fsspec.core.url_to_fs(os.fspath(path))  # as Lightning's own CheckpointIO does
+        if fs.exists(p):
+            fs.rm(p, recursive=True)
 
 
 def load_from_checkpoint(
@@ -108,4 +133,8 @@ def load_from_checkpoint(
     buf = io.BytesIO()
     torch.save(checkpoint, buf)
     buf.seek(0)
-    return cls.load_from_checkpoint(buf, map_location=map_location, weights_only=True, **kwargs)
+    loader: Any = cls  # a LightningModule or LightningDataModule of either package
+    module: _T = loader.load_from_checkpoint(
+        buf, map_location=map_location, weights_only=True, **kwargs
+    )
+    return module
