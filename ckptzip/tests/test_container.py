@@ -121,3 +121,17 @@ def test_real_manifests_pass_the_parse_cost_bound_without_its_floor(exact: bool)
     raw = buf.getvalue()[HEADER.size : HEADER.size + Reader(buf).manifest_size]
     # with a margin: exact files (byte-plane records) are the densest real manifests
     assert _parse_cost(raw) < 0.75 * _PARSE_BYTES_PER_BYTE * len(raw)
+
+
+def test_a_large_manifest_is_stored_compressed_as_version_3() -> None:
+    small = build([b"abc", b"de"])
+    assert HEADER.unpack(small[: HEADER.size])[1:3] == (1, 0)  # plain: version-1 readers read it
+    chunks = [bytes([i]) * (i + 1) for i in range(200)]
+    data = build(chunks, metadata={"step": "9"})
+    _, version, flags, mlen = HEADER.unpack(data[: HEADER.size])
+    assert (version, flags) == (3, container.MANIFEST_ZSTD)
+    plain = len(container.manifest_bytes(Reader(io.BytesIO(data)).manifest))
+    assert mlen < plain / 3
+    r = Reader(io.BytesIO(data))
+    assert r.manifest.version == 3 and r.manifest.metadata == {"step": "9"}
+    assert [c for _, c in r.iter_chunks()] == chunks

@@ -131,3 +131,18 @@ def test_ans_golden_holds_ans_index_streams() -> None:
     manifest = read_manifest(GOLDEN / "v1_quant_ans.ckz")
     layouts = {e.path: e.meta.get("index_layout") for e in manifest.tensors}
     assert layouts["model/w16"] == layouts["model/w4_pruned"] == "ans"
+
+
+def test_v3_golden_stores_its_manifest_compressed() -> None:
+    from ckptzip.container import MANIFEST_ZSTD, Reader
+
+    with open(GOLDEN / "v3_zstd_manifest.ckz", "rb") as f:
+        reader = Reader(f)
+        assert reader.flags == MANIFEST_ZSTD and reader.manifest.version == 3
+    original, back = make_golden.many_object(), ckptzip.load(GOLDEN / "v3_zstd_manifest.ckz")
+    assert back["step"] == 11
+    for key, x in original["model"].items():
+        if key.endswith(".bias"):  # below min_numel: exact
+            assert_same(x, back["model"][key])
+    w, y = original["model"]["w16"], back["model"]["w16"]
+    assert float((w - y).norm() / w.norm()) < 0.1  # 16 levels

@@ -138,7 +138,7 @@ def test_torch_save_file_is_refused_not_unpickled(tmp_path: Path) -> None:
     assert not CANARY.exists()
 
 
-@pytest.mark.parametrize("version", [0, 3, 65535])
+@pytest.mark.parametrize("version", [0, 4, 65535])
 def test_bad_version(good: bytes, tmp_path: Path, version: int) -> None:
     doc, body = split(good)
     with pytest.raises(UnsupportedFormatError, match=f"version {version}"):
@@ -149,6 +149,41 @@ def test_unknown_flags(good: bytes, tmp_path: Path) -> None:
     doc, body = split(good)
     with pytest.raises(UnsupportedFormatError, match="flags"):
         load_bytes(seal(doc, body, flags=1), tmp_path)
+
+
+def test_manifest_flag_needs_version_3_and_other_flags_stay_undefined(
+    good: bytes, tmp_path: Path
+) -> None:
+    doc, body = split(good)
+    packed = entropy.compress(json.dumps({**doc, "version": 2}).encode())
+    with pytest.raises(UnsupportedFormatError, match="flags 0x0001"):
+        load_bytes(seal(packed, body, version=2, flags=1), tmp_path)
+    with pytest.raises(UnsupportedFormatError, match="flags 0x0003"):
+        load_bytes(seal(packed, body, version=3, flags=3), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "match"),
+    [
+        (b"not zstd at all", "not zstd"),
+        # a frame that does not say how large it decodes (streamed): refused before inflating
+        (zstandard.ZstdCompressor(write_content_size=False).compress(b"{}"), "declares -1"),
+        (entropy.compress(b"{}")[:-3], "compressed manifest"),  # truncated frame
+        (entropy.compress(bytes(MAX_MANIFEST_BYTES + 1)), "not within the cap"),
+    ],
+)
+def test_damaged_compressed_manifest(
+    good: bytes, tmp_path: Path, manifest: bytes, match: str
+) -> None:
+    _, body = split(good)
+    with pytest.raises(CorruptCheckpointError, match=match):
+        load_bytes(seal(manifest, body, version=3, flags=1), tmp_path)
+
+
+def test_compressed_manifest_round_trips(good: bytes, tmp_path: Path) -> None:
+    doc, body = split(good)
+    packed = entropy.compress(json.dumps({**doc, "version": 3}).encode())
+    assert leaf_bytes(load_bytes(seal(packed, body, version=3, flags=1), tmp_path))
 
 
 def test_oversized_header(good: bytes, tmp_path: Path) -> None:

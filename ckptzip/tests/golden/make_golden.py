@@ -174,6 +174,12 @@ def ans_object() -> dict[str, Any]:
     }
 
 
+def many_object() -> dict[str, Any]:
+    """Enough entries that the manifest passes 4 KiB and is stored compressed (version 3)."""
+    layers = {f"layer{i:02d}.bias": ramp(8 + i, torch.float32) for i in range(60)}
+    return {"model": {**layers, "w16": bell(4096, 3).reshape(64, 64)}, "step": 11}
+
+
 def exact_config() -> Any:
     from ckptzip import CompressionConfig
 
@@ -209,6 +215,9 @@ def cases() -> dict[int, dict[str, tuple[Any, Any]]]:
         2: {
             "v2_shared.ckz": (shared_object(), quant_config()),
             "v2_numpy.ckz": (numpy_object(), quant_config()),
+        },
+        3: {
+            "v3_zstd_manifest.ckz": (many_object(), quant_config()),
         },
     }
 
