@@ -373,3 +373,43 @@ def test_error_is_finite_near_the_dtype_maximum(dtype: torch.dtype) -> None:
     q = quantize(x, QuantConfig(bins=2, protect=0.0))
     assert math.isfinite(q.rel_error)
     assert math.isclose(q.rel_error, _measured_rel_error(x, dequantize(q)), rel_tol=1e-6)
+
+
+def _blocked_cases() -> list[tuple[torch.Tensor, QuantConfig, torch.Tensor | None]]:
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(20_011, generator=g) * 0.02
+    sq = torch.randn(20_011, generator=g) ** 2 * 1e-6
+    sq[::7] = 0.0
+    special = w.clone()
+    special[[5, 900, 15_000]] = torch.tensor([math.nan, math.inf, -math.inf])
+    scores = torch.rand(20_011, generator=g)
+    return [
+        (w, QuantConfig(), None),
+        (w, QuantConfig(prune=0.3, protect=0.01), None),
+        (sq, QuantConfig(log_domain=True, prune=0.2), None),
+        (w, QuantConfig(protect=0.01, prune=0.1, prune_metric="sensitivity"), scores),
+        (special, QuantConfig(prune=0.1), None),
+        (w.to(torch.bfloat16), QuantConfig(bins=256), None),
+        (w.double(), QuantConfig(bins=32, prune=0.05), None),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_blockwise_passes_give_the_whole_tensor_result(
+    case: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Encoding threads run the element-wise passes block by block: the same result, bit for
+    bit, as whole-tensor ops (odd blocks, so tails and boundaries are exercised)."""
+    import ckptzip.sketch
+
+    x, cfg, scores = _blocked_cases()[case]
+    monkeypatch.setattr(ckptzip.sketch, "block_size", lambda t: max(t.numel(), 1))
+    whole = quantize(x, cfg, scores=scores)
+    monkeypatch.setattr(ckptzip.sketch, "block_size", lambda t: 999)
+    blocked = quantize(x, cfg, scores=scores)
+    assert whole.rel_error == blocked.rel_error
+    assert np.array_equal(whole.levels, blocked.levels)
+    assert np.array_equal(whole.indices, blocked.indices)
+    assert np.array_equal(whole.protected_positions, blocked.protected_positions)
+    bits = _BITS[whole.protected_values.dtype]
+    assert torch.equal(whole.protected_values.view(bits), blocked.protected_values.view(bits))

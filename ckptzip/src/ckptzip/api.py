@@ -16,7 +16,6 @@ import os
 import posixpath
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, TypeAlias
 
@@ -24,6 +23,8 @@ import torch
 
 import ckptzip
 from ckptzip import chains, storage
+from ckptzip._compat import torch_save_size
+from ckptzip._parallel import default_threads, encoding_pool
 from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
     DecodeContext,
@@ -199,33 +200,16 @@ class _HashingWriter:
         return self._digest.hexdigest()
 
 
-class _CountingSink:
-    """A write-only file object that counts bytes, so torch.save's size costs no disk."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def write(self, data: bytes) -> int:
-        n = len(memoryview(data).cast("B"))
-        self.n += n
-        return n
-
-    def flush(self) -> None:
-        pass
-
-
 def _torch_save_size(obj: Any, leaves: Sequence[tuple[str, torch.Tensor]]) -> int:
     """What ``torch.save(obj)`` would write, measured before anything is published.
 
     An object torch cannot pickle (a namedtuple class defined inside a function) is still
     saved by ckptzip: its ``bytes_in`` is then the tensors' in-memory bytes.
     """
-    sink = _CountingSink()
     try:
-        torch.save(obj, sink)  # type: ignore[arg-type]
+        return torch_save_size(obj)
     except Exception:  # pickling is torch's business; the checkpoint does not depend on it
         return sum(x.numel() * x.element_size() for _, x in leaves)
-    return sink.n
 
 
 DecodedCache = MutableMapping[str, Mapping[str, QuantizedTensor | torch.Tensor]]
@@ -313,7 +297,7 @@ def _parent_links(child: str, parent: str | os.PathLike[str]) -> list[chains.Lin
 def _threads(threads: int | None, n: int) -> int:
     """Encoding threads for ``n`` tensors: 0 means encode in the caller's thread."""
     if threads is None:
-        threads = min(os.cpu_count() or 1, 8)
+        threads = default_threads()
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads={threads!r} must be None (one per core, at most 8) or >= 1")
     return 0 if threads == 1 or n < 2 else min(threads, n)
@@ -551,10 +535,9 @@ def encode(
 
     workers = _threads(threads, len(leaves))
     # Tensors are independent: quantizing (torch, NumPy) and zstd release the GIL, so threads
-    # encode them in parallel; torch.save's size for the report is measured alongside.
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="ckptzip-encode") if workers else None
+    # encode them in parallel.
+    pool = encoding_pool(workers) if workers else None
     try:
-        size = pool.submit(_torch_save_size, obj, leaves) if pool is not None else None
         results: Iterator[Encoded] = (
             map(encode_one, range(len(leaves)))
             if pool is None
@@ -597,9 +580,8 @@ def encode(
             created_by=f"ckptzip {ckptzip.__version__}",
         )
         t1 = time.perf_counter()
-        bytes_in = _torch_save_size(obj, leaves) if size is None else size.result()
-        # ``Report.seconds`` leaves out the measurement when it did not overlap the encoding
-        t_size = time.perf_counter() - t1 if size is None else 0.0
+        bytes_in = _torch_save_size(obj, leaves)
+        t_size = time.perf_counter() - t1  # ``Report.seconds`` leaves out the measurement
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

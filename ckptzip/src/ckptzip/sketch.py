@@ -193,30 +193,77 @@ def build_sketch(
     top = torch.tensor(top_value, dtype=work.dtype, device=work.device)
     key_max = int(torch.ceil(torch.log(top) * inv_log_gamma))
     key_min = key_max - cap + 1
-    codes = _codes(work, key_min, cap, inv_log_gamma)
+    codes = torch.empty(n, dtype=torch.int32, device=work.device)
+    buf = torch.empty(min(n, block_size(work)), dtype=work.dtype, device=work.device)
+    for lo, hi in blocks(n, work):
+        _codes_into(work[lo:hi], key_min, cap, inv_log_gamma, codes[lo:hi], buf[: hi - lo])
     counts = torch.bincount(codes, minlength=counts_len).cpu().numpy().astype(np.int64)
     if counts[cap]:
         # The zero bucket may also have caught non-zero values below the kept key range;
         # counting the true zeros (only when the bucket is not empty) tells.
-        zeros = int((work == 0).sum())
+        zeros = n - int(torch.count_nonzero(work))
         if zeros != counts[cap]:
             codes = _fix_collapsed(codes, work, cap)
             counts = torch.bincount(codes, minlength=counts_len).cpu().numpy().astype(np.int64)
     return LogSketch(alpha, key_min, counts), codes
 
 
-def _codes(work: torch.Tensor, key_min: int, cap: int, inv_log_gamma: float) -> torch.Tensor:
-    """``cap + sign(x)·m`` with ``m = clamp(ceil(log_γ|x|) − key_min + 1, 0, cap)``, int32.
+BLOCK = 1 << 14
+"""Elements per block of the element-wise passes, in a thread whose torch ops run inline.
+
+Under torch's parallel grain (32768 elements), and a block's temporaries stay in cache: the
+passes over a large tensor stop allocating (and page-faulting in) a fresh tensor-sized buffer
+each (measured on a 9.4M-element tensor in an encoding thread: codes 2-3x faster than
+whole-tensor ops).
+"""
+
+
+def block_size(x: torch.Tensor) -> int:
+    """Block length for element-wise passes over ``x`` in the calling thread.
+
+    :data:`BLOCK` where this thread runs torch's CPU ops on one core (the encoding threads of
+    :mod:`ckptzip._parallel`); otherwise the whole tensor, one op each: torch then spreads
+    each op over its threads, and small blocks would pay that team's start and stop per op
+    (or, on an accelerator, a launch per op).
+    """
+    if x.device.type == "cpu" and torch.get_num_threads() == 1:
+        return BLOCK
+    return max(x.numel(), 1)
+
+
+def blocks(n: int, x: torch.Tensor) -> list[tuple[int, int]]:
+    """``(start, stop)`` of the consecutive blocks covering ``n`` elements of ``x``."""
+    size = block_size(x)
+    return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
+def _codes_into(
+    work: torch.Tensor,
+    key_min: int,
+    cap: int,
+    inv_log_gamma: float,
+    out: torch.Tensor,
+    buf: torch.Tensor,
+) -> None:
+    """Write ``cap + sign(x)·m`` with ``m = clamp(ceil(log_γ|x|) − key_min + 1, 0, cap)`` into
+    ``out`` (int32), using ``buf`` (``work``'s dtype and length) as scratch.
 
     Zeros get ``m = 0`` (log 0 = −inf); so do non-zero values below the kept range, which
-    :func:`_fix_collapsed` moves to ``m = 1`` when there are any. Nine passes over the data.
+    :func:`_fix_collapsed` moves to ``m = 1`` when there are any.
     """
-    t = work.abs().log_().mul_(inv_log_gamma).ceil_()
+    t = torch.abs(work, out=buf).log_().mul_(inv_log_gamma).ceil_()
     # the upper clamp guards against the scalar log of the maximum and the vectorised one
     # here disagreeing by an ulp at a bucket edge
     t.sub_(key_min - 1).clamp_(min=0, max=cap)
     t.copysign_(work).add_(cap)
-    return t.to(torch.int32)
+    out.copy_(t)
+
+
+def _codes(work: torch.Tensor, key_min: int, cap: int, inv_log_gamma: float) -> torch.Tensor:
+    """:func:`_codes_into` into fresh tensors."""
+    out = torch.empty(work.shape, dtype=torch.int32, device=work.device)
+    _codes_into(work, key_min, cap, inv_log_gamma, out, torch.empty_like(work))
+    return out
 
 
 def _fix_collapsed(codes: torch.Tensor, work: torch.Tensor, cap: int) -> torch.Tensor:

@@ -1,0 +1,68 @@
+"""Private APIs of dependencies, each with its public alternative (and the fallback to it).
+
+Every use of a dependency's private API in ckptzip is here, so a new version of the
+dependency breaks (at most) this module, and each function still works through the public
+route when the private one is gone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+from typing import IO, Any, cast
+
+import torch
+
+__all__ = ["torch_save_size"]
+
+
+class _CountingSink:
+    """A write-only file object that counts bytes, so torch.save's size costs no disk."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def write(self, data: bytes) -> int:
+        n = len(memoryview(data).cast("B"))
+        self.n += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+
+# the signature of torch.serialization._save this module was written against (torch 2.4-2.13)
+_SAVE_PARAMETERS = [
+    "obj",
+    "zip_file",
+    "pickle_module",
+    "pickle_protocol",
+    "_disable_byteorder_record",
+]
+
+
+def torch_save_size(obj: Any) -> int:
+    """How many bytes ``torch.save(obj, f)`` writes to a stream.
+
+    Private route: ``torch.serialization._save`` into a ``torch._C.PyTorchFileWriter`` made
+    with CRC32 off. The archive has the same layout and size (a record's CRC field is there
+    either way), but torch no longer checksums every tensor byte, which on a large checkpoint
+    is most of the cost of measuring it (a second or so per GB). Public alternative (the
+    fallback): ``torch.save(obj, sink)``. Raises what pickling ``obj`` raises.
+    """
+    sink = _CountingSink()
+    try:
+        writer_cls = torch._C.PyTorchFileWriter
+        save = torch.serialization._save
+        alignment = torch.serialization._get_storage_alignment()
+        protocol = torch.serialization.DEFAULT_PROTOCOL
+        known = list(inspect.signature(save).parameters) == _SAVE_PARAMETERS
+    except (AttributeError, TypeError, ValueError):
+        known = False
+    if not known:
+        torch.save(obj, sink)  # type: ignore[arg-type]
+        return sink.n
+    writer = writer_cls(cast(IO[bytes], sink), False, alignment)
+    save(obj, writer, pickle, protocol, False)
+    writer.write_end_of_file()
+    return sink.n
