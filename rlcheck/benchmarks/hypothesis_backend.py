@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -205,6 +206,11 @@ def summarize(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _load_average() -> float | None:
+    """The host's 1-minute load average (other processes competing for its cores)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 s a test and backend")
@@ -221,12 +227,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else (2.0 if args.quick else 20.0)
     warm = args.warm_rounds if args.warm_rounds is not None else (2 if args.quick else 3)
+    load_at_start = _load_average()
     rows = run_suite(seconds, only=args.only, warm_rounds=warm, modes=args.modes)
     print()
     for line in summarize(rows):
         print(line)
     if args.json is not None:
-        args.json.write_text(json.dumps({"seconds": seconds, "rows": rows}, indent=2))
+        document = {
+            "command": " ".join(["hypothesis_backend.py", *(argv or sys.argv[1:])]),
+            "seconds": seconds,
+            # Wall-clock budgets: what else ran on the host matters; say what it was.
+            "cpu_count": os.cpu_count(),
+            "load_average_1min": {"start": load_at_start, "end": _load_average()},
+            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(document, indent=2))
     return 0
 
 
