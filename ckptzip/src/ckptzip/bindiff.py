@@ -27,7 +27,9 @@ a count table per tensor (about 150-210 bytes for 16 bins). Measured by
 apart, tables included): weight deltas 2-3 % above the conditional entropy and 15-21 % smaller
 than run-length + LZMA, the earlier default; Adam's first moments 18 % smaller on ``lm`` but
 1.5 % larger on ``gru``, whose long zero runs LZMA models, so the delta codec tries both
-(:data:`DELTA_METHODS`) and keeps the smaller per tensor. zstd's long-distance matching gained
+(:data:`DELTA_METHODS`) and keeps the smaller per tensor (:func:`encode_smallest`: ANS in full,
+LZMA only where an estimate on a sample of the stream says it may win, since a full LZMA pass
+costs about ten times ANS's on dense deltas). zstd's long-distance matching gained
 nothing (no long matches in these streams), so it is not offered. The method used is recorded
 in the payload's metadata, so any of them decodes.
 
@@ -57,11 +59,13 @@ from ckptzip.errors import ConfigError, CorruptCheckpointError
 __all__ = [
     "DEFAULT_METHOD",
     "DELTA_METHODS",
+    "ESTIMATE_MARGIN",
     "DeltaPayload",
     "apply_difference",
     "cyclic_difference",
     "decode_delta",
     "encode_delta",
+    "encode_smallest",
     "rearrangement",
 ]
 
@@ -158,6 +162,12 @@ bin is a large share."""
 
 _DEFAULT_LEVEL = 9
 
+ESTIMATE_MARGIN = 0.08
+""":func:`encode_smallest` runs a back end in full unless its sampled estimate exceeds the best
+payload so far by more than this fraction. LZMA's estimates run 1-8 % high, so a back end left
+out could have won by a few percent at most; on dense Adam-moment deltas LZMA's estimates were
+11-16 % above ANS's payload (and the full payloads 10-12 % above)."""
+
 
 # -- the payload ---------------------------------------------------------------------------
 
@@ -228,12 +238,58 @@ def encode_delta(
     True
     """
     symbols = _symbols(prev, now, bins, rearrange)
-    chunks, extra = entropy.encode_symbols(
-        symbols, method, level, segments=_groups(prev, bins, rearrange)
-    )
+    return _payload(symbols, _groups(prev, bins, rearrange), bins, rearrange, method, level)
+
+
+def _payload(
+    symbols: np.ndarray,
+    groups: list[int] | None,
+    bins: int,
+    rearrange: bool,
+    method: str,
+    level: int,
+) -> DeltaPayload:
+    chunks, extra = entropy.encode_symbols(symbols, method, level, segments=groups)
     meta = {"method": method, "bins": int(bins), "n": int(symbols.size), "rearrange": rearrange}
     meta.update(extra)
     return DeltaPayload(meta, chunks)
+
+
+def encode_smallest(
+    prev: np.ndarray,
+    now: np.ndarray,
+    bins: int,
+    *,
+    methods: Sequence[str] = DELTA_METHODS,
+    level: int = _DEFAULT_LEVEL,
+) -> DeltaPayload:
+    """The smallest :func:`encode_delta` payload over ``methods`` (the first on a tie), with
+    the symbols computed once; a back end after the first runs in full only where
+    :func:`ckptzip.entropy.estimate_symbols` puts it within :data:`ESTIMATE_MARGIN` of the
+    best so far.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> prev = np.arange(10_000, dtype=np.uint8) % 16
+    >>> encode_smallest(prev, prev.copy(), 16).meta["method"] in DELTA_METHODS
+    True
+    """
+    if not methods:
+        raise ConfigError("methods must name at least one symbol back end")
+    symbols = _symbols(prev, now, bins, True)
+    groups = _groups(prev, bins, True)
+    best: DeltaPayload | None = None
+    for method in methods:
+        if best is not None:
+            estimate = entropy.estimate_symbols(symbols, method, level)
+            if estimate is not None and estimate > best.nbytes * (1 + ESTIMATE_MARGIN):
+                continue
+        payload = _payload(symbols, groups, bins, True, method, level)
+        if best is None or payload.nbytes < best.nbytes:
+            best = payload
+    assert best is not None
+    return best
 
 
 def decode_delta(meta: dict[str, Any], chunks: Sequence[bytes], prev: np.ndarray) -> np.ndarray:

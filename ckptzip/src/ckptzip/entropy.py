@@ -74,6 +74,7 @@ __all__ = [
     "decompress",
     "encode",
     "encode_symbols",
+    "estimate_symbols",
     "order0_entropy_bits",
 ]
 
@@ -547,6 +548,48 @@ def encode_symbols(
         raise ConfigError(f"method={method!r} is unknown; choose one of {sorted(SYMBOL_METHODS)}")
     flat = np.ascontiguousarray(np.asarray(symbols, dtype=np.uint8).reshape(-1))
     return SYMBOL_METHODS[method].encode(flat, level, segments)
+
+
+_ESTIMATE_SLICES = 8
+_ESTIMATE_SLICE = 1 << 14
+_ESTIMATE_MIN = 8 * _ESTIMATE_SLICES * _ESTIMATE_SLICE  # below this, a full pass is cheap
+# A sample coded smaller than this says the stream is very compressible: a full pass is then
+# cheap, and fixed costs (headers, the first literals) would inflate the scaled estimate.
+_ESTIMATE_MIN_BYTES = 1 << 12
+
+
+def estimate_symbols(symbols: np.ndarray, method: str, level: int = 3) -> float | None:
+    """Bytes :func:`encode_symbols` would write for ``symbols`` with ``method``, estimated
+    from evenly spaced slices of the stream (an eighth of it or less), or ``None`` where a full
+    pass is cheap anyway (a short or very compressible stream) or the back end models whole
+    contexts (``"ans"``).
+
+    The estimates of ``"rle+lzma"`` run high, by 1-8 % on dense 2M-symbol streams (Adam
+    moments' deltas, random symbols): a slice offers LZMA fewer earlier matches than the
+    whole stream.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> s = rng.integers(0, 3, 1 << 21).astype(np.uint8)
+    >>> est = estimate_symbols(s, "rle+lzma")
+    >>> full = sum(map(len, encode_symbols(s, "rle+lzma")[0]))
+    >>> full <= est < 1.1 * full
+    True
+    >>> estimate_symbols(np.zeros(1 << 21, np.uint8), "rle+lzma") is None
+    True
+    """
+    flat = np.asarray(symbols, dtype=np.uint8).reshape(-1)
+    if method == "ans" or flat.size < _ESTIMATE_MIN:
+        return None
+    step = flat.size // _ESTIMATE_SLICES
+    sample = np.concatenate(
+        [flat[i * step : i * step + _ESTIMATE_SLICE] for i in range(_ESTIMATE_SLICES)]
+    )
+    coded = sum(map(len, encode_symbols(sample, method, level)[0]))
+    if coded < _ESTIMATE_MIN_BYTES:
+        return None
+    return coded * flat.size / sample.size
 
 
 def decode_symbols(

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from ckptzip._types import QuantizedTensor
-from ckptzip.bindiff import DELTA_METHODS, decode_delta, encode_delta
+from ckptzip.bindiff import decode_delta, encode_smallest
 from ckptzip.codecs.base import (
     Codec,
     DecodeContext,
@@ -138,10 +138,7 @@ class DeltaCodec(Codec):
             return full("empty tensor")
         q = _keep_parent_levels(x, q, prev)
         bins = max(len(prev.levels), len(q.levels))
-        payload = min(
-            (encode_delta(prev.indices, q.indices, bins, method=m) for m in DELTA_METHODS),
-            key=lambda p: p.nbytes,
-        )
+        payload = encode_smallest(prev.indices, q.indices, bins)
         side = encode_side(q, level)
         chunks = [side.levels, *payload.chunks, side.positions, side.values]
         whole = full("delta not smaller")
