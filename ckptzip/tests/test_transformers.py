@@ -6,6 +6,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,7 @@ def _dataset() -> list[dict[str, torch.Tensor]]:
     return out
 
 
-def _trainer(out: Path, seed: int) -> CkptzipTrainer:
+def _trainer(out: Path, seed: int, **options: Any) -> CkptzipTrainer:
     args = TrainingArguments(
         output_dir=str(out),
         max_steps=12,
@@ -60,6 +62,7 @@ def _trainer(out: Path, seed: int) -> CkptzipTrainer:
         seed=0,
         use_cpu=True,
         disable_tqdm=True,
+        **options,
     )
     return CkptzipTrainer(
         model=_model(seed), args=args, train_dataset=_dataset(), ckptzip_config=CONFIG
@@ -109,6 +112,54 @@ def test_trainer_resumes_from_compressed_checkpoints(tmp_path: Path) -> None:
     for name, p in model.state_dict().items():
         if name in stored:
             assert torch.equal(p, stored[name]), name
+
+
+@pytest.mark.slow
+def test_two_processes_resume_from_compressed_checkpoints(tmp_path: Path) -> None:
+    """DDP on 2 CPU processes (torchrun, gloo): each process converts the files it wrote,
+    every process resumes from the converted checkpoint."""
+    out = tmp_path / "run"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    for mode in ("whole", "resume"):
+        done = subprocess.run(
+            [*torchrun, str(Path(__file__).with_name("_hf_ddp.py")), str(out), mode],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        if mode == "whole":
+            names = sorted(os.listdir(out / "checkpoint-6"))
+            for name in ("model.safetensors", "optimizer.pt", "rng_state_0.pth", "rng_state_1.pth"):
+                assert name + ".ckz" in names and name not in names, names
+            assert "training_args.json" in names and "training_args.bin" not in names
+    reference = json.loads((out / "losses-whole.json").read_text())
+    resumed = json.loads((out / "losses-resume.json").read_text())
+    got = {int(step): loss for step, loss in resumed.items() if int(step) > 6}
+    assert sorted(got) == list(range(7, 13))
+    for step, loss in got.items():
+        assert abs(loss - reference[str(step)]) <= TOLERANCE * reference[str(step)], (
+            reference,
+            got,
+        )
+
+
+def test_each_process_converts_only_the_files_it_wrote(tmp_path: Path) -> None:
+    for name in ("rng_state_0.pth", "rng_state_1.pth", "optimizer.pt"):
+        torch.save({"cpu": torch.random.get_rng_state()}, tmp_path / name)
+    compress_checkpoint(tmp_path, process_index=1)
+    assert sorted(os.listdir(tmp_path)) == [
+        "optimizer.pt",
+        "rng_state_0.pth",
+        "rng_state_1.pth.ckz",
+    ]
+    compress_checkpoint(tmp_path, process_index=0)
+    assert sorted(os.listdir(tmp_path)) == [
+        "optimizer.pt.ckz",
+        "rng_state_0.pth.ckz",
+        "rng_state_1.pth.ckz",
+    ]
 
 
 def test_rng_state_round_trips_through_a_converted_directory(tmp_path: Path) -> None:

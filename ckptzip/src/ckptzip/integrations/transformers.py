@@ -25,8 +25,14 @@ with ``resume_from_checkpoint`` decodes the directory into a temporary ``Trainer
 (standard file names, rebuilt from the typed values) and resumes from it. The model stays
 readable by ``from_pretrained``: ``ckptzip decompress checkpoint-N/model.safetensors.ckz -o
 checkpoint-N/model.safetensors``. ``load_best_model_at_end`` is refused (the ``Trainer`` would
-reload a converted file itself). Single-process training only: under DDP every rank would
-have to finish its files before rank 0 converts the directory.
+reload a converted file itself).
+
+Several processes (DDP, ``torchrun``): each process converts only the files it wrote itself,
+so no process waits for another: the main process the model, optimizer, scheduler and
+arguments, process ``k`` its ``rng_state_k.pth``. On resume every process rebuilds the whole
+checkpoint in its own temporary directory. Files are converted where the world's main process
+writes them (one shared directory): ``save_on_each_node=True`` and sharded trainers (FSDP,
+DeepSpeed: every rank writes model and optimizer shards) are not supported.
 """
 
 from __future__ import annotations
@@ -64,22 +70,40 @@ def _is_rng(name: str) -> bool:
     return name.startswith("rng_state") and name.endswith(".pth")
 
 
+def _writer(name: str) -> int:
+    """The process that writes ``name`` into a checkpoint: ``rng_state_<k>.pth`` is process
+    ``k``'s, everything else (and a single process's ``rng_state.pth``) the main process's."""
+    stem = name.removesuffix(SUFFIX)
+    if _is_rng(stem):
+        rank = stem.removeprefix("rng_state").removesuffix(".pth").removeprefix("_")
+        if rank.isdigit():
+            return int(rank)
+    return 0
+
+
 def _torch_load(path: str) -> Any:
     with safe_globals():  # NumPy arrays in rng_state.pth, nothing that runs code
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def compress_checkpoint(
-    directory: str | os.PathLike[str], *, config: CompressionConfig | None = None
+    directory: str | os.PathLike[str],
+    *,
+    config: CompressionConfig | None = None,
+    process_index: int | None = None,
 ) -> list[ckptzip.Report]:
     """Convert one ``Trainer`` checkpoint directory in place (table in the module docstring).
 
     Each original file is removed only after its ``.ckz`` is written; a directory already
-    converted is left as it is. Returns one :class:`~ckptzip.Report` per ``.ckz`` written.
+    converted is left as it is. With ``process_index`` only the files that process wrote are
+    converted (see the module docstring). Returns one :class:`~ckptzip.Report` per ``.ckz``
+    written.
     """
     directory = os.fspath(directory)
     reports = []
     for name in sorted(os.listdir(directory)):
+        if process_index is not None and _writer(name) != process_index:
+            continue
         src = os.path.join(directory, name)
         if name.endswith(".safetensors"):
             obj: Any = load_file(src)
@@ -131,14 +155,16 @@ class CkptzipCallback(TrainerCallback):
         control: TrainerControl,
         **kwargs: Any,
     ) -> None:
-        if not state.is_world_process_zero:
-            return
         directory = os.path.join(
             str(args.output_dir), f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         )
         if not os.path.isdir(directory):
             return
-        self.reports[directory] = compress_checkpoint(directory, config=self.config)
+        self.reports[directory] = compress_checkpoint(
+            directory, config=self.config, process_index=args.process_index
+        )
+        if not state.is_world_process_zero:
+            return
         # the pickled arguments become JSON from the live object (never unpickled here)
         text = json.dumps(args.to_dict(), indent=1, default=str)
         with open(os.path.join(directory, _ARGS_JSON), "w") as f:
