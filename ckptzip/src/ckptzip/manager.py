@@ -178,6 +178,16 @@ class SaveReport(api.Report):
 _REPORT_FIELDS = [f for f in api.Report.__dataclass_fields__]
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What one :meth:`CheckpointManager.save` call asks, whatever it saves."""
+
+    step: int
+    scores: Mapping[str, torch.Tensor] | None
+    overwrite: bool
+    blocking: bool
+
+
 class _Pending:
     """One save running in the worker thread."""
 
@@ -484,11 +494,11 @@ class CheckpointManager:
                 "to replace it, or save under another step"
             )
         if obj is None:
-            work = self._model_job(step, extra, scores, overwrite, blocking)
+            work = self._model_job(_Request(step, scores, overwrite, blocking), extra)
         elif extra is not None:
             raise ConfigError("extra= goes with a model snapshot: pass obj=None, or put it in obj")
         else:
-            work = self._object_job(step, obj, scores, overwrite, blocking)
+            work = self._object_job(_Request(step, scores, overwrite, blocking), obj)
         if blocking:
             report = work()
             return _with(report, stall=time.perf_counter() - t0)
@@ -512,32 +522,19 @@ class CheckpointManager:
         pending.stall = time.perf_counter() - t0
         return None
 
-    def _object_job(
-        self,
-        step: int,
-        obj: Any,
-        scores: Mapping[str, torch.Tensor] | None,
-        overwrite: bool,
-        blocking: bool,
-    ) -> Callable[[], SaveReport]:
-        snap = None if blocking else copy_tree((obj, scores))
+    def _object_job(self, req: _Request, obj: Any) -> Callable[[], SaveReport]:
+        snap = None if req.blocking else copy_tree((obj, req.scores))
 
         def job() -> SaveReport:
             if snap is not None:
                 _yield_to_training()  # the worker thread: the copy is taken already
-            o, sc = (obj, scores) if snap is None else snap.ready()
-            return self._write(step, o, self.config, sc, {"step": str(step)}, overwrite, None, None)
+            o, sc = (obj, req.scores) if snap is None else snap.ready()
+            return self._write(req, o, self.config, sc, {"step": str(req.step)}, None, None)
 
         return job
 
-    def _model_job(
-        self,
-        step: int,
-        extra: Any,
-        scores: Mapping[str, torch.Tensor] | None,
-        overwrite: bool,
-        blocking: bool,
-    ) -> Callable[[], SaveReport]:
+    def _model_job(self, req: _Request, extra: Any) -> Callable[[], SaveReport]:
+        step, scores, blocking = req.step, req.scores, req.blocking
         model, optimizer = self.model, self.optimizer
         if model is None:
             raise ConfigError(
@@ -585,7 +582,7 @@ class CheckpointManager:
             # next search needs them, so they are released once written.
             prequantized, result = result.prequantized, replace(result, prequantized={})
             report = self._write(
-                step, obj, result.config, full_scores, metadata, overwrite, result, prequantized
+                req, obj, result.config, full_scores, metadata, result, prequantized
             )
             self.last_search = result
             return report
@@ -594,16 +591,16 @@ class CheckpointManager:
 
     def _write(
         self,
-        step: int,
+        req: _Request,
         obj: Any,
         config: CompressionConfig,
         scores: Mapping[str, torch.Tensor] | None,
         metadata: dict[str, str],
-        overwrite: bool,
         result: SearchResult | None,
         prequantized: Mapping[str, Prequantized] | None,
     ) -> SaveReport:
         """Encode and publish under the writer lock; nothing after the publish can fail."""
+        step, overwrite = req.step, req.overwrite
         store = self.store
         with store.writing():
             steps = store.steps()
