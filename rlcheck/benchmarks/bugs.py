@@ -59,12 +59,16 @@ def _variant(name: str, **options: Any) -> None:
     AVAILABLE_PROVIDERS.setdefault(name, type(name, (RLCheckProvider,), options))
 
 
-# Registered at import, so worker processes have them too.
-_variant("rlcheck-default0", default_share=0.0)
-_variant("rlcheck-default25", default_share=0.25)
-_variant("rlcheck-default50", default_share=0.5)
-_variant("rlcheck-default75", default_share=0.75)
-_variant("rlcheck-patience30", default_patience=30)
+# Registered at import, so worker processes have them too. Each fixes every option it
+# measures (default_tail too), so its rows stay reproducible when the defaults move.
+_variant("rlcheck-default0", default_share=0.0, default_tail=0.0)
+_variant("rlcheck-default25", default_share=0.25, default_tail=0.0)
+_variant("rlcheck-default50", default_share=0.5, default_tail=0.0)
+_variant("rlcheck-default75", default_share=0.75, default_tail=0.0)
+_variant("rlcheck-patience30", default_share=0.5, default_patience=30, default_tail=0.0)
+_variant("rlcheck-tail50", default_share=0.0, default_tail=0.5)
+_variant("rlcheck-share50-tail50", default_share=0.5, default_patience=30, default_tail=0.5)
+_variant("rlcheck-tail25", default_share=0.0, default_tail=0.25)
 BY_NAME = {p.name: p for p in SUITE}
 
 

@@ -98,8 +98,10 @@ def test_given_test_runs_on_the_backend_and_counts_cases(stats: BackendStats) ->
 
     inner()
     stats = _stats_of(stats, inner)
-    # The run's first case (the simplest input) is Hypothesis's own, not the backend's.
-    assert stats.valid >= 59 and stats.cases >= stats.valid
+    # Half of max_examples is the backend's (default_tail: the rest is Hypothesis's own
+    # engine, as is the run's first case).
+    assert stats.valid >= 30 and stats.cases >= stats.valid
+    assert len(seen) >= 60
     assert 0 < stats.unique_valid <= stats.valid
     assert not stats.fallback
     assert len({repr(v) for v in seen}) > 10
@@ -123,8 +125,9 @@ def test_learning_raises_the_valid_rate_of_a_strict_assume(stats: BackendStats) 
 
 @pytest.fixture
 def learned_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every case from the learned policy (none from Hypothesis's own provider)."""
+    """Every case from the learned policy (none from Hypothesis's own provider or engine)."""
     monkeypatch.setattr(RLCheckProvider, "default_share", 0.0)
+    monkeypatch.setattr(RLCheckProvider, "default_tail", 0.0)
 
 
 def _balanced(s: str) -> bool:
@@ -188,6 +191,7 @@ def test_a_repeated_valid_case_does_not_count_toward_max_examples(stats: Backend
 
 class _HalfDefault(RLCheckProvider):
     default_share = 0.5
+    default_tail = 0.0
 
 
 def test_a_share_of_cases_is_generated_by_hypothesis_own_provider(
@@ -216,6 +220,33 @@ def test_a_share_of_cases_is_generated_by_hypothesis_own_provider(
     assert counts.valid >= 95
     assert 25 <= len(made) <= 75  # about half of the cases
     assert all(p is not None for p in made)
+
+
+class _DefaultTail(RLCheckProvider):
+    default_share = 0.0
+    default_tail = 0.4
+
+
+def test_the_last_share_of_max_examples_is_left_to_hypothesis_own_backend(
+    stats: BackendStats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(AVAILABLE_PROVIDERS, "rlcheck-default-tail", _DefaultTail)
+    values: list[list[int]] = []
+
+    @seed(5)
+    @settings(backend="rlcheck-default-tail", max_examples=50, database=None, **QUIET)
+    @given(st.lists(st.integers()))
+    def inner(xs: list[int]) -> None:
+        values.append(xs)
+
+    inner()
+    counts = _stats_of(stats, inner)
+    # 30 valid cases of 50 from the backend (the first case of a run is Hypothesis's),
+    # then Hypothesis's engine runs the rest: a planned hand-over, not a fallback.
+    assert counts.unique_valid <= 30 <= counts.valid  # 30 counted: valid less discards
+    assert counts.unique_valid >= 25
+    assert not counts.handed_back and not counts.fallback
+    assert len(values) >= 50
 
 
 def test_same_seed_same_inputs() -> None:

@@ -58,7 +58,11 @@ Hence:
 * when invalid cases reach half of Hypothesis's give-up threshold, the provider hands
   the rest of the run to Hypothesis's own backend (``BackendCannotProceed("exhausted")``),
   so a test the default backend can run never becomes ``Unsatisfiable`` here;
-* any internal error of the provider does the same, with one :class:`RLCheckWarning`.
+* any internal error of the provider does the same, with one :class:`RLCheckWarning`;
+* the last half of ``max_examples`` is left to Hypothesis's own backend
+  (:attr:`RLCheckProvider.default_tail`): switching backends never takes from a test what
+  the default's own engine (its distributions, boundary values, mutations, novelty) would
+  find in half the budget.
 """
 
 from __future__ import annotations
@@ -349,12 +353,23 @@ class RLCheckProvider(PrimitiveProvider):
     epsilon: ClassVar[float] = 0.25
     #: Share of the valid cases (``max_examples`` counts those) generated wholly by
     #: Hypothesis's own provider (its distributions, boundary values and the constants of
-    #: the code under test), so the backend also tries what the default backend would.
-    #: Those cases are counted by the ledger but not learned from.
-    default_share: ClassVar[float] = 0.5
+    #: the code under test), interleaved with the learned ones. Those cases are counted
+    #: by the ledger but not learned from. Off: :attr:`default_tail` gives the default
+    #: backend its share with its whole engine, which measured better (README).
+    default_share: ClassVar[float] = 0.0
     #: Invalid cases in a row the default provider may make before the learned policy
     #: gets a case: bounds the default's share of the *cases* where its valid rate is low.
     default_patience: ClassVar[int] = 30
+    #: Share of ``max_examples`` left to Hypothesis's own backend, its whole engine, at
+    #: the end of a run: once the backend's valid cases (as Hypothesis counts them: not
+    #: the discarded repeats) reach ``(1 - default_tail) * max_examples``, it hands the
+    #: run back. Unlike :attr:`default_share`'s cases (Hypothesis's provider alone), the
+    #: engine also steers away from the inputs it ran, starts from small cases and
+    #: mutates earlier cases (copying one part of a case onto another). A run whose
+    #: ``max_examples`` is out of reach (one stopped by time) never gets there.
+    #: Half: the default backend keeps half of what it would have found alone, and the
+    #: learned policy gets as many valid cases as the default.
+    default_tail: ClassVar[float] = 0.5
     window: ClassVar[WindowMode] = "sequence"
 
     def __init__(
@@ -390,6 +405,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._broken: BaseException | None = None
         self._persistence: _Persistence | None = None
         self._name = "<unknown test>"
+        self._in_test = False  # running inside a Hypothesis test (not called directly)
         self._max_examples = 100
         self._health_checked = False
         self._choices: list[Hashable] = []  # this episode's choice sequence (its identity)
@@ -444,6 +460,10 @@ class RLCheckProvider(PrimitiveProvider):
                     # provider is collected.
                     self._persistence.final_save()
                 raise BackendCannotProceed("exhausted")
+            if self._tail_reached():
+                if self._persistence is not None:
+                    self._persistence.save()
+                raise BackendCannotProceed("exhausted")
         except BackendCannotProceed:
             raise
         except Exception as exc:
@@ -478,6 +498,15 @@ class RLCheckProvider(PrimitiveProvider):
             return False
         ledger = self._ledger
         return self._default_valid < share * (ledger.valid + ledger.failures + 1)
+
+    def _tail_reached(self) -> bool:
+        """Whether the rest of the run is the default backend's (:attr:`default_tail`)."""
+        tail = type(self).default_tail
+        if tail <= 0 or not self._in_test:  # outside a @given run: no engine to hand to
+            return False
+        ledger = self._ledger
+        counted = ledger.valid + ledger.failures - self._discards
+        return counted >= (1.0 - tail) * self._max_examples
 
     def _should_hand_back(self) -> bool:
         """Whether to let Hypothesis's own backend finish this run.
@@ -537,6 +566,7 @@ class RLCheckProvider(PrimitiveProvider):
         test, source = current_test()
         if test is not None:
             self._name = f"{test.__module__}.{test.__qualname__}"
+            self._in_test = True
         current = hypothesis_settings.default
         if current is not None:
             from hypothesis import HealthCheck
