@@ -36,9 +36,22 @@ RATIO, TENSOR_RATIO = api.RATIO, api.TENSOR_RATIO  # the package's two named fig
 # Progress bars appear only when a file is big enough for the wait to be noticeable.
 PROGRESS_MIN_BYTES = 64 << 20
 
-# Piped output (logs, files) has no terminal width: use one wide enough for the table rather
-# than rich's 80-column default, which would squeeze the tensor paths away.
-console = Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=160)
+
+class _Stdout:
+    """Prints through a rich ``Console`` made for the stdout and environment of the moment.
+
+    Made at each print, not at import: a command run in-process (click's test runner, a
+    notebook) writes to the stdout of its own run. Piped output (logs, files) has no terminal
+    width: it gets one wide enough for the table rather than rich's 80-column default, which
+    would squeeze the tensor paths away; ``COLUMNS`` set by the user still wins.
+    """
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        wide = sys.stdout.isatty() or "COLUMNS" in os.environ
+        (Console() if wide else Console(width=160)).print(*objects, **kwargs)
+
+
+console = _Stdout()
 err_console = Console(stderr=True)
 
 
