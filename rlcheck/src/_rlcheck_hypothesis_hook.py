@@ -10,6 +10,8 @@ Besides ``@settings(backend="rlcheck")`` on one test, a whole suite can switch w
 ``rlcheck`` settings profile (``settings.load_profile("rlcheck")``, or
 ``pytest --hypothesis-profile=rlcheck``), with ``pytest --rlcheck``, or by setting the
 environment variable ``RLCHECK_HYPOTHESIS_BACKEND=1`` (loads that profile at import).
+``backend="rlcheck-fast"`` (``pytest --rlcheck-fast``) is the variant without the default
+backend's tail (bounded time on very strict tests).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = ["ENV_VAR"]
 
 ENV_VAR = "RLCHECK_HYPOTHESIS_BACKEND"
 _PROVIDER_PATH = "rlcheck.hypothesis.provider.RLCheckProvider"
+_FAST_PROVIDER_PATH = "rlcheck.hypothesis.provider.FastRLCheckProvider"
 
 
 def _hypothesis_setup_hook() -> None:
@@ -27,6 +30,7 @@ def _hypothesis_setup_hook() -> None:
     from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
 
     AVAILABLE_PROVIDERS.setdefault("rlcheck", _PROVIDER_PATH)
+    AVAILABLE_PROVIDERS.setdefault("rlcheck-fast", _FAST_PROVIDER_PATH)
     # Built on whatever profile is active now, so only the backend changes.
     settings.register_profile("rlcheck", backend="rlcheck")
     if os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on"):

@@ -78,6 +78,28 @@ def test_environment_variable_switches_the_default_backend() -> None:
     assert AVAILABLE_PROVIDERS["rlcheck"] == "rlcheck.hypothesis.provider.RLCheckProvider"
 
 
+def test_fast_backend_is_registered_and_keeps_the_whole_run(stats: BackendStats) -> None:
+    assert AVAILABLE_PROVIDERS["rlcheck-fast"] == "rlcheck.hypothesis.provider.FastRLCheckProvider"
+
+    def strict(backend: str) -> Any:
+        # Strictly increasing triples: about 2 % of Hypothesis's own cases are valid, so the
+        # tail left to the default backend costs "rlcheck" most of its cases.
+        @seed(3)
+        @settings(backend=backend, max_examples=60, database=None, **QUIET)
+        @given(st.lists(st.integers(0, 30)))
+        def inner(xs: list[int]) -> None:
+            assume(len(xs) >= 3 and all(a < b for a, b in itertools.pairwise(xs)))
+
+        inner.__qualname__ = f"strict[{backend}]"
+        inner()
+        return _stats_of(stats, inner)
+
+    fast, full = strict("rlcheck-fast"), strict("rlcheck")
+    assert fast.valid >= 59  # every valid case but Hypothesis's first is the fast backend's
+    assert not fast.handed_back and not fast.fallback
+    assert full.valid <= 31  # the other half of "rlcheck"'s run was the default engine's
+
+
 def test_bad_options_are_rejected() -> None:
     with pytest.raises(InvalidArgument, match="window='diagonal'"):
         RLCheckProvider(None, window="diagonal")  # type: ignore[arg-type]

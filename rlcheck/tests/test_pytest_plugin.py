@@ -49,6 +49,18 @@ def test_rlcheck_option_runs_hypothesis_tests_on_the_backend(
     assert "default: cases" not in out
 
 
+def test_fast_option_runs_the_tests_on_the_fast_backend(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--rlcheck-fast", "-s", "-p", "no:randomly")
+    result.assert_outcomes(passed=3)
+    out = result.stdout.str()
+    assert "BACKEND rlcheck-fast" in out and "BACKEND hypothesis" not in out
+    table = out.split("rlcheck: Hypothesis backend")[1]
+    row = next(line for line in table.splitlines() if "test_sorted_pairs" in line)
+    cases, valid = (int(x) for x in row.split()[1:3])
+    assert valid > 0 and cases >= valid
+
+
 def test_compare_option_adds_the_default_backend(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest("--rlcheck-compare", "-s", "-p", "no:randomly")

@@ -13,6 +13,10 @@ Options (registered through rlcheck's ``pytest11`` entry point):
     fixtures; its own failure does not fail the test (the rlcheck run gives the verdict,
     and replays a failure the first run saved to the example database: the
     "failure found by" column tells which backend found it).
+``--rlcheck-fast``
+    Like ``--rlcheck`` with ``backend="rlcheck-fast"``
+    (:class:`rlcheck.hypothesis.provider.FastRLCheckProvider`): no default-backend tail,
+    so a test whose valid rate is very low stays about as fast as on the learned policy alone.
 
 Counting: Hypothesis's observations of the test cases (coverage tracing off, choice
 sequences on), through the episode ledger (:mod:`rlcheck.ledger`): a test case's identity
@@ -101,6 +105,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="with --rlcheck: also run each Hypothesis test on the default backend and report both",
     )
+    group.addoption(
+        "--rlcheck-fast",
+        action="store_true",
+        default=False,
+        help='like --rlcheck with backend="rlcheck-fast": no default-backend tail, bounded time '
+        "on very strict tests, somewhat fewer bugs found",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -109,7 +120,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _active(config: pytest.Config) -> bool:
-    return bool(config.getoption("rlcheck") or config.getoption("rlcheck_compare"))
+    return bool(
+        config.getoption("rlcheck")
+        or config.getoption("rlcheck_compare")
+        or config.getoption("rlcheck_fast")
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -133,7 +148,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         ):
             item.runtest()
     ours = counts.setdefault("rlcheck", CaseCounts())
-    with with_test_settings(test, owner, backend="rlcheck") as changed:
+    backend = "rlcheck-fast" if item.config.getoption("rlcheck_fast") else "rlcheck"
+    with with_test_settings(test, owner, backend=backend) as changed:
         if not changed:
             counts.pop("rlcheck")
             item.warn(
