@@ -24,8 +24,9 @@ Guides (``--guides``):
   learned policy (``RLCheckProvider.default_share`` 0, the RL method alone); the policy is
   kept in a temporary example database for the whole run, so a restart after
   ``Unsatisfiable`` keeps what was learned.
-* ``rl-hypothesis-shipped`` (not a default row): the backend as shipped, half of the valid
-  cases from Hypothesis's own provider (tuned for finding bugs, not for diversity).
+* ``rl-hypothesis-fast`` (not a default row): ``backend="rlcheck-fast"``, half of the valid
+  cases from Hypothesis's own provider (for bounded time on very strict tests, not for
+  diversity).
 * ``hypofuzz``: HypoFuzz's coverage-guided fuzzer on the same test, when ``hypofuzz`` is
   installed (``pip install "rlcheck[hypofuzz]"``; a default row only then). Its documented
   interface is ``hypothesis fuzz`` (pytest collection, worker processes, a dashboard); a
@@ -76,9 +77,9 @@ from rlcheck.hypothesis.provider import RLCheckProvider
 
 GUIDES = (
     "random", "rl", "rl-restart", "greybox", "hypothesis", "rl-hypothesis", "hypofuzz",
-    "rl-hypothesis-shipped",
+    "rl-hypothesis-fast",
 )  # fmt: skip
-HYPOTHESIS_GUIDES = ("hypothesis", "rl-hypothesis", "rl-hypothesis-shipped")
+HYPOTHESIS_GUIDES = ("hypothesis", "rl-hypothesis", "rl-hypothesis-fast")
 HAVE_HYPOFUZZ = importlib.util.find_spec("hypofuzz") is not None
 DEFAULT_GUIDES = tuple(
     g for g in GUIDES[:-1] if g != "hypofuzz" or HAVE_HYPOFUZZ
@@ -165,10 +166,9 @@ def run_core(bench: Benchmark, guide_name: str, seconds: float, seed: int) -> Ru
 def run_hypothesis(bench: Benchmark, guide: str, seconds: float, seed: int) -> Run:
     """A run of a ``@given`` test over the benchmark's strategy: on Hypothesis's own
     backend (``guide="hypothesis"``) or on ``backend="rlcheck"``, learned cases only
-    (``"rl-hypothesis"``) or with the shipped default share (``"rl-hypothesis-shipped"``).
+    (``"rl-hypothesis"``), or on ``backend="rlcheck-fast"`` (``"rl-hypothesis-fast"``).
     """
-    backend = "hypothesis" if guide == "hypothesis" else "rlcheck"
-    share = RLCheckProvider.default_share if guide == "rl-hypothesis-shipped" else 0.0
+    backend = {"hypothesis": "hypothesis", "rl-hypothesis": "rlcheck"}.get(guide, "rlcheck-fast")
     recorded, begin, calls, found = _recorder(bench.check)
     deadline = 0.0
 
@@ -182,7 +182,9 @@ def run_hypothesis(bench: Benchmark, guide: str, seconds: float, seed: int) -> R
     # only way in, restored when the run ends.
     with (
         tempfile.TemporaryDirectory() as tmp,
-        mock.patch.object(RLCheckProvider, "default_share", share),
+        # "rlcheck" keeps every case learned whatever its shipped default share
+        # (FastRLCheckProvider sets its own).
+        mock.patch.object(RLCheckProvider, "default_share", 0.0),
     ):
         test = settings(
             backend=backend,
