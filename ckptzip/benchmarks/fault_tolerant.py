@@ -1,6 +1,6 @@
 """Benchmark: fault-tolerant training with every checkpointing method, side by side.
 
-The protocol of the design notes, for each model and seed: train ``T`` steps with AdamW,
+The protocol, for each model and seed: train ``T`` steps with AdamW,
 checkpoint every ``C`` steps, inject ``F`` failures spread evenly (each half-way between two
 checkpoints: the live model and optimizer are thrown away, fresh ones are built as a new
 process would, the latest checkpoint is restored and the lost steps are redone with the same

@@ -1,7 +1,7 @@
 """Benchmark: the per-checkpoint configuration search over real training runs.
 
 For each workload (``mlp``, ``lm`` from ``_workloads``) this runs the fault-tolerant protocol
-of the design notes twice, with the same data order:
+twice, with the same data order:
 
 * **ckptzip**: train ``T`` steps; a :class:`~ckptzip.SensitivityTracker` keeps ``|g·w|`` over the
   last ``window`` steps before each checkpoint; every ``C`` steps the search picks a

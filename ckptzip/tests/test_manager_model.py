@@ -1,6 +1,6 @@
 """CheckpointManager with a model and optimizer: searched snapshots, restore, training after.
 
-These are the issue's acceptance tests on a real (small) training run: the tolerance holds on
+These are the acceptance tests on a real (small) training run: the tolerance holds on
 every checkpoint, and a restored optimizer continues training without a loss spike.
 """
 

@@ -81,7 +81,7 @@ def _given_property(
     return make
 
 
-# -- depth: balanced parentheses (the case) ---------------------------------------
+# -- depth: balanced parentheses (a user's report) ---------------------------------------
 
 
 def _depth(s: str) -> int:

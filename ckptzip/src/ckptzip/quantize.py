@@ -1,6 +1,6 @@
 """Non-uniform quantization of one floating-point tensor: sketch, k-means, three-way split.
 
-The method (design notes, sections 1–3):
+The method:
 
 1. **Sketch** the finite values in log buckets (:mod:`ckptzip.sketch`, relative accuracy 1 %).
 2. **Protect** the top ``protect`` fraction: by magnitude alone, or, when sensitivity scores

@@ -2,7 +2,7 @@
 
 One :class:`~ckptzip.config.QuantConfig` is chosen per *layer type* (``linear``, ``conv``,
 ``embedding``, ``norm``, ``other``: the type of the module that holds a parameter), from the
-cube of the design notes, each axis ordered from least to most aggressive::
+cube below, each axis ordered from least to most aggressive::
 
     bins     32, 16, 12, 8, 6, 4          (embeddings: 32, 16)
     prune    0, .1, .2, .3, .4, .5

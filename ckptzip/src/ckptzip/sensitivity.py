@@ -8,7 +8,7 @@ change to the training loop and without an extra backward pass: it registers a
 freshly accumulated ``.grad`` into the average
 
     ``ema ← alpha · grad + (1 − alpha) · ema``     (``alpha = 0.9``: the weight of the *new*
-    gradient, as the design notes prescribe; the first gradient of a window initialises ``ema``)
+    gradient, as the method prescribes; the first gradient of a window initialises ``ema``)
 
 but only during the ``window`` optimisation steps before a scheduled checkpoint. Outside the
 window every hook returns after reading one boolean, so the overhead is a Python call per
