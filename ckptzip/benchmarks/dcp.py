@@ -154,6 +154,7 @@ def _worker(rank: int, world: int, port: int, width: int, layers: int, root: str
         for row in rows:
             row["weights_rel_error"] = errors.get(row["writer"])
         (out / "rows.json").write_text(json.dumps(rows))
+    dist.barrier()  # leave together: gloo can abort a rank whose peer left mid-teardown
     dist.destroy_process_group()
 
 

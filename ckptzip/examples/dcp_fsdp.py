@@ -107,6 +107,7 @@ def worker(rank: int, port: int, root: str, plan: tuple[int, int, int]) -> None:
     if rank == 0:
         print(f"final loss {loss:.4f} with a crash and a restore, {exact:.4f} without")
         print_cost(costs, "FileSystemWriter")
+    dist.barrier()  # leave together: gloo can abort a rank whose peer left mid-teardown
     dist.destroy_process_group()
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import torch.distributed as dist
 from test_transformers import _losses, _trainer
 
 out, mode = Path(sys.argv[1]), sys.argv[2]
@@ -14,3 +15,9 @@ trainer = _trainer(out, seed=0 if mode == "whole" else 1, ddp_backend="gloo")
 trainer.train(resume_from_checkpoint=str(out / "checkpoint-6") if mode == "resume" else None)
 if trainer.is_world_process_zero():
     (out / f"losses-{mode}.json").write_text(json.dumps(_losses(trainer)))
+
+# Leave together: a gloo group torn down by interpreter exit while the peer's connection is
+# already closed can abort the process ("terminate called without an active exception").
+if dist.is_initialized():
+    dist.barrier()
+    dist.destroy_process_group()
