@@ -457,16 +457,15 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             if not self._started:
                 self._start_run()
-            if self._should_hand_back() or self._tree.exhausted:
-                self._record(handed_back=True)
+            hand_back = self._should_hand_back() or self._tree.exhausted
+            if hand_back or self._tail_reached():
+                # The rest of the run is Hypothesis's own backend's: a hand-back (recorded
+                # as such), or the planned tail. Nothing more is learned in this run: save
+                # now, not whenever the provider is collected.
+                if hand_back:
+                    self._record(handed_back=True)
                 if self._persistence is not None:
-                    # Nothing more is learned in this run: save now, not whenever the
-                    # provider is collected.
                     self._persistence.final_save()
-                raise BackendCannotProceed("exhausted")
-            if self._tail_reached():
-                if self._persistence is not None:
-                    self._persistence.save()
                 raise BackendCannotProceed("exhausted")
         except BackendCannotProceed:
             raise
@@ -869,7 +868,8 @@ class FastRLCheckProvider(RLCheckProvider):
 
     ``backend="rlcheck"`` leaves the last half of ``max_examples`` to Hypothesis's own engine,
     which at a valid rate of about 1 % or less can cost many times the test's time on the
-    default backend alone. This variant never hands the run back; instead half of the valid
+    default backend alone. This variant keeps that half (it still hands a run back where the
+    learned policy finds nothing valid, like the default); instead half of the valid
     cases come from Hypothesis's own provider (its distributions and boundary values), with
     at most :attr:`default_patience` invalid ones in a row before a learned case, so a low
     valid rate costs little. It found somewhat fewer planted bugs than the default backend at
