@@ -67,6 +67,33 @@ def test_almost_zero_first_moments_get_one_treatment_with_and_without_search(
         assert planned.prune == searched.prune == pytest.approx(zeros)
 
 
+def test_moments_of_small_weights_are_quantized_down_to_moment_min_numel(
+    tmp_path: Path,
+) -> None:
+    model, opt = _adam_model()  # biases of 128 and 4 elements, a 512-element weight
+    obj = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    report = ckptzip.save(obj, tmp_path / "a.ckz")
+    by_path = {e.path: e for e in report.entries}
+    assert by_path["model/0.bias"].reason == "fewer than min_numel=4096 elements"
+    for i in (1, 2):  # 0.bias (128) and 2.weight (512): moments quantized, zeros kept
+        m, v = by_path[f"optimizer/state/{i}/exp_avg"], by_path[f"optimizer/state/{i}/exp_avg_sq"]
+        assert m.config is not None and not m.config.log_domain
+        assert v.config is not None and v.config.log_domain and v.config.prune == 0
+    assert by_path["optimizer/state/3/exp_avg"].reason == "fewer than moment_min_numel=128 elements"
+    restored = ckptzip.load(tmp_path / "a.ckz")["optimizer"]["state"]
+    for i in (1, 2):
+        for key in ("exp_avg", "exp_avg_sq"):
+            x, y = opt.state_dict()["state"][i][key], restored[i][key]
+            assert torch.equal(x == 0, y == 0)  # zeros stay exact zeros, none appear
+    # min_numel below the moment floor: moments of quantized weights stay quantized
+    low = CompressionConfig(min_numel=16)
+    assert Planner(low).quant_for("optimizer/state/3/exp_avg", torch.ones(64))[0] is not None
+    # an older config's JSON (no moment_min_numel) reads with the default
+    doc = CompressionConfig().to_json()
+    del doc["moment_min_numel"]
+    assert CompressionConfig.from_json(doc) == CompressionConfig()
+
+
 def test_keep_zeros_never_lowers_the_asked_prune() -> None:
     assert keep_zeros(QuantConfig(prune=0.4), 0.1) == QuantConfig(prune=0.4)
 

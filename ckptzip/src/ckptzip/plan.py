@@ -43,6 +43,7 @@ __all__ = [
     "MomentPolicy",
     "Planner",
     "Prequantized",
+    "SMALL_WEIGHT",
     "Treatment",
     "exact_reason",
     "fingerprint",
@@ -50,6 +51,8 @@ __all__ = [
     "moment_configs",
     "moment_kind",
     "second_moment",
+    "size_floor",
+    "small_weight",
     "state_indices",
     "zero_fraction",
 ]
@@ -216,9 +219,11 @@ def moment_configs(
 ) -> dict[str, QuantConfig | None]:
     """The config of every floating-point tensor of ``optimizer``'s state, by path.
 
-    A moment (:func:`moment_kind`) of a weight that ``weight_config`` quantizes follows
-    ``policy``; everything else (moments of exact weights, step counters, other state) is
-    ``None``: exact. Paths are those of ``optimizer.state_dict()`` under ``prefix``
+    A moment (:func:`moment_kind`) of a weight for which ``weight_config`` gives a config
+    follows ``policy`` (the search gives :data:`SMALL_WEIGHT` for a weight exact only because
+    it is small); everything else (moments of exact weights, step counters, other state) is
+    ``None``: exact. A moment below :func:`size_floor` is exact whatever its config says.
+    Paths are those of ``optimizer.state_dict()`` under ``prefix``
     (``"optimizer/state/3/exp_avg"``).
 
     Examples
@@ -247,12 +252,31 @@ def moment_configs(
     return out
 
 
-def exact_reason(path: str, x: torch.Tensor, config: CompressionConfig) -> str | None:
+def size_floor(path: str, config: CompressionConfig) -> int:
+    """The fewest elements a floating-point tensor at ``path`` needs to be lossy.
+
+    ``config.min_numel``; for an optimizer moment (:func:`moment_kind`) the lower
+    ``config.moment_min_numel`` when that is smaller.
+
+    Examples
+    --------
+    >>> c = CompressionConfig()
+    >>> size_floor("model/b", c), size_floor("optimizer/state/0/exp_avg", c)
+    (4096, 128)
+    """
+    if moment_kind(path) is not None:
+        return min(config.min_numel, config.moment_min_numel)
+    return config.min_numel
+
+
+def exact_reason(
+    path: str, x: torch.Tensor, config: CompressionConfig, *, min_numel: int | None = None
+) -> str | None:
     """Why the tensor at ``path`` is stored exactly whatever its config, or ``None``.
 
     The eligibility rules of both :func:`ckptzip.save` and the search: integers, bool,
     complex and one-byte floats (float8), 0-d tensors, optimizer step counters, tensors below
-    ``config.min_numel`` and paths matching ``config.exact``.
+    :func:`size_floor` (``min_numel`` when given) and paths matching ``config.exact``.
 
     Examples
     --------
@@ -268,11 +292,39 @@ def exact_reason(path: str, x: torch.Tensor, config: CompressionConfig) -> str |
         return "0-d tensor"
     if len(parts) >= 3 and parts[-1] == "step" and parts[-3] == "state":
         return "optimizer step counter"
-    if x.numel() < max(config.min_numel, 1):
-        return f"fewer than min_numel={config.min_numel} elements"
+    floor = size_floor(path, config) if min_numel is None else min_numel
+    if x.numel() < max(floor, 1):
+        name = "min_numel" if floor == config.min_numel else "moment_min_numel"
+        return f"fewer than {name}={floor} elements"
     if config.is_exact(path):
         return "matched config.exact"
     return None
+
+
+SMALL_WEIGHT = QuantConfig(prune=0.0)
+"""What :func:`moment_configs` is told for a weight that is exact only because it is small
+(:func:`small_weight`): its moments follow the :class:`MomentPolicy` as for a weight that is
+quantized without pruning."""
+
+
+def small_weight(path: str, x: torch.Tensor, config: CompressionConfig) -> bool:
+    """Whether the weight at ``path`` is exact only because it has fewer than ``min_numel``
+    elements, with at least ``moment_min_numel``: its optimizer moments are then quantized.
+
+    Not for weights exact by ``config.exact``, dtype or shape (those moments stay exact).
+
+    Examples
+    --------
+    >>> small_weight("model/b", torch.zeros(512), CompressionConfig())
+    True
+    >>> small_weight("model/b", torch.zeros(64), CompressionConfig())
+    False
+    """
+    floor = min(config.min_numel, config.moment_min_numel)
+    return (
+        exact_reason(path, x, config) is not None
+        and exact_reason(path, x, config, min_numel=floor) is None
+    )
 
 
 @dataclass(frozen=True)

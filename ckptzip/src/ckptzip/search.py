@@ -63,6 +63,10 @@ moments need, so :func:`search` only chooses per-path configs for them, by the r
   decades: quantized in the log domain with :attr:`MomentPolicy.second_bins` levels, never
   pruned (a zero second moment under a nonzero first moment would blow up the next Adam
   update).
+* the moments of a weight that is exact only because it is small (fewer than
+  ``base.min_numel`` elements: biases, norms) follow the same policy, down to
+  ``base.moment_min_numel`` elements (:func:`ckptzip.plan.small_weight`); the moments of
+  weights exact for any other reason stay exact.
 * step counters, hyper-parameters and every other optimizer tensor stay exact.
 
 **Which tensors are searched** is the plan's rule too (:func:`ckptzip.plan.exact_reason`):
@@ -97,11 +101,13 @@ from ckptzip.errors import ConfigError
 from ckptzip.packing import bits_for
 from ckptzip.plan import (
     FIRST_MOMENT_KEYS,
+    SMALL_WEIGHT,
     MomentPolicy,
     Prequantized,
     exact_reason,
     fingerprint,
     moment_configs,
+    small_weight,
     state_indices,
 )
 from ckptzip.quantize import dequantize, quantize
@@ -755,7 +761,10 @@ def _compression_config(
 
         def weight_config(p: torch.Tensor) -> QuantConfig | None:
             name = names.get(id(p), "")
-            return layer_configs.get(params[name][0]) if name in params else None
+            if name in params:
+                return layer_configs.get(params[name][0])
+            small = bool(name) and small_weight(model_prefix + name, p.detach(), base)
+            return SMALL_WEIGHT if small else None
 
         for path, cfg in moment_configs(
             optimizer, weight_config, moments, optimizer_prefix
