@@ -28,7 +28,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["WORKLOADS", "Workload", "failure_steps", "make", "train"]
+__all__ = ["PROBE_STEPS", "WORKLOADS", "Workload", "failure_steps", "make", "train"]
+
+PROBE_STEPS = 5  # optimisation steps of Workload.probe
+PROBE_FIRST_STEP = 30_000_000  # its batches' step numbers: beyond any run, and the held-out's
 
 
 @dataclass
@@ -59,6 +62,17 @@ class Workload:
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
+
+    def probe(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """A few optimisation steps on fixed training batches (a configuration search's
+        ``probe_fn``): the batches come from the training distribution under step numbers the
+        run never reaches, so the run's own data order is untouched."""
+        model.train()
+        for i in range(PROBE_STEPS):
+            x, y = self.batch(PROBE_FIRST_STEP + i)
+            optimizer.zero_grad(set_to_none=True)
+            self.loss_fn(model, x, y).backward()
+            optimizer.step()
 
     def eval_fn(self, model: nn.Module) -> float:
         return self._mean(model, self.heldout, lambda m, x, y: float(self.loss_fn(m, x, y)))

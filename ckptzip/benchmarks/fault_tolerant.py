@@ -547,10 +547,15 @@ def breakdown(report: ckptzip.Report) -> dict[str, dict[str, list[int]]]:
 
 
 class Ckptzip(Method):
-    def __init__(self, directory: Path, every: int, *, weights_only: bool) -> None:
+    def __init__(
+        self, directory: Path, every: int, *, weights_only: bool, probe: bool = True
+    ) -> None:
         super().__init__(directory, every)
         self.name = "ckptzip-w" if weights_only else "ckptzip"
         self.config = ckptzip.CompressionConfig(exact=("optimizer/*",)) if weights_only else None
+        # the moments are searched by training after a restore (the optimizer state of
+        # ckptzip-w is exact: nothing to probe)
+        self.probe = probe and not weights_only
         self.mgr: ckptzip.CheckpointManager | None = None
 
     def attach(self, w: _workloads.Workload) -> None:
@@ -564,6 +569,7 @@ class Ckptzip(Method):
             keyframe_every=KEYFRAME_EVERY,
             window=min(50, self.every),
             checkpoint_every=self.every,
+            probe_fn=w.probe if self.probe else None,
         )
 
     def save(self, step: int, w: _workloads.Workload) -> SaveStat:
@@ -573,9 +579,13 @@ class Ckptzip(Method):
         seconds = time.perf_counter() - t0
         model = [e for e in r.entries if e.path.startswith("model/")]
         search = r.search
+        probe = search.probe if search else None
         extra = {
             "search_seconds": search.seconds if search else 0.0,
             "trials": search.trials if search else 0,
+            "probe_trials": probe.trials if probe else 0,
+            "probe_seconds": probe.seconds if probe else 0.0,
+            "moments": [search.moments.first_bins, search.moments.second_bins] if search else None,
             "delta": any(e.codec == "delta" for e in r.entries),
             "layer_configs": search.to_json()["layer_configs"] if search else None,
             "breakdown": breakdown(r),
@@ -600,7 +610,7 @@ class Ckptzip(Method):
             self.mgr = None
 
 
-def make_method(name: str, directory: Path, every: int) -> Method:
+def make_method(name: str, directory: Path, every: int, *, probe: bool = True) -> Method:
     if name == "exact":
         return Exact(directory, every)
     if name == "cnr":
@@ -608,19 +618,21 @@ def make_method(name: str, directory: Path, every: int) -> Method:
     if name == "excp":
         return ExCP(directory, every)
     if name in ("ckptzip", "ckptzip-w"):
-        return Ckptzip(directory, every, weights_only=name == "ckptzip-w")
+        return Ckptzip(directory, every, weights_only=name == "ckptzip-w", probe=probe)
     raise ValueError(f"method {name!r} unknown; choose from {METHODS}")
 
 
 # -- the protocol -----------------------------------------------------------------------------
 
 
-def run(model: str, seed: int, method_name: str, plan: tuple[int, int, int]) -> dict[str, Any]:
+def run(
+    model: str, seed: int, method_name: str, plan: tuple[int, int, int], *, probe: bool = True
+) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol."""
     steps, every, failures = plan
     fail_at = set(_workloads.failure_steps(steps, every, failures))
     with tempfile.TemporaryDirectory(prefix=f"ft-{method_name}-") as tmp:
-        method = make_method(method_name, Path(tmp), every)
+        method = make_method(method_name, Path(tmp), every, probe=probe)
         w = _workloads.make(model, seed)
         method.attach(w)
         building = 0.0  # rebuilding after failures: excluded from run time, as data loading
@@ -786,6 +798,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if method.startswith("ckptzip"):
                 row["trials"] = _spread([s["trials"] for s in saves])
                 row["search_seconds"] = statistics.mean(s["search_seconds"] for s in saves)
+                row["probe_seconds"] = statistics.mean(s.get("probe_seconds", 0.0) for s in saves)
+                row["moments"] = sorted({tuple(s["moments"]) for s in saves if s.get("moments")})
                 row["breakdown"] = _total_breakdown(saves)
             rows[method] = row
         out[model] = {"noise_floor": floor, "exact_losses": losses, "methods": rows}
@@ -850,6 +864,11 @@ def print_table(summary: dict[str, Any], dropped: dict[str, str] | None = None) 
             print(f"{method:<10} left out: {why}")
         for method, r in data["methods"].items():
             if "breakdown" in r:
+                print(
+                    f"{model} {method}: search {r['search_seconds']:.2f} s per save (probe "
+                    f"{r['probe_seconds']:.2f} s), moments (exp_avg, exp_avg_sq levels) chosen: "
+                    f"{', '.join(f'{a}/{b}' for a, b in r['moments'])}"
+                )
                 _report.print_table(
                     f"{model} {method}: where the bytes go (all checkpoints, all seeds)",
                     [{**b, "share": 100 * b["share"]} for b in r["breakdown"]],
@@ -935,6 +954,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", nargs="*", default=None, help="subset of methods")
     ap.add_argument("--seeds", nargs="*", type=int, default=None)
     ap.add_argument("--out", default=None, help="JSON path (default: results/fault_tolerant*.json)")
+    ap.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="ckptzip without probe_fn (moments at MomentPolicy's fixed levels)",
+    )
     args = ap.parse_args(argv)
     mode = "quick" if args.quick else "full"
     models = args.models or list(PLANS[mode])
@@ -955,6 +979,7 @@ def main(argv: list[str] | None = None) -> int:
         "keyframe_every": KEYFRAME_EVERY,
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,
+        "probe_steps": 0 if args.no_probe else _workloads.PROBE_STEPS,
     }
     if "exact" in methods and (why := zipnn_unusable()) is not None:
         meta["dropped"] = {"zipnn": why}
@@ -964,7 +989,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in models:
         for seed in seeds:
             for method in methods:
-                r = run(model, seed, method, PLANS[mode][model])
+                r = run(model, seed, method, PLANS[mode][model], probe=not args.no_probe)
                 runs.append(r)
                 if method == "exact":
                     runs.extend(_lossless_runs(r))

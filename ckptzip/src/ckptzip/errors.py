@@ -22,6 +22,7 @@ __all__ = [
     "NotRegularFileError",
     "StepMismatchError",
     "SaveInProgressError",
+    "ProbeError",
     "CkptzipWarning",
 ]
 
@@ -88,6 +89,10 @@ class StepMismatchError(CorruptCheckpointError):
 
 class SaveInProgressError(CkptzipError, RuntimeError):
     """An asynchronous save is still running and the manager was asked not to wait for it."""
+
+
+class ProbeError(CkptzipError, RuntimeError):
+    """The search's ``probe_fn`` raised; the live model and optimizer were put back as they were."""
 
 
 class CkptzipWarning(UserWarning):

@@ -60,8 +60,8 @@ from ckptzip.errors import (
     ConfigError,
     SaveInProgressError,
 )
-from ckptzip.plan import Prequantized
-from ckptzip.search import SearchResult, save_scores, search
+from ckptzip.plan import MomentPolicy, Prequantized
+from ckptzip.search import ProbeFn, SearchResult, save_scores, search
 from ckptzip.sensitivity import SensitivityTracker
 from ckptzip.snapshot import Gate, ModelSnapshot, copy_tree
 from ckptzip.storage import is_url, open_storage
@@ -243,6 +243,17 @@ class CheckpointManager:
     if_busy:
         What ``save`` does while an asynchronous save is still running: ``"wait"`` for it
         (default) or ``"raise"`` :class:`~ckptzip.errors.SaveInProgressError`.
+    probe_fn:
+        ``probe_fn(model, optimizer) -> None``: a few training steps on fixed batches of your
+        data (needs ``optimizer`` and ``eval_fn``). The optimizer's moments are then stored
+        as coarsely as training after a restore allows: see :func:`ckptzip.search.search`.
+        The probe search runs at the first save of the manager and again every
+        ``keyframe_every`` saves (so a later, calmer phase of training can go coarser again);
+        the saves in between keep its choice. Training goes on bit for bit as without a probe
+        (the live state and RNG states are put back). Blocking saves only.
+    moments:
+        How the moments of searched weights are stored (:class:`~ckptzip.MomentPolicy`);
+        with ``probe_fn``, the least aggressive policy the probe search considers.
 
     Notes
     -----
@@ -289,6 +300,8 @@ class CheckpointManager:
         window: int | None = 50,
         checkpoint_every: int | None = None,
         if_busy: Literal["wait", "raise"] = "wait",
+        probe_fn: ProbeFn | None = None,
+        moments: MomentPolicy | None = None,
     ) -> None:
         if config is not None and not isinstance(config, CompressionConfig):
             raise ConfigError(f"config={config!r} must be a CompressionConfig")
@@ -302,6 +315,15 @@ class CheckpointManager:
             raise ConfigError(f"tolerance={tolerance!r} must be a finite number >= 0")
         if if_busy not in ("wait", "raise"):
             raise ConfigError(f"if_busy={if_busy!r} must be 'wait' or 'raise'")
+        if probe_fn is not None and (optimizer is None or eval_fn is None):
+            raise ConfigError(
+                "probe_fn= needs optimizer= and eval_fn= too: it judges the optimizer's "
+                "moments by eval_fn after a few training steps"
+            )
+        if probe_fn is not None and not callable(probe_fn):
+            raise ConfigError(f"probe_fn={probe_fn!r} must be callable as probe_fn(model, opt)")
+        if moments is not None and not isinstance(moments, MomentPolicy):
+            raise ConfigError(f"moments={moments!r} must be a MomentPolicy")
         # A URL stays a string: Path("s3://b/r") would become the local path "s3:/b/r".
         self.directory: Path | str = os.fspath(directory) if is_url(directory) else Path(directory)
         self.store = ChainStore(open_storage(directory), keyframe_every=keyframe_every, keep=keep)
@@ -312,6 +334,9 @@ class CheckpointManager:
         self.model, self.optimizer, self.eval_fn = model, optimizer, eval_fn
         self.tolerance = tolerance
         self.if_busy = if_busy
+        self.probe_fn = probe_fn
+        self.moments = moments if moments is not None else MomentPolicy()
+        self._since_probe = 0  # saves since the last probe search (0: none yet)
         self.last_search: SearchResult | None = None
         self.extra: Any = None  # the ``extra`` of the step last restored
         #: Newer steps the last ``load()``/``restore()`` without a step skipped, with why.
@@ -541,6 +566,13 @@ class CheckpointManager:
                 "save(step) without obj needs a manager given model= (and optimizer=); "
                 "otherwise pass the object to save"
             )
+        probe = self.probe_fn
+        if probe is not None and not blocking:
+            raise ConfigError(
+                "a manager with probe_fn saves blocking only: the probe trains the live model "
+                "and draws from the global RNG, which a background thread cannot do without "
+                "changing the run; pass blocking=True"
+            )
         if scores is None and self._tracker is not None and self._tracker.has_scores():
             scores = self._tracker.scores()
         self._arm_tracker(step)
@@ -552,6 +584,13 @@ class CheckpointManager:
             fixed = copy_tree((extra, scores)).ready()
         gate = None if blocking else self._gate
         previous = self.last_search
+        # The probe search runs at the manager's first save and every keyframe_every saves;
+        # in between, the moments keep its choice.
+        moments = self.moments
+        recent = 0 < self._since_probe < self.keyframe_every
+        if probe is not None and previous is not None and recent:
+            probe, moments = None, previous.moments
+        tracker = self._tracker
 
         def job() -> SaveReport:
             ex, sc = fixed
@@ -565,15 +604,21 @@ class CheckpointManager:
                 if gate is not None:
                     gate.release()  # the copy is taken: training may step again
                 _yield_to_training()
-            result = search(
-                m,
-                eval_fn=self.eval_fn,
-                tolerance=self.tolerance,
-                scores=sc,
-                previous=previous,
-                optimizer=opt,
-                base=self.config,
-            )
+            # the probe's training steps are not the run's: the tracker neither counts nor
+            # records them
+            paused = tracker.paused() if probe is not None and tracker else contextlib.nullcontext()
+            with paused:
+                result = search(
+                    m,
+                    eval_fn=self.eval_fn,
+                    tolerance=self.tolerance,
+                    scores=sc,
+                    previous=previous,
+                    optimizer=opt,
+                    base=self.config,
+                    moments=moments,
+                    probe_fn=probe,
+                )
             if ex is not None:
                 obj["extra"] = ex
             full_scores = save_scores(m, result, scores=sc, optimizer=opt)
@@ -585,6 +630,10 @@ class CheckpointManager:
                 req, obj, result.config, full_scores, metadata, result, prequantized
             )
             self.last_search = result
+            if result.probe is not None:
+                self._since_probe = 1
+            elif self._since_probe:
+                self._since_probe += 1
             return report
 
         return job

@@ -84,25 +84,29 @@ The effect of these choices on training after a restore is measured by
 
 from __future__ import annotations
 
+import copy
 import math
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import nn
 
 from ckptzip._types import QuantizedTensor
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.entropy import order0_entropy_bits
-from ckptzip.errors import ConfigError
+from ckptzip.errors import ConfigError, ProbeError
 from ckptzip.packing import bits_for
 from ckptzip.plan import (
     FIRST_MOMENT_KEYS,
     SMALL_WEIGHT,
     MomentPolicy,
+    Planner,
     Prequantized,
     exact_reason,
     fingerprint,
@@ -116,13 +120,18 @@ __all__ = [
     "AXES",
     "LAYER_TYPES",
     "MomentPolicy",
+    "ProbeFn",
+    "ProbeResult",
     "SearchResult",
     "layer_types",
+    "moment_ladder",
     "save_scores",
     "search",
 ]
 
 LayerType = Literal["linear", "conv", "embedding", "norm", "other"]
+ProbeFn = Callable[[nn.Module, torch.optim.Optimizer], None]
+"""``probe_fn(model, optimizer)``: a few training steps on fixed batches (see :func:`search`)."""
 LAYER_TYPES: tuple[LayerType, ...] = ("linear", "conv", "embedding", "norm", "other")
 
 # Every axis from least to most aggressive; the search walks level indices into these.
@@ -247,6 +256,53 @@ class _Point:
 
 
 @dataclass(frozen=True)
+class ProbeResult:
+    """How :func:`search` chose the moments' storage by training after a restore.
+
+    Attributes
+    ----------
+    moments:
+        The chosen :class:`MomentPolicy`.
+    level:
+        Its index in ``ladder`` (0: the least aggressive, the policy :func:`search` was given).
+    ladder:
+        The candidates, least to most aggressive (:func:`moment_ladder`).
+    trials:
+        Probes run with quantized state (the reference probe from the exact state not counted).
+    seconds:
+        Wall time of the reference probe and the trials, quantizing the moments included.
+    reference:
+        ``eval_fn`` after ``probe_fn`` from the exact weights and optimizer state.
+    quality:
+        ``eval_fn`` after ``probe_fn`` from the chosen quantized state (``None`` when level 0
+        was kept without a trial because every more aggressive one failed).
+    tolerance:
+        The relative tolerance against ``reference`` that a candidate had to hold.
+    """
+
+    moments: MomentPolicy
+    level: int
+    ladder: tuple[MomentPolicy, ...]
+    trials: int
+    seconds: float
+    reference: float
+    quality: float | None
+    tolerance: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "moments": asdict(self.moments),
+            "level": self.level,
+            "ladder": [[m.first_bins, m.second_bins] for m in self.ladder],
+            "trials": self.trials,
+            "seconds": self.seconds,
+            "reference": self.reference,
+            "quality": self.quality,
+            "tolerance": self.tolerance,
+        }
+
+
+@dataclass(frozen=True)
 class SearchResult:
     """What :func:`search` chose, and what it cost.
 
@@ -285,6 +341,10 @@ class SearchResult:
         Tensor path → the searched weight quantized with its chosen config, as evaluated;
         pass it to :func:`ckptzip.save` (``prequantized=``) to store it without quantizing
         again (empty when nothing was chosen).
+    moments:
+        The :class:`MomentPolicy` the optimizer's moments follow in ``config``.
+    probe:
+        How ``moments`` was chosen by training after a restore (``None`` without ``probe_fn``).
     """
 
     layer_configs: Mapping[str, QuantConfig | None]
@@ -302,6 +362,8 @@ class SearchResult:
     prequantized: Mapping[str, Prequantized] = field(
         default_factory=dict, repr=False, compare=False
     )
+    moments: MomentPolicy = field(default_factory=MomentPolicy)
+    probe: ProbeResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able summary (the per-path config is left out: see ``config.to_json()``)."""
@@ -318,6 +380,8 @@ class SearchResult:
             "tolerance": self.tolerance,
             "estimated_ratio": self.estimated_ratio,
             "note": self.note,
+            "moments": asdict(self.moments),
+            "probe": None if self.probe is None else self.probe.to_json(),
         }
 
 
@@ -535,6 +599,200 @@ class _Walk:
         return None
 
 
+# -- moments judged by training after a restore --------------------------------------------
+
+# Levels of each ladder rung relative to the policy's own: a quarter fewer each time, to 2.
+_LADDER_SCALES = (1.0, 0.75, 0.5, 0.375, 0.25)
+
+
+def moment_ladder(policy: MomentPolicy) -> tuple[MomentPolicy, ...]:
+    """Moment policies from ``policy`` (first) to the most aggressive, fewer levels each step.
+
+    Examples
+    --------
+    >>> [(m.first_bins, m.second_bins) for m in moment_ladder(MomentPolicy())]
+    [(8, 16), (6, 12), (4, 8), (3, 6), (2, 4)]
+    """
+    out: list[MomentPolicy] = []
+    for scale in _LADDER_SCALES:
+        rung = replace(
+            policy,
+            first_bins=max(2, round(policy.first_bins * scale)),
+            second_bins=max(2, round(policy.second_bins * scale)),
+        )
+        if not out or rung != out[-1]:
+            out.append(rung)
+    return tuple(out)
+
+
+class _Isolated:
+    """Trials on the live model and optimizer, whose own state is put back exactly afterwards.
+
+    Parameters keep their objects: a trial swaps fresh tensors into ``.data`` and
+    ``optimizer.state[p]`` (the originals are never written), buffers and per-module
+    training flags are copied back, and the RNG states (torch CPU and initialised CUDA
+    devices, NumPy's and Python's global generators) are reset before every trial (so every
+    trial sees the same random draws) and restored at the end.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model, self.optimizer = model, optimizer
+        params: dict[int, nn.Parameter] = {id(p): p for p in model.parameters()}
+        for group in optimizer.param_groups:
+            params.update((id(p), p) for p in group["params"])
+        self.params = list(params.values())
+        self.data = [p.data for p in self.params]
+        self.grads = [p.grad for p in self.params]
+        self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        self.modes = [(m, m.training) for m in model.modules()]
+        self.state = dict(optimizer.state)  # the per-parameter dicts, never written by a trial
+        self.groups = [
+            {k: copy.deepcopy(v) for k, v in g.items() if k != "params"}
+            for g in optimizer.param_groups
+        ]
+        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.rng = (
+            torch.get_rng_state(),
+            torch.cuda.get_rng_state_all() if self.cuda else None,
+            np.random.get_state(),
+            random.getstate(),
+        )
+
+    def _reset(self) -> None:
+        cpu, cuda, numpy_state, python_state = self.rng
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+        with torch.no_grad():
+            for b, saved in self.buffers:
+                b.copy_(saved)
+        for m, mode in self.modes:
+            m.training = mode
+        for g, saved_group in zip(self.optimizer.param_groups, self.groups, strict=True):
+            for k in [k for k in g if k != "params" and k not in saved_group]:
+                del g[k]
+            g.update(copy.deepcopy(saved_group))
+
+    def trial(
+        self,
+        weights: Mapping[int, torch.Tensor],
+        state: Mapping[int, Mapping[str, Any]],
+        probe_fn: ProbeFn,
+        eval_fn: Callable[[nn.Module], float],
+    ) -> float:
+        """``eval_fn`` after ``probe_fn`` from ``weights`` / ``state`` (by ``id(param)``;
+        the others start from copies of their live values)."""
+        self._reset()
+        self.optimizer.state.clear()
+        for p, data in zip(self.params, self.data, strict=True):
+            p.data = weights.get(id(p), data).clone()
+            p.grad = None
+        for key, own in self.state.items():
+            given = state.get(id(key), own)
+            self.optimizer.state[key] = {
+                k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+                for k, v in given.items()
+            }
+        try:
+            probe_fn(self.model, self.optimizer)
+        except Exception as exc:
+            raise ProbeError(
+                f"probe_fn raised {type(exc).__name__}: {exc}; the model and optimizer were "
+                "put back as they were. probe_fn(model, optimizer) must run a few training "
+                "steps on fixed batches (zero_grad, forward, backward, optimizer.step) and "
+                "return None"
+            ) from exc
+        return float(eval_fn(self.model))
+
+    def restore(self) -> None:
+        """Put the live state back as it was when this object was made."""
+        self._reset()
+        for p, data, grad in zip(self.params, self.data, self.grads, strict=True):
+            p.data = data
+            p.grad = grad
+        self.optimizer.state.clear()
+        self.optimizer.state.update(self.state)
+
+
+def _probe_moments(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    result: SearchResult,
+    weights: Mapping[str, torch.Tensor],
+    *,
+    probe_fn: ProbeFn,
+    eval_fn: Callable[[nn.Module], float],
+    tolerance: float,
+    scores: Mapping[str, torch.Tensor],
+    ladder: tuple[MomentPolicy, ...],
+    config_for: Callable[[MomentPolicy], CompressionConfig],
+    optimizer_prefix: str,
+) -> ProbeResult:
+    """The most aggressive rung of ``ladder`` whose state, after ``probe_fn``, keeps
+    ``eval_fn`` within ``tolerance`` of the exact state after the same probe (bisection;
+    quality taken as monotone along the ladder). ``weights``: searched parameter name → its
+    dequantized weight as the file will hold it."""
+    t0 = time.perf_counter()
+    named = dict(model.named_parameters())
+    trial_weights = {id(named[n]): w for n, w in weights.items()}
+    index = state_indices(optimizer)
+    path_of = {pid: f"{optimizer_prefix}state/{i}/" for pid, i in index.items()}
+
+    def moments_for(policy: MomentPolicy) -> dict[int, dict[str, Any]]:
+        config = config_for(policy)
+        planner = Planner(config)
+        moment_scores = save_scores(
+            model,
+            replace(result, config=config),
+            scores=scores,
+            optimizer=optimizer,
+            optimizer_prefix=optimizer_prefix,
+        )
+        out: dict[int, dict[str, Any]] = {}
+        for p, own in optimizer.state.items():
+            row = dict(own)
+            for key, value in own.items():
+                if not isinstance(value, torch.Tensor) or id(p) not in path_of:
+                    continue
+                path = path_of[id(p)] + key
+                quant, _ = planner.quant_for(path, value)
+                if quant is not None:
+                    q = quantize(value.detach(), quant, scores=moment_scores.get(path))
+                    row[key] = dequantize(q, device=value.device).reshape(value.shape)
+            out[id(p)] = row
+        return out
+
+    live = _Isolated(model, optimizer)
+    seen: dict[int, float] = {}
+    try:
+        reference = live.trial({}, {}, probe_fn, eval_fn)
+        limit = reference + tolerance * abs(reference)
+        lo, hi = 0, len(ladder) - 1  # rung 0 is kept untested when every other one fails
+        if math.isfinite(reference):
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                q = live.trial(trial_weights, moments_for(ladder[mid]), probe_fn, eval_fn)
+                seen[mid] = q
+                if math.isfinite(q) and q <= limit:
+                    lo = mid
+                else:
+                    hi = mid - 1
+    finally:
+        live.restore()
+    return ProbeResult(
+        moments=ladder[lo],
+        level=lo,
+        ladder=ladder,
+        trials=len(seen),
+        seconds=time.perf_counter() - t0,
+        reference=reference,
+        quality=seen.get(lo),
+        tolerance=tolerance,
+    )
+
+
 def _previous_point(previous: SearchResult | None, kinds: list[str]) -> _Point | None:
     """The previous choice as a point of this search's cube, when it is one."""
     if previous is None or set(previous.layer_configs) != set(kinds):
@@ -563,6 +821,7 @@ def search(
     model_prefix: str = "model/",
     optimizer_prefix: str = "optimizer/",
     moments: MomentPolicy | None = None,
+    probe_fn: ProbeFn | None = None,
 ) -> SearchResult:
     """Choose the most aggressive per-layer-type quantization whose quality stays in tolerance.
 
@@ -591,7 +850,20 @@ def search(
         Where the model's ``state_dict`` and the optimizer's sit in the saved object
         (``{"model": ..., "optimizer": ...}`` by default).
     moments:
-        How the optimizer's moments are quantized (default :class:`MomentPolicy`).
+        How the optimizer's moments are quantized (default :class:`MomentPolicy`); with
+        ``probe_fn``, the least aggressive rung of the :func:`moment_ladder` searched.
+    probe_fn:
+        ``probe_fn(model, optimizer) -> None``: a few training steps on fixed batches of the
+        user's data (needs ``eval_fn`` and ``optimizer``). After the weight search, the
+        moments' policy is chosen by training after a restore: the probe runs from the
+        exact state, then ``eval_fn`` gives the reference; for a rung of the ladder the
+        searched weights and that rung's quantized moments are put into the live model and
+        optimizer, the same probe runs and ``eval_fn`` must stay within ``tolerance`` of the
+        reference. Bisection finds the most aggressive such rung (at most 3 trials for 5
+        rungs). The live parameters, gradients, buffers, optimizer state and
+        hyper-parameters and the RNG states are put back exactly afterwards, so training
+        goes on as if no probe had run (the optimizer's step hooks do run during a probe).
+        A probe that raises is reported as :class:`~ckptzip.errors.ProbeError`.
 
     Returns
     -------
@@ -617,6 +889,15 @@ def search(
         raise ConfigError(f"moments={moments!r} must be a MomentPolicy")
     if eval_fn is not None and not callable(eval_fn):
         raise ConfigError(f"eval_fn={eval_fn!r} must be callable as eval_fn(model) -> float")
+    if probe_fn is not None:
+        if not callable(probe_fn):
+            raise ConfigError(f"probe_fn={probe_fn!r} must be callable as probe_fn(model, opt)")
+        if eval_fn is None or optimizer is None:
+            raise ConfigError(
+                "probe_fn needs eval_fn and optimizer: it judges the optimizer's moments by "
+                "eval_fn after a few training steps"
+            )
+    policy = moments if moments is not None else MomentPolicy()
     base = base if base is not None else CompressionConfig()
     t0 = time.perf_counter()
     kinds_of = layer_types(model)
@@ -688,16 +969,13 @@ def search(
         )
     if kinds and chosen is None:
         notes.append("no configuration was feasible: the searched weights stay exact")
-    config = _compression_config(
-        model,
-        optimizer,
-        base,
-        params,
-        layer_configs,
-        model_prefix,
-        optimizer_prefix,
-        moments if moments is not None else MomentPolicy(),
-    )
+
+    def config_for(policy: MomentPolicy) -> CompressionConfig:
+        return _compression_config(
+            model, optimizer, base, params, layer_configs, model_prefix, optimizer_prefix, policy
+        )
+
+    config = config_for(policy)
     prequantized: dict[str, Prequantized] = {}
     if chosen is not None:
         for alias, name in _aliases(model).items():
@@ -708,7 +986,7 @@ def search(
                 q = ev.quantized(name, cfg)
                 pre = Prequantized.of(x, q, scores.get(name))
                 prequantized[model_prefix + alias] = pre
-    return SearchResult(
+    result = SearchResult(
         layer_configs=MappingProxyType(layer_configs),
         config=config,
         mode="eval" if eval_fn is not None else "data-free",
@@ -722,6 +1000,33 @@ def search(
         paths=MappingProxyType({model_prefix + n: k for n, (k, _) in params.items()}),
         note="; ".join(notes),
         prequantized=MappingProxyType(prequantized),
+        moments=policy,
+    )
+    if probe_fn is None or chosen is None or optimizer is None or eval_fn is None:
+        return result
+    weights = {}
+    for name, (kind, p) in params.items():
+        q = ev.quantized(name, chosen.config(kind))
+        weights[name] = dequantize(q, device=p.device).reshape(p.shape)
+    probe = _probe_moments(
+        model,
+        optimizer,
+        result,
+        weights,
+        probe_fn=probe_fn,
+        eval_fn=eval_fn,
+        tolerance=tolerance,
+        scores=scores,
+        ladder=moment_ladder(policy),
+        config_for=config_for,
+        optimizer_prefix=optimizer_prefix,
+    )
+    return replace(
+        result,
+        config=config_for(probe.moments),
+        moments=probe.moments,
+        probe=probe,
+        seconds=time.perf_counter() - t0,
     )
 
 

@@ -27,7 +27,8 @@ to avoid that.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -108,6 +109,7 @@ class SensitivityTracker:
             self._handles.append(first.register_post_accumulate_grad_hook(self._on_backward))
         self._active = self._in_window()
         self._closed = False
+        self._paused = False
 
     # -- schedule ----------------------------------------------------------------------------
 
@@ -153,7 +155,19 @@ class SensitivityTracker:
             self._ema.clear()
         self._active = active
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Neither record nor count steps inside the block (training steps that are not the
+        run's own, such as a search's probe, leave the tracker as it was)."""
+        active, self._active, self._paused = self._active, False, True
+        try:
+            yield
+        finally:
+            self._active, self._paused = active, False
+
     def _advance(self) -> None:
+        if self._paused:
+            return
         self._step += 1
         if self._due is not None and self._step >= self._due:
             self._due = None
