@@ -262,6 +262,10 @@ MOMENT_VARIANTS: dict[str, MomentPolicy | None] = {
     "m16, v log32": MomentPolicy(16, False, 32),
     "m8, v log16 (default)": MomentPolicy(),
     "m4, v log8": MomentPolicy(4, False, 8),
+    "m4, v log16": MomentPolicy(4, False, 16),
+    "m8 own-pruned 50%, v log16": MomentPolicy(first_prune=0.5),
+    "m4 own-pruned 50%, v log16": MomentPolicy(4, False, 16, first_prune=0.5),
+    "m4 own-pruned 75%, v log16": MomentPolicy(4, False, 16, first_prune=0.75),
     "m16, v linear32": MomentPolicy(16, False, 32, second_log_domain=False),
 }
 # (steps trained before the checkpoint, steps resumed after it)

@@ -13,8 +13,17 @@ levels save. This measures it on Adam moments (not on synthetic noise): for each
 
 Bytes per tensor are ``(file bytes - bytes of the same file with no tensors of that size) / K``
 for each moment kind, so the container's per-file cost is not counted and its per-tensor cost
-(manifest record, chunk framing) is. Run ``python benchmarks/small_tensors.py``; prints a
-table and writes ``benchmarks/results/small_tensors.json``. Deterministic (one seed).
+(manifest record, chunk framing) is.
+
+Second table: the small *weights* (fewer than ``min_numel`` elements: biases, norms) of the
+fault-tolerant benchmark's models after ``--steps`` steps, all in one file: exact as ckptzip
+stores them (the file, and the compressed payloads alone, without manifest and framing), the
+byte planes of all of them concatenated in one zstd frame each (the
+cross-tensor lossless alternative), and quantized with 256, 64 and 16 levels (protect 1 %),
+with the largest relative error.
+
+Run ``python benchmarks/small_tensors.py``; prints the tables and writes
+``benchmarks/results/small_tensors.json``. Deterministic (one seed).
 """
 
 from __future__ import annotations
@@ -25,17 +34,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _workloads
 from _report import RESULTS, print_table, write_json
 
 import ckptzip
+from ckptzip import entropy
+from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.plan import MomentPolicy
 
 SIZES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+MODELS = ("digits", "gru", "lm")
 
 
 def _train(n: int, k: int, steps: int, seed: int) -> tuple[list[torch.nn.Parameter], Any]:
@@ -106,6 +121,42 @@ def measure(n: int, k: int, steps: int, seed: int, tmp: Path) -> dict[str, Any]:
     return row
 
 
+def small_weights(name: str, steps: int, seed: int, tmp: Path) -> dict[str, Any]:
+    """Bytes of one model's small weights: exact, one shared frame per byte plane, quantized."""
+    w = _workloads.make(name, seed)
+    for step in range(steps):
+        w.train_step(step)
+    floor = CompressionConfig().min_numel
+    small = {
+        k: v.detach().clone()
+        for k, v in w.model.state_dict().items()
+        if v.is_floating_point() and 0 < v.numel() < floor
+    }
+    exact = CompressionConfig(min_numel=1 << 40)
+    row: dict[str, Any] = {
+        "model": name,
+        "tensors": len(small),
+        "elements": sum(v.numel() for v in small.values()),
+        "raw": sum(v.numel() * v.element_size() for v in small.values()),
+        "exact": _size(small, tmp / "w.ckz", exact) - _size({}, tmp / "0.ckz", exact),
+    }
+    # float32 weights in these models: itemsize 4, one frame per byte plane over all tensors
+    raw = np.frombuffer(b"".join(tensor_to_bytes(v) for v in small.values()), np.uint8)
+    planes = raw.reshape(-1, 4).T
+    zc = zstandard.ZstdCompressor(level=exact.zstd_level)
+    row["exact payload"] = sum(
+        len(entropy.encode(tensor_to_bytes(v), exact.zstd_level, itemsize=4)[0])
+        for v in small.values()
+    )
+    row["shared planes"] = sum(len(zc.compress(np.ascontiguousarray(p).tobytes())) for p in planes)
+    for bins in (256, 64, 16):
+        cfg = CompressionConfig(min_numel=1, quant=QuantConfig(bins=bins, protect=0.01))
+        report = ckptzip.save(small, tmp / "q.ckz", config=cfg, overwrite=True)
+        row[f"b{bins}"] = report.bytes_out - _size({}, tmp / "0.ckz", exact)
+        row[f"b{bins} err"] = max(e.rel_error or 0.0 for e in report.entries)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tensors", type=int, default=16, help="tensors per size (K)")
@@ -126,9 +177,22 @@ def main() -> None:
             (f"{key} delta gain", "delta gain", ".2f"),
         ]
     print_table("bytes per tensor (exact vs MomentPolicy levels)", rows, cols)
+    with tempfile.TemporaryDirectory() as d:
+        weights = [small_weights(m, args.steps, args.seed, Path(d)) for m in MODELS]
+    wcols = [("model", "model", "s"), ("tensors", "tensors", "d"), ("raw", "raw B", "d")]
+    wcols += [("exact", "exact B", "d"), ("exact payload", "payload B", "d")]
+    wcols += [("shared planes", "shared planes B", "d")]
+    for bins in (256, 64, 16):
+        wcols += [(f"b{bins}", f"{bins} levels B", "d"), (f"b{bins} err", "max rel err", ".4f")]
+    print_table("small weights of the fault-tolerant models (one file each)", weights, wcols)
     write_json(
         Path(args.out),
-        {"command": " ".join(["python", *sys.argv]), "tensors": args.tensors, "rows": rows},
+        {
+            "command": " ".join(["python", *sys.argv]),
+            "tensors": args.tensors,
+            "rows": rows,
+            "small_weights": weights,
+        },
     )
 
 

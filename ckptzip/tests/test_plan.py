@@ -94,6 +94,23 @@ def test_moments_of_small_weights_are_quantized_down_to_moment_min_numel(
     assert CompressionConfig.from_json(doc) == CompressionConfig()
 
 
+def test_first_prune_zeros_the_smallest_first_moments_and_never_a_second_moment() -> None:
+    model, opt = _adam_model()
+    policy = MomentPolicy(4, False, 16, first_prune=0.5)
+    result = search(model, optimizer=opt, moments=policy)
+    m_cfg = result.config.quant_for("optimizer/state/0/exp_avg")
+    v_cfg = result.config.quant_for("optimizer/state/0/exp_avg_sq")
+    assert m_cfg is not None and m_cfg.prune == 0.5 and m_cfg.prune_metric == "magnitude"
+    assert v_cfg is not None and v_cfg.prune == 0
+    m = opt.state[model[0].weight]["exp_avg"]
+    restored = ckptzip.quantize.dequantize(ckptzip.quantize.quantize(m, m_cfg)).reshape(m.shape)
+    small = m.abs() < m.abs().flatten().kthvalue(int(0.45 * m.numel())).values
+    assert bool((restored[small] == 0).all())  # the smallest by |exp_avg| are exact zeros
+    assert bool((restored[m == 0] == 0).all())
+    with pytest.raises(ckptzip.ConfigError, match="first_prune"):
+        MomentPolicy(first_prune=0.95)
+
+
 def test_keep_zeros_never_lowers_the_asked_prune() -> None:
     assert keep_zeros(QuantConfig(prune=0.4), 0.1) == QuantConfig(prune=0.4)
 

@@ -150,6 +150,10 @@ class MomentPolicy:
         crush their small values, and the Adam step divides by their square root).
     protect:
         Fraction of each moment stored exactly (the largest entries).
+    first_prune:
+        Fraction of each first moment, smallest by its own magnitude, set to exact zeros
+        (zeros the moment already has count towards it; never a second moment). Off by
+        default: what it costs training after a restore is measured in the README.
 
     Examples
     --------
@@ -157,6 +161,8 @@ class MomentPolicy:
     True
     >>> MomentPolicy(prune_first=True).first(QuantConfig(bins=4, prune=0.3)).prune
     0.3
+    >>> MomentPolicy(first_prune=0.5).first(QuantConfig(), zeros=0.1).prune
+    0.5
     """
 
     first_bins: int = 8
@@ -164,6 +170,7 @@ class MomentPolicy:
     second_bins: int = 16
     second_log_domain: bool = True
     protect: float = 0.0005
+    first_prune: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("first_bins", "second_bins"):
@@ -172,6 +179,8 @@ class MomentPolicy:
                 raise ConfigError(f"{name}={value!r} must be an integer in [2, 256]")
         if not 0.0 <= self.protect < 0.5:
             raise ConfigError(f"protect={self.protect!r} must lie in [0, 0.5)")
+        if not 0.0 <= self.first_prune < 0.9:
+            raise ConfigError(f"first_prune={self.first_prune!r} must lie in [0, 0.9)")
 
     def first(self, weight: QuantConfig, zeros: float = 0.0) -> QuantConfig | None:
         """The first moment's config given its weight's and its own fraction of exact zeros.
@@ -186,7 +195,8 @@ class MomentPolicy:
                 prune_metric="sensitivity",
                 protect=self.protect,
             )
-        return keep_zeros(QuantConfig(bins=self.first_bins, protect=self.protect), zeros)
+        own = QuantConfig(bins=self.first_bins, prune=self.first_prune, protect=self.protect)
+        return keep_zeros(own, zeros)
 
     def second(self) -> QuantConfig:
         """The second moment's config (never pruned: see :func:`second_moment`)."""
