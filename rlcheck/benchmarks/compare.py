@@ -16,6 +16,10 @@ Guides (``--guides``):
 * ``random``: :class:`rlcheck.RandomGuide`, the core API.
 * ``rl``: :class:`rlcheck.RLGuide` (ancestor path with labels, k = 4), the core API.
 * ``rl-restart``: :class:`rlcheck.guides.RestartingRLGuide`, the improved RL row.
+* ``rl-novelty``: :class:`rlcheck.guides.NoveltyRLGuide` (count-based bonus, structural
+  novelty reward, punished repeats), not a default row. A core-API guide takes options
+  after a colon, for ablations: ``rl-novelty:bonus=0,patience=500`` (the row keeps that
+  name).
 * ``greybox``: :class:`rlcheck.guides.GreyboxGuide`, fed the branches of every run (its
   tracing cost is inside its budget, as it would be for a real greybox fuzzer).
 * ``hypothesis``: the generator as a Hypothesis strategy on Hypothesis's own backend,
@@ -27,6 +31,8 @@ Guides (``--guides``):
 * ``rl-hypothesis-fast`` (not a default row): ``backend="rlcheck-fast"``, half of the valid
   cases from Hypothesis's own provider (for bounded time on very strict tests, not for
   diversity).
+* ``rl-hypothesis-novelty`` (not a default row): ``rl-hypothesis`` with the count-based
+  bonus of ``rl-novelty`` (``RLCheckProvider.count_bonus`` 1.0).
 * ``hypofuzz``: HypoFuzz's coverage-guided fuzzer on the same test, when ``hypofuzz`` is
   installed (``pip install "rlcheck[hypofuzz]"``; a default row only then). Its documented
   interface is ``hypothesis fuzz`` (pytest collection, worker processes, a dashboard); a
@@ -49,6 +55,7 @@ benchmark (``compare[_quick]_<benchmark>.png``: the three metrics over time).
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -72,18 +79,50 @@ from hypothesis.errors import Flaky, Unsatisfiable
 from realworld import BENCHMARKS, Benchmark, load, strategy
 
 import rlcheck
-from rlcheck.guides import GreyboxGuide, RestartingRLGuide
+from rlcheck.guides import GreyboxGuide, NoveltyRLGuide, RestartingRLGuide
 from rlcheck.hypothesis.provider import RLCheckProvider
 
 GUIDES = (
     "random", "rl", "rl-restart", "greybox", "hypothesis", "rl-hypothesis", "hypofuzz",
-    "rl-hypothesis-fast",
+    "rl-hypothesis-fast", "rl-novelty", "rl-hypothesis-novelty",
 )  # fmt: skip
-HYPOTHESIS_GUIDES = ("hypothesis", "rl-hypothesis", "rl-hypothesis-fast")
+HYPOTHESIS_GUIDES = ("hypothesis", "rl-hypothesis", "rl-hypothesis-fast", "rl-hypothesis-novelty")
 HAVE_HYPOFUZZ = importlib.util.find_spec("hypofuzz") is not None
 DEFAULT_GUIDES = tuple(
-    g for g in GUIDES[:-1] if g != "hypofuzz" or HAVE_HYPOFUZZ
+    g for g in GUIDES[:-3] if g != "hypofuzz" or HAVE_HYPOFUZZ
 )  # fmt: skip
+CORE_GUIDES: dict[str, Callable[..., rlcheck.Guide]] = {
+    "random": rlcheck.RandomGuide,
+    "rl": rlcheck.RLGuide,
+    "rl-restart": RestartingRLGuide,
+    "rl-novelty": NoveltyRLGuide,
+    "greybox": GreyboxGuide,
+}
+
+
+def guide_spec(text: str) -> str:
+    """``--guides`` item: a guide's name, for a core-API guide optionally with keyword
+    options (``rl-novelty:bonus=0,patience=500``; values are Python literals)."""
+    name, _, options = text.partition(":")
+    if name not in GUIDES or (options and name not in CORE_GUIDES):
+        raise argparse.ArgumentTypeError(f"{text!r}: not one of {GUIDES} (options: core API only)")
+    try:
+        _options(options)
+    except (ValueError, SyntaxError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: options {options!r}: {exc}") from exc
+    return text
+
+
+def _options(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in filter(None, text.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key.isidentifier():
+            raise ValueError(f"{item!r} is not key=value")
+        out[key] = ast.literal_eval(value)
+    return out
+
+
 METRICS = ("unique_valid", "diverse_valid", "branches")
 GRID = 20
 """Points of the time series (plus t = 0)."""
@@ -141,23 +180,17 @@ def _recorder(
 
 def run_core(bench: Benchmark, guide_name: str, seconds: float, seed: int) -> Run:
     """A run through :func:`rlcheck.run`."""
-    guide: rlcheck.Guide
+    name, _, options = guide_name.partition(":")
+    guide = CORE_GUIDES[name](seed=seed, **_options(options))
     check: Callable[[Any], bool] = bench.check
-    if guide_name == "random":
-        guide = rlcheck.RandomGuide(seed=seed)
-    elif guide_name == "rl":
-        guide = rlcheck.RLGuide(seed=seed)
-    elif guide_name == "rl-restart":
-        guide = RestartingRLGuide(seed=seed)
-    elif guide_name == "greybox":
-        guide = GreyboxGuide(seed=seed)
+    if isinstance(guide, GreyboxGuide):
         check = guide.observe(bench.measure)
-    else:
-        raise ValueError(guide_name)
     recorded, begin, _, found = _recorder(check)
     begin()
     result = rlcheck.run(bench.generator, recorded, guide=guide, seconds=seconds, max_failures=0)
     note = f"restarts {guide.restarts}" if isinstance(guide, RestartingRLGuide) else ""
+    if isinstance(guide, NoveltyRLGuide):
+        note += f", novel {guide.novel_inputs}"
     if isinstance(guide, GreyboxGuide):
         note = f"corpus {len(guide.corpus)}"
     return Run(guide_name, seed, result.seconds, result.trials, found(), note)
@@ -166,9 +199,12 @@ def run_core(bench: Benchmark, guide_name: str, seconds: float, seed: int) -> Ru
 def run_hypothesis(bench: Benchmark, guide: str, seconds: float, seed: int) -> Run:
     """A run of a ``@given`` test over the benchmark's strategy: on Hypothesis's own
     backend (``guide="hypothesis"``) or on ``backend="rlcheck"``, learned cases only
-    (``"rl-hypothesis"``), or on ``backend="rlcheck-fast"`` (``"rl-hypothesis-fast"``).
+    (``"rl-hypothesis"``; with ``RLCheckProvider.count_bonus`` 1.0:
+    ``"rl-hypothesis-novelty"``), or on ``backend="rlcheck-fast"`` (``"rl-hypothesis-fast"``).
     """
-    backend = {"hypothesis": "hypothesis", "rl-hypothesis": "rlcheck"}.get(guide, "rlcheck-fast")
+    backend = {"hypothesis": "hypothesis", "rl-hypothesis-fast": "rlcheck-fast"}.get(
+        guide, "rlcheck"
+    )
     recorded, begin, calls, found = _recorder(bench.check)
     deadline = 0.0
 
@@ -185,6 +221,9 @@ def run_hypothesis(bench: Benchmark, guide: str, seconds: float, seed: int) -> R
         # "rlcheck" keeps every case learned whatever its shipped default share
         # (FastRLCheckProvider sets its own).
         mock.patch.object(RLCheckProvider, "default_share", 0.0),
+        mock.patch.object(
+            RLCheckProvider, "count_bonus", 1.0 if guide == "rl-hypothesis-novelty" else 0.0
+        ),
     ):
         test = settings(
             backend=backend,
@@ -390,7 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=None, help="budget per run (60)")
     parser.add_argument("--reps", type=int, default=5, help="runs per guide and benchmark")
     parser.add_argument("--benchmarks", nargs="*", default=list(BENCHMARKS), choices=BENCHMARKS)
-    parser.add_argument("--guides", nargs="*", default=list(DEFAULT_GUIDES), choices=GUIDES)
+    parser.add_argument(
+        "--guides", nargs="*", default=list(DEFAULT_GUIDES), type=guide_spec,
+        help=f"of {GUIDES}; core-API guides take options: rl-novelty:bonus=0",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=None, help="output prefix")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument(

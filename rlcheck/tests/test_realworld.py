@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import sys
@@ -98,6 +99,7 @@ def test_compare_tiny_run(tmp_path: Path) -> None:
     compare = _compare()
     prefix = tmp_path / "cmp"
     guides = [g for g in compare.GUIDES if g != "hypofuzz" or compare.HAVE_HYPOFUZZ]
+    guides.append("rl-novelty:bonus=0,patience=5")  # a core guide with options: its own row
     args = ["--benchmarks", "sql", "--guides", *guides, "--seconds", "0.3", "--reps", "2"]
     assert compare.main([*args, "--out", str(prefix)]) == 0
     data = json.loads(Path(f"{prefix}.json").read_text())
@@ -115,6 +117,16 @@ def test_compare_tiny_run(tmp_path: Path) -> None:
     Path(f"{prefix}_sql.png").unlink()
     assert compare.main(["--out", str(prefix), "--plot-only"]) == 0
     assert Path(f"{prefix}_sql.png").stat().st_size > 0
+
+
+def test_guide_options_are_checked() -> None:
+    compare = _compare()
+    assert compare.guide_spec("rl-novelty:bonus=0.5,patience=None") == (
+        "rl-novelty:bonus=0.5,patience=None"
+    )
+    for bad in ("nope", "rl-hypothesis:bonus=1", "rl-novelty:bonus", "rl-novelty:bonus=x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            compare.guide_spec(bad)
 
 
 def test_recorder_runs_the_same_lines_for_a_repeat() -> None:

@@ -186,6 +186,23 @@ def _credit_all(visits: Iterable[Visit], ret: float) -> None:
             row[2] = q
 
 
+def _credit_bonus(visits: Iterable[Visit], ret: float, bonus: float) -> None:
+    """:func:`_credit_all` with a count-based exploration bonus: each visit is credited
+    ``ret + bonus / sqrt(N)``, N its state-action pair's visit count including this one,
+    so rarely taken pairs keep some value after a few failures (the bonus decays as the
+    pair is taken again)."""
+    sqrt = math.sqrt
+    for row, at in visits:
+        count = at + 1
+        n = row[count] + 1.0
+        row[count] = n
+        q = row[at]
+        q += (ret + bonus / sqrt(n) - q) / n
+        row[at] = q
+        if q > row[2] and at != row[1]:
+            row[2] = q
+
+
 def _sample(random_: Callable[[], float], n: int, cumulative: Sequence[float] | None) -> int:
     """An action drawn from the prior (cumulative weights), uniform when ``None``."""
     # int(random() * n) rather than randrange(n): several times cheaper on the hot path,
@@ -716,10 +733,24 @@ class Policy:
             visits.append((row, _slot(row, action)))
         return action
 
-    def learn_rows(self, visits: Iterable[Visit], reward: float) -> None:
+    def learn_rows(self, visits: Iterable[Visit], reward: float, *, bonus: float = 0.0) -> None:
         """Credit ``reward`` to every visit recorded by :meth:`window_driver` or
-        :meth:`choose_row`."""
-        _credit_all(visits, reward)
+        :meth:`choose_row`; with ``bonus`` > 0, each visit gets ``reward + bonus /
+        sqrt(N)`` instead, N its state-action pair's visit count including this one
+        (count-based exploration).
+
+        Examples
+        --------
+        >>> p, visits = Policy(seed=0), []
+        >>> a = p.choose_row("coin", (), 2, visits)
+        >>> p.learn_rows(visits, -1.0, bonus=2.0)
+        >>> p.table("coin").value((), a)
+        (1.0, 1)
+        """
+        if bonus:
+            _credit_bonus(visits, reward, bonus)
+        else:
+            _credit_all(visits, reward)
 
     # -- persistence (plain JSON-able data; rlcheck never unpickles) -----------------
 

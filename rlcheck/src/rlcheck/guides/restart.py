@@ -28,7 +28,8 @@ class RestartingRLGuide(RLGuide):
     Parameters
     ----------
     patience:
-        Episodes without a new valid input before the first restart.
+        Episodes without a new valid input before the first restart; ``None``: never
+        restart (repeats are still rewarded ``duplicate_reward``).
     duplicate_reward:
         Reward for a valid input already made (RLCheck: 0). At the invalid reward (−1,
         the default here) a repeat no longer outranks an action never tried (value 0), so
@@ -53,7 +54,7 @@ class RestartingRLGuide(RLGuide):
         self,
         state: str | StateAbstraction = "labelled",
         *,
-        patience: int = 500,
+        patience: int | None = 500,
         duplicate_reward: float = REWARD_INVALID,
         k: int = 4,
         epsilon: float = 0.25,
@@ -61,8 +62,10 @@ class RestartingRLGuide(RLGuide):
         max_states: int = 200_000,
         policy_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not isinstance(patience, int) or patience < 1:
-            raise InvalidArgument(f"patience={patience!r} must be a positive int")
+        if patience is not None and (
+            not isinstance(patience, int) or isinstance(patience, bool) or patience < 1
+        ):
+            raise InvalidArgument(f"patience={patience!r} must be a positive int or None")
         super().__init__(
             state, k=k, epsilon=epsilon, seed=seed, max_states=max_states, policy_file=policy_file
         )
@@ -72,22 +75,34 @@ class RestartingRLGuide(RLGuide):
         """Restarts so far in this guide's life."""
         self._stale = 0
         self._limit = patience
+        self._limit_cap = 64 * (patience or 0)
         self._empty = Policy().to_dict()
 
+    def episode_return(self, *, valid: bool, new: bool) -> float:
+        """The reward credited to the episode's choices (subclasses add to it)."""
+        return self.duplicate_reward if valid and not new else reward_for(valid=valid, new=new)
+
     def end_episode(self, *, valid: bool, new: bool) -> None:
-        reward = self.duplicate_reward if valid and not new else reward_for(valid=valid, new=new)
-        self.policy.learn_rows(self._visits, reward)
+        self.learn(self.episode_return(valid=valid, new=new))
         self._visits.clear()
         if valid and new:
             self._stale = 0
             return
         self._stale += 1
-        if self._stale >= self._limit:
-            # In place: the generation context holds the policy's chooser.
-            self.policy.load_dict(self._empty)
-            self.restarts += 1
+        if self._limit is not None and self._stale >= self._limit:
+            self.restart()
             self._stale = 0
-            self._limit = min(self._limit * 2, self.patience * 64)
+            self._limit = min(self._limit * 2, self._limit_cap)
+
+    def learn(self, reward: float) -> None:
+        """Credit ``reward`` to the episode's visits (subclasses may shape it per visit)."""
+        self.policy.learn_rows(self._visits, reward)
+
+    def restart(self) -> None:
+        """Forget the learned policy (the random stream goes on)."""
+        # In place: the generation context holds the policy's chooser.
+        self.policy.load_dict(self._empty)
+        self.restarts += 1
 
     def describe(self) -> dict[str, Any]:
         return {

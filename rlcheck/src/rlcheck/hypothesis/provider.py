@@ -375,6 +375,10 @@ class RLCheckProvider(PrimitiveProvider):
     #: learned policy gets as many valid cases as the default.
     default_tail: ClassVar[float] = 0.5
     window: ClassVar[WindowMode] = "sequence"
+    #: Count-based exploration bonus (``Policy.learn_rows``'s ``bonus``; the core API's
+    #: ``NoveltyRLGuide`` uses 1.0). Off by default (``compare.py``'s
+    #: ``rl-hypothesis-novelty`` row turns it on).
+    count_bonus: ClassVar[float] = 0.0
 
     def __init__(
         self,
@@ -546,7 +550,9 @@ class RLCheckProvider(PrimitiveProvider):
             if outcome == "valid" and not new:
                 allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
                 self._discard = self._discards + 1 <= allowed
-            self._policy.learn_rows(self._visits, Ledger.reward(outcome, new))
+            self._policy.learn_rows(
+                self._visits, Ledger.reward(outcome, new), bonus=type(self).count_bonus
+            )
             self._record()
             persistence = self._persistence
             if persistence is not None and self._visits:
