@@ -36,7 +36,9 @@ comparison points, not library features):
   paper uses 7-zip). ``α = 5e-5``, ``β = 2`` as in the authors' released script;
 * ``ckptzip-w``: ``CheckpointManager(model=, optimizer=, eval_fn=)`` with the optimizer state
   exact (``CompressionConfig(exact=("optimizer/*",))``): searched weights + delta chains;
-* ``ckptzip``: the same manager at its defaults: the whole checkpoint, moments included.
+* ``ckptzip``: the same manager at its defaults, the whole checkpoint, moments included,
+  with a ``probe_fn`` (``Workload.probe``: a few steps on fixed training batches the run
+  never draws) choosing how coarse the moments can be; ``--no-probe`` leaves it out.
 
 Every method compresses the same tensors: floating-point tensors of at least 4096 elements
 (ckptzip's ``min_numel``); smaller ones and everything else stay exact. After a failure the

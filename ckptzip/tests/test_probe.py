@@ -185,3 +185,27 @@ def test_probe_misuse_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="blocking"):
         mgr.save(1, blocking=False)
     mgr.close()
+
+
+def test_research_every_searches_in_full_again_and_probes_with_it(tmp_path: Path) -> None:
+    run = _Run()
+    mgr = CheckpointManager(
+        tmp_path,
+        model=run.model,
+        optimizer=run.optimizer,
+        eval_fn=run.eval_fn,
+        probe_fn=run.probe,
+        research_every=2,
+    )
+    seen = []
+    for step in range(40):
+        run.train_step(step)
+        if (step + 1) % 10 == 0:
+            search = mgr.save(step + 1).search
+            assert search is not None
+            seen.append((search.strategy, search.probe is not None))
+    mgr.close()
+    assert [probed for _, probed in seen] == [True, False, True, False]
+    assert seen[0][0] == seen[2][0] == "full"  # the second: the neighbourhood, unless it failed
+    with pytest.raises(ConfigError, match="research_every"):
+        CheckpointManager(tmp_path, research_every=0)

@@ -254,6 +254,11 @@ class CheckpointManager:
     moments:
         How the moments of searched weights are stored (:class:`~ckptzip.MomentPolicy`);
         with ``probe_fn``, the least aggressive policy the probe search considers.
+    research_every:
+        A full search (not the previous choice's neighbourhood, which is never more
+        aggressive) every this many saves of the manager, so a configuration can become
+        more aggressive again later in training; with ``probe_fn`` the moments are probed
+        again too. ``None`` (default): only the first save searches in full.
 
     Notes
     -----
@@ -302,6 +307,7 @@ class CheckpointManager:
         if_busy: Literal["wait", "raise"] = "wait",
         probe_fn: ProbeFn | None = None,
         moments: MomentPolicy | None = None,
+        research_every: int | None = None,
     ) -> None:
         if config is not None and not isinstance(config, CompressionConfig):
             raise ConfigError(f"config={config!r} must be a CompressionConfig")
@@ -324,6 +330,12 @@ class CheckpointManager:
             raise ConfigError(f"probe_fn={probe_fn!r} must be callable as probe_fn(model, opt)")
         if moments is not None and not isinstance(moments, MomentPolicy):
             raise ConfigError(f"moments={moments!r} must be a MomentPolicy")
+        if research_every is not None and (
+            isinstance(research_every, bool)
+            or not isinstance(research_every, int)
+            or research_every < 1
+        ):
+            raise ConfigError(f"research_every={research_every!r} must be a positive integer")
         # A URL stays a string: Path("s3://b/r") would become the local path "s3:/b/r".
         self.directory: Path | str = os.fspath(directory) if is_url(directory) else Path(directory)
         self.store = ChainStore(open_storage(directory), keyframe_every=keyframe_every, keep=keep)
@@ -337,6 +349,8 @@ class CheckpointManager:
         self.probe_fn = probe_fn
         self.moments = moments if moments is not None else MomentPolicy()
         self._since_probe = 0  # saves since the last probe search (0: none yet)
+        self.research_every = research_every
+        self._saves = 0  # model snapshots saved by this manager
         self.last_search: SearchResult | None = None
         self.extra: Any = None  # the ``extra`` of the step last restored
         #: Newer steps the last ``load()``/``restore()`` without a step skipped, with why.
@@ -584,8 +598,10 @@ class CheckpointManager:
             fixed = copy_tree((extra, scores)).ready()
         gate = None if blocking else self._gate
         previous = self.last_search
-        # The probe search runs at the manager's first save and every keyframe_every saves;
-        # in between, the moments keep its choice.
+        if self.research_every is not None and self._saves % self.research_every == 0:
+            previous = None  # a full search, which may be more aggressive than the last one
+        # The probe search runs with every full search and every keyframe_every saves; in
+        # between, the moments keep its choice.
         moments = self.moments
         recent = 0 < self._since_probe < self.keyframe_every
         if probe is not None and previous is not None and recent:
@@ -630,6 +646,7 @@ class CheckpointManager:
                 req, obj, result.config, full_scores, metadata, result, prequantized
             )
             self.last_search = result
+            self._saves += 1
             if result.probe is not None:
                 self._since_probe = 1
             elif self._since_probe:

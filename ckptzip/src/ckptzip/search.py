@@ -69,6 +69,15 @@ moments need, so :func:`search` only chooses per-path configs for them, by the r
   weights exact for any other reason stay exact.
 * step counters, hyper-parameters and every other optimizer tensor stay exact.
 
+**Moments judged by training after a restore** (``probe_fn``, optional). After the weight
+search, the moments' policy is chosen from :func:`moment_ladder` (the given policy first, then
+fewer levels) by what training does next: the probe (a few training steps on fixed batches)
+runs from the exact state and ``eval_fn`` gives the reference; a rung is feasible when the
+same probe, started from the searched weights and that rung's quantized moments, ends within
+``tolerance`` of it. Bisection over the rungs (at most 3 probes for 5), every probe from the
+same RNG states; the live state is put back exactly afterwards (:class:`_Isolated`). The
+result says what it cost (:class:`ProbeResult`).
+
 **Which tensors are searched** is the plan's rule too (:func:`ckptzip.plan.exact_reason`):
 floating-point parameters of at least ``base.min_numel`` elements, not 0-d, not float8, not
 matched by ``base.exact``. Tied parameters (one tensor under two names) are searched once and
