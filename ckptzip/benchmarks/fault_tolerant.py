@@ -63,6 +63,7 @@ seed (one torch thread).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import io
 import json
@@ -550,7 +551,13 @@ def breakdown(report: ckptzip.Report) -> dict[str, dict[str, list[int]]]:
 
 class Ckptzip(Method):
     def __init__(
-        self, directory: Path, every: int, *, weights_only: bool, probe: bool = True
+        self,
+        directory: Path,
+        every: int,
+        *,
+        weights_only: bool,
+        probe: bool = True,
+        moments: ckptzip.MomentPolicy | None = None,
     ) -> None:
         super().__init__(directory, every)
         self.name = "ckptzip-w" if weights_only else "ckptzip"
@@ -558,6 +565,7 @@ class Ckptzip(Method):
         # the moments are searched by training after a restore (the optimizer state of
         # ckptzip-w is exact: nothing to probe)
         self.probe = probe and not weights_only
+        self.moments = moments
         self.mgr: ckptzip.CheckpointManager | None = None
 
     def attach(self, w: _workloads.Workload) -> None:
@@ -572,6 +580,7 @@ class Ckptzip(Method):
             window=min(50, self.every),
             checkpoint_every=self.every,
             probe_fn=w.probe if self.probe else None,
+            moments=self.moments,
         )
 
     def save(self, step: int, w: _workloads.Workload) -> SaveStat:
@@ -612,7 +621,14 @@ class Ckptzip(Method):
             self.mgr = None
 
 
-def make_method(name: str, directory: Path, every: int, *, probe: bool = True) -> Method:
+def make_method(
+    name: str,
+    directory: Path,
+    every: int,
+    *,
+    probe: bool = True,
+    moments: ckptzip.MomentPolicy | None = None,
+) -> Method:
     if name == "exact":
         return Exact(directory, every)
     if name == "cnr":
@@ -620,7 +636,8 @@ def make_method(name: str, directory: Path, every: int, *, probe: bool = True) -
     if name == "excp":
         return ExCP(directory, every)
     if name in ("ckptzip", "ckptzip-w"):
-        return Ckptzip(directory, every, weights_only=name == "ckptzip-w", probe=probe)
+        weights_only = name == "ckptzip-w"
+        return Ckptzip(directory, every, weights_only=weights_only, probe=probe, moments=moments)
     raise ValueError(f"method {name!r} unknown; choose from {METHODS}")
 
 
@@ -628,13 +645,19 @@ def make_method(name: str, directory: Path, every: int, *, probe: bool = True) -
 
 
 def run(
-    model: str, seed: int, method_name: str, plan: tuple[int, int, int], *, probe: bool = True
+    model: str,
+    seed: int,
+    method_name: str,
+    plan: tuple[int, int, int],
+    *,
+    probe: bool = True,
+    moments: ckptzip.MomentPolicy | None = None,
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol."""
     steps, every, failures = plan
     fail_at = set(_workloads.failure_steps(steps, every, failures))
     with tempfile.TemporaryDirectory(prefix=f"ft-{method_name}-") as tmp:
-        method = make_method(method_name, Path(tmp), every, probe=probe)
+        method = make_method(method_name, Path(tmp), every, probe=probe, moments=moments)
         w = _workloads.make(model, seed)
         method.attach(w)
         building = 0.0  # rebuilding after failures: excluded from run time, as data loading
@@ -961,7 +984,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="ckptzip without probe_fn (moments at MomentPolicy's fixed levels)",
     )
+    ap.add_argument(
+        "--moments",
+        default=None,
+        metavar="M,V,P",
+        help="ckptzip's MomentPolicy: first-moment levels, second-moment levels, first_prune "
+        "(e.g. 4,16,0.5; default: MomentPolicy())",
+    )
     args = ap.parse_args(argv)
+    moments = None
+    if args.moments:
+        m, v, p = args.moments.split(",")
+        moments = ckptzip.MomentPolicy(int(m), False, int(v), first_prune=float(p))
     mode = "quick" if args.quick else "full"
     models = args.models or list(PLANS[mode])
     methods = [m for m in (args.methods or METHODS) if m not in LOSSLESS]
@@ -982,6 +1016,7 @@ def main(argv: list[str] | None = None) -> int:
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,
         "probe_steps": 0 if args.no_probe else _workloads.PROBE_STEPS,
+        "moments": None if moments is None else dataclasses.asdict(moments),
     }
     if "exact" in methods and (why := zipnn_unusable()) is not None:
         meta["dropped"] = {"zipnn": why}
@@ -991,7 +1026,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in models:
         for seed in seeds:
             for method in methods:
-                r = run(model, seed, method, PLANS[mode][model], probe=not args.no_probe)
+                plan = PLANS[mode][model]
+                r = run(model, seed, method, plan, probe=not args.no_probe, moments=moments)
                 runs.append(r)
                 if method == "exact":
                     runs.extend(_lossless_runs(r))
