@@ -596,7 +596,9 @@ class Ckptzip(Method):
             "trials": search.trials if search else 0,
             "probe_trials": probe.trials if probe else 0,
             "probe_seconds": probe.seconds if probe else 0.0,
-            "moments": [search.moments.first_bins, search.moments.second_bins] if search else None,
+            "moments": [m.first_bins, m.second_bins, m.first_prune]
+            if (m := search.moments if search else None)
+            else None,
             "delta": any(e.codec == "delta" for e in r.entries),
             "layer_configs": search.to_json()["layer_configs"] if search else None,
             "breakdown": breakdown(r),
@@ -874,6 +876,11 @@ def _row(method: str, r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _moments(first: int, second: int, first_prune: float = 0.0) -> str:
+    pruned = f" ({first_prune:.0%} of exp_avg pruned)" if first_prune else ""
+    return f"{first}/{second}{pruned}"
+
+
 def print_table(summary: dict[str, Any], dropped: dict[str, str] | None = None) -> None:
     """Per model: the methods side by side, the methods left out and why, where ckptzip's
     bytes go."""
@@ -889,10 +896,15 @@ def print_table(summary: dict[str, Any], dropped: dict[str, str] | None = None) 
             print(f"{method:<10} left out: {why}")
         for method, r in data["methods"].items():
             if "breakdown" in r:
+                chosen = ", ".join(_moments(*m) for m in r["moments"])
                 print(
                     f"{model} {method}: search {r['search_seconds']:.2f} s per save (probe "
-                    f"{r['probe_seconds']:.2f} s), moments (exp_avg, exp_avg_sq levels) chosen: "
-                    f"{', '.join(f'{a}/{b}' for a, b in r['moments'])}"
+                    f"{r['probe_seconds']:.2f} s)"
+                    + (
+                        f", moments (exp_avg/exp_avg_sq levels) chosen: {chosen}"
+                        if r["probe_seconds"]
+                        else ""
+                    )
                 )
                 _report.print_table(
                     f"{model} {method}: where the bytes go (all checkpoints, all seeds)",
