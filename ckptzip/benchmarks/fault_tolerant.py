@@ -549,6 +549,12 @@ def breakdown(report: ckptzip.Report) -> dict[str, dict[str, list[int]]]:
     return out
 
 
+def _gap(value: float | None, reference: float | None) -> float | None:
+    if value is None or reference is None or reference == 0:
+        return None
+    return (value - reference) / abs(reference)
+
+
 class Ckptzip(Method):
     def __init__(
         self,
@@ -599,6 +605,10 @@ class Ckptzip(Method):
             "moments": [m.first_bins, m.second_bins, m.first_prune]
             if (m := search.moments if search else None)
             else None,
+            # relative eval_fn gaps: the searched weights right after quantizing, and the
+            # chosen state after the probe's training steps (what training repaired)
+            "weight_gap": _gap(search.quality, search.baseline) if search else None,
+            "probe_gap": _gap(probe.quality, probe.reference) if probe else None,
             "delta": any(e.codec == "delta" for e in r.entries),
             "layer_configs": search.to_json()["layer_configs"] if search else None,
             "breakdown": breakdown(r),
@@ -827,6 +837,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 row["search_seconds"] = statistics.mean(s["search_seconds"] for s in saves)
                 row["probe_seconds"] = statistics.mean(s.get("probe_seconds", 0.0) for s in saves)
                 row["moments"] = sorted({tuple(s["moments"]) for s in saves if s.get("moments")})
+                for gap in ("weight_gap", "probe_gap"):
+                    values = [s[gap] for s in saves if s.get(gap) is not None]
+                    row[gap] = _spread(values) if values else None
                 row["breakdown"] = _total_breakdown(saves)
             rows[method] = row
         out[model] = {"noise_floor": floor, "exact_losses": losses, "methods": rows}
@@ -906,6 +919,12 @@ def print_table(summary: dict[str, Any], dropped: dict[str, str] | None = None) 
                         else ""
                     )
                 )
+                for gap, what in (
+                    ("weight_gap", "eval_fn gap of the searched weights right after quantizing"),
+                    ("probe_gap", "eval_fn gap of the chosen state after the probe"),
+                ):
+                    if r.get(gap):
+                        print(f"  {what}: {_fmt_spread(r[gap], '+.2f', pct=True)}")
                 _report.print_table(
                     f"{model} {method}: where the bytes go (all checkpoints, all seeds)",
                     [{**b, "share": 100 * b["share"]} for b in r["breakdown"]],
