@@ -92,7 +92,7 @@ def measure(n: int, k: int, steps: int, seed: int, tmp: Path) -> dict[str, Any]:
     """Bytes per tensor of each moment kind, exact, quantized in full and delta-coded."""
     params, (targets, opt, gen) = _train(n, k, steps, seed)
     policy = MomentPolicy()
-    exact = CompressionConfig(min_numel=1 << 40)
+    exact = CompressionConfig(exact=("*",))
     quant = CompressionConfig(
         min_numel=1,
         overrides=(
@@ -132,7 +132,7 @@ def small_weights(name: str, steps: int, seed: int, tmp: Path) -> dict[str, Any]
         for k, v in w.model.state_dict().items()
         if v.is_floating_point() and 0 < v.numel() < floor
     }
-    exact = CompressionConfig(min_numel=1 << 40)
+    exact = CompressionConfig(exact=("*",))
     row: dict[str, Any] = {
         "model": name,
         "tensors": len(small),

@@ -33,7 +33,7 @@ from ckptzip.errors import (
 )
 from ckptzip.structure import DTYPES
 
-EXACT = ckptzip.CompressionConfig(min_numel=1 << 40)  # everything lossless
+EXACT = ckptzip.CompressionConfig(exact=("*",))  # everything lossless
 
 
 def checkpoint() -> dict[str, Any]:

@@ -123,15 +123,25 @@ def test_real_manifests_pass_the_parse_cost_bound_without_its_floor(exact: bool)
     assert _parse_cost(raw) < 0.75 * _PARSE_BYTES_PER_BYTE * len(raw)
 
 
-def test_a_large_manifest_is_stored_compressed_as_version_3() -> None:
+def test_a_large_manifest_is_stored_compressed() -> None:
     small = build([b"abc", b"de"])
-    assert HEADER.unpack(small[: HEADER.size])[1:3] == (1, 0)  # plain: version-1 readers read it
+    assert HEADER.unpack(small[: HEADER.size])[1:3] == (4, 0)  # plain
     chunks = [bytes([i]) * (i + 1) for i in range(200)]
     data = build(chunks, metadata={"step": "9"})
     _, version, flags, mlen = HEADER.unpack(data[: HEADER.size])
-    assert (version, flags) == (3, container.MANIFEST_ZSTD)
+    assert (version, flags) == (4, container.MANIFEST_ZSTD)
     plain = len(container.manifest_bytes(Reader(io.BytesIO(data)).manifest))
-    assert mlen < plain / 3
+    assert mlen < plain / 2
     r = Reader(io.BytesIO(data))
-    assert r.manifest.version == 3 and r.manifest.metadata == {"step": "9"}
+    assert r.manifest.version == 4 and r.manifest.metadata == {"step": "9"}
     assert [c for _, c in r.iter_chunks()] == chunks
+
+
+def test_version_4_stores_64_bit_chunk_digests_and_checks_them() -> None:
+    data = build([b"abc", b"de"])
+    r = Reader(io.BytesIO(data))
+    assert [len(c.sha256) for c in r.manifest.chunks] == [container.CHUNK_DIGEST_HEX] * 2
+    assert r.manifest.chunks[0].sha256 == hashlib.sha256(b"abc").hexdigest()[:16]
+    damaged = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(CorruptCheckpointError, match="checksum mismatch"):
+        list(Reader(io.BytesIO(damaged)).iter_chunks())

@@ -146,3 +146,13 @@ def test_v3_golden_stores_its_manifest_compressed() -> None:
             assert_same(x, back["model"][key])
     w, y = original["model"]["w16"], back["model"]["w16"]
     assert float((w - y).norm() / w.norm()) < 0.1  # 16 levels
+
+
+def test_v4_golden_files_store_64_bit_chunk_digests() -> None:
+    from ckptzip.container import CHUNK_DIGEST_HEX, MANIFEST_ZSTD, Reader
+
+    for name, flags in (("v4_quant.ckz", 0), ("v4_zstd_manifest.ckz", MANIFEST_ZSTD)):
+        with open(GOLDEN / name, "rb") as f:
+            reader = Reader(f)
+            assert reader.flags == flags and reader.manifest.version == 4
+            assert {len(c.sha256) for c in reader.manifest.chunks} == {CHUNK_DIGEST_HEX}

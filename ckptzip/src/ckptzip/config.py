@@ -98,15 +98,17 @@ class CompressionConfig:
         Path patterns kept bit-exact (compressed losslessly only).
     min_numel:
         Floating-point tensors with fewer elements stay exact (their metadata would cost
-        more than quantizing saves).
+        more than quantizing saves); optimizer moments use the lower of this and
+        ``moment_min_numel``, so raising it alone does not keep them exact (``exact=("*",)``
+        does).
     moment_min_numel:
         The same floor for optimizer moments (``exp_avg``, ``exp_avg_sq`` ...), which are
         quantized down to ``min(min_numel, moment_min_numel)`` elements, including the
         moments of weights that are exact only because they are small (biases, norms).
         Below 128 elements the per-tensor cost of a quantized moment (codebook, count table,
-        manifest record: about 170 bytes) eats what its levels save: measured by
-        ``benchmarks/small_tensors.py`` (at 128 elements 2.5x / 1.8x smaller than exact for
-        first / second moments, at 64 1.5x / 1.1x).
+        a longer manifest record) eats most of what its levels save: measured by
+        ``benchmarks/small_tensors.py`` (at 128 elements 3.0x / 2.1x smaller than exact for
+        first / second moments, at 64 1.9x / 1.3x).
     zstd_level:
         zstandard level of the lossless stage.
     moment_rules:

@@ -3,13 +3,14 @@
 Layout (all integers little-endian; the full spec is ``FORMAT.md``)::
 
     offset 0   8 bytes   magic b"CKPTZIP\\0"
-           8   u16       format version (1, 2 or 3)
+           8   u16       format version (1 to 4)
           10   u16       flags: 0, or (version 3) MANIFEST_ZSTD
           12   u64       manifest length M (at most MAX_MANIFEST_BYTES)
           20   M bytes   manifest, UTF-8 JSON (with MANIFEST_ZSTD: one zstd frame of it)
         20+M   32 bytes  sha256 of the manifest bytes
         52+M   ...       chunks back to back; the manifest gives each one's offset (relative
-                         to 52+M), length and sha256, and they cover the rest exactly
+                         to 52+M), length and sha256 (version 4: its first 64 bits), and
+                         they cover the rest exactly
 
 Reading validates before it allocates: magic, then version, then the manifest length against
 the cap and the file size, the manifest digest, the JSON schema (types, ranges, shape
@@ -45,11 +46,13 @@ from ckptzip.structure import (
 )
 
 __all__ = [
+    "CHUNK_DIGEST_HEX",
     "FORMAT_VERSION",
     "MANIFEST_ZSTD",
     "HEADER",
     "MAGIC",
     "MAX_MANIFEST_BYTES",
+    "SHORT_DIGESTS_FROM",
     "DEFAULT_MAX_RATIO",
     "DEFAULT_MIN_LIMIT",
     "ChunkRef",
@@ -63,16 +66,24 @@ __all__ = [
 ]
 
 MAGIC = b"CKPTZIP\0"
-# The newest version this release writes; it reads every version up to it. A writer uses the
-# lowest version that holds its file (``structure.skeleton_version``), so a file without
-# shared storage or NumPy arrays stays readable by version-1 readers.
-FORMAT_VERSION = 3
-READ_VERSIONS = (1, 2, 3)
+# The version this release writes; it reads every version up to it. Versions 1-3 differed in
+# what a file held (shared storage and NumPy arrays: 2, a compressed manifest: 3); version 4
+# shortens every chunk digest, so each file is written as version 4.
+FORMAT_VERSION = 4
+READ_VERSIONS = (1, 2, 3, 4)
+SHORT_DIGESTS_FROM = 4
+"""From this version on, a chunk's digest in the manifest is the first :data:`CHUNK_DIGEST_HEX`
+hex digits of its sha256: 64 bits catch a damaged chunk as surely as 256 (the manifest's own
+digest and a delta's parent hash stay full sha256), and full digests were about half of a
+compressed manifest, i.e. ~170 bytes of the per-tensor cost of a small quantized tensor."""
+CHUNK_DIGEST_HEX = 16
 MANIFEST_ZSTD = 0x0001
 """Header flag (version 3): the manifest is stored as one zstd frame (content size in its
 header). Manifests are mostly chunk digests, codec records and tensor names; on small models
 they were 13-18 % of a compressed checkpoint, and zstd takes them to about a sixth."""
-_COMPRESS_MANIFEST_FROM = 4096  # below this a manifest stays plain: a version 1 or 2 file
+# Below this a manifest stays plain JSON (a zstd frame's own overhead eats most of the gain).
+# Until version 4 this was 4096, so that small files stayed readable by version 1-2 readers.
+_COMPRESS_MANIFEST_FROM = 512
 _MANIFEST_LEVEL = 9
 HEADER = struct.Struct("<8sHHQ")
 DIGEST_SIZE = 32
@@ -89,6 +100,7 @@ _PARSE_FLOOR = 16 << 20
 DEFAULT_MAX_RATIO = 4096
 DEFAULT_MIN_LIMIT = 64 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX16 = re.compile(r"[0-9a-f]{16}")
 _ITEMSIZE = {name: dt.itemsize for name, dt in DTYPES.items()}
 
 
@@ -102,7 +114,8 @@ def _bad(msg: str) -> CorruptCheckpointError:
 
 @dataclass(frozen=True)
 class ChunkRef:
-    """One stored chunk: ``offset`` from the start of the data section, ``length``, sha256."""
+    """One stored chunk: ``offset`` from the start of the data section, ``length``, sha256
+    (hex; read from a version-4 file, its first :data:`CHUNK_DIGEST_HEX` digits)."""
 
     offset: int
     length: int
@@ -171,11 +184,16 @@ class Manifest:
 
     def __post_init__(self) -> None:
         if not self.version:
-            object.__setattr__(self, "version", skeleton_version(self.skeleton))
+            version = max(skeleton_version(self.skeleton), FORMAT_VERSION)
+            object.__setattr__(self, "version", version)
 
     @property
     def data_bytes(self) -> int:
         return sum(c.length for c in self.chunks)
+
+    def _digest(self, c: ChunkRef) -> str:
+        """``c``'s digest as this version stores it."""
+        return c.sha256[:CHUNK_DIGEST_HEX] if self.version >= SHORT_DIGESTS_FROM else c.sha256
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -186,7 +204,7 @@ class Manifest:
             "metadata": self.metadata,
             "skeleton": self.skeleton,
             "tensors": [t.to_json() for t in self.tensors],
-            "chunks": [[c.offset, c.length, c.sha256] for c in self.chunks],
+            "chunks": [[c.offset, c.length, self._digest(c)] for c in self.chunks],
         }
 
     @classmethod
@@ -239,6 +257,9 @@ class Manifest:
             raise _bad("chunks must be a list")
         chunks: list[ChunkRef] = []
         expected_offset = 0
+        short = version >= SHORT_DIGESTS_FROM
+        digest = _HEX16 if short else _HEX64
+        what = f"first {CHUNK_DIGEST_HEX} hex digits of sha256" if short else "sha256 hex"
         for i, c in enumerate(raw_chunks):
             if (
                 not isinstance(c, list)
@@ -246,9 +267,9 @@ class Manifest:
                 or not _is_int(c[0])
                 or not _is_int(c[1])
                 or not isinstance(c[2], str)
-                or not _HEX64.fullmatch(c[2])
+                or not digest.fullmatch(c[2])
             ):
-                raise _bad(f"chunk {i} must be [offset, length, sha256 hex], got {c!r}")
+                raise _bad(f"chunk {i} must be [offset, length, {what}], got {c!r}")
             if c[1] < 0:
                 raise _bad(f"chunk {i} has negative length {c[1]}")
             if c[0] != expected_offset:
@@ -580,13 +601,13 @@ class Reader:
             )
 
     def read_chunk(self, i: int) -> bytes:
-        """Chunk ``i``'s bytes, checked against its sha256."""
+        """Chunk ``i``'s bytes, checked against its sha256 (as long as the file stores it)."""
         ref = self.manifest.chunks[i]
         self._f.seek(self.data_start + ref.offset)
         data = self._f.read(ref.length)
         if len(data) != ref.length:
             raise CorruptCheckpointError(f"{self.name}: chunk {i} is truncated")
-        if hashlib.sha256(data).hexdigest() != ref.sha256:
+        if hashlib.sha256(data).hexdigest()[: len(ref.sha256)] != ref.sha256:
             raise CorruptCheckpointError(
                 f"{self.name}: chunk {i} checksum mismatch (the file is damaged)"
             )

@@ -219,6 +219,11 @@ def cases() -> dict[int, dict[str, tuple[Any, Any]]]:
         3: {
             "v3_zstd_manifest.ckz": (many_object(), quant_config()),
         },
+        # chunk digests shortened to 64 bits; a manifest both plain and compressed
+        4: {
+            "v4_quant.ckz": (ans_object(), quant_config()),
+            "v4_zstd_manifest.ckz": (many_object(), quant_config()),
+        },
     }
 
 
