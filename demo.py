@@ -6,13 +6,15 @@ what the project can do today:
 
 1. ckptzip's demo: save, inspect, load and resume; a manager's delta chain; a searched
    configuration saved asynchronously while training goes on.
-2. ckptzip's fault-tolerant benchmark (``--quick``): three models trained with 10 injected
-   failures, restored from each method's checkpoints, side by side with the other methods.
+2. ckptzip's fault-tolerant benchmark (``--quick``): three models trained with injected
+   failures, restored from each method's checkpoints, side by side with the other methods
+   (ckptzip's optimizer moments chosen by a few probe training steps after a restore).
 3. rlcheck's demo: an RL-guided campaign against random generation on binary search trees, and a
    Hypothesis test with a strict ``assume()`` on both backends.
 4. rlcheck's bug-finding benchmark on two planted bugs, on Hypothesis's backend and on rlcheck's.
 5. rlcheck's real-world comparison on SQL queries that SQLite must accept: random, the RL guide,
-   a coverage-guided greybox guide and Hypothesis, a few seconds each.
+   the RL guide with its exploration bonus and novelty reward, a coverage-guided greybox guide
+   and Hypothesis, a few seconds each.
 
 The benchmarks write their JSON into a temporary directory, never over the committed results.
 """
@@ -72,6 +74,7 @@ def main() -> int:
         "--guides",
         "random",
         "rl",
+        "rl-novelty",
         "greybox",
         "hypothesis",
         "--no-plot",
