@@ -36,9 +36,9 @@ comparison points, not library features):
   paper uses 7-zip). ``α = 5e-5``, ``β = 2`` as in the authors' released script;
 * ``ckptzip-w``: ``CheckpointManager(model=, optimizer=, eval_fn=)`` with the optimizer state
   exact (``CompressionConfig(exact=("optimizer/*",))``): searched weights + delta chains;
-* ``ckptzip``: the same manager at its defaults, the whole checkpoint, moments included,
-  with a ``probe_fn`` (``Workload.probe``: a few steps on fixed training batches the run
-  never draws) choosing how coarse the moments can be; ``--no-probe`` leaves it out.
+* ``ckptzip``: the same manager at its defaults: the whole checkpoint, moments included;
+* ``ckptzip-probe``: the same with a ``probe_fn`` (``Workload.probe``: a few steps on fixed
+  training batches the run never draws) choosing how coarse the moments can be.
 
 Every method compresses the same tensors: floating-point tensors of at least 4096 elements
 (ckptzip's ``min_numel``); smaller ones and everything else stay exact. After a failure the
@@ -102,7 +102,7 @@ PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
     "full": {"digits": (600, 30, 10), "gru": (300, 15, 10), "lm": (200, 10, 10)},
 }
 SEEDS = {"quick": (0,), "full": (0, 1, 2)}
-METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip")
+METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckptzip-probe")
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
 
@@ -562,11 +562,11 @@ class Ckptzip(Method):
         every: int,
         *,
         weights_only: bool,
-        probe: bool = True,
+        probe: bool = False,
         moments: ckptzip.MomentPolicy | None = None,
     ) -> None:
         super().__init__(directory, every)
-        self.name = "ckptzip-w" if weights_only else "ckptzip"
+        self.name = "ckptzip-w" if weights_only else "ckptzip-probe" if probe else "ckptzip"
         self.config = ckptzip.CompressionConfig(exact=("optimizer/*",)) if weights_only else None
         # the moments are searched by training after a restore (the optimizer state of
         # ckptzip-w is exact: nothing to probe)
@@ -638,7 +638,6 @@ def make_method(
     directory: Path,
     every: int,
     *,
-    probe: bool = True,
     moments: ckptzip.MomentPolicy | None = None,
 ) -> Method:
     if name == "exact":
@@ -647,8 +646,8 @@ def make_method(
         return CheckNRun(directory, every)
     if name == "excp":
         return ExCP(directory, every)
-    if name in ("ckptzip", "ckptzip-w"):
-        weights_only = name == "ckptzip-w"
+    if name in ("ckptzip", "ckptzip-w", "ckptzip-probe"):
+        weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
         return Ckptzip(directory, every, weights_only=weights_only, probe=probe, moments=moments)
     raise ValueError(f"method {name!r} unknown; choose from {METHODS}")
 
@@ -662,14 +661,13 @@ def run(
     method_name: str,
     plan: tuple[int, int, int],
     *,
-    probe: bool = True,
     moments: ckptzip.MomentPolicy | None = None,
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol."""
     steps, every, failures = plan
     fail_at = set(_workloads.failure_steps(steps, every, failures))
     with tempfile.TemporaryDirectory(prefix=f"ft-{method_name}-") as tmp:
-        method = make_method(method_name, Path(tmp), every, probe=probe, moments=moments)
+        method = make_method(method_name, Path(tmp), every, moments=moments)
         w = _workloads.make(model, seed)
         method.attach(w)
         building = 0.0  # rebuilding after failures: excluded from run time, as data loading
@@ -1011,11 +1009,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="*", type=int, default=None)
     ap.add_argument("--out", default=None, help="JSON path (default: results/fault_tolerant*.json)")
     ap.add_argument(
-        "--no-probe",
-        action="store_true",
-        help="ckptzip without probe_fn (moments at MomentPolicy's fixed levels)",
-    )
-    ap.add_argument(
         "--moments",
         default=None,
         metavar="M,V,P",
@@ -1046,7 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
         "keyframe_every": KEYFRAME_EVERY,
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,
-        "probe_steps": 0 if args.no_probe else _workloads.PROBE_STEPS,
+        "probe_steps": _workloads.PROBE_STEPS,
         "moments": None if moments is None else dataclasses.asdict(moments),
     }
     if "exact" in methods and (why := zipnn_unusable()) is not None:
@@ -1058,7 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             for method in methods:
                 plan = PLANS[mode][model]
-                r = run(model, seed, method, plan, probe=not args.no_probe, moments=moments)
+                r = run(model, seed, method, plan, moments=moments)
                 runs.append(r)
                 if method == "exact":
                     runs.extend(_lossless_runs(r))
