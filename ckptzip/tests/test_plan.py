@@ -19,7 +19,7 @@ from ckptzip.api import read_manifest
 from ckptzip.codecs import base as codecs_base
 from ckptzip.codecs.base import available_codecs, get_codec
 from ckptzip.config import CompressionConfig, QuantConfig
-from ckptzip.errors import UnsupportedFormatError
+from ckptzip.errors import ConfigError, UnsupportedFormatError
 from ckptzip.plan import ALMOST_ALL_ZEROS, MomentPolicy, Planner, keep_zeros
 from ckptzip.search import search
 
@@ -67,12 +67,16 @@ def test_almost_zero_first_moments_get_one_treatment_with_and_without_search(
         assert planned.prune == searched.prune == pytest.approx(zeros)
 
 
-def test_moments_of_small_weights_are_quantized_down_to_moment_min_numel(
+def test_moments_of_small_weights_are_quantized_down_to_moment_min_numel_when_set(
     tmp_path: Path,
 ) -> None:
     model, opt = _adam_model()  # biases of 128 and 4 elements, a 512-element weight
     obj = {"model": model.state_dict(), "optimizer": opt.state_dict()}
-    report = ckptzip.save(obj, tmp_path / "a.ckz")
+    # off by default: the moments of small weights stay exact
+    default = {e.path: e for e in ckptzip.save(obj, tmp_path / "d.ckz").entries}
+    assert default["optimizer/state/1/exp_avg"].reason == "fewer than min_numel=4096 elements"
+    low = CompressionConfig(moment_min_numel=128)
+    report = ckptzip.save(obj, tmp_path / "a.ckz", config=low)
     by_path = {e.path: e for e in report.entries}
     assert by_path["model/0.bias"].reason == "fewer than min_numel=4096 elements"
     for i in (1, 2):  # 0.bias (128) and 2.weight (512): moments quantized, zeros kept
@@ -86,12 +90,15 @@ def test_moments_of_small_weights_are_quantized_down_to_moment_min_numel(
             x, y = opt.state_dict()["state"][i][key], restored[i][key]
             assert torch.equal(x == 0, y == 0)  # zeros stay exact zeros, none appear
     # min_numel below the moment floor: moments of quantized weights stay quantized
-    low = CompressionConfig(min_numel=16)
-    assert Planner(low).quant_for("optimizer/state/3/exp_avg", torch.ones(64))[0] is not None
-    # an older config's JSON (no moment_min_numel) reads with the default
+    lower = CompressionConfig(min_numel=16, moment_min_numel=128)
+    assert Planner(lower).quant_for("optimizer/state/3/exp_avg", torch.ones(64))[0] is not None
+    # configs round-trip through JSON; an older one (no moment_min_numel) reads as the default
+    assert CompressionConfig.from_json(low.to_json()) == low
     doc = CompressionConfig().to_json()
     del doc["moment_min_numel"]
     assert CompressionConfig.from_json(doc) == CompressionConfig()
+    with pytest.raises(ConfigError):
+        CompressionConfig(moment_min_numel=-1)
 
 
 def test_first_prune_zeros_the_smallest_first_moments_and_never_a_second_moment() -> None:

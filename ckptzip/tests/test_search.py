@@ -276,17 +276,28 @@ def test_optimizer_paths_get_moment_configs_and_the_rest_stays_exact() -> None:
     assert m is not None and m.prune == pytest.approx(zeros) and not m.log_domain
     assert v is not None and v.log_domain and v.prune == 0
     assert result.config.quant_for("optimizer/state/2/step") is None
-    # a 128-element bias: exact (below min_numel), its moments quantized by the policy
+    # a 128-element bias: exact (below min_numel), and by default so are its moments
     assert result.config.quant_for("model/0.bias") is None
-    assert result.config.quant_for("optimizer/state/1/exp_avg") == MomentPolicy().first(cfg)
-    assert result.config.quant_for("optimizer/state/1/exp_avg_sq") == MomentPolicy().second()
+    assert result.config.quant_for("optimizer/state/1/exp_avg") is None
+    # with moment_min_numel its moments follow the policy, down to that floor
+    low = search(
+        model,
+        eval_fn=eval_fn,  # type: ignore[arg-type]
+        optimizer=opt,
+        base=CompressionConfig(moment_min_numel=128),
+    )
+    cfg = low.layer_configs["linear"]
+    assert cfg is not None
+    assert low.config.quant_for("model/0.bias") is None
+    assert low.config.quant_for("optimizer/state/1/exp_avg") == MomentPolicy().first(cfg)
+    assert low.config.quant_for("optimizer/state/1/exp_avg_sq") == MomentPolicy().second()
     # a 5-element bias (below moment_min_numel): its moments stay exact
-    assert result.config.quant_for("optimizer/state/5/exp_avg") is None
+    assert low.config.quant_for("optimizer/state/5/exp_avg") is None
 
 
 def test_moments_of_weights_exact_by_config_stay_exact() -> None:
     model, opt, eval_fn = _task(8)
-    base = CompressionConfig(exact=("model/0.*",))
+    base = CompressionConfig(exact=("model/0.*",), moment_min_numel=128)
     result = search(model, eval_fn=eval_fn, optimizer=opt, base=base)  # type: ignore[arg-type]
     for i in (0, 1):  # 0.weight and 0.bias, exact by config.exact
         for key in ("exp_avg", "exp_avg_sq"):

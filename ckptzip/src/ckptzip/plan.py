@@ -266,17 +266,25 @@ def size_floor(path: str, config: CompressionConfig) -> int:
     """The fewest elements a floating-point tensor at ``path`` needs to be lossy.
 
     ``config.min_numel``; for an optimizer moment (:func:`moment_kind`) the lower
-    ``config.moment_min_numel`` when that is smaller.
+    ``config.moment_min_numel`` when that is set and smaller.
 
     Examples
     --------
-    >>> c = CompressionConfig()
+    >>> c = CompressionConfig(moment_min_numel=128)
     >>> size_floor("model/b", c), size_floor("optimizer/state/0/exp_avg", c)
     (4096, 128)
+    >>> size_floor("optimizer/state/0/exp_avg", CompressionConfig())
+    4096
     """
     if moment_kind(path) is not None:
-        return min(config.min_numel, config.moment_min_numel)
+        return _moment_floor(config)
     return config.min_numel
+
+
+def _moment_floor(config: CompressionConfig) -> int:
+    if config.moment_min_numel is None:
+        return config.min_numel
+    return min(config.min_numel, config.moment_min_numel)
 
 
 def exact_reason(
@@ -319,18 +327,20 @@ quantized without pruning."""
 
 def small_weight(path: str, x: torch.Tensor, config: CompressionConfig) -> bool:
     """Whether the weight at ``path`` is exact only because it has fewer than ``min_numel``
-    elements, with at least ``moment_min_numel``: its optimizer moments are then quantized.
+    elements, with at least ``moment_min_numel`` (when set): its optimizer moments are then
+    quantized.
 
     Not for weights exact by ``config.exact``, dtype or shape (those moments stay exact).
 
     Examples
     --------
+    >>> c = CompressionConfig(moment_min_numel=128)
+    >>> small_weight("model/b", torch.zeros(512), c), small_weight("model/b", torch.zeros(64), c)
+    (True, False)
     >>> small_weight("model/b", torch.zeros(512), CompressionConfig())
-    True
-    >>> small_weight("model/b", torch.zeros(64), CompressionConfig())
     False
     """
-    floor = min(config.min_numel, config.moment_min_numel)
+    floor = _moment_floor(config)
     return (
         exact_reason(path, x, config) is not None
         and exact_reason(path, x, config, min_numel=floor) is None
