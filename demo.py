@@ -8,7 +8,7 @@ what the project can do today:
    configuration saved asynchronously while training goes on.
 2. ckptzip's fault-tolerant benchmark (``--quick``): three models trained with injected
    failures, restored from each method's checkpoints, side by side with the other methods
-   (ckptzip's optimizer moments chosen by a few probe training steps after a restore).
+   (ckptzip with and without a probe that chooses its optimizer moments by training).
 3. rlcheck's demo: an RL-guided campaign against random generation on binary search trees, and a
    Hypothesis test with a strict ``assume()`` on both backends.
 4. rlcheck's bug-finding benchmark on two planted bugs, on Hypothesis's backend and on rlcheck's.
