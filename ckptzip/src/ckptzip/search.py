@@ -64,9 +64,10 @@ moments need, so :func:`search` only chooses per-path configs for them, by the r
   pruned (a zero second moment under a nonzero first moment would blow up the next Adam
   update).
 * the moments of a weight that is exact only because it is small (fewer than
-  ``base.min_numel`` elements: biases, norms) follow the same policy, down to
-  ``base.moment_min_numel`` elements (:func:`ckptzip.plan.small_weight`); the moments of
-  weights exact for any other reason stay exact.
+  ``base.min_numel`` elements: biases, norms) stay exact by default; with
+  ``base.moment_min_numel`` set they follow the same policy, down to that many elements
+  (:func:`ckptzip.plan.small_weight`). The moments of weights exact for any other reason
+  always stay exact.
 * step counters, hyper-parameters and every other optimizer tensor stay exact.
 
 **Moments judged by training after a restore** (``probe_fn``, optional). After the weight
