@@ -102,6 +102,7 @@ PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
     "full": {"digits": (600, 30, 10), "gru": (300, 15, 10), "lm": (200, 10, 10)},
 }
 SEEDS = {"quick": (0,), "full": (0, 1, 2)}
+TOLERANCE = 0.05  # CheckpointManager's default: the benchmark measures the defaults
 METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckptzip-probe")
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
@@ -564,6 +565,7 @@ class Ckptzip(Method):
         weights_only: bool,
         probe: bool = False,
         moments: ckptzip.MomentPolicy | None = None,
+        tolerance: float = TOLERANCE,
     ) -> None:
         super().__init__(directory, every)
         self.name = "ckptzip-w" if weights_only else "ckptzip-probe" if probe else "ckptzip"
@@ -572,6 +574,7 @@ class Ckptzip(Method):
         # ckptzip-w is exact: nothing to probe)
         self.probe = probe and not weights_only
         self.moments = moments
+        self.tolerance = tolerance
         self.mgr: ckptzip.CheckpointManager | None = None
 
     def attach(self, w: _workloads.Workload) -> None:
@@ -587,6 +590,7 @@ class Ckptzip(Method):
             checkpoint_every=self.every,
             probe_fn=w.probe if self.probe else None,
             moments=self.moments,
+            tolerance=self.tolerance,
         )
 
     def save(self, step: int, w: _workloads.Workload) -> SaveStat:
@@ -639,6 +643,7 @@ def make_method(
     every: int,
     *,
     moments: ckptzip.MomentPolicy | None = None,
+    tolerance: float = TOLERANCE,
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -648,7 +653,14 @@ def make_method(
         return ExCP(directory, every)
     if name in ("ckptzip", "ckptzip-w", "ckptzip-probe"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
-        return Ckptzip(directory, every, weights_only=weights_only, probe=probe, moments=moments)
+        return Ckptzip(
+            directory,
+            every,
+            weights_only=weights_only,
+            probe=probe,
+            moments=moments,
+            tolerance=tolerance,
+        )
     raise ValueError(f"method {name!r} unknown; choose from {METHODS}")
 
 
@@ -662,12 +674,13 @@ def run(
     plan: tuple[int, int, int],
     *,
     moments: ckptzip.MomentPolicy | None = None,
+    tolerance: float = TOLERANCE,
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol."""
     steps, every, failures = plan
     fail_at = set(_workloads.failure_steps(steps, every, failures))
     with tempfile.TemporaryDirectory(prefix=f"ft-{method_name}-") as tmp:
-        method = make_method(method_name, Path(tmp), every, moments=moments)
+        method = make_method(method_name, Path(tmp), every, moments=moments, tolerance=tolerance)
         w = _workloads.make(model, seed)
         method.attach(w)
         building = 0.0  # rebuilding after failures: excluded from run time, as data loading
@@ -1015,6 +1028,12 @@ def main(argv: list[str] | None = None) -> int:
         help="ckptzip's MomentPolicy: first-moment levels, second-moment levels, first_prune "
         "(e.g. 4,16,0.5; default: MomentPolicy())",
     )
+    ap.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        help=f"the ckptzip methods' search tolerance (default {TOLERANCE}, the manager's)",
+    )
     args = ap.parse_args(argv)
     moments = None
     if args.moments:
@@ -1041,6 +1060,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": 1,
         "probe_steps": _workloads.PROBE_STEPS,
         "moments": None if moments is None else dataclasses.asdict(moments),
+        "tolerance": args.tolerance,
     }
     if "exact" in methods and (why := zipnn_unusable()) is not None:
         meta["dropped"] = {"zipnn": why}
@@ -1051,7 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             for method in methods:
                 plan = PLANS[mode][model]
-                r = run(model, seed, method, plan, moments=moments)
+                r = run(model, seed, method, plan, moments=moments, tolerance=args.tolerance)
                 runs.append(r)
                 if method == "exact":
                     runs.extend(_lossless_runs(r))
