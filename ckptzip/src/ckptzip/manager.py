@@ -61,7 +61,7 @@ from ckptzip.errors import (
     SaveInProgressError,
 )
 from ckptzip.plan import MomentPolicy, Prequantized
-from ckptzip.search import ProbeFn, SearchResult, save_scores, search
+from ckptzip.search import ProbeFn, SearchResult, check_options, save_scores, search
 from ckptzip.sensitivity import SensitivityTracker
 from ckptzip.snapshot import Gate, ModelSnapshot, copy_tree
 from ckptzip.storage import is_url, open_storage
@@ -317,19 +317,15 @@ class CheckpointManager:
             raise ConfigError(f"model={model!r} must be a torch.nn.Module")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError(f"optimizer={optimizer!r} must be a torch.optim.Optimizer")
-        if not 0 <= tolerance < float("inf"):
-            raise ConfigError(f"tolerance={tolerance!r} must be a finite number >= 0")
+        check_options(
+            tolerance=tolerance,
+            moments=moments,
+            eval_fn=eval_fn,
+            optimizer=optimizer,
+            probe_fn=probe_fn,
+        )
         if if_busy not in ("wait", "raise"):
             raise ConfigError(f"if_busy={if_busy!r} must be 'wait' or 'raise'")
-        if probe_fn is not None and (optimizer is None or eval_fn is None):
-            raise ConfigError(
-                "probe_fn= needs optimizer= and eval_fn= too: it judges the optimizer's "
-                "moments by eval_fn after a few training steps"
-            )
-        if probe_fn is not None and not callable(probe_fn):
-            raise ConfigError(f"probe_fn={probe_fn!r} must be callable as probe_fn(model, opt)")
-        if moments is not None and not isinstance(moments, MomentPolicy):
-            raise ConfigError(f"moments={moments!r} must be a MomentPolicy")
         if research_every is not None and (
             isinstance(research_every, bool)
             or not isinstance(research_every, int)

@@ -133,6 +133,7 @@ __all__ = [
     "ProbeFn",
     "ProbeResult",
     "SearchResult",
+    "check_options",
     "layer_types",
     "moment_ladder",
     "save_scores",
@@ -820,6 +821,33 @@ def _escape(path: str) -> str:
     return "".join(f"[{c}]" if c in "[]*?" else c for c in path)
 
 
+def check_options(
+    *,
+    tolerance: float,
+    moments: MomentPolicy | None,
+    eval_fn: Callable[[nn.Module], float] | None,
+    optimizer: torch.optim.Optimizer | None,
+    probe_fn: ProbeFn | None,
+) -> None:
+    """Raise :class:`~ckptzip.errors.ConfigError` for search options :func:`search` cannot
+    use; :class:`~ckptzip.manager.CheckpointManager` calls it at construction, so a bad
+    option fails there rather than at the first save."""
+    if not tolerance >= 0 or not math.isfinite(tolerance):
+        raise ConfigError(f"tolerance={tolerance!r} must be a finite number >= 0")
+    if moments is not None and not isinstance(moments, MomentPolicy):
+        raise ConfigError(f"moments={moments!r} must be a MomentPolicy")
+    if eval_fn is not None and not callable(eval_fn):
+        raise ConfigError(f"eval_fn={eval_fn!r} must be callable as eval_fn(model) -> float")
+    if probe_fn is not None:
+        if not callable(probe_fn):
+            raise ConfigError(f"probe_fn={probe_fn!r} must be callable as probe_fn(model, opt)")
+        if eval_fn is None or optimizer is None:
+            raise ConfigError(
+                "probe_fn needs eval_fn and optimizer: it judges the optimizer's moments by "
+                "eval_fn after a few training steps"
+            )
+
+
 def search(
     model: nn.Module,
     *,
@@ -893,22 +921,15 @@ def search(
     >>> result.config.quant_for("model/0.weight") == result.layer_configs["linear"]
     True
     """
-    if not tolerance >= 0 or not math.isfinite(tolerance):
-        raise ConfigError(f"tolerance={tolerance!r} must be a finite number >= 0")
+    check_options(
+        tolerance=tolerance,
+        moments=moments,
+        eval_fn=eval_fn,
+        optimizer=optimizer,
+        probe_fn=probe_fn,
+    )
     if not 0 < error_budget < 1:
         raise ConfigError(f"error_budget={error_budget!r} must lie in (0, 1)")
-    if moments is not None and not isinstance(moments, MomentPolicy):
-        raise ConfigError(f"moments={moments!r} must be a MomentPolicy")
-    if eval_fn is not None and not callable(eval_fn):
-        raise ConfigError(f"eval_fn={eval_fn!r} must be callable as eval_fn(model) -> float")
-    if probe_fn is not None:
-        if not callable(probe_fn):
-            raise ConfigError(f"probe_fn={probe_fn!r} must be callable as probe_fn(model, opt)")
-        if eval_fn is None or optimizer is None:
-            raise ConfigError(
-                "probe_fn needs eval_fn and optimizer: it judges the optimizer's moments by "
-                "eval_fn after a few training steps"
-            )
     policy = moments if moments is not None else MomentPolicy()
     base = base if base is not None else CompressionConfig()
     t0 = time.perf_counter()
