@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import subprocess
@@ -16,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDatabase
-from hypothesis.internal.conjecture.provider_conformance import run_conformance_test
 from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
 from hypothesis.internal.intervalsets import IntervalSet
 
@@ -541,20 +539,7 @@ def test_seen_set_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- the provider contract ---------------------------------------------------------------
 
 
-def test_conformance_quick() -> None:
-    quick: dict[str, Any] = {}
-    if "check_findability" in inspect.signature(run_conformance_test).parameters:
-        quick["check_findability"] = False  # an option since after 6.140
-    run_conformance_test(
-        RLCheckProvider,
-        settings=settings(max_examples=15, stateful_step_count=15, deadline=None),
-        **quick,
-    )
-
-
-@pytest.mark.slow
-def test_conformance_full() -> None:
-    run_conformance_test(RLCheckProvider)
+# (Hypothesis's conformance test: tests/test_provider_conformance.py)
 
 
 # -- compatibility and control flow ------------------------------------------------------

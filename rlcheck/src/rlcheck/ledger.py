@@ -82,15 +82,16 @@ class Counts:
         >>> Counts(1, 1, 1, 0, 0) + Counts(2, 0, 0, 2, 0)
         Counts(cases=3, valid=1, unique_valid=1, invalid=2, failures=0)
         """
-        return type(self)(*(_combine(getattr(self, f), getattr(other, f)) for f in _names(self)))
+        return type(self)(*(_combine(getattr(self, f), getattr(other, f)) for f in _names(self)))  # type: ignore[arg-type]
 
 
 def _names(counts: Counts) -> tuple[str, ...]:
     return tuple(f.name for f in fields(counts))
 
 
-def _combine(a: int | bool, b: int | bool) -> int | bool:
-    return (a or b) if isinstance(a, bool) else a + b
+def _combine(a: int | bool | str, b: int | bool | str) -> int | bool | str:
+    # flags and notes (subclasses' bool and str fields) are or-ed: the first one set stays
+    return (a or b) if isinstance(a, (bool, str)) else a + b  # type: ignore[operator]
 
 
 class Ledger:

@@ -35,6 +35,9 @@ health-check limits (10 valid /           none: local constants of
 ``OBSERVABILITY_COLLECT_COVERAGE``,       the ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_*``
 ``OBSERVABILITY_CHOICES``                 environment variables, read at import only
 ``StopTest``, ``UnsatisfiedAssumption``   none: the engine's control-flow exceptions
+``run_conformance_test``                  none: Hypothesis's conformance test for
+(``internal.conjecture                    providers (the test suite runs it through
+.provider_conformance``)                  :func:`run_conformance`)
 ``HypothesisProvider`` bound to the       none: the default backend's own draws
 running test case's ``data``              (boundary values, constants of the code under
                                           test) for a share of the backend's cases
@@ -84,6 +87,7 @@ __all__ = [
     "observed_choices",
     "observed_phase",
     "observing",
+    "run_conformance",
     "run_random",
     "with_test_settings",
 ]
@@ -306,13 +310,46 @@ def check_compat() -> dict[str, bool]:
         "HypothesisProvider": _has_hypothesis_provider(),
         "PrimitiveProvider.span_start": hasattr(PrimitiveProvider, "span_start"),
         "IntervalSet": callable(IntervalSet),
+        "run_conformance_test": _has_conformance_test(),
         "float helpers": all(
             map(callable, (choice_permitted, make_float_clamper, next_up, next_down))
         ),
     }
 
 
+def _has_conformance_test() -> bool:
+    try:
+        from hypothesis.internal.conjecture import provider_conformance
+    except ImportError:  # pragma: no cover - outside the supported range
+        return False
+    return callable(getattr(provider_conformance, "run_conformance_test", None))
+
+
 def _has_hypothesis_provider() -> bool:
     from hypothesis.internal.conjecture import providers
 
     return isinstance(getattr(providers, "HypothesisProvider", None), type)
+
+
+def run_conformance(
+    provider: type[PrimitiveProvider],
+    *,
+    max_examples: int | None = None,
+    check_findability: bool = True,
+) -> None:
+    """Hypothesis's own conformance test for providers
+    (``internal.conjecture.provider_conformance.run_conformance_test``; no public
+    alternative), with the options the installed version has: ``check_findability``
+    exists from after 6.140, where it is not, the test always checks findability."""
+    import inspect
+
+    from hypothesis.internal.conjecture.provider_conformance import run_conformance_test
+
+    options: dict[str, Any] = {}
+    if max_examples is not None:
+        options["settings"] = hypothesis.settings(
+            max_examples=max_examples, stateful_step_count=max_examples, deadline=None
+        )
+    if "check_findability" in inspect.signature(run_conformance_test).parameters:
+        options["check_findability"] = check_findability
+    run_conformance_test(provider, **options)

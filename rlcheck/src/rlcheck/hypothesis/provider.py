@@ -75,6 +75,7 @@ import random
 import time
 import warnings
 import weakref
+import zlib
 from collections.abc import Container, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -155,8 +156,11 @@ class TestStats(Counts):
     Counts are the episode ledger's (:class:`rlcheck.ledger.Counts`): ``unique_valid``
     counts valid cases whose choice sequence was new within its run; ``failures`` are
     counted apart from ``valid``. ``handed_back`` is true when a run handed generation
-    back to Hypothesis's own backend (too many invalid cases, or an internal error: then
-    ``fallback`` is true too).
+    back to Hypothesis's own backend (too many invalid cases, nothing to learn, or an
+    internal error: then ``fallback`` is true too, and ``reason`` names the error).
+    ``stepped_aside`` is true when a run found, within its first cases, that guidance
+    could not pay (:meth:`RLCheckProvider._guidance_pays`) and left the rest to
+    Hypothesis's own backend.
     """
 
     __test__: ClassVar[bool] = False  # not a pytest test class despite the name
@@ -164,6 +168,8 @@ class TestStats(Counts):
     runs: int = 0
     handed_back: bool = False
     fallback: bool = False
+    stepped_aside: bool = False
+    reason: str = ""
 
 
 class BackendStats:
@@ -200,8 +206,10 @@ class BackendStats:
         *,
         handed_back: bool = False,
         fallback: bool = False,
+        stepped_aside: bool = False,
+        reason: str = "",
     ) -> None:
-        """Set the counts of one run (flags only ever turn on)."""
+        """Set the counts of one run (flags only ever turn on; the first reason stays)."""
         runs = self._runs.setdefault(name, {})
         previous = runs.get(run, TestStats(runs=1))
         runs[run] = TestStats(
@@ -211,8 +219,10 @@ class BackendStats:
             counts.invalid,
             counts.failures,
             1,
-            previous.handed_back or handed_back or fallback,
+            previous.handed_back or handed_back or fallback or stepped_aside,
             previous.fallback or fallback,
+            previous.stepped_aside or stepped_aside,
+            previous.reason or reason,
         )
 
     def __getitem__(self, name: str) -> TestStats:
@@ -456,11 +466,11 @@ class RLCheckProvider(PrimitiveProvider):
             self._end(outcome)
 
     def _begin(self) -> None:
+        if not self._started:
+            self._start_run()
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
-            if not self._started:
-                self._start_run()
             hand_back = self._should_hand_back() or self._tree.exhausted
             if hand_back or self._tail_reached():
                 # The rest of the run is Hypothesis's own backend's: a hand-back (recorded
@@ -469,24 +479,24 @@ class RLCheckProvider(PrimitiveProvider):
                 if hand_back:
                     self._record(handed_back=True)
                 if self._persistence is not None:
-                    self._persistence.final_save()
+                    self._persistence.save()
                 raise BackendCannotProceed("exhausted")
+            self._state.reset()
+            self._visits.clear()
+            self._choices = []
+            self._delegate = None
+            self._discard = False
+            if self._default_turn():
+                self._delegate = default_provider()
+            if self._delegate is None:
+                self._tree.begin()
+            else:
+                self._tree.abandon()  # not our choices: nothing to record
         except BackendCannotProceed:
             raise
         except Exception as exc:
             self._fail(exc)
             raise BackendCannotProceed("exhausted") from exc
-        self._state.reset()
-        self._visits.clear()
-        self._choices = []
-        self._delegate = None
-        self._discard = False
-        if self._default_turn():
-            self._delegate = default_provider()
-        if self._delegate is None:
-            self._tree.begin()
-        else:
-            self._tree.abandon()  # not our choices: nothing to record
 
     def _default_turn(self) -> bool:
         """Whether Hypothesis's own provider generates the next case.
@@ -571,11 +581,35 @@ class RLCheckProvider(PrimitiveProvider):
             self._fail(exc)
 
     def _start_run(self) -> None:
+        """The run's first case: which test, its settings and statistics, the policy.
+
+        Never raises. A hook may have failed before it (a span opens as each case's
+        data is made, before the case's context manager): that failure is recorded here,
+        once the statistics of the run exist.
+        """
         self._started = True
-        test, source = current_test()
-        if test is not None:
-            self._name = f"{test.__module__}.{test.__qualname__}"
-            self._in_test = True
+        test = source = None
+        try:
+            test, source = current_test()
+            if test is not None:
+                self._name = f"{test.__module__}.{test.__qualname__}"
+                self._in_test = True
+        except Exception as exc:
+            self._fail(exc)
+        with contextlib.suppress(Exception):  # without statistics, the warning still says
+            self._stats = _COLLECTOR.get()
+            if self._stats is not None:
+                self._run_id = self._stats.start_run(self._name)
+                if self._broken is not None:
+                    self._record(fallback=True, reason=_describe(self._broken))
+        if self._broken is not None:
+            return
+        try:
+            self._configure(test, source)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _configure(self, test: Any, source: random.Random | None) -> None:
         current = hypothesis_settings.default
         if current is not None:
             from hypothesis import HealthCheck
@@ -588,9 +622,6 @@ class RLCheckProvider(PrimitiveProvider):
             seed = run_random(source)
             self._policy.rng.seed(seed)
             self._rng.seed(seed ^ 0x5DEECE66D)
-        self._stats = _COLLECTOR.get()
-        if self._stats is not None:
-            self._run_id = self._stats.start_run(self._name)
         if self._persist_enabled and current is not None and test is not None:
             path = policy_path(current.database, database_key(test))
             if path is not None:
@@ -598,7 +629,14 @@ class RLCheckProvider(PrimitiveProvider):
                 self._persistence.load()
                 weakref.finalize(self, self._persistence.final_save)
 
-    def _record(self, *, handed_back: bool = False, fallback: bool = False) -> None:
+    def _record(
+        self,
+        *,
+        handed_back: bool = False,
+        fallback: bool = False,
+        stepped_aside: bool = False,
+        reason: str = "",
+    ) -> None:
         if self._stats is not None:
             self._stats.update(
                 self._name,
@@ -606,6 +644,8 @@ class RLCheckProvider(PrimitiveProvider):
                 self._ledger.counts(),
                 handed_back=handed_back,
                 fallback=fallback,
+                stepped_aside=stepped_aside,
+                reason=reason,
             )
 
     def _fail(self, exc: BaseException) -> None:
@@ -613,23 +653,40 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             return
         self._broken = exc
-        warnings.warn(
-            f"rlcheck's Hypothesis backend hit an internal error ({type(exc).__name__}: "
-            f"{exc}) in {self._name}; the rest of this run uses Hypothesis's own backend. "
-            "Please report this at the rlcheck issue tracker.",
-            RLCheckWarning,
-            stacklevel=2,
-        )
-        with contextlib.suppress(Exception):  # the warning above is what matters
-            self._record(fallback=True)
+        with contextlib.suppress(Exception):
+            self._record(fallback=True, reason=_describe(exc))
+        # A warnings filter set to "error" (``-W error``, pytest's ``filterwarnings``)
+        # makes the warning an exception: it must not become the test's failure either;
+        # the statistics above (the plugin's table) still say so.
+        with contextlib.suppress(Exception):
+            warnings.warn(
+                f"rlcheck's Hypothesis backend hit an internal error ({type(exc).__name__}: "
+                f"{exc}) in {self._name}; the rest of this run uses Hypothesis's own "
+                "backend. Please report this at the rlcheck issue tracker.",
+                RLCheckWarning,
+                stacklevel=2,
+            )
 
     # -- spans and state -------------------------------------------------------------
 
     def span_start(self, label: int, /) -> None:
-        self._state.push(label & _LABEL_MASK)
+        # Never raises (a span hook has no case to hand back): an error here makes the
+        # next draw hand the run back. Labels are ints from strategies, but
+        # ``data.draw(strategy, label=...)`` passes whatever the user gave (a string).
+        if self._broken is not None:
+            return
+        try:
+            self._state.push(label & _LABEL_MASK if type(label) is int else _span_label(label))
+        except Exception as exc:
+            self._fail(exc)
 
     def span_end(self, discard: bool, /) -> None:
-        self._state.pop()
+        if self._broken is not None:
+            return
+        try:
+            self._state.pop()
+        except Exception as exc:
+            self._fail(exc)
 
     def _choose(
         self,
@@ -836,11 +893,26 @@ class RLCheckProvider(PrimitiveProvider):
         case discarded there as neither valid nor a failure. Only choice values are
         refused (the engine's other calls, on events and notes, swallow the refusal).
         """
-        if self._discard and not for_failure and type(value) in _CHOICE_TYPES:
-            self._discard = False
-            self._discards += 1
+        try:
+            discard = self._should_discard(value, for_failure)
+        except Exception as exc:
+            self._fail(exc)
+            return value
+        if discard:
             raise BackendCannotProceed("discard_test_case")
         return value
+
+    def _should_discard(self, value: Any, for_failure: bool) -> bool:
+        discard = (
+            self._discard
+            and not for_failure
+            and self._broken is None
+            and type(value) in _CHOICE_TYPES
+        )
+        if discard:
+            self._discard = False
+            self._discards += 1
+        return discard
 
     def _delegated(self, value: Any) -> Any:
         self._choices.append(value)
@@ -885,6 +957,20 @@ class FastRLCheckProvider(RLCheckProvider):
     default_share: ClassVar[float] = 0.5
     default_patience: ClassVar[int] = 30
     default_tail: ClassVar[float] = 0.0
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _span_label(label: object) -> int:
+    """A span label as the int the state keeps: a user's ``draw(..., label=...)`` may be
+    any object; a string keeps its identity across runs (CRC-32, not ``hash``, which
+    varies per process), anything else counts by its type."""
+    if isinstance(label, int):
+        return int(label) & _LABEL_MASK
+    text = label if isinstance(label, str) else type(label).__qualname__
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
 
 def _cumulative(weights: list[float]) -> tuple[float, ...]:
