@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import io
+import itertools
 import json
 import os
 import pickle
+import re
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +20,27 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.distributed.checkpoint import FileSystemWriter, Metadata
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.storage import WriteResult
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import ckptzip
 from ckptzip import api
-from ckptzip.dcp import METADATA_NAME, Reader, Writer, rank_file_name
+from ckptzip.dcp import METADATA_NAME, Reader, Writer, _metadata_bytes, rank_file_name
 
 # Small enough to be quick, large enough that every weight shard on 4 ranks is quantized.
 CONFIG = ckptzip.CompressionConfig(min_numel=256)
@@ -196,12 +213,6 @@ class _Evil:
         return (os.system, ("true",))
 
 
-def test_metadata_refuses_foreign_pickles(tmp_path: Path) -> None:
-    (tmp_path / METADATA_NAME).write_bytes(pickle.dumps(_Evil()))
-    with pytest.raises(ckptzip.CorruptCheckpointError, match=r"(posix|os)\.system"):
-        Reader(tmp_path).read_metadata()
-
-
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_single_process_round_trip_with_byte_items(tmp_path: Path) -> None:
     """No process group: DCP runs one rank; byte items (plain values) come back as saved."""
@@ -242,3 +253,439 @@ def test_delta_chain_keyframes_and_unfinished_parents(tmp_path: Path) -> None:
     os.unlink(tmp_path / "s3" / METADATA_NAME)  # as if that save had been killed
     dcp.save({"w": w}, storage_writer=Writer(tmp_path / "s4", parent=tmp_path / "s3"), no_dist=True)
     assert api.read_manifest(tmp_path / "s4" / "__0.ckz").parent is None
+
+
+# --- DCP files are held to the same rules: no pickle read from a checkpoint -----------------
+
+GOLDEN_DCP = Path(__file__).parent / "golden" / "dcp"
+_spec = importlib.util.spec_from_file_location("make_dcp_golden", GOLDEN_DCP / "make_dcp_golden.py")
+assert _spec is not None and _spec.loader is not None
+make_dcp_golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_dcp_golden)
+
+GOLDEN_SHA256 = {
+    "json_v1/.metadata": "f54178eb598851e2e80d2a86684da95edd45a4cede77fd7c2198cbf4f96d2ff3",
+    "json_v1/__0.ckz": "ddbd8a7e8cbe42ea3d74b3279010694782c634465fabdf2160b1730b6a103a48",
+    "legacy_pickle/.metadata": "c5f928c07a6faa8779d367ee87992b4f9d2847b3ebf0f2418cffd0373f356fea",
+    "legacy_pickle/__0.ckz": "ddbd8a7e8cbe42ea3d74b3279010694782c634465fabdf2160b1730b6a103a48",
+}
+
+
+class _Call:
+    """Pickles as a call of ``fn(*args)``, the way an attacker's object does."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.fn, self.args)
+
+
+def _global_call(module: str, name: str, arg: str, proto: int, *, stack: bool) -> bytes:
+    """A hand-made pickle calling ``module.name(arg)``, the name looked up as written (dotted
+    names resolve through attributes under protocol >= 4): GLOBAL or STACK_GLOBAL."""
+    head = bytes([0x80, proto]) if proto >= 2 else b""
+    if stack:
+        m, n = module.encode(), name.encode()
+        ref = b"\x8c" + bytes([len(m)]) + m + b"\x8c" + bytes([len(n)]) + n + b"\x93"
+    else:
+        ref = b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+    return head + ref + b"(V" + arg.encode() + b"\ntR."
+
+
+_DOTTED_VIA = [  # modules a ckptzip metadata names, each importing os somewhere under it
+    ("torch.distributed.checkpoint.metadata", "os.system"),
+    ("torch", "serialization.os.system"),
+    ("torch.serialization", "os.system"),
+    ("torch", "distributed.checkpoint.metadata.os.system"),
+]
+
+
+def _payloads(canary: Path, proto: int) -> dict[str, tuple[bytes, bool]]:
+    """Attack pickles at one protocol: name -> (bytes, whether plain ``pickle.loads`` runs it)."""
+    cmd = f"touch {canary}"
+    code = f"open({str(canary)!r}, 'w').close()"
+    legit = Metadata(
+        state_dict_metadata={"x": BytesStorageMetadata()},
+        storage_data={MetadataIndex("x"): ("__0.ckz", "x")},
+        storage_meta=StorageMeta(checkpoint_id=_Call(os.system, cmd)),  # type: ignore[arg-type]
+    )
+    out = {
+        "os.system": (pickle.dumps(_Call(os.system, cmd), protocol=proto), True),
+        "builtins.exec": (pickle.dumps(_Call(exec, code), protocol=proto), True),
+        "posix.system": (_global_call("posix", "system", cmd, proto, stack=False), True),
+        "inside real Metadata": (pickle.dumps(legit, protocol=proto), True),
+    }
+    for module, name in _DOTTED_VIA:
+        out[f"GLOBAL {module} {name}"] = (
+            _global_call(module, name, cmd, proto, stack=False),
+            proto >= 4,
+        )
+        if proto >= 4:
+            out[f"STACK_GLOBAL {module} {name}"] = (
+                _global_call(module, name, cmd, proto, stack=True),
+                True,
+            )
+    return out
+
+
+def _attack_cases() -> list[tuple[str, int]]:
+    return [(name, proto) for proto in range(6) for name in _payloads(Path("c"), proto)]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+@pytest.mark.parametrize(("payload", "proto"), _attack_cases())
+def test_dcp_metadata_pickle_attack_never_runs(tmp_path: Path, payload: str, proto: int) -> None:
+    """A crafted ``.metadata`` never runs: not through ``read_metadata``, not through
+    ``dcp.load``, with or without ``allow_pickled_metadata``, at any pickle protocol."""
+    canary = tmp_path / "canary"
+    raw, live = _payloads(canary, proto)[payload]
+    if live:  # the payload is real: a plain unpickler runs it
+        pickle.loads(raw)
+        assert canary.exists(), payload
+        canary.unlink()
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / METADATA_NAME).write_bytes(raw)
+    for allow in (False, True):
+        with pytest.raises(Exception) as info:
+            Reader(d, allow_pickled_metadata=allow).read_metadata()
+        assert not canary.exists(), ("read_metadata ran it", payload, allow)
+        assert isinstance(info.value, ckptzip.CorruptCheckpointError), info.value
+        assert str(d) in str(info.value)  # the error names the file
+        if not allow:
+            assert isinstance(info.value, ckptzip.UnsupportedFormatError)
+            assert "allow_pickled_metadata=True" in str(info.value)
+        with pytest.raises((CheckpointException, AssertionError)) as info:
+            dcp.load(
+                {"x": torch.zeros(1)},
+                storage_reader=Reader(d, allow_pickled_metadata=allow),
+                no_dist=True,
+            )
+        assert not canary.exists(), ("dcp.load ran it", payload, allow)
+        assert "metadata" in str(info.value)
+
+
+def _trusted_unpickle(path: Path) -> Metadata:
+    """A golden file made by this test suite's own script: trusted, for comparison only."""
+    md = pickle.loads(path.read_bytes())
+    assert isinstance(md, Metadata)
+    return md
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+@pytest.mark.parametrize("name", ["json_v1", "legacy_pickle"])
+def test_dcp_golden_directories_restore_exactly(name: str) -> None:
+    """Committed DCP directories (JSON metadata v1; the pickled metadata of ckptzip before it)
+    restore bit for bit; the pickled one only when asked for."""
+    for rel, sha in GOLDEN_SHA256.items():
+        assert hashlib.sha256((GOLDEN_DCP / rel).read_bytes()).hexdigest() == sha, rel
+    d = GOLDEN_DCP / name
+    legacy = name == "legacy_pickle"
+    if legacy:
+        with pytest.raises(ckptzip.UnsupportedFormatError, match="allow_pickled_metadata=True"):
+            Reader(d).read_metadata()
+        md = Reader(d, allow_pickled_metadata=True).read_metadata()
+        assert md == _trusted_unpickle(d / METADATA_NAME)
+    want = make_dcp_golden.state(name)
+    out = {
+        "model": {k: torch.zeros_like(v) for k, v in want["model"].items()},
+        "step": 0,
+        "extra": {"lr": 0.0, "betas": []},
+    }
+    dcp.load(out, storage_reader=Reader(d, allow_pickled_metadata=legacy), no_dist=True)
+    assert out["step"] == want["step"] and out["extra"] == want["extra"]
+    for k, v in want["model"].items():
+        assert out["model"][k].dtype == v.dtype and torch.equal(out["model"][k], v), k
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_dcp_metadata_is_json_and_round_trips_a_real_save(tmp_path: Path) -> None:
+    """What the Writer hands DCP's ``Metadata`` to is JSON, and reads back equal to it
+    (model + Adam state, byte items, bf16, a channels-last tensor, a 0-d tensor)."""
+    seen: list[Metadata] = []
+
+    class Spy(Writer):
+        def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+            super().finish(metadata, results)
+            seen.append(metadata)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(16, 2)
+    )
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 3, 4, 4)).sum().backward()
+    opt.step()
+    state = {
+        "model": model.state_dict(),
+        "optim": opt.state_dict(),
+        "half": torch.randn(5).to(torch.bfloat16),
+        "cl": torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+        "scalar": torch.tensor(1.5),
+        "step": 3,
+    }
+    dcp.save(state, storage_writer=Spy(tmp_path / "c", config=CONFIG), no_dist=True)
+    raw = (tmp_path / "c" / METADATA_NAME).read_bytes()
+    doc = json.loads(raw)
+    assert doc["format"] == "ckptzip.dcp.metadata" and doc["version"] == 1
+    assert b"\x80" not in raw  # no pickle opcode anywhere
+    assert Reader(tmp_path / "c").read_metadata() == seen[0]
+
+
+def test_dcp_native_file_system_writer_dirs_are_refused_with_the_reader_to_use(
+    tmp_path: Path,
+) -> None:
+    """A ``FileSystemWriter`` checkpoint is not ckptzip's: both modes name FileSystemReader
+    (the pickled-metadata mode stops at DCP's ``_StorageInfo`` before building anything)."""
+    with pytest.warns(UserWarning):
+        dcp.save({"w": torch.ones(3)}, storage_writer=FileSystemWriter(tmp_path), no_dist=True)
+    for allow in (False, True):
+        with pytest.raises(ckptzip.UnsupportedFormatError, match="FileSystemReader"):
+            Reader(tmp_path, allow_pickled_metadata=allow).read_metadata()
+
+
+def _golden_doc() -> dict[str, Any]:
+    return json.loads((GOLDEN_DCP / "json_v1" / METADATA_NAME).read_text())
+
+
+def _set(doc: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return doc
+
+
+_W = ("state_dict", "model.emb.weight")
+_MALFORMED: dict[str, Any] = {  # one hand-made document per rule the reader checks
+    "chunk outside its tensor": lambda d: _set(d, (*_W, "chunks"), [[[0, 1], [12, 4]]]),
+    "chunk of another rank": lambda d: _set(d, (*_W, "chunks"), [[[0], [12]]]),
+    "negative size": lambda d: _set(d, (*_W, "size"), [-12, 4]),
+    "bool as a size": lambda d: _set(d, (*_W, "size"), [True, 4]),
+    "float as a size": lambda d: _set(d, (*_W, "size"), [12.0, 4]),
+    "unknown dtype": lambda d: _set(d, (*_W, "dtype"), "os.system"),
+    "unknown field": lambda d: _set(d, (*_W, "extra"), 1),
+    "missing field": lambda d: (d["state_dict"]["model.emb.weight"].pop("chunks"), d)[1],
+    "unknown item type": lambda d: _set(d, (*_W, "type"), "object"),
+    "storage offset no chunk has": lambda d: _set(d, ("storage_data", 0, 1), [1, 0]),
+    "storage of an unknown FQN": lambda d: _set(d, ("storage_data", 0, 0), "nope"),
+    "file outside the directory": lambda d: _set(d, ("storage_data", 0, 3), "../x.ckz"),
+    "absolute file": lambda d: _set(d, ("storage_data", 0, 3), "/etc/passwd"),
+    "duplicate storage entry": lambda d: _set(d, ("storage_data", 1), d["storage_data"][0]),
+    "bytes item with an offset": lambda d: _set(d, ("storage_data", 4, 1), [0]),
+    "planner path of floats": lambda d: _set(d, ("planner_data", "step"), [1.5]),
+    "storage_meta modules": lambda d: _set(d, ("storage_meta", "modules"), [1]),
+    "wrong format": lambda d: _set(d, ("format",), "other"),
+    "version 0": lambda d: _set(d, ("version",), 0),
+    "top level is a list": lambda d: [d],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MALFORMED))
+def test_dcp_metadata_malformed_documents_are_refused(tmp_path: Path, case: str) -> None:
+    (tmp_path / METADATA_NAME).write_text(json.dumps(_MALFORMED[case](_golden_doc())))
+    with pytest.raises(ckptzip.CorruptCheckpointError, match=re.escape(str(tmp_path))):
+        Reader(tmp_path).read_metadata()
+
+
+@pytest.mark.parametrize(
+    ("raw", "error", "match"),
+    [
+        (b'{"format": "ckptzip.dcp.metadata", "version": 1, "version": 1}', "corrupt", "repeats"),
+        (b'{"format": "ckptzip.dcp.metadata", "version": NaN}', "corrupt", "NaN"),
+        (b'{"format": "ckptzip.dcp.metadata", "version": 2}', "unsupported", "upgrade"),
+        (b'{"x":' * 100_000 + b"1" + b"}" * 100_000, "corrupt", "JSON"),
+        (b'{"format": "\xff"}', "corrupt", "JSON"),
+        (b"", "corrupt", "empty"),
+        (b"hello", "unsupported", "if it is a pickle"),
+    ],
+)
+def test_dcp_metadata_malformed_bytes_are_refused(
+    tmp_path: Path, raw: bytes, error: str, match: str
+) -> None:
+    (tmp_path / METADATA_NAME).write_bytes(raw)
+    errors = {
+        "corrupt": ckptzip.CorruptCheckpointError,
+        "unsupported": ckptzip.UnsupportedFormatError,
+    }
+    with pytest.raises(errors[error], match=match):
+        Reader(tmp_path).read_metadata()
+
+
+def test_dcp_metadata_size_is_capped_before_parsing(tmp_path: Path) -> None:
+    (tmp_path / METADATA_NAME).write_bytes(b" " * 1001)
+    with pytest.raises(ckptzip.DecodeLimitError, match="max_metadata_bytes=1000"):
+        Reader(tmp_path, max_metadata_bytes=1000).read_metadata()
+    with pytest.raises(ckptzip.ConfigError, match="max_metadata_bytes"):
+        Reader(tmp_path, max_metadata_bytes=0)
+
+
+def test_dcp_metadata_pickle_opcodes_and_memo_are_checked_before_unpickling(
+    tmp_path: Path,
+) -> None:
+    """With ``allow_pickled_metadata``, a far memo slot (which CPython's unpickler would grow
+    its memo to) and opcodes a metadata pickle never needs are refused unrun."""
+    legacy = (GOLDEN_DCP / "legacy_pickle" / METADATA_NAME).read_bytes()
+    cases = {
+        "memo": b"\x80\x04N\x94r\xff\xff\xff\x7f.",  # LONG_BINPUT slot 2**31 - 1
+        "persistent id": b"\x80\x04\x8c\x01xQ.",
+        "extension code": b"\x80\x04\x82\x01.",
+        "trailing bytes": legacy + b"junk",
+    }
+    for name, raw in cases.items():
+        (tmp_path / METADATA_NAME).write_bytes(raw)
+        with pytest.raises(ckptzip.CorruptCheckpointError) as info:
+            Reader(tmp_path, allow_pickled_metadata=True).read_metadata()
+        assert "refused pickled DCP metadata" in str(info.value), name
+
+
+def _mutations(data: bytes) -> st.SearchStrategy[bytes]:
+    """``data`` with a few bytes replaced, inserted or deleted, or cut short."""
+    edit = st.tuples(st.integers(0, max(len(data) - 1, 0)), st.integers(0, 255), st.integers(0, 2))
+
+    def apply(edits: list[tuple[int, int, int]], cut: int | None) -> bytes:
+        b = bytearray(data)
+        for pos, byte, kind in edits:
+            pos = min(pos, len(b))
+            if kind == 0 and pos < len(b):
+                b[pos] = byte
+            elif kind == 1:
+                b.insert(pos, byte)
+            elif pos < len(b):
+                del b[pos]
+        return bytes(b[:cut])
+
+    return st.builds(
+        apply, st.lists(edit, min_size=1, max_size=8), st.none() | st.integers(0, len(data))
+    )
+
+
+_JSON_LEAF = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8)
+_JSON = st.recursive(
+    _JSON_LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@st.composite
+def _mutated_documents(draw: st.DrawFn) -> bytes:
+    """The golden JSON document with a few of its values (at any depth) replaced."""
+    doc: Any = _golden_doc()
+    for _ in range(draw(st.integers(1, 3))):
+        node, path = doc, []
+        while isinstance(node, (dict, list)) and node and draw(st.booleans()):
+            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+            key = draw(st.sampled_from(keys))
+            path.append(key)
+            node = node[key]
+        if path:
+            _set(doc, tuple(path), draw(_JSON))
+    return json.dumps(doc).encode()
+
+
+_LEGACY_RAW = (GOLDEN_DCP / "legacy_pickle" / METADATA_NAME).read_bytes()
+_JSON_RAW = (GOLDEN_DCP / "json_v1" / METADATA_NAME).read_bytes()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    raw=st.binary(max_size=512)
+    | _mutations(_JSON_RAW)
+    | _mutated_documents()
+    | _mutations(_LEGACY_RAW),
+    allow=st.booleans(),
+)
+def test_dcp_metadata_reader_fuzz_raises_only_ckptzip_errors(raw: bytes, allow: bool) -> None:
+    """Random bytes, mutated real JSON (bytes and values) and mutated real pickled metadata:
+    the reader returns DCP ``Metadata`` or raises one of ckptzip's errors, nothing else."""
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, METADATA_NAME).write_bytes(raw)
+        try:
+            md = Reader(d, allow_pickled_metadata=allow).read_metadata()
+        except ckptzip.CkptzipError:
+            return
+        assert isinstance(md, Metadata)
+
+
+_FQN = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
+
+
+@st.composite
+def _metadata(draw: st.DrawFn) -> Metadata:
+    """Realistic DCP metadata: tensors cut into a grid of chunks over files, bytes items,
+    DefaultSavePlanner's flattening map and the writer's storage_meta."""
+    items: dict[str, Any] = {}
+    storage: dict[MetadataIndex, tuple[str, str]] = {}
+    for fqn in draw(st.lists(_FQN, min_size=1, max_size=6, unique=True)):
+        file = draw(st.sampled_from([rank_file_name(r) for r in range(4)]))
+        if draw(st.booleans()):
+            items[fqn] = BytesStorageMetadata()
+            storage[MetadataIndex(fqn)] = (file, fqn.replace(".", "/"))
+            continue
+        size = draw(st.lists(st.integers(0, 2**40), max_size=4))
+        cuts = [draw(st.integers(1, 3)) if n else 1 for n in size]
+        chunks = []
+        for cell in itertools.product(*(range(c) for c in cuts)):
+            offsets = [n * i // c for n, i, c in zip(size, cell, cuts, strict=True)]
+            ends = [n * (i + 1) // c for n, i, c in zip(size, cell, cuts, strict=True)]
+            sizes = [e - o for o, e in zip(offsets, ends, strict=True)]
+            chunks.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
+            index = MetadataIndex(fqn, offsets, draw(st.none() | st.integers(0, 10)))
+            storage[index] = (draw(st.sampled_from([rank_file_name(r) for r in range(4)])), fqn)
+        properties = TensorProperties(
+            dtype=draw(st.sampled_from([torch.float32, torch.bfloat16, torch.int64, torch.bool])),
+            requires_grad=draw(st.booleans()),
+            memory_format=draw(st.sampled_from([torch.contiguous_format, torch.channels_last])),
+        )
+        items[fqn] = TensorStorageMetadata(properties, torch.Size(size), chunks)
+    return Metadata(
+        state_dict_metadata=items,
+        planner_data={k: ("model", *k.split(".")) for k in items} if draw(st.booleans()) else None,
+        storage_data=storage,
+        storage_meta=draw(st.builds(StorageMeta, checkpoint_id=_FQN, save_id=st.none() | _FQN)),
+        version=draw(st.none() | st.just("1.0.0")),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(md=_metadata())
+def test_dcp_metadata_json_round_trip(md: Metadata) -> None:
+    """The JSON form rebuilds DCP's ``Metadata`` equal to the one written, index hints included."""
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, METADATA_NAME).write_bytes(_metadata_bytes(md))
+        got = Reader(d).read_metadata()
+    assert got == md
+    assert [i.index for i in got.storage_data] == [i.index for i in md.storage_data]
+    assert got.planner_data == md.planner_data  # tuples, as DCP's planner made them
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_dcp_byte_items_reach_the_planner_only_as_bytes_ckptzip_made(tmp_path: Path) -> None:
+    """DCP's planner unpickles byte items unrestricted: it is handed the value that
+    ``weights_only=True`` loaded, saved again, never the bytes in the checkpoint."""
+    stored: list[bytes] = []
+
+    class LegacySave(dcp.DefaultSavePlanner):
+        def transform_object(self, write_item: Any, object: Any) -> Any:
+            if write_item.type != WriteItemType.BYTE_IO:
+                return super().transform_object(write_item, object)
+            b = io.BytesIO()
+            torch.save(object, b, _use_new_zipfile_serialization=False)  # not what DCP writes
+            stored.append(b.getvalue())
+            return b
+
+    class Spy(dcp.DefaultLoadPlanner):
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            handed.append(value.getvalue())
+            super().load_bytes(read_item, io.BytesIO(handed[-1]))
+
+    handed: list[bytes] = []
+    dcp.save({"lr": 0.5}, storage_writer=Writer(tmp_path), planner=LegacySave(), no_dist=True)
+    out: dict[str, Any] = {"lr": 0.0}
+    dcp.load(out, storage_reader=Reader(tmp_path), planner=Spy(), no_dist=True)
+    assert out == {"lr": 0.5}
+    assert len(handed) == 1 and len(stored) == 1 and handed[0] != stored[0]

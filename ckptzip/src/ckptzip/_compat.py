@@ -13,7 +13,7 @@ from typing import IO, Any, cast
 
 import torch
 
-__all__ = ["torch_save_size"]
+__all__ = ["dcp_memory_format_encoding", "torch_save_size"]
 
 
 class _CountingSink:
@@ -66,3 +66,18 @@ def torch_save_size(obj: Any) -> int:
     save(obj, writer, pickle, protocol, False)
     writer.write_end_of_file()
     return sink.n
+
+
+def dcp_memory_format_encoding() -> type:
+    """DCP's enum of memory formats, which a pickled ``TensorProperties`` refers to by name.
+
+    Private route: ``torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING``. Public
+    alternative (the fallback): the type of the member ``TensorProperties.__getstate__``
+    returns, which is that enum.
+    """
+    from torch.distributed.checkpoint import metadata
+
+    enum = getattr(metadata, "_MEM_FORMAT_ENCODING", None)
+    if isinstance(enum, type):
+        return enum
+    return type(metadata.TensorProperties().__getstate__()[3])

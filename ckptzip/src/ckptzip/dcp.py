@@ -18,19 +18,22 @@ last, atomically). A checkpoint directory without ``.metadata`` is unfinished an
 read. Reading: ``reset`` → ``read_metadata`` → ``set_up_storage_reader`` → plans →
 ``read_data``.
 
-What is in the directory, and what is pickled:
+What is in the directory (no pickle from it reaches an unrestricted unpickler):
 
 * ``__<rank>.ckz``: ckptzip files (no pickle). Tensor items are stored as tensors; DCP's
   *byte items* (non-tensor values such as optimizer ``param_groups``, which DCP pickles with
   ``torch.save`` itself) are stored as the uint8 bytes DCP gives us, bit-exact.
-* ``.metadata``: DCP's own ``Metadata`` object, pickled, exactly as DCP's ``FileSystemWriter``
-  writes it (the state dict's layout: each tensor's global shape, dtype and chunks, the
-  flattening map, and for each item the file and key that hold it as a plain
-  ``(file, key)`` tuple). :class:`Reader` unpickles it with an allow-list of DCP's metadata
-  classes, ``torch.Size``, dtypes and paths, so a crafted ``.metadata`` cannot run code.
+* ``.metadata``: DCP's ``Metadata`` (each tensor's global shape, dtype and chunks, the
+  flattening map, and for each item the file and key that hold it) as versioned JSON
+  (FORMAT.md, "DCP metadata"), capped at :data:`MAX_METADATA_BYTES` and checked field by field
+  before anything is built from it. ckptzip before this form pickled ``Metadata``; such a file
+  is refused with :class:`~ckptzip.UnsupportedFormatError` unless
+  ``Reader(allow_pickled_metadata=True)``, which unpickles it through an exact list of DCP's
+  metadata classes (no other name, dotted or not; only the opcodes such a pickle needs).
 * Byte items are handed to DCP's load planner, which unpickles them with
   ``torch.load(weights_only=False)``; with ``Reader(strict_bytes=True)`` (the default) each is
-  first checked by ``torch.load(weights_only=True)`` and refused if it holds anything else.
+  first loaded by ``torch.load(weights_only=True)`` (refused if it holds anything else) and
+  what the planner unpickles is that value saved again, never the checkpoint's own bytes.
 
 Delta chains: ``Writer(path, parent=previous_dir)`` delta-encodes each rank's file against the
 same rank's file of ``previous_dir`` (bin indices of each shard against the same shard of the
@@ -53,9 +56,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import pickle
+import pickletools
 import posixpath
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,16 +75,42 @@ from torch.distributed.checkpoint import (
     StorageReader,
     StorageWriter,
 )
-from torch.distributed.checkpoint.metadata import MetadataIndex, StorageMeta
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
 from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from ckptzip import api, storage
+from ckptzip._compat import dcp_memory_format_encoding
 from ckptzip.config import CompressionConfig
-from ckptzip.errors import CheckpointExistsError, ConfigError, CorruptCheckpointError
+from ckptzip.errors import (
+    CheckpointExistsError,
+    CkptzipError,
+    ConfigError,
+    CorruptCheckpointError,
+    DecodeLimitError,
+    DecodeMemoryError,
+    StorageError,
+    UnsupportedFormatError,
+    UnsupportedValueError,
+)
 
-__all__ = ["METADATA_NAME", "Reader", "Writer", "rank_file_name"]
+__all__ = [
+    "MAX_METADATA_BYTES",
+    "METADATA_FORMAT",
+    "METADATA_NAME",
+    "METADATA_VERSION",
+    "Reader",
+    "Writer",
+    "rank_file_name",
+]
 
 METADATA_NAME = ".metadata"
 """DCP's metadata file name (the same as ``FileSystemWriter``'s); written last."""
@@ -116,6 +148,541 @@ def _item_key(index: MetadataIndex, mappings: Mapping[str, Any] | None) -> str:
     """
     obj_path = None if mappings is None else mappings.get(index.fqn)
     return index.fqn if obj_path is None else "/".join(str(p) for p in obj_path)
+
+
+# --- .metadata: DCP's Metadata as bounded, versioned JSON (FORMAT.md, "DCP metadata") ---------
+
+METADATA_FORMAT = "ckptzip.dcp.metadata"
+"""The ``format`` field of ckptzip's JSON ``.metadata``."""
+
+METADATA_VERSION = 1
+"""The newest version of the JSON ``.metadata`` this release writes and reads."""
+
+MAX_METADATA_BYTES = 256 << 20
+"""Largest ``.metadata`` the writer writes and, by default, the reader reads (about two million
+chunks); ``Reader(max_metadata_bytes=)`` reads larger ones."""
+
+_MAX_NDIM = 64
+_MAX_DIM = (1 << 63) - 1
+_DTYPES: dict[str, torch.dtype] = {
+    str(v).removeprefix("torch."): v for v in vars(torch).values() if isinstance(v, torch.dtype)
+}
+_LAYOUTS: dict[str, torch.layout] = {
+    str(v).removeprefix("torch."): v for v in vars(torch).values() if isinstance(v, torch.layout)
+}
+_MEMORY_FORMATS: dict[str, torch.memory_format] = {
+    "contiguous_format": torch.contiguous_format,
+    "channels_last": torch.channels_last,
+    "preserve_format": torch.preserve_format,
+}
+_TOP_KEYS = frozenset(
+    {
+        "format",
+        "version",
+        "dcp_version",
+        "state_dict",
+        "planner_data",
+        "storage_data",
+        "storage_meta",
+    }
+)
+_TENSOR_KEYS = frozenset(
+    {"type", "dtype", "size", "chunks", "layout", "memory_format", "requires_grad", "pin_memory"}
+)
+_STORAGE_META_KEYS = frozenset({"checkpoint_id", "save_id", "load_id", "modules"})
+
+
+class _SchemaError(Exception):
+    """A value outside the JSON form's schema; the message says which and why."""
+
+
+def _short(value: Any) -> str:
+    return reprlib.repr(value)  # bounded: values may come from a hostile file
+
+
+def _name_in(table: Mapping[str, Any], value: Any, where: str) -> str:
+    for name, v in table.items():
+        if v is value or (type(v) is type(value) and v == value):
+            return name
+    raise _SchemaError(f"{where} = {_short(value)} is not one this format stores")
+
+
+def _encode_metadata(md: Any) -> dict[str, Any]:
+    """DCP's ``Metadata`` as the JSON document (plain types, not yet checked).
+
+    Written for untrusted input too (a pickled ``.metadata``): it reads only the known fields,
+    never calls into the objects it is given beyond iteration of builtins, and leaves every
+    type and range check to :func:`_check_document`.
+    """
+    if not isinstance(md, Metadata):
+        raise _SchemaError(f"it holds a {type(md).__name__}, not DCP's Metadata")
+    known = {"state_dict_metadata", "planner_data", "storage_data", "storage_meta", "version"}
+    for f in dataclasses.fields(Metadata):
+        if f.name not in known and getattr(md, f.name, None) not in (None, f.default):
+            raise _SchemaError(f"Metadata.{f.name} is set; this format has no place for it")
+    items = md.state_dict_metadata
+    if not isinstance(items, dict):
+        raise _SchemaError("state_dict_metadata is not a dict")
+    state_dict: dict[Any, Any] = {}
+    for fqn, item in items.items():
+        where = f"state_dict_metadata[{_short(fqn)}]"
+        if isinstance(item, BytesStorageMetadata):
+            state_dict[fqn] = {"type": "bytes"}
+        elif isinstance(item, TensorStorageMetadata):
+            p = item.properties
+            if not isinstance(p, TensorProperties) or not isinstance(item.chunks, list):
+                raise _SchemaError(f"{where} is not a well-formed TensorStorageMetadata")
+            state_dict[fqn] = {
+                "type": "tensor",
+                "dtype": _name_in(_DTYPES, p.dtype, f"{where}.dtype"),
+                "size": _as_list(item.size, f"{where}.size"),
+                "chunks": [
+                    [_as_list(c.offsets, f"{where}.chunks"), _as_list(c.sizes, f"{where}.chunks")]
+                    if isinstance(c, ChunkStorageMetadata)
+                    else _as_list(None, f"{where}.chunks")
+                    for c in item.chunks
+                ],
+                "layout": _name_in(_LAYOUTS, p.layout, f"{where}.layout"),
+                "memory_format": _name_in(
+                    _MEMORY_FORMATS, p.memory_format, f"{where}.memory_format"
+                ),
+                "requires_grad": p.requires_grad,
+                "pin_memory": p.pin_memory,
+            }
+        else:
+            raise _SchemaError(f"{where} is a {type(item).__name__}")
+    planner_data: Any = md.planner_data
+    if planner_data is not None:
+        if not isinstance(planner_data, dict):
+            raise _SchemaError(
+                f"planner_data is a {type(planner_data).__name__}; this format stores "
+                "DefaultSavePlanner's flattening map (FQN -> key path) only"
+            )
+        planner_data = {
+            k: _as_list(v, f"planner_data[{_short(k)}]") for k, v in planner_data.items()
+        }
+    data = md.storage_data
+    if not isinstance(data, dict):
+        raise _SchemaError("storage_data is not a dict")
+    storage_data = []
+    for index, value in data.items():
+        if not isinstance(index, MetadataIndex):
+            raise _SchemaError(f"storage_data has a {type(index).__name__} key")
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise _SchemaError(
+                f"storage_data[{_short(index.fqn)}] is not a (file, key) pair: not written by "
+                "ckptzip.dcp.Writer"
+            )
+        offset = None if index.offset is None else _as_list(index.offset, "storage_data offset")
+        storage_data.append([index.fqn, offset, index.index, value[0], value[1]])
+    sm = md.storage_meta
+    storage_meta: dict[str, Any] | None = None
+    if sm is not None:
+        if not isinstance(sm, StorageMeta):
+            raise _SchemaError(f"storage_meta is a {type(sm).__name__}")
+        cid = sm.checkpoint_id
+        storage_meta = {
+            "checkpoint_id": os.fspath(cid) if isinstance(cid, os.PathLike) else cid,
+            "save_id": sm.save_id,
+            "load_id": sm.load_id,
+            "modules": _as_list(sm.modules, "storage_meta.modules"),
+        }
+    return {
+        "format": METADATA_FORMAT,
+        "version": METADATA_VERSION,
+        "dcp_version": md.version,
+        "state_dict": state_dict,
+        "planner_data": planner_data,
+        "storage_data": storage_data,
+        "storage_meta": storage_meta,
+    }
+
+
+def _as_list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, (tuple, list)):  # torch.Size is a tuple
+        raise _SchemaError(f"{where} is a {type(value).__name__}, not a sequence")
+    return list(value)
+
+
+def _expect(cond: bool, where: str, what: str, value: Any) -> None:
+    if not cond:
+        raise _SchemaError(f"{where} = {_short(value)} is not {what}")
+
+
+def _is_int(x: Any, lo: int = 0, hi: int = _MAX_DIM) -> bool:
+    return type(x) is int and lo <= x <= hi
+
+
+def _is_ints(x: Any, n: int | None = None) -> bool:
+    return (
+        type(x) is list
+        and len(x) <= _MAX_NDIM
+        and (n is None or len(x) == n)
+        and all(_is_int(i) for i in x)
+    )
+
+
+def _check_keys(obj: Any, keys: frozenset[str], where: str) -> None:
+    _expect(type(obj) is dict, where, "an object", obj)
+    if set(obj) != keys:
+        missing, extra = sorted(keys - set(obj)), sorted(map(str, set(obj) - keys))
+        raise _SchemaError(f"{where} has fields missing {missing} / unknown {_short(extra)}")
+
+
+def _is_name(x: Any) -> bool:
+    """A plain file name inside the checkpoint directory (no separator, not '.' or '..')."""
+    return (
+        type(x) is str
+        and 0 < len(x) <= 255
+        and x not in (".", "..")
+        and not any(c in x for c in "/\\\0")
+    )
+
+
+def _check_document(doc: Any) -> None:
+    """Check every field of a JSON ``.metadata`` document before anything is built from it.
+
+    ``format`` and ``version`` are checked by the caller first. Raises :class:`_SchemaError`.
+    """
+    _check_keys(doc, _TOP_KEYS, "metadata")
+    v = doc["dcp_version"]
+    _expect(v is None or (type(v) is str and len(v) <= 64), "dcp_version", "a version", v)
+    items = doc["state_dict"]
+    _expect(type(items) is dict, "state_dict", "an object", items)
+    chunk_offsets: dict[str, set[tuple[int, ...]]] = {}
+    for fqn, item in items.items():
+        where = f"state_dict[{_short(fqn)}]"
+        _expect(type(fqn) is str, "a state_dict FQN", "a string", fqn)
+        _expect(type(item) is dict and "type" in item, where, "an item", item)
+        if item["type"] == "bytes":
+            _check_keys(item, frozenset({"type"}), where)
+            continue
+        _expect(item["type"] == "tensor", f"{where}.type", "'tensor' or 'bytes'", item["type"])
+        _check_keys(item, _TENSOR_KEYS, where)
+        _expect(item["dtype"] in _DTYPES, f"{where}.dtype", "a torch dtype", item["dtype"])
+        _expect(item["layout"] in _LAYOUTS, f"{where}.layout", "a torch layout", item["layout"])
+        mf = item["memory_format"]
+        _expect(mf in _MEMORY_FORMATS, f"{where}.memory_format", "a memory format", mf)
+        for flag in ("requires_grad", "pin_memory"):
+            _expect(type(item[flag]) is bool, f"{where}.{flag}", "true or false", item[flag])
+        size = item["size"]
+        _expect(_is_ints(size), f"{where}.size", f"at most {_MAX_NDIM} sizes >= 0", size)
+        chunks = item["chunks"]
+        _expect(type(chunks) is list, f"{where}.chunks", "a list", chunks)
+        seen = chunk_offsets[fqn] = set()
+        for i, chunk in enumerate(chunks):
+            cw = f"{where}.chunks[{i}]"
+            ok = type(chunk) is list and len(chunk) == 2
+            ok = ok and _is_ints(chunk[0], len(size)) and _is_ints(chunk[1], len(size))
+            _expect(ok, cw, f"[offsets, sizes] of {len(size)} dimensions", chunk)
+            _expect(
+                all(o + n <= d for o, n, d in zip(chunk[0], chunk[1], size, strict=True)),
+                cw,
+                f"inside the tensor's size {size}",
+                chunk,
+            )
+            seen.add(tuple(chunk[0]))
+    planner = doc["planner_data"]
+    if planner is not None:
+        _expect(type(planner) is dict, "planner_data", "an object", planner)
+        for fqn, path in planner.items():
+            ok = type(path) is list and len(path) > 0
+            ok = ok and all(type(p) is str or _is_int(p, -_MAX_DIM) for p in path)
+            _expect(ok, f"planner_data[{_short(fqn)}]", "a key path of strings and ints", path)
+    data = doc["storage_data"]
+    _expect(type(data) is list, "storage_data", "a list", data)
+    indices: set[tuple[str, tuple[int, ...] | None]] = set()
+    for i, entry in enumerate(data):
+        where = f"storage_data[{i}]"
+        _expect(
+            type(entry) is list and len(entry) == 5, where, "[fqn, offset, index, file, key]", entry
+        )
+        fqn, offset, index, file, key = entry
+        _expect(type(fqn) is str and fqn in items, f"{where} FQN", "in state_dict", fqn)
+        if fqn in chunk_offsets:
+            ok = _is_ints(offset) and tuple(offset) in chunk_offsets[fqn]
+            _expect(ok, f"{where} offset", f"the offsets of a chunk of {_short(fqn)}", offset)
+        else:
+            _expect(offset is None, f"{where} offset", "null (a bytes item)", offset)
+        _expect(index is None or _is_int(index), f"{where} index", "null or an int >= 0", index)
+        _expect(_is_name(file), f"{where} file", "a file name in the directory", file)
+        _expect(type(key) is str, f"{where} key", "a string", key)
+        ident = (fqn, None if offset is None else tuple(offset))
+        _expect(ident not in indices, where, "the only entry of its item", entry)
+        indices.add(ident)
+    sm = doc["storage_meta"]
+    if sm is not None:
+        _check_keys(sm, _STORAGE_META_KEYS, "storage_meta")
+        for k in ("checkpoint_id", "save_id", "load_id"):
+            _expect(sm[k] is None or type(sm[k]) is str, f"storage_meta.{k}", "a string", sm[k])
+        modules = sm["modules"]
+        ok = type(modules) is list and all(type(m) is str for m in modules)
+        _expect(ok, "storage_meta.modules", "a list of strings", modules)
+
+
+def _build_metadata(doc: dict[str, Any]) -> Metadata:
+    """DCP's ``Metadata`` from a document :func:`_check_document` accepted."""
+    items: dict[str, Any] = {}
+    for fqn, item in doc["state_dict"].items():
+        if item["type"] == "bytes":
+            items[fqn] = BytesStorageMetadata()
+            continue
+        properties = TensorProperties(
+            dtype=_DTYPES[item["dtype"]],
+            layout=_LAYOUTS[item["layout"]],
+            requires_grad=item["requires_grad"],
+            memory_format=_MEMORY_FORMATS[item["memory_format"]],
+            pin_memory=item["pin_memory"],
+        )
+        chunks = [
+            ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(n))
+            for o, n in item["chunks"]
+        ]
+        items[fqn] = TensorStorageMetadata(properties, torch.Size(item["size"]), chunks)
+    planner = doc["planner_data"]
+    sm = doc["storage_meta"]
+    return Metadata(
+        state_dict_metadata=items,
+        planner_data=None if planner is None else {k: tuple(v) for k, v in planner.items()},
+        storage_data={
+            MetadataIndex(fqn, offset, index): (file, key)
+            for fqn, offset, index, file, key in doc["storage_data"]
+        },
+        storage_meta=None if sm is None else StorageMeta(**sm),
+        version=doc["dcp_version"],
+    )
+
+
+def _metadata_bytes(metadata: Metadata) -> bytes:
+    """The ``.metadata`` :class:`Writer` writes: the checked JSON document, UTF-8."""
+    try:
+        doc = _encode_metadata(metadata)
+        _check_document(doc)
+    except _SchemaError as exc:
+        raise UnsupportedValueError(
+            f"DCP metadata cannot be stored as ckptzip's JSON .metadata: {exc}"
+        ) from None
+    raw = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    if len(raw) > MAX_METADATA_BYTES:
+        raise UnsupportedValueError(
+            f"the DCP metadata is {len(raw)} bytes, over MAX_METADATA_BYTES="
+            f"{MAX_METADATA_BYTES}; save fewer, larger chunks (fewer ranks or tensors)"
+        )
+    return raw
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _SchemaError("an object repeats a field name")
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise _SchemaError(f"{name} is not a JSON number")
+
+
+def _parse_metadata(raw: bytes, where: str, *, allow_pickle: bool) -> Metadata:
+    """DCP's ``Metadata`` from the bytes of a ``.metadata`` file (``where`` names it).
+
+    ckptzip's JSON form is read by default; a pickle (ckptzip before the JSON form, or DCP's
+    own ``FileSystemWriter``) only with ``allow_pickle``, through :class:`_MetadataUnpickler`.
+    Raises only ckptzip's errors.
+    """
+    if not raw.strip():
+        raise CorruptCheckpointError(f"{where} is empty")
+    if raw.lstrip()[:1] != b"{":
+        if not allow_pickle:
+            raise UnsupportedFormatError(
+                f"{where} is not ckptzip's JSON metadata: {_pickle_hint(raw)}"
+            )
+        return _unpickle_metadata(raw, where)
+    try:
+        doc = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_unique_pairs, parse_constant=_reject_constant
+        )
+    except _SchemaError as exc:
+        raise CorruptCheckpointError(f"{where}: invalid ckptzip DCP metadata: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError too
+        raise CorruptCheckpointError(f"{where}: not valid JSON: {_short(str(exc))}") from None
+    except MemoryError:
+        raise DecodeMemoryError(f"{where}: out of memory parsing DCP metadata") from None
+    if type(doc) is not dict or doc.get("format") != METADATA_FORMAT:
+        raise CorruptCheckpointError(f"{where} is JSON but not ckptzip DCP metadata (no format)")
+    version = doc.get("version")
+    if not isinstance(version, int) or not _is_int(version, 1):
+        raise CorruptCheckpointError(
+            f"{where}: metadata version {_short(version)} is not an int >= 1"
+        )
+    if version > METADATA_VERSION:
+        raise UnsupportedFormatError(
+            f"{where} is DCP metadata version {version}; this ckptzip reads up to "
+            f"{METADATA_VERSION}: upgrade ckptzip to read it"
+        )
+    try:
+        _check_document(doc)
+    except _SchemaError as exc:
+        raise CorruptCheckpointError(f"{where}: invalid ckptzip DCP metadata: {exc}") from None
+    return _build_metadata(doc)
+
+
+def _pickle_hint(raw: bytes) -> str:
+    """What to do with a ``.metadata`` that is not JSON (a hint only: nothing is unpickled)."""
+    if b"_StorageInfo" in raw:
+        return (
+            "it is a pickle, as DCP's FileSystemWriter writes; read that checkpoint with "
+            "torch.distributed.checkpoint.FileSystemReader"
+        )
+    kind = "it is a pickle" if raw[:1] == b"\x80" else "if it is a pickle"
+    return (
+        f"{kind}, as ckptzip.dcp.Writer wrote before its JSON metadata, and you trust the "
+        "checkpoint, read it with ckptzip.dcp.Reader(path, allow_pickled_metadata=True) (which "
+        "admits DCP's metadata classes only), and save it again to get the JSON form"
+    )
+
+
+# Everything a pickled ckptzip .metadata names, by exact (module, name): DCP's metadata
+# records, torch.Size, dtypes and layouts (by value, never by import or attribute lookup).
+_PICKLE_GLOBALS: dict[tuple[str, str], Any] = {
+    ("torch.distributed.checkpoint.metadata", cls.__name__): cls
+    for cls in (
+        Metadata,
+        TensorStorageMetadata,
+        BytesStorageMetadata,
+        ChunkStorageMetadata,
+        TensorProperties,
+        MetadataIndex,
+        StorageMeta,
+    )
+}
+_PICKLE_GLOBALS[("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING")] = (
+    dcp_memory_format_encoding()
+)
+_PICKLE_GLOBALS[("torch", "Size")] = torch.Size
+_PICKLE_GLOBALS[("torch.serialization", "_get_layout")] = lambda name: _LAYOUTS[
+    str(name).removeprefix("torch.")
+]
+_PICKLE_GLOBALS.update(
+    {("torch", n): v for n, v in vars(torch).items() if isinstance(v, torch.dtype)}
+)
+
+# The opcodes a pickled Metadata needs (protocols 2-5): no persistent ids, extension codes,
+# out-of-band buffers, bytes, sets or old-style instances.
+_PICKLE_OPCODES = frozenset(
+    [
+        "PROTO",
+        "FRAME",
+        "STOP",
+        "MARK",
+        "POP",
+        "POP_MARK",
+        "DUP",
+        "NONE",
+        "NEWTRUE",
+        "NEWFALSE",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "LONG1",
+        "UNICODE",
+        "BINUNICODE",
+        "SHORT_BINUNICODE",
+        "BINUNICODE8",
+        "EMPTY_TUPLE",
+        "TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "EMPTY_LIST",
+        "LIST",
+        "APPEND",
+        "APPENDS",
+        "EMPTY_DICT",
+        "DICT",
+        "SETITEM",
+        "SETITEMS",
+        "GLOBAL",
+        "STACK_GLOBAL",
+        "REDUCE",
+        "NEWOBJ",
+        "BUILD",
+        "PUT",
+        "BINPUT",
+        "LONG_BINPUT",
+        "MEMOIZE",
+        "GET",
+        "BINGET",
+        "LONG_BINGET",
+    ]
+)
+
+
+def _scan_pickle(raw: bytes) -> None:
+    """Refuse, without running anything, opcodes outside :data:`_PICKLE_OPCODES` and memo
+    slots out of order (CPython's unpickler grows its memo to whatever slot a PUT names)."""
+    memo = 0
+    last: tuple[str, int | None] = ("", -1)
+    for op, arg, pos in pickletools.genops(raw):
+        if op.name not in _PICKLE_OPCODES:
+            raise _SchemaError(f"pickle opcode {op.name} at byte {pos} is not allowed")
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            if arg != memo:
+                raise _SchemaError(f"pickle memo slot {arg} at byte {pos} is out of order")
+            memo += 1
+        elif op.name == "MEMOIZE":
+            memo += 1
+        elif op.name in ("GET", "BINGET", "LONG_BINGET") and not (
+            isinstance(arg, int) and 0 <= arg < memo
+        ):
+            raise _SchemaError(f"pickle memo slot {arg} at byte {pos} was never set")
+        last = (op.name, pos)
+    if last != ("STOP", len(raw) - 1):
+        raise _SchemaError("the pickle does not end at its STOP")
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Resolves exactly the names of :data:`_PICKLE_GLOBALS`; any other name, dotted or not,
+    is refused before anything is imported or looked up."""
+
+    def __init__(self, raw: bytes, where: str) -> None:
+        super().__init__(io.BytesIO(raw))
+        self.where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = _PICKLE_GLOBALS.get((module, name))
+        if found is not None:
+            return found
+        if (module, name) == ("torch.distributed.checkpoint.filesystem", "_StorageInfo"):
+            raise UnsupportedFormatError(
+                f"{self.where} was written by DCP's FileSystemWriter, not ckptzip.dcp.Writer; "
+                "read that checkpoint with torch.distributed.checkpoint.FileSystemReader"
+            )
+        raise CorruptCheckpointError(
+            f"{self.where} names {_short(module)}.{_short(name)}, which is not one of DCP's "
+            "metadata classes; refusing to unpickle it"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise CorruptCheckpointError(f"{self.where} holds a persistent id; refusing it")
+
+
+def _unpickle_metadata(raw: bytes, where: str) -> Metadata:
+    try:
+        _scan_pickle(raw)
+        obj = _MetadataUnpickler(raw, where).load()
+        doc = _encode_metadata(obj)
+        _check_document(doc)
+    except CkptzipError:
+        raise
+    except _SchemaError as exc:
+        raise CorruptCheckpointError(f"{where}: refused pickled DCP metadata: {exc}") from None
+    except MemoryError:
+        raise DecodeMemoryError(f"{where}: out of memory reading DCP metadata") from None
+    except Exception as exc:  # what a malformed pickle raises (nothing in it has run)
+        raise CorruptCheckpointError(
+            f"{where}: unreadable pickled DCP metadata ({type(exc).__name__}: {_short(str(exc))})"
+        ) from None
+    return _build_metadata(doc)
 
 
 class Writer(StorageWriter):
@@ -283,9 +850,8 @@ class Writer(StorageWriter):
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         metadata.storage_data = {r.index: r.storage_data for rs in results for r in rs}
         metadata.storage_meta = self.storage_meta()
-        storage.atomic_write(
-            self._metadata_path(), lambda f: pickle.dump(metadata, f), overwrite=True
-        )
+        raw = _metadata_bytes(metadata)
+        storage.atomic_write(self._metadata_path(), lambda f: f.write(raw), overwrite=True)
 
     def storage_meta(self) -> StorageMeta | None:
         return StorageMeta(checkpoint_id=self.path)
@@ -293,30 +859,6 @@ class Writer(StorageWriter):
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         return isinstance(checkpoint_id, (str, os.PathLike))
-
-
-_METADATA_GLOBALS: dict[str, frozenset[str] | None] = {
-    "torch.distributed.checkpoint.metadata": None,  # every class there: DCP's plain records
-    "torch": frozenset({"Size"}),
-    "torch.serialization": frozenset({"_get_layout"}),
-    "pathlib": frozenset({"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}),
-    "collections": frozenset({"OrderedDict"}),
-}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    """Unpickles DCP's ``Metadata`` and nothing that could run code."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        allowed = _METADATA_GLOBALS.get(module, frozenset())
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        if allowed is None or name in allowed:
-            return super().find_class(module, name)
-        raise CorruptCheckpointError(
-            f"DCP metadata refers to {module}.{name}, which is not part of DCP's metadata; "
-            "refusing to unpickle it"
-        )
 
 
 class Reader(StorageReader):
@@ -329,14 +871,35 @@ class Reader(StorageReader):
     strict_bytes:
         Check each byte item with ``torch.load(weights_only=True)`` before DCP's planner
         unpickles it; refuse items holding anything else.
+    allow_pickled_metadata:
+        Also read a pickled ``.metadata``, as ckptzip wrote before its JSON form, through an
+        unpickler that resolves an exact list of DCP's metadata classes and nothing else (no
+        other name, no dotted name, no persistent id, only the opcodes such a pickle needs).
+        Off by default: no pickle is read from a checkpoint unless asked.
+    max_metadata_bytes:
+        Refuse a larger ``.metadata`` before parsing it (default :data:`MAX_METADATA_BYTES`,
+        the most the writer writes).
 
     Each rank decodes only the files its load plan reads from, each once per ``read_data``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, strict_bytes: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        strict_bytes: bool = True,
+        allow_pickled_metadata: bool = False,
+        max_metadata_bytes: int = MAX_METADATA_BYTES,
+    ) -> None:
         super().__init__()
+        if isinstance(max_metadata_bytes, bool) or not isinstance(max_metadata_bytes, int):
+            raise ConfigError(f"max_metadata_bytes={max_metadata_bytes!r} must be an int >= 1")
+        if max_metadata_bytes < 1:
+            raise ConfigError(f"max_metadata_bytes={max_metadata_bytes!r} must be >= 1")
         self.path = os.fspath(path)
         self.strict_bytes = strict_bytes
+        self.allow_pickled_metadata = allow_pickled_metadata
+        self.max_metadata_bytes = max_metadata_bytes
         self.storage_data: dict[MetadataIndex, tuple[str, str]] = {}
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
@@ -345,15 +908,34 @@ class Reader(StorageReader):
             self.path = os.fspath(checkpoint_id)
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        """The checkpoint's DCP ``Metadata``, from its JSON ``.metadata``.
+
+        Raises
+        ------
+        CheckpointNotFoundError
+            No ``.metadata``: the save never finished.
+        DecodeLimitError
+            It is larger than ``max_metadata_bytes``.
+        UnsupportedFormatError
+            It is a pickle (an older ckptzip's, or DCP's ``FileSystemWriter``'s; the message
+            says what to do) or a newer version of the JSON form.
+        CorruptCheckpointError
+            Anything else that is not valid metadata.
+        """
         rank = kwargs.get("rank")
         name = METADATA_NAME if rank is None else f"__{rank}{METADATA_NAME}"
-        with storage.open_read(_join(self.path, name)) as f:
+        path = _join(self.path, name)
+        with storage.open_read(path) as f:
             try:
-                metadata = _MetadataUnpickler(f).load()
-            except (pickle.UnpicklingError, EOFError, AttributeError, ValueError) as exc:
-                raise CorruptCheckpointError(f"{self.path!r}: unreadable {name}: {exc}") from exc
-        if not isinstance(metadata, Metadata):
-            raise CorruptCheckpointError(f"{self.path!r}: {name} does not hold DCP metadata")
+                raw = f.read(self.max_metadata_bytes + 1)
+            except OSError as exc:
+                raise StorageError(f"cannot read {path!r}: {exc}") from exc
+        if len(raw) > self.max_metadata_bytes:
+            raise DecodeLimitError(
+                f"{path!r} is over max_metadata_bytes={self.max_metadata_bytes}; pass a larger "
+                "Reader(max_metadata_bytes=) if you trust its size"
+            )
+        metadata = _parse_metadata(raw, repr(path), allow_pickle=self.allow_pickled_metadata)
         if metadata.storage_meta is None:
             metadata.storage_meta = StorageMeta()
         return metadata
@@ -394,7 +976,7 @@ class Reader(StorageReader):
                 if item.type == LoadItemType.BYTE_IO:
                     raw = value.numpy().tobytes()
                     if self.strict_bytes:
-                        _check_weights_only(raw, key)
+                        raw = _weights_only_bytes(raw, key)
                     planner.load_bytes(item, io.BytesIO(raw))
                     continue
                 src = value
@@ -419,11 +1001,20 @@ class Reader(StorageReader):
         return isinstance(checkpoint_id, (str, os.PathLike))
 
 
-def _check_weights_only(raw: bytes, key: str) -> None:
+def _weights_only_bytes(raw: bytes, key: str) -> bytes:
+    """A byte item's value loaded with ``weights_only=True`` and saved again: DCP's planner
+    then unpickles bytes ckptzip made from allow-listed values, not the checkpoint's."""
     try:
-        torch.load(io.BytesIO(raw), weights_only=True)
+        value = torch.load(io.BytesIO(raw), weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CorruptCheckpointError(
             f"byte item {key!r} holds objects outside torch's weights_only allow-list; "
             f"load with Reader(strict_bytes=False) only if you trust the checkpoint ({exc})"
         ) from exc
+    except Exception as exc:  # a damaged archive: torch raises RuntimeError and others
+        raise CorruptCheckpointError(
+            f"byte item {key!r} is not a torch.save archive: {exc}"
+        ) from exc
+    out = io.BytesIO()
+    torch.save(value, out)
+    return out.getvalue()
