@@ -380,3 +380,35 @@ def test_describe_names_damaged_files_and_their_dependents(tmp_path: Path) -> No
     assert status[0] == "ok"
     assert status[1].startswith("unreadable")
     assert "cannot be restored" in status[2]
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["chunk", "manifest", "missing"])
+def test_a_damaged_newest_step_never_stops_later_saves(tmp_path: Path, where: str) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=5, keep=3, config=CONFIG)
+    for step in range(3):
+        mgr.save(step, _state(step))
+    newest = Path(mgr.path(2))
+    if where == "chunk":
+        _flip(newest, newest.stat().st_size - 10)  # inside the last chunk: the manifest is fine
+    elif where == "manifest":
+        _flip(newest, 40)
+    else:  # the step is still listed, but its file is gone when the parent is read
+        os.replace(newest, tmp_path / "elsewhere")
+        newest.symlink_to(tmp_path / "gone")
+    for run in (mgr, CheckpointManager(tmp_path, keyframe_every=5, keep=3, config=CONFIG)):
+        with pytest.warns(ckptzip.ParentUnusableWarning, match="step 3 is saved as a new keyframe"):
+            report = run.save(3, _state(3), overwrite=run is not mgr)
+        assert report.step == 3
+    assert ckptzip.api.read_manifest(mgr.path(3)).parent is None  # a keyframe
+    mgr.save(4, _state(4))  # and the chain goes on from it
+    assert ckptzip.api.read_manifest(mgr.path(4)).parent is not None
+    for run in (mgr, CheckpointManager(tmp_path)):
+        back = run.load()
+        assert back["step"] == 4 and run.skipped == ()
+        assert torch.equal(back["counter"], _state(4)["counter"])

@@ -16,7 +16,7 @@ def test_version_and_error_tree() -> None:
     assert ckptzip.__version__
     for name in ckptzip.errors.__all__:
         cls = getattr(ckptzip, name)
-        assert issubclass(cls, ckptzip.CkptzipError) or cls is ckptzip.CkptzipWarning
+        assert issubclass(cls, (ckptzip.CkptzipError, ckptzip.CkptzipWarning))
     assert issubclass(ckptzip.CorruptCheckpointError, ValueError)
 
 

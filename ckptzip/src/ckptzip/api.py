@@ -49,6 +49,7 @@ from ckptzip.structure import dtype_name, flatten, ndarray_entries, reference_pa
 
 __all__ = [
     "RATIO",
+    "check_parent",
     "TENSOR_RATIO",
     "DecodedCache",
     "EncodedCheckpoint",
@@ -684,25 +685,11 @@ def read_manifest(path: Source) -> Manifest:
         return reader.manifest
 
 
-def _parent_declared_bytes(path: Source, m: Manifest) -> int:
-    """What a delta's parent declares it decodes to (its manifest only; 0 if unreadable).
-
-    Plain :func:`verify` reads no parent; this keeps a small delta of a large parent within
-    the default read limit, as :func:`load` does with the parents it decodes."""
-    if m.parent is None or not _is_path(path):
-        return 0
-    try:
-        sibling = storage.sibling(os.fspath(path), m.parent["name"])  # type: ignore[arg-type]
-        with _opened(sibling) as parent:
-            return parent.decoded_bytes
-    except CkptzipError:
-        return 0  # a missing or damaged parent is load's to report
-
-
-def _check_sizes(reader: Reader, max_bytes: int | None, inherited: int = 0) -> None:
-    """Every size rule that needs no chunk: the read limit, then each entry's declared
-    elements against what its codec says its chunk lengths can hold."""
-    reader.check_limit(max_bytes, inherited=inherited)
+def _check_sizes(reader: Reader, max_bytes: int | None, *, limit: bool = True) -> None:
+    """Every size rule that needs no chunk: the read limit (unless ``limit`` is false), then
+    each entry's declared elements against what its codec says its chunk lengths can hold."""
+    if limit:
+        reader.check_limit(max_bytes)
     m = reader.manifest
     for entry in m.tensors:
         first, count = entry.chunks
@@ -726,7 +713,8 @@ def verify(
     """Check a file's integrity: header, manifest, the read limit, and every chunk's sha256.
 
     With ``decode`` also decode every tensor (and a delta's parents), which checks the codec
-    metadata and sizes as :func:`load` would. ``max_bytes`` is :func:`load`'s read limit.
+    metadata and sizes as :func:`load` would, under :func:`load`'s read limit. Without it
+    nothing is decoded, so only an explicit ``max_bytes`` is checked.
     Returns the manifest; raises :class:`CorruptCheckpointError` (or a subclass) at the first
     problem.
 
@@ -741,7 +729,8 @@ def verify(
     if decode:
         return _decode_file(path, progress=progress, max_bytes=max_bytes)[0]
     with _opened(path) as reader:
-        _check_sizes(reader, max_bytes, _parent_declared_bytes(path, reader.manifest))
+        # nothing is decoded: only a limit the caller set applies
+        _check_sizes(reader, max_bytes, limit=max_bytes is not None)
         total, done = reader.manifest.data_bytes, 0
         for i, _ in reader.iter_chunks():
             done += reader.manifest.chunks[i].length
@@ -769,10 +758,6 @@ def _memory_guard(where: Callable[[], str]) -> Iterator[None]:
         if not any(m in str(exc).lower() for m in _OOM_MESSAGES):
             raise
         raise DecodeMemoryError(f"{where()}: out of memory while decoding ({exc})") from exc
-
-
-def _decoded_nbytes(table: Mapping[str, QuantizedTensor | torch.Tensor]) -> int:
-    return sum(math.prod(x.shape) * x.dtype.itemsize for x in table.values())
 
 
 def _decode_file(
@@ -813,7 +798,7 @@ def _decode_entries(
     progress: Progress | None,
     max_bytes: int | None,
 ) -> dict[str, Decoded]:
-    _check_sizes(reader, max_bytes, 0 if parent is None else _decoded_nbytes(parent.table))
+    _check_sizes(reader, max_bytes)
     out: dict[str, Decoded] = {}
     total, done = reader.decoded_bytes, 0
     path = ""
@@ -825,6 +810,20 @@ def _decode_entries(
             if progress is not None:
                 progress(done, total)
     return out
+
+
+def check_parent(links: Sequence[chains.Link], *, cache: DecodedCache | None = None) -> None:
+    """Decode the chain a delta would be encoded against (keyframe first), into ``cache``.
+
+    What :func:`encode` does first with ``parent=links``; a caller that can start a keyframe
+    instead (:class:`CheckpointManager`) calls it to learn whether the parent is usable.
+
+    Raises
+    ------
+    CorruptCheckpointError
+        A file of the chain is damaged (a chunk fails its checksum or does not decode).
+    """
+    _parent_view(links, cache)
 
 
 def decode_chain(
@@ -957,9 +956,10 @@ def load(
         every load is as safe as ``weights_only=True``.
     max_bytes:
         Refuse (:class:`DecodeLimitError`, before reading any tensor) a file that declares
-        more decoded bytes than this. Default: 4096x the file's size, at least 64 MiB (a
-        delta may add what its parents decoded to); no ckptzip file comes near it unless
-        its tensors are almost entirely one value. Raise it for such a file if you trust it.
+        more decoded bytes than this. Default: what the memory available to this process can
+        decode (a quarter of it: :data:`ckptzip.container.DECODE_OVERHEAD`), never a
+        multiple of the file's size: whatever :func:`save` writes, ``load`` reads, however
+        well it compressed. Pass a smaller limit for files you do not trust.
     progress:
         Called as ``progress(done, total)`` in output bytes after each tensor.
     cache:

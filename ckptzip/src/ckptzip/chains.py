@@ -63,6 +63,7 @@ from ckptzip.errors import (
     ConfigError,
     CorruptCheckpointError,
     MissingParentError,
+    ParentUnusableWarning,
     StepMismatchError,
 )
 
@@ -397,7 +398,8 @@ class ChainStore:
 
         ``None`` (a keyframe) when deltas are off, no earlier step exists, the previous
         step's chain is already ``keyframe_every`` long, or it cannot be read: a damaged
-        chain ends there and the new file starts a fresh one. When the parent is ``known``
+        chain ends there and the new file starts a fresh one, with a
+        :class:`~ckptzip.errors.ParentUnusableWarning` saying why. When the parent is ``known``
         (decoded in the caller's cache) and its chain length was seen before, only the
         parent is read: saving the n-th delta costs one read, not n.
         """
@@ -414,7 +416,8 @@ class ChainStore:
             else:
                 chain = self.chain(earlier[-1])
                 length = len(chain)
-        except (CkptzipError, OSError):
+        except (CkptzipError, OSError) as exc:
+            warn_keyframe(step, earlier[-1], exc)
             return None
         return chain if length < self.keyframe_every else None
 
@@ -477,6 +480,16 @@ class ChainStore:
         for s in doomed:
             self.storage.delete(step_file_name(s))
         return doomed
+
+
+def warn_keyframe(step: int, parent: int, exc: BaseException) -> None:
+    """Say that ``step`` starts a new keyframe because ``parent`` cannot be its parent."""
+    warnings.warn(
+        f"step {step} is saved as a new keyframe, not a delta: step {parent} cannot be its "
+        f"parent ({type(exc).__name__}: {exc})",
+        ParentUnusableWarning,
+        stacklevel=4,
+    )
 
 
 def _short(steps: list[int]) -> str:

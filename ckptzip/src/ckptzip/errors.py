@@ -24,6 +24,7 @@ __all__ = [
     "SaveInProgressError",
     "ProbeError",
     "CkptzipWarning",
+    "ParentUnusableWarning",
 ]
 
 
@@ -66,9 +67,9 @@ class StorageError(CkptzipError, OSError):
 class DecodeLimitError(CorruptCheckpointError):
     """Refused before decoding: the file declares more decoded bytes than the read limit.
 
-    The limit (``max_bytes`` of :func:`ckptzip.load` / :func:`ckptzip.verify`) defaults to a
-    multiple of the file's size, which no legitimate ckptzip file comes near; a file that
-    exceeds it is treated as hostile unless the caller raises the limit.
+    The limit is the caller's ``max_bytes`` (of :func:`ckptzip.load`, :func:`ckptzip.verify`
+    and the manager) or, by default, what the memory available to the process can decode;
+    never a multiple of the file's size, which a legitimate file of constant tensors exceeds.
     """
 
 
@@ -97,3 +98,12 @@ class ProbeError(CkptzipError, RuntimeError):
 
 class CkptzipWarning(UserWarning):
     """Something was skipped or kept to be safe (a step not restorable, retention held back)."""
+
+
+class ParentUnusableWarning(CkptzipWarning):
+    """A save started a new keyframe because the previous step cannot be its parent.
+
+    The previous step is damaged (a chunk fails its checksum or does not decode), missing,
+    or its own chain is broken; the message names it and why. Training keeps checkpointing:
+    the new step restores without it.
+    """

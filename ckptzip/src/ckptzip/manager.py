@@ -50,7 +50,7 @@ import torch
 
 from ckptzip import api
 from ckptzip._types import QuantizedTensor
-from ckptzip.chains import MAX_CHAIN_LENGTH, ChainStore, step_file_name, step_of
+from ckptzip.chains import MAX_CHAIN_LENGTH, ChainStore, step_file_name, step_of, warn_keyframe
 from ckptzip.config import CompressionConfig
 from ckptzip.errors import (
     CheckpointExistsError,
@@ -58,6 +58,8 @@ from ckptzip.errors import (
     CkptzipError,
     CkptzipWarning,
     ConfigError,
+    DecodeLimitError,
+    DecodeMemoryError,
     SaveInProgressError,
 )
 from ckptzip.plan import MomentPolicy, Prequantized
@@ -259,6 +261,11 @@ class CheckpointManager:
         aggressive) every this many saves of the manager, so a configuration can become
         more aggressive again later in training; with ``probe_fn`` the moments are probed
         again too. ``None`` (default): only the first save searches in full.
+    max_bytes:
+        The read limit of every load and restore (see :func:`ckptzip.load`): a step whose
+        files declare more decoded bytes is refused with
+        :class:`~ckptzip.errors.DecodeLimitError` (never skipped for an older step).
+        ``None`` (default): what the memory available to the process can decode.
 
     Notes
     -----
@@ -308,6 +315,7 @@ class CheckpointManager:
         probe_fn: ProbeFn | None = None,
         moments: MomentPolicy | None = None,
         research_every: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         if config is not None and not isinstance(config, CompressionConfig):
             raise ConfigError(f"config={config!r} must be a CompressionConfig")
@@ -332,6 +340,11 @@ class CheckpointManager:
             or research_every < 1
         ):
             raise ConfigError(f"research_every={research_every!r} must be a positive integer")
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
+        ):
+            raise ConfigError(f"max_bytes={max_bytes!r} must be None or an integer >= 0")
+        self.max_bytes = max_bytes
         # A URL stays a string: Path("s3://b/r") would become the local path "s3:/b/r".
         self.directory: Path | str = os.fspath(directory) if is_url(directory) else Path(directory)
         self.store = ChainStore(open_storage(directory), keyframe_every=keyframe_every, keep=keep)
@@ -669,6 +682,14 @@ class CheckpointManager:
             store.check_new(step, overwrite=overwrite, steps=steps)
             known = self._cache.__contains__
             links = store.parent_chain(step, steps, known)
+            if links:
+                # a parent that does not decode must not stop training from checkpointing
+                try:
+                    api.check_parent(links, cache=self._cache)
+                except (CkptzipError, OSError) as exc:
+                    parent = step_of(links[-1].name)
+                    warn_keyframe(step, -1 if parent is None else parent, exc)
+                    links = None
             enc = api.encode(
                 obj,
                 config=config,
@@ -729,10 +750,11 @@ class CheckpointManager:
         waited = 0.0 if p.gate is None else p.gate.waited - p.gate_waited0
         return _with(p.report, stall=p.stall + waited)
 
-    def restore(self, step: int | None = None) -> int:
+    def restore(self, step: int | None = None, *, max_bytes: int | None = None) -> int:
         """Load ``step`` (default: the latest restorable) into the manager's model and optimizer.
 
         The snapshot's ``extra`` becomes ``self.extra``. Returns the step restored.
+        ``max_bytes`` overrides the manager's read limit for this call.
 
         Raises
         ------
@@ -744,7 +766,7 @@ class CheckpointManager:
         if self.model is None:
             raise ConfigError("restore() needs a manager given model=; use load() otherwise")
         self.wait()
-        step, state = self._load(step, "cpu")
+        step, state = self._load(step, "cpu", max_bytes)
         if not isinstance(state, dict) or "model" not in state:
             raise ConfigError(
                 f"step {step} is not a model snapshot (saved with an explicit obj); use load()"
@@ -774,8 +796,18 @@ class CheckpointManager:
 
     # -- loading ---------------------------------------------------------------------------
 
-    def load(self, step: int | None = None, *, map_location: str | torch.device = "cpu") -> Any:
+    def load(
+        self,
+        step: int | None = None,
+        *,
+        map_location: str | torch.device = "cpu",
+        max_bytes: int | None = None,
+    ) -> Any:
         """Restore ``step`` (default: the latest restorable), decoding its chain.
+
+        ``max_bytes`` overrides the manager's read limit (see :func:`ckptzip.load`) for this
+        call; a step over it raises :class:`~ckptzip.errors.DecodeLimitError` rather than
+        falling back to an older one.
 
         Without a step, newer steps that cannot be restored are skipped with a
         :class:`~ckptzip.errors.CkptzipWarning` naming each and why (also in
@@ -799,12 +831,20 @@ class CheckpointManager:
         {'w': tensor([1., 1., 1.])}
         """
         self._raise_failed()
-        return self._load(step, map_location)[1]
+        return self._load(step, map_location, max_bytes)[1]
 
-    def _load(self, step: int | None, map_location: str | torch.device) -> tuple[int, Any]:
+    def _load(
+        self, step: int | None, map_location: str | torch.device, max_bytes: int | None
+    ) -> tuple[int, Any]:
+        limit = self.max_bytes if max_bytes is None else max_bytes
+
+        def decode(links: list[Any]) -> Any:
+            return api.load_chain(
+                links, map_location=map_location, cache=self._cache, max_bytes=limit
+            )
+
         if step is not None:
-            links = self.store.chain(_check_step(step), self._cache.__contains__)
-            return step, api.load_chain(links, map_location=map_location, cache=self._cache)
+            return step, decode(self.store.chain(_check_step(step), self._cache.__contains__))
         skipped: list[tuple[int, str]] = []
         newest: int | None = None
         while True:
@@ -817,9 +857,11 @@ class CheckpointManager:
             found = step_of(links[-1].name)
             assert found is not None
             try:
-                state = api.load_chain(links, map_location=map_location, cache=self._cache)
+                state = decode(links)
             except CkptzipError as exc:  # damaged inside a chunk: try an older step
-                if isinstance(exc, ConfigError):
+                # the caller's limit or memory is no damage: an older step is not what was
+                # asked for, so say so rather than restore it
+                if isinstance(exc, (ConfigError, DecodeLimitError, DecodeMemoryError)):
                     raise
                 skipped.append((found, f"{type(exc).__name__}: {exc}"))
                 newest = found - 1
@@ -837,11 +879,15 @@ class CheckpointManager:
                 stacklevel=4,
             )
 
-    def read_quantized(self, step: int | None = None) -> dict[str, QuantizedTensor | torch.Tensor]:
+    def read_quantized(
+        self, step: int | None = None, *, max_bytes: int | None = None
+    ) -> dict[str, QuantizedTensor | torch.Tensor]:
         """The decoded tensors of ``step`` by path, as :func:`ckptzip.read_quantized` gives."""
         self._raise_failed()
         links = self.store.chain(_check_step(step)) if step is not None else self.store.latest()[0]
-        return {p: d.value() for p, d in api.decode_chain(links, cache=self._cache)[1].items()}
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        decoded = api.decode_chain(links, cache=self._cache, max_bytes=limit)[1]
+        return {p: d.value() for p, d in decoded.items()}
 
     # -- inspection ------------------------------------------------------------------------
 

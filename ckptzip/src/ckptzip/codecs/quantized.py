@@ -344,8 +344,12 @@ class QuantCodec(Codec):
     def max_numel(
         self, meta: dict[str, Any], chunk_lengths: Sequence[int], itemsize: int
     ) -> int | None:
-        # every index takes at least one bit before the lossless stage (chunk 1)
-        return 8 * entropy.max_decoded_size(chunk_lengths[1]) if len(chunk_lengths) == 4 else None
+        # packed or one byte per index: at least one bit per index before zstd (chunk 1),
+        # which expands at most 32768x. ANS codes a one-symbol stream in no bits at all (a
+        # constant tensor of any size), so it has no bound but the read limit.
+        if len(chunk_lengths) != 4 or meta.get("index_layout") not in ("packed", "bytes"):
+            return None
+        return 8 * entropy.max_decoded_size(chunk_lengths[1])
 
     def describe(self, meta: dict[str, Any]) -> Description:
         return describe_quantized(meta)
