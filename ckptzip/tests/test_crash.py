@@ -8,11 +8,13 @@ the previous step.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -233,3 +235,116 @@ def test_enospc_on_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.undo()
     assert _temps(tmp_path) == [] and mgr.steps() == [1]
     assert mgr.load()["step"] == 1
+
+
+# -- a crashed writer never blocks its restarted job (RELIABILITY.md ckptzip row 21) -----------
+
+
+class _Alarm:
+    """Fail (instead of hanging the suite) when a block takes longer than ``seconds``."""
+
+    def __init__(self, seconds: int) -> None:
+        self.seconds = seconds
+
+    def __enter__(self) -> None:
+        def expired(signum: int, frame: Any) -> None:
+            raise TimeoutError(f"still blocked after {self.seconds} s")
+
+        self._old = signal.signal(signal.SIGALRM, expired)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self._old)
+
+
+def _writer_killed_inside_a_save(directory: Path, tmp_path: Path, *, forks_a_worker: bool) -> int:
+    """Fork a writer that saves step 1, then dies (SIGKILL) inside the save of step 2, while
+    it holds the lock; with ``forks_a_worker`` it first forks a long-lived child (what a
+    DataLoader worker started during an asynchronous save is). Returns the writer's pid."""
+    inside = tmp_path / "inside"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            mgr = CheckpointManager(directory, keyframe_every=4, config=CONFIG)
+            mgr.save(1, _state(1))
+
+            def publish_and_hang(self: Any, name: str, write: Any, *, overwrite: bool) -> int:
+                if forks_a_worker and os.fork() == 0:
+                    time.sleep(120)  # a worker that outlives the writer
+                    os._exit(0)
+                inside.touch()
+                time.sleep(600)
+                raise AssertionError("unreachable")
+
+            storage.LocalStorage.publish = publish_and_hang  # type: ignore[method-assign]
+            mgr.save(2, _state(2))
+        finally:
+            os._exit(1)
+    deadline = time.monotonic() + 120
+    while not inside.exists():
+        assert time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0)
+        time.sleep(0.01)
+    holder = storage.LocalStorage(directory).holder()
+    assert holder is not None and holder["pid"] == pid  # the lock records who holds it
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return pid
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("forks_a_worker", [False, True], ids=["writer", "writer-with-worker"])
+def test_restarted_job_saves_at_once_after_a_writer_killed_inside_a_save(
+    tmp_path: Path, forks_a_worker: bool
+) -> None:
+    directory = tmp_path / "run"
+    before = set(_children())
+    _writer_killed_inside_a_save(directory, tmp_path, forks_a_worker=forks_a_worker)
+    try:
+        t0 = time.monotonic()
+        with _Alarm(60):
+            mgr = CheckpointManager(directory, keyframe_every=4, config=CONFIG)
+            mgr.save(2, _state(2))
+        assert time.monotonic() - t0 < 15
+        assert mgr.steps() == [1, 2] and mgr.load()["step"] == 2
+        assert _temps(directory) == []
+    finally:
+        for orphan in set(_children()) - before:  # the worker, reparented or not
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(orphan, signal.SIGKILL)
+
+
+def _children() -> list[int]:
+    """Processes whose command line is this test process's (forked copies of it)."""
+    me = Path("/proc/self/cmdline").read_bytes() if Path("/proc/self").exists() else b""
+    found = []
+    for p in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if int(p.name) != os.getpid() and me and (p / "cmdline").read_bytes() == me:
+                found.append(int(p.name))
+    return found
+
+
+def test_a_running_writer_holding_the_lock_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mgr = CheckpointManager(tmp_path, config=CONFIG)
+    mgr.save(1, _state(1))
+    held, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with mgr.store.writing():
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert held.wait(30)
+        monkeypatch.setattr(storage.LocalStorage, "lock_wait", 0.3)
+        with _Alarm(30), pytest.raises(StorageError, match=rf"pid {os.getpid()} .* still running"):
+            CheckpointManager(tmp_path, config=CONFIG).save(2, _state(2))
+    finally:
+        release.set()
+        t.join()
+    CheckpointManager(tmp_path, config=CONFIG).save(2, _state(2))  # free again

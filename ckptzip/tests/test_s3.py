@@ -20,7 +20,7 @@ import torch
 
 from ckptzip import CheckpointManager, CompressionConfig, QuantConfig, storage
 from ckptzip.chains import step_file_name
-from ckptzip.errors import CheckpointNotFoundError, StorageError
+from ckptzip.errors import CheckpointNotFoundError, CkptzipWarning, StorageError
 from ckptzip.manager import describe_directory
 
 moto_server = pytest.importorskip("moto.server")
@@ -162,3 +162,179 @@ def test_cli_on_s3(s3: str, tmp_path: Path) -> None:
     pt = tmp_path / "ckpt.pt"
     torch.save(state(), pt)
     cli_round_trip_on(s3, pt, tmp_path)
+
+
+# -- a crashed writer's lease (RELIABILITY.md ckptzip row 21) ----------------------------------
+
+_KILLED_WRITER = """
+import os, sys, time, torch, fsspec
+fsspec.config.conf["s3"] = {"client_kwargs": {"endpoint_url": sys.argv[1]}}
+from ckptzip import CheckpointManager, CompressionConfig, storage
+real = storage.FsspecStorage.publish
+
+def publish_then_hang(self, name, write, *, overwrite):
+    if name.startswith("step-00000002"):
+        open(sys.argv[3], "w").close()  # inside the save, lease held: the parent kills us
+        time.sleep(600)
+    return real(self, name, write, overwrite=overwrite)
+
+storage.FsspecStorage.publish = publish_then_hang
+mgr = CheckpointManager(sys.argv[2], config=CompressionConfig(min_numel=64))
+mgr.save(1, {"w": torch.linspace(-1, 1, 800), "step": 1})
+mgr.save(2, {"w": torch.linspace(-1, 1, 800), "step": 2})
+"""
+
+
+@pytest.mark.slow
+def test_restarted_job_takes_over_the_lease_of_a_killed_writer(
+    s3: str, s3_server: str, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    inside = tmp_path / "inside-save"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, s3_server, s3, str(inside)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not inside.exists():
+            assert child.poll() is None, "the writer died before its second save"
+            assert time.monotonic() < deadline, "the writer never reached its second save"
+            time.sleep(0.05)
+        lease = storage.FsspecStorage(s3).holder()
+        assert lease is not None and lease["pid"] == child.pid  # it holds the lease ...
+    finally:
+        child.send_signal(signal.SIGKILL)  # ... and dies inside the save
+        child.wait()
+    t0 = time.monotonic()
+    with pytest.warns(CkptzipWarning, match=rf"took over .*pid {child.pid} .* has exited"):
+        CheckpointManager(s3, config=CONFIG).save(2, _state(2))
+    assert time.monotonic() - t0 < 15  # seconds, not the lease's lifetime
+    assert CheckpointManager(s3).steps() == [1, 2]
+
+
+def test_lease_of_a_writer_elsewhere_expires_without_its_heartbeat(
+    s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import time
+
+    monkeypatch.setattr(storage.FsspecStorage, "lease_seconds", 2.0)
+    fs = s3fs.S3FileSystem(client_kwargs=fsspec.config.conf["s3"]["client_kwargs"])
+    dead = {"owner": "x", "host": "another-machine", "pid": 7, "renewed": time.time()}
+    dead["expires"] = dead["renewed"] + 2.0  # what a dead remote writer leaves behind
+    fs.pipe_file(f"{s3.removeprefix('s3://')}/{storage.LOCK_NAME}", json.dumps(dead).encode())
+    t0 = time.monotonic()
+    with pytest.warns(CkptzipWarning, match="pid 7 on host 'another-machine' expired"):
+        CheckpointManager(s3, config=CONFIG).save(1, _state(1))
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_running_writer_keeps_its_lease_by_heartbeat(
+    s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    monkeypatch.setattr(storage.FsspecStorage, "lease_seconds", 1.0)
+    first = CheckpointManager(s3, config=CONFIG)
+    first.save(1, _state(1))
+    held, release, released = threading.Event(), threading.Event(), []
+
+    def slow_writer() -> None:  # a save taking three lease lifetimes
+        with first.store.writing():
+            held.set()
+            release.wait(30)
+            time.sleep(3.0)
+            released.append(time.monotonic())
+
+    t = threading.Thread(target=slow_writer)
+    t.start()
+    try:
+        assert held.wait(30)
+        release.set()
+        second = storage.FsspecStorage(s3)
+        second.lease_wait = 0.5
+        with (
+            pytest.raises(StorageError, match=r"another writer holds the lease .* pid \d+"),
+            second.lock(),
+        ):
+            pass
+        second.lease_wait = 30.0
+        with second.lock():
+            got = time.monotonic()
+    finally:
+        release.set()
+        t.join()
+    assert released and got >= released[0]  # never two holders at once
+
+
+def test_a_writer_that_lost_its_lease_publishes_nothing(s3: str) -> None:
+    import json
+
+    mgr = CheckpointManager(s3, config=CONFIG)
+    mgr.save(1, _state(1))
+    fs = s3fs.S3FileSystem(client_kwargs=fsspec.config.conf["s3"]["client_kwargs"])
+    real = storage.FsspecStorage.publish
+
+    def stolen(self: storage.FsspecStorage, name: str, write: Any, *, overwrite: bool) -> int:
+        other = {"owner": "another-job", "host": "h", "pid": 1, "expires": 4e9}
+        fs.pipe_file(f"{s3.removeprefix('s3://')}/{storage.LOCK_NAME}", json.dumps(other).encode())
+        return real(self, name, write, overwrite=overwrite)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(storage.FsspecStorage, "publish", stolen)
+        with pytest.raises(StorageError, match=r"lost the lease .* nothing was published"):
+            mgr.save(2, _state(2))
+    assert CheckpointManager(s3).steps() == [1]
+
+
+# -- the store going away (RELIABILITY.md ckptzip row 22) ---------------------------------------
+
+
+def test_endpoint_down_every_call_raises_a_typed_storage_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    import ckptzip
+    from ckptzip.cli import main
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port())
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # one attempt per call: the driver's own retries only make the test slower
+    conf = {
+        "client_kwargs": {"endpoint_url": endpoint},
+        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2},
+    }
+    monkeypatch.setitem(fsspec.config.conf, "s3", conf)
+    s3fs.S3FileSystem(**conf).mkdir("ckptzip-down")
+    url = "s3://ckptzip-down/run"
+    mgr = CheckpointManager(url, config=CONFIG)
+    mgr.save(1, _state(1))
+    server.stop()  # the endpoint goes away mid-run
+
+    calls = {
+        "save": lambda: mgr.save(2, _state(2)),
+        "steps": lambda: CheckpointManager(url).steps(),
+        "load": lambda: CheckpointManager(url).load(),
+        "ckptzip.load": lambda: ckptzip.load(f"{url}/{step_file_name(1)}"),
+        "ckptzip.save": lambda: ckptzip.save(_state(3), f"{url}/other.ckz", config=CONFIG),
+    }
+    for what, call in calls.items():
+        with pytest.raises(StorageError) as info:
+            call()
+        message = str(info.value)
+        assert url in message and "cannot reach the store" in message, (what, message)
+        assert "check the endpoint URL" in message, (what, message)
+    r = CliRunner().invoke(main, ["inspect", url])
+    assert r.exit_code == 1 and "cannot reach the store" in r.output, r.output

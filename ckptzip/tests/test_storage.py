@@ -6,6 +6,8 @@ import errno
 import hashlib
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -170,3 +172,37 @@ def test_url_without_fsspec_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "fsspec", None)
     with pytest.raises(StorageError, match=r"ckptzip\[remote\]"):
         storage.atomic_write("s3://bucket/a.ckz", lambda f: f.write(b""))
+
+
+def test_driver_failures_say_what_to_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    exceptions = pytest.importorskip("botocore.exceptions")
+    pytest.importorskip("fsspec")
+    cases = {
+        exceptions.EndpointConnectionError(endpoint_url="http://x"): "cannot reach the store",
+        exceptions.ConnectTimeoutError(endpoint_url="http://x"): "timed out",
+        exceptions.ReadTimeoutError(endpoint_url="http://x"): "timed out",
+        exceptions.NoCredentialsError(): "check the credentials",
+        PermissionError(errno.EACCES, "AccessDenied"): "permission denied",
+        RuntimeError("InvalidAccessKeyId: The key you provided does not exist"): "credentials",
+    }
+    url = "memory://ckptzip-test-driver/run"
+    for exc, advice in cases.items():
+        s = storage.FsspecStorage(url)
+
+        def failing(*args: Any, _exc: BaseException = exc, **kwargs: Any) -> Any:
+            raise _exc
+
+        for method in ("ls", "cat_file", "pipe_file", "exists", "rm_file"):
+            monkeypatch.setattr(s._fs, method, failing)
+        calls: list[Callable[[], object]] = [
+            s.names,
+            partial(s.read, "a.ckz"),
+            partial(s.exists, "a.ckz"),
+            partial(s.delete, "a.ckz"),
+            partial(s.publish, "a.ckz", lambda f: f.write(b"x"), overwrite=True),
+        ]
+        for call in calls:
+            with pytest.raises(StorageError, match=advice) as info:
+                call()
+            assert url in str(info.value) and info.value.__cause__ is exc
+        monkeypatch.undo()

@@ -34,14 +34,19 @@ import json
 import os
 import posixpath
 import secrets
+import socket
 import stat
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, ClassVar, Protocol
 
 from ckptzip.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
+    CkptzipError,
+    CkptzipWarning,
     CorruptCheckpointError,
     NotRegularFileError,
     StorageError,
@@ -105,21 +110,133 @@ def _fs(url: str) -> tuple[Any, str]:
         return fsspec.core.url_to_fs(url)
     except (ValueError, ImportError) as exc:  # unknown protocol, or its driver is missing
         raise StorageError(f"cannot open {url!r}: {exc}") from exc
+    except Exception as exc:  # a driver failing as it starts (credentials, configuration)
+        raise storage_error(exc, url, "opening") from exc
+
+
+# -- what went wrong, in one vocabulary ---------------------------------------------------------
+
+# What to check, by the names of the exception classes a driver raises (botocore, aiohttp,
+# gcsfs, the builtins), first match wins. Matching names rather than importing the drivers
+# keeps this free of optional imports; every class in each exception's MRO and its causes
+# is looked at, so a driver's own subclass of ConnectionError still counts.
+_CHECKS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("Timeout", "TimeoutError"),
+        "the store timed out: check the network and the store's status, then retry",
+    ),
+    (
+        (
+            "NoCredentialsError",
+            "PartialCredentialsError",
+            "CredentialRetrievalError",
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "ExpiredToken",
+            "InvalidToken",
+            "AccessDenied",
+            "Forbidden",
+            "PermissionError",
+            "Unauthorized",
+            "RefreshError",
+        ),
+        "access denied: check the credentials (for S3: AWS_ACCESS_KEY_ID / AWS_PROFILE / "
+        "the instance role) and that they may read and write this bucket",
+    ),
+    (
+        (
+            "EndpointConnectionError",
+            "ConnectionError",
+            "ConnectionRefusedError",
+            "ClientConnectorError",
+            "ClientOSError",
+            "ServerDisconnectedError",
+            "gaierror",
+            "ProxyConnectionError",
+            "SSLError",
+        ),
+        "cannot reach the store: check the endpoint URL, that the server is up, and the network",
+    ),
+    (("NoSuchBucket",), "no such bucket: check the URL or create the bucket"),
+)
+
+
+def _failure_names(exc: BaseException) -> list[str]:
+    names, seen = [], set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        names += [k.__name__ for k in type(cur).__mro__]
+        names.append(str(cur))  # codes a driver only puts in its message ("AccessDenied")
+        cur = cur.__cause__ or cur.__context__
+    return names
+
+
+def what_to_check(exc: BaseException) -> str:
+    """One line saying what an I/O failure most likely means and what to check.
+
+    Examples
+    --------
+    >>> what_to_check(ConnectionRefusedError(111, "Connection refused"))[:23]
+    'cannot reach the store:'
+    >>> what_to_check(OSError(errno.ENOSPC, "No space left on device"))[:21]
+    'no space left on the '
+    """
+    if isinstance(exc, OSError) and exc.errno is not None:
+        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            return "no space left on the device (or quota exceeded); free space and retry"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return "permission denied or read-only file system"
+    names = _failure_names(exc)
+    for keys, advice in _CHECKS:
+        if any(k in n for n in names for k in keys):
+            return advice
+    if isinstance(exc, OSError):
+        return f"I/O error ({exc.strerror or exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def storage_error(exc: BaseException, where: str, doing: str) -> StorageError:
+    """The :class:`~ckptzip.errors.StorageError` for ``exc``, raised while ``doing`` (a verb
+    such as ``"reading"``) ``where`` (a path or URL): it names both and what to check.
+
+    Drivers' own exceptions (botocore's ``EndpointConnectionError``, aiohttp's, a
+    ``PermissionError``) never leave the storage layer; they are this error's ``__cause__``.
+    """
+    err = StorageError(f"{doing} {where!r} failed: {what_to_check(exc)}")
+    err.errno = getattr(exc, "errno", None)
+    return err
+
+
+@contextlib.contextmanager
+def _driver(where: str, doing: str) -> Iterator[None]:
+    """Every failure of a storage driver inside becomes a :class:`StorageError`; the package's
+    own errors, and ``FileNotFoundError`` (which callers turn into their own), pass."""
+    try:
+        yield
+    except (CkptzipError, FileNotFoundError, IsADirectoryError):
+        raise
+    except Exception as exc:
+        raise storage_error(exc, where, doing) from exc
 
 
 def is_file(path: str | os.PathLike[str]) -> bool:
     """Whether a finished file exists at ``path`` (local path or URL)."""
     if is_url(path):
-        fs, p = _fs(os.fspath(path))
-        return bool(fs.isfile(p))
+        url = os.fspath(path)
+        fs, p = _fs(url)
+        with _driver(url, "checking"):
+            return bool(fs.isfile(p))
     return os.path.isfile(_local(path))
 
 
 def is_dir(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a directory (local path, or a URL's prefix in an object store)."""
     if is_url(path):
-        fs, p = _fs(os.fspath(path))
-        return bool(fs.isdir(p))
+        url = os.fspath(path)
+        fs, p = _fs(url)
+        with _driver(url, "checking"):
+            return bool(fs.isdir(p))
     return os.path.isdir(_local(path))
 
 
@@ -133,15 +250,15 @@ def file_size(path: str | os.PathLike[str]) -> int:
     StorageError
         Its size cannot be read.
     """
+    where = os.fspath(path)
     try:
-        if is_url(path):
-            fs, p = _fs(os.fspath(path))
-            return int(fs.size(p))
-        return os.path.getsize(_local(path))
+        with _driver(where, "reading the size of"):
+            if is_url(path):
+                fs, p = _fs(where)
+                return int(fs.size(p))
+            return os.path.getsize(_local(path))
     except FileNotFoundError:
-        raise CheckpointNotFoundError(f"no checkpoint at {os.fspath(path)!r}") from None
-    except OSError as exc:
-        raise StorageError(f"cannot read {os.fspath(path)!r}: {exc.strerror or exc}") from exc
+        raise CheckpointNotFoundError(f"no checkpoint at {where!r}") from None
 
 
 def sibling(path: str | os.PathLike[str], name: str) -> str:
@@ -199,14 +316,16 @@ def check_target(path: str | os.PathLike[str], *, overwrite: bool) -> None:
         The directory does not exist.
     """
     if is_url(path):
-        fs, p = _fs(os.fspath(path))
-        if fs.isdir(p):
-            raise StorageError(f"{os.fspath(path)!r} is a directory; give a file name")
-        if not overwrite and fs.exists(p):
-            raise CheckpointExistsError(
-                f"{os.fspath(path)!r} already exists; pass overwrite=True to replace it, "
-                "or choose a new name"
-            )
+        url = os.fspath(path)
+        fs, p = _fs(url)
+        with _driver(url, "checking"):
+            if fs.isdir(p):
+                raise StorageError(f"{url!r} is a directory; give a file name")
+            if not overwrite and fs.exists(p):
+                raise CheckpointExistsError(
+                    f"{url!r} already exists; pass overwrite=True to replace it, "
+                    "or choose a new name"
+                )
         return
     path = _local(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -235,14 +354,8 @@ def _fsync_dir(directory: str) -> None:
 
 
 def _storage_error(exc: OSError, path: str) -> StorageError:
-    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        why = "no space left on the device (or quota exceeded); free space and retry"
-    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        why = "permission denied or read-only file system"
-    else:
-        why = f"I/O error ({exc.strerror or exc})"
-    err = StorageError(f"writing {path!r} failed: {why}; any existing file there is untouched")
-    err.errno = exc.errno
+    err = storage_error(exc, path, "writing")
+    err.args = (f"{err}; any existing file there is untouched",)
     return err
 
 
@@ -319,8 +432,14 @@ def _put(url: str, write: Callable[[BinaryIO], object], *, overwrite: bool) -> i
     fs, p = _fs(url)
     try:
         fs.pipe_file(p, data)
-    except OSError as exc:
-        raise _storage_error(exc, url) from exc
+    except CkptzipError:
+        raise
+    except Exception as exc:  # OSError, or a driver's own (botocore's connection errors)
+        raise (
+            _storage_error(exc, url)
+            if isinstance(exc, OSError)
+            else storage_error(exc, url, "writing")
+        ) from exc
     return len(data)
 
 
@@ -342,9 +461,10 @@ def open_read(path: str | os.PathLike[str]) -> BinaryIO:
     try:
         if is_url(path):
             fs, p = _fs(path)
-            if fs.isdir(p):
-                raise IsADirectoryError(path)
-            return fs.open(p, "rb")
+            with _driver(path, "reading"):
+                if fs.isdir(p):
+                    raise IsADirectoryError(path)
+                return _GuardedFile(fs.open(p, "rb"), path)  # type: ignore[return-value]
         return _open_regular(_local(path))
     except FileNotFoundError:
         raise CheckpointNotFoundError(f"no checkpoint at {path!r}") from None
@@ -353,7 +473,42 @@ def open_read(path: str | os.PathLike[str]) -> BinaryIO:
     except NotRegularFileError:
         raise
     except OSError as exc:
-        raise StorageError(f"cannot read {path!r}: {exc.strerror or exc}") from exc
+        raise storage_error(exc, path, "reading") from exc
+
+
+class _GuardedFile:
+    """A remote file whose reads fail with :class:`StorageError` only (an object store is
+    read lazily, so the endpoint can go away after the open)."""
+
+    def __init__(self, f: Any, url: str) -> None:
+        self._f, self._url = f, url
+
+    def read(self, n: int = -1) -> bytes:
+        with _driver(self._url, "reading"):
+            return bytes(self._f.read(n))
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        with _driver(self._url, "reading"):
+            return int(self._f.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._f.tell())
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # nothing was written: a failed close loses nothing
+            self._f.close()
+
+    def __enter__(self) -> _GuardedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _not_regular(path: str, mode: int) -> NotRegularFileError:
@@ -415,7 +570,7 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
         try:
             return f.read()
         except OSError as exc:
-            raise StorageError(f"cannot read {os.fspath(path)!r}: {exc}") from exc
+            raise storage_error(exc, os.fspath(path), "reading") from exc
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -435,7 +590,7 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
             while block := f.read(_READ_BLOCK):
                 h.update(block)
         except OSError as exc:
-            raise StorageError(f"cannot read {os.fspath(path)!r}: {exc}") from exc
+            raise storage_error(exc, os.fspath(path), "reading") from exc
     return h.hexdigest()
 
 
@@ -528,12 +683,142 @@ def open_storage(location: str | os.PathLike[str]) -> Storage:
     return LocalStorage(_local(location))
 
 
+# -- writers: who holds a lock, and whether it still runs -----------------------------------------
+
+
+def _read_small(path: str) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, Linux ``/proc``), or ``None``."""
+    text = _read_small(f"/proc/{pid}/stat")
+    if text is None:
+        return None
+    # the command name (field 2) may hold spaces and ')': count fields after the last ')'
+    fields = text.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def writer_identity() -> dict[str, Any]:
+    """Who this process is, as a lock or lease records its holder.
+
+    ``host`` and ``pid``; on Linux also the boot (``boot``), the PID namespace (``pidns``)
+    and the process's start time (``start``), which together let another process on the
+    same machine prove that the holder has exited (:func:`holder_gone`), even when its pid
+    was reused or the jobs run in separate containers.
+    """
+    ident: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    for key, value in (
+        ("boot", _read_small("/proc/sys/kernel/random/boot_id")),
+        ("pidns", _pid_namespace()),
+        ("start", _process_start(os.getpid())),
+    ):
+        if value is not None:
+            ident[key] = value
+    return ident
+
+
+def holder_gone(holder: dict[str, Any]) -> str | None:
+    """Why the process that recorded ``holder`` provably no longer runs, or ``None`` if it may.
+
+    Only a process on the same machine (same host name, boot and PID namespace) can prove
+    it; from anywhere else a holder is presumed alive until its lease expires.
+    """
+    me = writer_identity()
+    pid = holder.get("pid")
+    if holder.get("host") != me["host"] or not isinstance(pid, int) or pid <= 0:
+        return None
+    if any(holder.get(k) != me.get(k) for k in ("boot", "pidns")):
+        return None
+    who = describe_holder(holder)
+    if "start" in holder and "start" in me:  # Linux: exact, pid reuse included
+        now = _process_start(pid)
+        if now is None:
+            return f"{who} has exited"
+        if now != holder["start"]:
+            return f"{who} has exited (its pid now belongs to another process)"
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return f"{who} has exited"
+    except OSError:  # exists, owned by someone else
+        return None
+    return None
+
+
+def describe_holder(holder: dict[str, Any] | None) -> str:
+    """``"pid 123 on host 'node7'"`` (for messages)."""
+    if not holder:
+        return "an unknown writer"
+    return f"pid {holder.get('pid')} on host {holder.get('host')!r}"
+
+
+def _when(t: object) -> str:
+    if not isinstance(t, (int, float)):
+        return "an unknown time"
+    ago = time.time() - float(t)
+    return f"{ago:.0f} s ago" if ago >= 0 else f"in {-ago:.0f} s"
+
+
+class _HeldLock:
+    """A lock descriptor this process holds; a forked child drops its copy (see below)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.dropped = False
+
+
+# Descriptors of directory locks held by this process. A flock belongs to the open file,
+# which fork() shares: a child forked while a save holds the lock (a DataLoader worker
+# started during an asynchronous save) would keep the lock after the writer died, and
+# block the restarted job for as long as it lives. Each child closes its copies at once.
+# This is process state on purpose: descriptors are the process's, not an object's.
+_HELD_LOCKS: set[_HeldLock] = set()
+
+
+def _drop_inherited_locks() -> None:
+    for held in list(_HELD_LOCKS):
+        held.dropped = True
+        with contextlib.suppress(OSError):
+            os.close(held.fd)
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
 class LocalStorage:
     """A local directory: temp file + fsync + link/replace + directory fsync per publish.
 
     The directory is created by the first :meth:`lock` (a writer), never by a reader, so
-    read-only media can be listed and read. On platforms without :mod:`fcntl` (Windows)
-    :meth:`lock` does not exclude other processes: use one writer there.
+    read-only media can be listed and read.
+
+    :meth:`lock` is an exclusive ``flock`` on ``.ckptzip.lock``, which also records its
+    holder (:func:`writer_identity`). The kernel releases a ``flock`` when its process dies,
+    however it dies, so a restarted job takes the lock of a killed one at once; processes
+    forked while the lock is held do not keep it. A writer that is still running makes
+    :meth:`lock` wait up to :attr:`lock_wait` seconds, then fail with a
+    :class:`~ckptzip.errors.StorageError` naming it. On platforms without :mod:`fcntl`
+    (Windows) :meth:`lock` does not exclude other processes: use one writer there.
 
     Examples
     --------
@@ -547,6 +832,8 @@ class LocalStorage:
     """
 
     uses_commit_markers: ClassVar[bool] = False
+    #: Seconds :meth:`lock` waits for a running writer before it fails.
+    lock_wait: float = 60.0
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.location = os.fspath(directory)
@@ -563,7 +850,7 @@ class LocalStorage:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise StorageError(f"cannot list {self.location!r}: {exc.strerror or exc}") from exc
+            raise storage_error(exc, self.location, "listing") from exc
         return sorted(n for n in names if not is_temp_name(n) and n != LOCK_NAME)
 
     def exists(self, name: str) -> bool:
@@ -581,26 +868,71 @@ class LocalStorage:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise StorageError(
-                f"could not delete {self.path(name)!r}: {exc.strerror or exc}"
-            ) from exc
+            raise storage_error(exc, self.path(name), "deleting") from exc
+
+    def holder(self) -> dict[str, Any] | None:
+        """What the lock file says about its last holder (``None``: nothing readable)."""
+        text = _read_small(self.path(LOCK_NAME))
+        try:
+            found = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
+
+    def _held_message(self) -> str:
+        holder = self.holder()
+        gone = holder_gone(holder) if holder else None
+        where = f"{self.location!r}"
+        if gone:
+            return (
+                f"the writer lock on {where} is held, but the writer that took it ({gone}): "
+                f"another process has {self.path(LOCK_NAME)!r} open and locked (`fuser` "
+                "names it); stop it, or save into another directory"
+            )
+        since = f", since {_when(holder.get('since'))}" if holder else ""
+        return (
+            f"another writer holds the lock on {where}: {describe_holder(holder)}{since}, "
+            f"still running; waited {self.lock_wait:.0f} s. One writer per directory: stop "
+            "that job (its lock is released the moment it exits), or save into another "
+            "directory"
+        )
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         try:
             os.makedirs(self.location, exist_ok=True)
-            fd = os.open(self.path(LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(
+                self.path(LOCK_NAME), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644
+            )
         except OSError as exc:
             raise StorageError(
                 f"cannot write to {self.location!r} ({exc.strerror or exc}); saving needs a "
                 "writable directory (loading does not)"
             ) from exc
+        held = _HeldLock(fd)
         try:
             if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                deadline = time.monotonic() + self.lock_wait
+                pause = 0.01
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise StorageError(self._held_message()) from None
+                        time.sleep(pause)
+                        pause = min(2 * pause, 0.5)
+                _HELD_LOCKS.add(held)
+            record = json.dumps({**writer_identity(), "since": time.time()}).encode()
+            with contextlib.suppress(OSError):  # the record only serves messages
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, record, 0)
             yield
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            _HELD_LOCKS.discard(held)
+            if not held.dropped:
+                os.close(fd)  # closing the descriptor releases the flock
 
     def cleanup(self, accept: Callable[[str], bool]) -> list[str]:
         removed = []
@@ -624,12 +956,26 @@ class FsspecStorage:
     bytes against the marker, so a reader never takes an unfinished or half-replaced upload
     for a checkpoint. An overwrite removes the old marker first: if it is interrupted, the
     step is no longer listed rather than listed with the wrong bytes. Deletion removes the
-    marker first, for the same reason.
+    marker first, for the same reason. Every failure of the store (endpoint down,
+    credentials, timeouts) is a :class:`~ckptzip.errors.StorageError` naming the URL and
+    what to check.
 
-    :meth:`lock` is a lease object (``.ckptzip.lock``: an owner token and an expiry, renewed
-    at each publish). Stores without conditional writes cannot make taking a lease atomic,
-    so two writers starting within the same instant may both win: keep one writing job per
-    directory, as you would anyway.
+    :meth:`lock` is a lease object, ``.ckptzip.lock``: its holder (:func:`writer_identity`)
+    and an expiry :attr:`lease_seconds` ahead, renewed by a heartbeat thread every quarter of
+    that while the lock is held. A writer that dies stops renewing it, so a restarted job
+    takes the lease over (with a :class:`~ckptzip.errors.CkptzipWarning` saying why):
+
+    * at once when it runs on the same machine and can prove the holder exited (same host,
+      boot and PID namespace; the holder's pid gone or reused);
+    * from anywhere else once the lease expires, at most :attr:`lease_seconds` after the
+      holder died (hosts' clocks must agree to within a few seconds, as NTP keeps them).
+
+    A holder that is still running makes :meth:`lock` wait up to :attr:`lease_wait` seconds,
+    then fail with a :class:`~ckptzip.errors.StorageError` naming it. Stores without
+    conditional writes cannot make taking a lease atomic, so two writers starting within the
+    same instant may both win; each checks it still holds the lease before it publishes
+    (a writer that lost it raises and publishes nothing). Keep one writing job per
+    directory.
 
     Examples
     --------
@@ -642,15 +988,18 @@ class FsspecStorage:
     """
 
     uses_commit_markers: ClassVar[bool] = True
-    #: Seconds a lease lasts without renewal, and how long :meth:`lock` waits for one.
-    lease_seconds: float = 600.0
-    lease_wait: float = 60.0
+    #: Seconds a lease lasts without renewal (the heartbeat renews it every quarter of that).
+    lease_seconds: float = 30.0
+    #: Seconds :meth:`lock` waits for a running holder before it fails (``None``: twice
+    #: :attr:`lease_seconds`, long enough for a dead remote holder's lease to expire).
+    lease_wait: float | None = None
 
     def __init__(self, url: str) -> None:
         self.location = url.rstrip("/")
         self._fs, root = _fs(self.location)
         self._root = root.rstrip("/")
         self._lease: str | None = None
+        self._lost: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"FsspecStorage({self.location!r})"
@@ -662,14 +1011,13 @@ class FsspecStorage:
         return f"{self._root}/{name}"
 
     def _all_names(self) -> set[str]:
-        with contextlib.suppress(AttributeError):
+        with contextlib.suppress(Exception):
             self._fs.invalidate_cache(self._root)  # listings are cached per instance
         try:
-            found = self._fs.ls(self._root, detail=False)
+            with _driver(self.location, "listing"):
+                found = self._fs.ls(self._root, detail=False)
         except FileNotFoundError:
             return set()
-        except OSError as exc:
-            raise StorageError(f"cannot list {self.location!r}: {exc}") from exc
         return {posixpath.basename(str(p).rstrip("/")) for p in found}
 
     def names(self) -> list[str]:
@@ -680,17 +1028,17 @@ class FsspecStorage:
 
     def exists(self, name: str) -> bool:
         try:
-            return bool(self._fs.exists(self._p(name + COMMIT_SUFFIX)))
-        except OSError as exc:
-            raise StorageError(f"cannot reach {self.path(name)!r}: {exc}") from exc
+            with _driver(self.path(name), "checking"):
+                return bool(self._fs.exists(self._p(name + COMMIT_SUFFIX)))
+        except FileNotFoundError:
+            return False
 
     def _get(self, name: str) -> bytes:
         try:
-            return bytes(self._fs.cat_file(self._p(name)))
+            with _driver(self.path(name), "reading"):
+                return bytes(self._fs.cat_file(self._p(name)))
         except FileNotFoundError:
             raise CheckpointNotFoundError(f"no committed file at {self.path(name)!r}") from None
-        except OSError as exc:
-            raise StorageError(f"cannot read {self.path(name)!r}: {exc}") from exc
 
     def read(self, name: str) -> bytes:
         marker = self._get(name + COMMIT_SUFFIX)
@@ -710,8 +1058,12 @@ class FsspecStorage:
     def _put(self, name: str, data: bytes) -> None:
         try:
             self._fs.pipe_file(self._p(name), data)
+        except CkptzipError:
+            raise
         except OSError as exc:
             raise _storage_error(exc, self.path(name)) from exc
+        except Exception as exc:  # a driver's own (botocore's connection errors)
+            raise storage_error(exc, self.path(name), "writing") from exc
 
     def publish(self, name: str, write: Callable[[BinaryIO], object], *, overwrite: bool) -> int:
         if not overwrite and self.exists(name):
@@ -721,7 +1073,7 @@ class FsspecStorage:
         buf = io.BytesIO()
         write(buf)  # the whole file before anything is uploaded: a failed encode puts nothing
         data = buf.getvalue()
-        self._renew()
+        self._check_lease()
         if overwrite:
             self._rm(name + COMMIT_SUFFIX)
         self._put(name, data)
@@ -731,56 +1083,117 @@ class FsspecStorage:
 
     def _rm(self, name: str) -> None:
         try:
-            self._fs.rm_file(self._p(name))
+            with _driver(self.path(name), "deleting"):
+                self._fs.rm_file(self._p(name))
         except FileNotFoundError:
             pass
-        except OSError as exc:
-            raise StorageError(f"could not delete {self.path(name)!r}: {exc}") from exc
 
     def delete(self, name: str) -> None:
         self._rm(name + COMMIT_SUFFIX)  # uncommit first: a half delete is never listed
         self._rm(name)
 
-    def _holder(self) -> dict[str, Any] | None:
+    def holder(self) -> dict[str, Any] | None:
+        """The lease as the store holds it (``None``: no lease, or a damaged one)."""
         try:
-            lease = json.loads(self._fs.cat_file(self._p(LOCK_NAME)))
+            with _driver(self.path(LOCK_NAME), "reading the lease"):
+                raw = self._fs.cat_file(self._p(LOCK_NAME))
         except FileNotFoundError:
             return None
+        try:
+            lease = json.loads(raw)
         except (ValueError, TypeError):
             return None  # a damaged lease counts as free
-        except OSError as exc:
-            raise StorageError(f"cannot read the lease of {self.location!r}: {exc}") from exc
         return lease if isinstance(lease, dict) else None
 
-    def _renew(self) -> None:
-        if self._lease is not None:
-            lease = {"owner": self._lease, "expires": time.time() + self.lease_seconds}
-            self._put(LOCK_NAME, json.dumps(lease).encode())
+    def _write_lease(self, token: str) -> None:
+        now = time.time()
+        lease = {**writer_identity(), "owner": token, "renewed": now}
+        lease["expires"] = now + self.lease_seconds
+        self._put(LOCK_NAME, json.dumps(lease).encode())
+
+    def _check_lease(self) -> None:
+        """Under :meth:`lock`: fail, publishing nothing, if another writer took the lease."""
+        token = self._lease
+        if token is None:
+            return
+        holder = self._lost or self.holder()
+        if (holder or {}).get("owner") != token:
+            raise StorageError(
+                f"lost the lease on {self.location!r} to {describe_holder(holder)} during "
+                f"this save (its heartbeat was not renewed for {self.lease_seconds:.0f} s, "
+                "or another job took over); nothing was published. One writer per directory"
+            )
+        self._write_lease(token)
+
+    def _free(self, holder: dict[str, Any] | None) -> str | None:
+        """``""`` if the lease is free, a reason if it may be taken over, ``None`` if held."""
+        if holder is None:
+            return ""
+        expires = holder.get("expires")
+        if not isinstance(expires, (int, float)) or expires < time.time():
+            return (
+                f"the lease of {describe_holder(holder)} expired {_when(expires)} (it stopped "
+                "renewing it: it crashed, was killed or lost the store)"
+            )
+        gone = holder_gone(holder)
+        if gone:
+            return f"{gone}, so its lease (due to expire {_when(expires)}) was taken over"
+        return None
+
+    def _heartbeat(self, token: str, stop: threading.Event) -> None:
+        while not stop.wait(self.lease_seconds / 4):
+            try:
+                holder = self.holder()
+                if (holder or {}).get("owner") != token:
+                    self._lost = holder or {}
+                    return
+                self._write_lease(token)
+            except CkptzipError:
+                continue  # the store is unreachable: the publish will say so
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         token = secrets.token_hex(8)
-        deadline = time.monotonic() + self.lease_wait
+        wait = 2 * self.lease_seconds if self.lease_wait is None else self.lease_wait
+        deadline = time.monotonic() + wait
         while True:
-            holder = self._holder()
-            if holder is None or float(holder.get("expires", 0)) < time.time():
-                self._lease = token
-                self._renew()
-                if (self._holder() or {}).get("owner") == token:
+            holder = self.holder()
+            why = self._free(holder)
+            if why is not None:
+                self._write_lease(token)
+                if (self.holder() or {}).get("owner") == token:
                     break
-                self._lease = None
             if time.monotonic() > deadline:
+                held = holder or {}
                 raise StorageError(
-                    f"another writer holds the lease on {self.location!r} (until "
-                    f"{(holder or {}).get('expires')}); one writer per directory"
+                    f"another writer holds the lease on {self.location!r}: "
+                    f"{describe_holder(held)}, renewed {_when(held.get('renewed'))}, "
+                    f"expires {_when(held.get('expires'))}; waited {wait:.0f} s. It is "
+                    "renewed while that writer runs: one writer per directory (a writer that "
+                    f"dies loses its lease within {self.lease_seconds:.0f} s)"
                 )
             time.sleep(0.2)
+        if why:
+            warnings.warn(
+                f"took over the writer lease on {self.location!r}: {why}",
+                CkptzipWarning,
+                stacklevel=4,
+            )
+        self._lease, self._lost = token, None
+        stop = threading.Event()
+        beat = threading.Thread(
+            target=self._heartbeat, args=(token, stop), name="ckptzip-lease", daemon=True
+        )
+        beat.start()
         try:
             yield
         finally:
+            stop.set()
+            beat.join()
             self._lease = None
-            if (self._holder() or {}).get("owner") == token:
-                self._rm(LOCK_NAME)
+            with contextlib.suppress(StorageError):  # unreachable: the lease just expires
+                if (self.holder() or {}).get("owner") == token:
+                    self._rm(LOCK_NAME)
 
     def cleanup(self, accept: Callable[[str], bool]) -> list[str]:
         names = self._all_names()
