@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,105 @@ def test_missing_local_files_are_one_line_errors(tmp_path: Path) -> None:
     ):
         r = run(*args)
         assert r.exit_code == 1 and "no checkpoint at" in r.output, (args, r.output)
+
+
+# -- first contact: fast help, messages that name the file and the flag (issue 20, item 12) -----
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["--version"],
+        ["inspect", "--help"],
+        ["compress", "--help"],
+        ["compress"],
+        ["inspect"],
+        ["no-such-command"],
+        ["compress", "x.pt", "--bins", "many"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_help_and_argument_errors_never_import_torch(args: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "from ckptzip.cli import main\n"
+        f"sys.argv = ['ckptzip', *{args!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    status = exc.code\n"
+        "heavy = [m for m in ('torch', 'numpy', 'rich') if m in sys.modules]\n"
+        "print('STATUS', status, 'HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+    assert "STATUS 0" in out.stdout or "STATUS 2" in out.stdout
+
+
+def test_a_text_file_is_not_a_checkpoint(tmp_path: Path) -> None:
+    src = tmp_path / "notes.pt"
+    src.write_text("epoch 3: loss 0.41\n")
+    r = run("compress", str(src))
+    assert r.exit_code == 1 and "is not a checkpoint" in r.output and str(src) in r.output
+    assert "unpickling" not in r.output
+    ckz = tmp_path / "a.ckz"
+    ckptzip.save(state(), ckz)
+    r = run("compress", str(ckz), "-o", str(tmp_path / "b.ckz"))
+    assert r.exit_code == 1 and "already a ckptzip file" in r.output
+
+
+def test_truncated_files_are_named(pt: Path, tmp_path: Path) -> None:
+    ckz = tmp_path / "c.ckz"
+    ckptzip.save(state(), ckz)
+    data = ckz.read_bytes()
+    ckz.write_bytes(data[: len(data) // 2])
+    for args in (["inspect", str(ckz)], ["verify", str(ckz)],
+                 ["decompress", str(ckz), "-o", str(tmp_path / "o.pt")]):  # fmt: skip
+        r = run(*args)
+        assert r.exit_code == 1 and str(ckz) in r.output and "truncated" in r.output, r.output
+    half = tmp_path / "half.pt"
+    half.write_bytes(pt.read_bytes()[: pt.stat().st_size // 2])
+    r = run("compress", str(half))
+    assert r.exit_code == 1 and str(half) in r.output and "truncated or damaged" in r.output
+
+
+def test_existing_output_names_the_flag_not_the_python_argument(pt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.ckz"
+    assert run("compress", str(pt), "-o", str(out)).exit_code == 0
+    back = tmp_path / "back.pt"
+    back.write_bytes(b"")
+    for args in (["compress", str(pt), "-o", str(out)],
+                 ["decompress", str(out), "-o", str(back)]):  # fmt: skip
+        r = run(*args)
+        assert r.exit_code == 1 and "pass --overwrite" in r.output, r.output
+        assert "overwrite=True" not in r.output
+
+
+def test_largest_error_names_its_tensor(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(0)
+    src = tmp_path / "adam.pt"
+    torch.save(
+        {
+            "model": {"w": torch.randn(64, 128, generator=g)},
+            # a second moment with a huge dynamic range: the worst tensor by far
+            "optimizer": {"state": {0: {"exp_avg_sq": torch.rand(64, 128, generator=g) ** 12}}},
+        },
+        src,
+    )
+    r = run("compress", str(src), "--json")
+    report = json.loads(r.output)
+    worst = max(report["entries"], key=lambda e: e["rel_error"] or 0)
+    r = run("compress", str(src), "-o", str(tmp_path / "b.ckz"))
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if "largest relative error" in x)
+    assert f"({worst['path']})" in line, (line, worst["path"])
+
+
+def test_piped_inspect_never_wraps_a_path(tmp_path: Path) -> None:
+    long = "encoder/" + "/".join(f"block_{i}_attention_projection" for i in range(8))
+    ckz = tmp_path / "c.ckz"
+    ckptzip.save({long: torch.randn(64, 128)}, ckz)
+    r = run("inspect", str(ckz))  # CliRunner's stdout is no terminal: `ckptzip inspect | less`
+    assert r.exit_code == 0, r.output
+    assert any(long in line for line in r.output.splitlines()), r.output

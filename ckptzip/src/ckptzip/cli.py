@@ -16,43 +16,62 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import torch
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-from rich.table import Table
 
-from ckptzip import __version__, api, storage
-from ckptzip.codecs.base import Description, get_codec
-from ckptzip.config import CompressionConfig, QuantConfig
-from ckptzip.container import TensorEntry
-from ckptzip.errors import CheckpointExistsError, CkptzipError, UnsupportedFormatError
-from ckptzip.structure import flatten
+from ckptzip import __version__
+from ckptzip.errors import (
+    CheckpointExistsError,
+    CkptzipError,
+    CorruptCheckpointError,
+    UnsupportedFormatError,
+)
 
-RATIO, TENSOR_RATIO = api.RATIO, api.TENSOR_RATIO  # the package's two named figures
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ckptzip.codecs.base import Description
+    from ckptzip.container import TensorEntry
+
+# torch (seconds to import on a loaded machine), rich and the package's pipeline are imported
+# by the commands that use them, never at import: `--help`, `--version` and argument errors
+# answer at once (tests/test_cli.py checks that torch stays out of sys.modules).
 
 # Progress bars appear only when a file is big enough for the wait to be noticeable.
 PROGRESS_MIN_BYTES = 64 << 20
+
+# Piped output (logs, files, `| grep`) is never wrapped: each row stays on one line, however
+# long its tensor path. Rich needs some width; this one is wider than any table it makes.
+UNWRAPPED_WIDTH = 100_000
 
 
 class _Stdout:
     """Prints through a rich ``Console`` made for the stdout and environment of the moment.
 
     Made at each print, not at import: a command run in-process (click's test runner, a
-    notebook) writes to the stdout of its own run. Piped output (logs, files) has no terminal
-    width: it gets one wide enough for the table rather than rich's 80-column default, which
-    would squeeze the tensor paths away; ``COLUMNS`` set by the user still wins.
+    notebook) writes to the stdout of its own run. A terminal gets its own width (``COLUMNS``
+    set by the user wins), where a long path may fold inside its column; piped output is
+    not wrapped at all (:data:`UNWRAPPED_WIDTH`).
     """
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        wide = sys.stdout.isatty() or "COLUMNS" in os.environ
-        (Console() if wide else Console(width=160)).print(*objects, **kwargs)
+        from rich.console import Console
+
+        if sys.stdout.isatty() or "COLUMNS" in os.environ:
+            console = Console()
+        else:
+            console = Console(width=UNWRAPPED_WIDTH, soft_wrap=True)
+        console.print(*objects, **kwargs)
 
 
 console = _Stdout()
-err_console = Console(stderr=True)
+
+
+def _err_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 @contextlib.contextmanager
@@ -60,12 +79,14 @@ def _progress(label: str, size: int) -> Iterator[Callable[[int, int], None] | No
     if size < PROGRESS_MIN_BYTES:
         yield None
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
         DownloadColumn(),
         TimeRemainingColumn(),
-        console=err_console,
+        console=_err_console(),
         transient=True,
     ) as bar:
         task = bar.add_task(label, total=None)
@@ -77,13 +98,21 @@ def _progress(label: str, size: int) -> Iterator[Callable[[int, int], None] | No
 
 
 @contextlib.contextmanager
-def _errors() -> Iterator[None]:
+def _errors(src: str | None = None) -> Iterator[None]:
+    """The package's errors become one-line messages (exit status 1) that name ``src`` and
+    say what to type on the command line."""
     try:
         yield
-    except CheckpointExistsError as exc:
-        raise click.ClickException(f"{exc} (on the command line: --overwrite)") from exc
     except CkptzipError as exc:
-        raise click.ClickException(str(exc)) from exc
+        message = str(exc)
+        if isinstance(exc, CorruptCheckpointError) and src is not None and src not in message:
+            message = f"{src}: {message}"  # "the file is truncated": which file
+        if isinstance(exc, CheckpointExistsError):
+            if "overwrite=True" in message:
+                message = message.replace("overwrite=True", "--overwrite")
+            else:
+                message += " (pass --overwrite to replace it)"
+        raise click.ClickException(message) from exc
 
 
 def _fmt_bytes(n: float) -> str:
@@ -100,6 +129,9 @@ def _ratio(tensor_bytes: int, file_bytes: int) -> float | None:
 
 def _read_input(path: str) -> Any:
     """A torch.save file (weights_only: no arbitrary code) or a .safetensors file."""
+    from ckptzip import storage
+    from ckptzip.container import MAGIC
+
     data = storage.read_bytes(path)  # one read, local or remote; a missing file is our error
     if path.endswith(".safetensors"):
         try:
@@ -113,13 +145,32 @@ def _read_input(path: str) -> Any:
             return st_load(data)
         except Exception as exc:  # the library's own error types vary across versions
             raise click.ClickException(f"cannot read {path!r} as safetensors: {exc}") from exc
+    if data.startswith(MAGIC):
+        raise click.ClickException(
+            f"{path!r} is already a ckptzip file: `ckptzip inspect` shows it, `ckptzip "
+            "decompress` turns it back into a torch.save file"
+        )
+    # torch.save writes a zip archive (torch >= 1.6) or a pickle (protocol 2+: byte 0x80)
+    if not (data.startswith(b"PK\x03\x04") or data[:1] == b"\x80"):
+        raise click.ClickException(
+            f"{path!r} is not a checkpoint: a torch.save file is a zip archive (or, before "
+            f"torch 1.6, a pickle) and this one begins with {data[:16]!r}; a .safetensors "
+            "file needs that extension"
+        )
+    import torch
+
     try:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # UnpicklingError for refused globals, RuntimeError for non-zips
+    except Exception as exc:
+        if "Weights only load failed" in str(exc) and "nsupported operand" not in str(exc):
+            raise click.ClickException(
+                f"cannot read {path!r} with torch.load(weights_only=True): {exc}. ckptzip "
+                "compresses tensors, numbers, strings and containers of them; objects that "
+                "need arbitrary unpickling are refused"
+            ) from exc
         raise click.ClickException(
-            f"cannot read {path!r} with torch.load(weights_only=True): {exc}. ckptzip "
-            "compresses tensors, numbers, strings and containers of them; objects that need "
-            "arbitrary unpickling are refused"
+            f"cannot read {path!r}: the torch.save file is truncated or damaged "
+            f"({type(exc).__name__}: {exc})"
         ) from exc
 
 
@@ -173,6 +224,10 @@ def compress(
     to --bins levels (integers, small tensors and step counters stay bit-exact). For a
     bit-exact file pass --exact '*'.
     """
+    from ckptzip import api, storage
+    from ckptzip.config import CompressionConfig, QuantConfig
+    from ckptzip.structure import flatten
+
     out = output or src + ".ckz"
     with _errors():
         config = CompressionConfig(
@@ -188,7 +243,7 @@ def compress(
         for pat in exact:
             if not any(CompressionConfig(exact=(pat,)).is_exact(p) for p in paths):
                 example = paths[0] if paths else "model/fc.weight"
-                err_console.print(
+                _err_console().print(
                     f"warning: --exact {pat!r} matches no tensor; paths are '/'-joined, "
                     f"e.g. {example!r} (a pattern like {pat.rstrip('/*') + '/*'!r} matches "
                     "everything below a key)"
@@ -205,15 +260,20 @@ def compress(
         f"tensor ratio {report.tensor_ratio:.2f}x"
     )
     if lossy:
-        worst = max((e.rel_error for e in lossy if e.rel_error is not None), default=None)
-        err = "" if worst is None else f", largest relative error {worst:.1e}"
+        measured = [e for e in lossy if e.rel_error is not None]
+        worst = max(measured, key=lambda e: e.rel_error or 0.0, default=None)
+        err = (
+            ""
+            if worst is None
+            else f", largest relative error {worst.rel_error:.1e} ({worst.path})"
+        )
         console.print(
             f"[bold]lossy[/bold]: {len(lossy)} of {len(report.entries)} tensors quantized to "
             f"{bins} levels{err}; for a bit-exact file pass --exact '*'"
         )
     else:
         console.print(f"lossless: all {len(report.entries)} tensors stored bit-exact")
-    console.print(f"{RATIO}; {TENSOR_RATIO}")
+    console.print(f"{api.RATIO}; {api.TENSOR_RATIO}")
 
 
 @main.command()
@@ -224,7 +284,12 @@ def compress(
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
 def decompress(src: str, output: str, overwrite: bool) -> None:
     """Decode a .ckz file into a torch.save file (or .safetensors)."""
-    with _errors():
+    import torch
+
+    from ckptzip import api, storage
+    from ckptzip.structure import flatten
+
+    with _errors(src):
         storage.check_target(output, overwrite=overwrite)
         with _progress("decoding", storage.file_size(src)) as progress:
             obj = api.load(src, progress=progress)
@@ -254,6 +319,9 @@ def _pct(x: float | None) -> str:
 
 def _inspect_directory(directory: str, as_json: bool) -> None:
     """The chain table of a CheckpointManager directory (``ckptzip inspect DIR``)."""
+    from rich.table import Table
+
+    from ckptzip.api import TENSOR_RATIO
     from ckptzip.manager import describe_directory
 
     with _errors():
@@ -285,6 +353,8 @@ def _inspect_directory(directory: str, as_json: bool) -> None:
 
 def _describe(entry: TensorEntry) -> Description:
     """The entry's codec describes it (an uninstalled codec: nothing to say)."""
+    from ckptzip.codecs.base import Description, get_codec
+
     try:
         return get_codec(entry.codec).describe(entry.meta)
     except UnsupportedFormatError:
@@ -301,7 +371,12 @@ def inspect(src: str, as_json: bool) -> None:
     Given a CheckpointManager directory, show its chain instead: step, kind (full/delta),
     bytes, tensor ratio, parent step, and whether the step can be restored.
     """
-    with _errors():
+    from rich.table import Table
+
+    from ckptzip import api, storage
+    from ckptzip.api import TENSOR_RATIO
+
+    with _errors(src):
         if storage.is_dir(src):
             _inspect_directory(src, as_json)
             return
@@ -417,7 +492,9 @@ def inspect(src: str, as_json: bool) -> None:
 @click.option("--decode", is_flag=True, help="Also decode every tensor (slower, checks more).")
 def verify(src: str, decode: bool) -> None:
     """Check SRC's header, manifest and every chunk checksum; exit 1 if anything is wrong."""
-    with _errors(), _progress("verifying", storage.file_size(src)) as progress:
+    from ckptzip import api, storage
+
+    with _errors(src), _progress("verifying", storage.file_size(src)) as progress:
         manifest = api.verify(src, decode=decode, progress=progress)
     what = "checksums and decoding" if decode else "checksums"
     console.print(
