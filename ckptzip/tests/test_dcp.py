@@ -1,4 +1,5 @@
-"""ckptzip.dcp under torch.distributed.checkpoint: FSDP2 on gloo, CPU, 2 and 4 processes."""
+"""ckptzip.dcp under torch.distributed.checkpoint: FSDP2 on gloo, CPU, 2 and 4 processes (a
+model with tied weights); the JSON metadata under attack; tied and shared tensors."""
 
 from __future__ import annotations
 
@@ -72,12 +73,26 @@ def _entry(rank: int, world: int, port: int, task: str, tmp: str) -> None:
         dist.destroy_process_group()
 
 
+class _TiedMLP(torch.nn.Module):
+    """An MLP whose input projection and output head are one weight, tied as GPT-2 ties its
+    embedding and ``lm_head`` (``head.weight is emb.weight``): both names in the state dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 256)  # used as a dense input projection
+        torch.nn.init.normal_(self.emb.weight, std=32**-0.5)
+        self.mid = torch.nn.Linear(256, 256)
+        self.head = torch.nn.Linear(256, 32, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.mid(torch.relu(x @ self.emb.weight))))
+
+
 def _model(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 32))
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
+    model = _TiedMLP()
+    fully_shard(model.mid)  # the tied pair stays in the root's group, as FSDP2 requires
     fully_shard(model)
     return model, torch.optim.Adam(model.parameters(), lr=1e-2)
 
@@ -120,6 +135,7 @@ def _train(rank: int, world: int, tmp: Path) -> None:
 
     model, opt = _model(1)  # the live state is gone: another initialisation
     state = _restore(model, opt, tmp / "step6")
+    assert model.head.weight is model.emb.weight  # type: ignore[union-attr]
     resumed = [_step(model, opt, step, rank) for step in range(6, 10)]
     if rank == 0:
         out = {"reference": reference, "resumed": resumed, "step": state["step"]}
@@ -170,10 +186,11 @@ def _load(rank: int, world: int, tmp: Path) -> None:
         assert sorted(full) == sorted(reference)
         for k, v in reference.items():
             assert torch.equal(full[k], v), k
+        assert torch.equal(full["model.head.weight"], full["model.emb.weight"])
 
 
 @pytest.mark.slow
-def test_fsdp2_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+def test_fsdp2_tied_model_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     world = 2  # 4 processes run in the reshard test
     _spawn("train", world, tmp_path)
     losses = json.loads((tmp_path / "losses.json").read_text())
@@ -186,6 +203,9 @@ def test_fsdp2_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
         assert full.parent is None and delta.parent is not None
         assert any(e.codec == "quant" for e in full.tensors)
         assert any(e.codec == "delta" for e in delta.tensors)
+        for manifest in (full, delta):  # the tied head is its embedding's entry, saved once
+            paths = [e.path for e in manifest.tensors]
+            assert "model/emb.weight" in paths and "model/head.weight" not in paths
     # step6 restores on its own: its parents were linked next to it
     for name in os.listdir(tmp_path / "step4"):
         os.unlink(tmp_path / "step4" / name)
@@ -195,7 +215,9 @@ def test_fsdp2_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("saved_on", "loaded_on"), [(4, 2), (2, 4)])
-def test_reshard_restores_the_same_values(tmp_path: Path, saved_on: int, loaded_on: int) -> None:
+def test_fsdp2_tied_model_reshard_restores_the_same_values(
+    tmp_path: Path, saved_on: int, loaded_on: int
+) -> None:
     _spawn("save", saved_on, tmp_path)
     names = sorted(os.listdir(tmp_path / "ckpt"))
     assert names == sorted([METADATA_NAME] + [rank_file_name(r) for r in range(saved_on)])
@@ -204,6 +226,8 @@ def test_reshard_restores_the_same_values(tmp_path: Path, saved_on: int, loaded_
         api.read_manifest(tmp_path / "ckpt" / "__0.ckz").tensors[i].codec == "quant"
         for i in range(3)
     )
+    for rank in range(saved_on):  # the tied head is saved once, as its embedding
+        assert "model/head.weight" not in _stored_paths(tmp_path / "ckpt" / rank_file_name(rank))
     torch.save(reference, tmp_path / "reference.pt")
     _spawn("load", loaded_on, tmp_path)  # the same values, bit for bit, on another world size
 
@@ -689,3 +713,117 @@ def test_dcp_byte_items_reach_the_planner_only_as_bytes_ckptzip_made(tmp_path: P
     dcp.load(out, storage_reader=Reader(tmp_path), planner=Spy(), no_dist=True)
     assert out == {"lr": 0.5}
     assert len(handed) == 1 and len(stored) == 1 and handed[0] != stored[0]
+
+
+# --- DCP files are held to the same rules: tied and shared tensors saved once ----------------
+
+
+class _TiedLM(torch.nn.Module):
+    """GPT-2's tie (``head.weight is emb.weight``) and a block shared by two names (ALBERT)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(64, 32)
+        self.block = torch.nn.Linear(32, 32)
+        self.block_again = self.block  # one module, two names in the state dict
+        self.head = torch.nn.Linear(32, 64, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.block_again(torch.tanh(self.block(self.emb(ids)))))
+        return self.head(h)
+
+
+def _tied_state(model: _TiedLM, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    base = torch.arange(96, dtype=torch.float32)  # views of one storage, without the whole
+    return {
+        "model": model.state_dict(),
+        "optim": opt.state_dict(),
+        "views": {"lo": base[:40].view(5, 8), "hi": base[48:]},
+    }
+
+
+def _train_tied(model: _TiedLM, opt: torch.optim.Optimizer, steps: range) -> None:
+    for step in steps:
+        ids = torch.randint(0, 64, (8, 6), generator=torch.Generator().manual_seed(step))
+        loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _stored_paths(path: Path) -> list[str]:
+    return [e.path for e in api.read_manifest(path).tensors]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+@pytest.mark.parametrize("lossy", [False, True])
+def test_dcp_tied_and_shared_tensors_are_saved_once_and_restored_tied(
+    tmp_path: Path, lossy: bool
+) -> None:
+    """Tied weights, a shared module and views of one storage: one stored entry each, every
+    name restored (exactly, or lossy with the tied names equal), and the file's own load ties
+    them again. ``Writer`` raised ``KeyError: 'model/head.weight'`` here before."""
+    torch.manual_seed(0)
+    model = _TiedLM()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    _train_tied(model, opt, range(2))
+    config = CONFIG if lossy else ckptzip.CompressionConfig(min_numel=1 << 30)
+    state = _tied_state(model, opt)
+    dcp.save(state, storage_writer=Writer(tmp_path / "c", config=config), no_dist=True)
+
+    stored = _stored_paths(tmp_path / "c" / "__0.ckz")
+    for alias in ("model/head.weight", "model/block_again.weight", "model/block_again.bias"):
+        assert alias not in stored  # saved once, under the first name
+    assert "model/emb.weight" in stored and "model/block.weight" in stored
+    assert sum(p.startswith("views/") for p in stored) == 1  # the span the two views cover
+    raw = ckptzip.load(tmp_path / "c" / "__0.ckz")  # the rank file restores the ties itself
+    assert raw["model/head.weight"].data_ptr() == raw["model/emb.weight"].data_ptr()
+    assert (
+        raw["views/hi"].untyped_storage().data_ptr() == raw["views/lo"].untyped_storage().data_ptr()
+    )
+
+    torch.manual_seed(1)
+    fresh = _TiedLM()
+    fresh_opt = torch.optim.Adam(fresh.parameters(), lr=1e-2)
+    _train_tied(fresh, fresh_opt, range(1))  # so the optimizer has state to load into
+    out = _tied_state(fresh, fresh_opt)
+    out["views"] = {"lo": torch.zeros(5, 8), "hi": torch.zeros(48)}
+    dcp.load(out, storage_reader=Reader(tmp_path / "c"), no_dist=True)
+    fresh.load_state_dict(out["model"])
+    fresh_opt.load_state_dict(out["optim"])
+    assert fresh.head.weight is fresh.emb.weight and fresh.block_again is fresh.block
+    assert torch.equal(out["views"]["lo"], state["views"]["lo"])  # small: exact either way
+    assert torch.equal(out["views"]["hi"], state["views"]["hi"])
+    assert torch.equal(out["model"]["head.weight"], out["model"]["emb.weight"])
+    for k, v in state["model"].items():
+        err = float((out["model"][k] - v).norm() / v.norm())
+        assert err < 0.2 if lossy else err == 0, (k, err)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_dcp_delta_saves_of_a_tied_model_restore_tied(tmp_path: Path) -> None:
+    """A chain of a tied model: the delta stores the tied weight once, against its parent's."""
+    torch.manual_seed(0)
+    model = _TiedLM()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    config = ckptzip.CompressionConfig(min_numel=256)
+    _train_tied(model, opt, range(2))
+    dcp.save(
+        _tied_state(model, opt), storage_writer=Writer(tmp_path / "s1", config=config), no_dist=True
+    )
+    _train_tied(model, opt, range(2, 4))
+    state = _tied_state(model, opt)
+    writer = Writer(tmp_path / "s2", config=config, parent=tmp_path / "s1")
+    dcp.save(state, storage_writer=writer, no_dist=True)
+
+    manifest = api.read_manifest(tmp_path / "s2" / "__0.ckz")
+    assert manifest.parent is not None
+    codecs = {e.path: e.codec for e in manifest.tensors}
+    assert codecs["model/emb.weight"] == "delta" and "model/head.weight" not in codecs
+    fresh = _TiedLM()
+    out = {"model": fresh.state_dict()}
+    dcp.load(out, storage_reader=Reader(tmp_path / "s2"), no_dist=True)
+    assert fresh.head.weight is fresh.emb.weight
+    w = state["model"]["emb.weight"]
+    assert float((fresh.emb.weight.detach() - w).norm() / w.norm()) < 0.2

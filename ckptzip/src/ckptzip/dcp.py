@@ -22,7 +22,10 @@ What is in the directory (no pickle from it reaches an unrestricted unpickler):
 
 * ``__<rank>.ckz``: ckptzip files (no pickle). Tensor items are stored as tensors; DCP's
   *byte items* (non-tensor values such as optimizer ``param_groups``, which DCP pickles with
-  ``torch.save`` itself) are stored as the uint8 bytes DCP gives us, bit-exact.
+  ``torch.save`` itself) are stored as the uint8 bytes DCP gives us, bit-exact. Items that
+  share storage on a rank (tied weights such as GPT-2's ``lm_head.weight is wte.weight``, a
+  module under two names, views) are stored once, as :func:`ckptzip.save` stores them, and
+  every name is restored from that one entry.
 * ``.metadata``: DCP's ``Metadata`` (each tensor's global shape, dtype and chunks, the
   flattening map, and for each item the file and key that hold it) as versioned JSON
   (FORMAT.md, "DCP metadata"), capped at :data:`MAX_METADATA_BYTES` and checked field by field
@@ -806,9 +809,14 @@ class Writer(StorageWriter):
             threads=self.threads,
         )
         self.reports = [report]
+        # Items sharing storage on this rank (tied weights, a module used twice, views) are
+        # one entry of the file, under the first of their paths; the file restores every
+        # path, tied as saved. The others cost no bytes of their own.
         nbytes = {e.path: e.bytes for e in report.entries}
         results = [
-            WriteResult(index=item.index, size_in_bytes=nbytes[key], storage_data=(name, key))
+            WriteResult(
+                index=item.index, size_in_bytes=nbytes.get(key, 0), storage_data=(name, key)
+            )
             for item, key in keys
         ]
         fut: Future[list[WriteResult]] = Future()
