@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import subprocess
@@ -14,7 +15,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDatabase
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    InMemoryExampleDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
 from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
 from hypothesis.internal.intervalsets import IntervalSet
 
@@ -30,7 +36,12 @@ from rlcheck.hypothesis_backend import (
     policy_path,
 )
 from rlcheck.learner import Policy
-from rlcheck.policy_store import load_policy
+from rlcheck.policy_store import (
+    KEY_SUFFIX,
+    VALUE_MAGIC,
+    DatabasePolicy,
+    save_policy,
+)
 
 QUIET = {"deadline": None, "suppress_health_check": list(HealthCheck)}
 
@@ -422,22 +433,75 @@ def _policy_file(db: Any) -> Path:
     return path
 
 
+def _stored_policy(db: Any) -> Policy:
+    """What a fresh run of ``_make_test(db)`` starts from."""
+    policy = Policy()
+    store = DatabasePolicy(db, database_key(_make_test(db)), meta=provider_module._POLICY_META)
+    store.load(policy)
+    return policy
+
+
 def test_policy_is_saved_and_loaded_by_the_next_run(tmp_path: Path) -> None:
     db = DirectoryBasedExampleDatabase(tmp_path)
-    path = _policy_file(db)
-    assert path.parent == tmp_path / "rlcheck"
     _make_test(db)()
-    assert path.exists()
-    first = Policy()
-    assert load_policy(path, first)
+    first = _stored_policy(db)
     assert first.n_states() > 0
+    assert not _policy_file(db).exists()  # in the database, not in a file of its own
     with warnings.catch_warnings():
-        warnings.simplefilter("error", RLCheckWarning)  # a good file loads silently
+        warnings.simplefilter("error", RLCheckWarning)  # good values load silently
         _make_test(db)()
-    second = Policy()
-    assert load_policy(path, second)
+    second = _stored_policy(db)
     assert second.n_states() >= first.n_states()
-    assert not list(path.parent.glob("*.tmp"))  # atomic writes leave no temp files
+    visits = lambda p: sum(sum(row[1::2]) for t in p._tables.values() for _, row in t.items())  # noqa: E731
+    assert visits(second) > visits(first)  # the second run's visits were added
+
+
+@pytest.mark.parametrize(
+    "make_db",
+    [
+        InMemoryExampleDatabase,
+        lambda: MultiplexedDatabase(InMemoryExampleDatabase(), InMemoryExampleDatabase()),
+    ],
+    ids=["in-memory", "multiplexed"],
+)
+def test_policy_persists_in_any_database(make_db: Any) -> None:
+    db = make_db()
+    _make_test(db)()
+    assert _stored_policy(db).n_states() > 0
+
+
+def test_a_read_only_database_is_read_and_never_written(tmp_path: Path) -> None:
+    shared = DirectoryBasedExampleDatabase(tmp_path)
+    _make_test(shared)()
+    gc.collect()  # the run's provider saves its last (final) value when collected
+    learned = _stored_policy(shared).to_dict()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    reader = ReadOnlyDatabase(shared)
+    loads = []
+    original = DatabasePolicy.load
+
+    def spy(self: DatabasePolicy, policy: Policy) -> bool:
+        loads.append(ok := original(self, policy))
+        return ok
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(DatabasePolicy, "load", spy)
+        _make_test(reader)()
+    assert loads == [True]  # the read-only run started from what was learned
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert _stored_policy(shared).to_dict() == learned
+
+
+def test_a_legacy_policy_file_is_read_and_moved_into_the_database(tmp_path: Path) -> None:
+    db = DirectoryBasedExampleDatabase(tmp_path)
+    path = _policy_file(db)
+    path.parent.mkdir(parents=True)
+    legacy = Policy()
+    legacy.table("marker").update(("legacy",), 0, 5.0)
+    save_policy(path, legacy, meta=provider_module._POLICY_META)
+    _make_test(db)()
+    assert not path.exists()  # moved, so it is not counted twice
+    assert _stored_policy(db).table("marker").value(("legacy",), 0) == (5.0, 1)
 
 
 @pytest.mark.parametrize(
@@ -452,8 +516,17 @@ def test_corrupt_policy_file_is_ignored_with_a_warning(tmp_path: Path, content: 
     path.write_bytes(content)
     with pytest.warns(RLCheckWarning, match="ignoring policy file"):
         _make_test(db)()
-    # The run replaced the bad file with a good one.
-    assert load_policy(path, Policy())
+    assert _stored_policy(db).n_states() > 0  # the run learned and saved anyway
+
+
+def test_a_corrupt_database_value_is_skipped_and_deleted(tmp_path: Path) -> None:
+    db = DirectoryBasedExampleDatabase(tmp_path)
+    key = database_key(_make_test(db)) + KEY_SUFFIX
+    db.save(key, VALUE_MAGIC + b"not zlib")
+    with pytest.warns(RLCheckWarning, match="stored value was skipped"):
+        _make_test(db)()
+    assert VALUE_MAGIC + b"not zlib" not in set(db.fetch(key))
+    assert _stored_policy(db).n_states() > 0
 
 
 def test_policy_of_another_kind_is_ignored(tmp_path: Path) -> None:
@@ -464,13 +537,36 @@ def test_policy_of_another_kind_is_ignored(tmp_path: Path) -> None:
     path.write_text(json.dumps({**doc, "policy": Policy().to_dict()}))
     with pytest.warns(RLCheckWarning, match="kind"):
         _make_test(db)()
+    assert path.exists()  # not ours: kept
 
 
-def test_no_persistence_without_a_directory_database() -> None:
+def test_a_directory_database_value_is_sized_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlcheck.hypothesis.compat import bounded_fetch
+
+    db = DirectoryBasedExampleDatabase(tmp_path)
+    inner = ReadOnlyDatabase(MultiplexedDatabase(db))
+    db.save(b"k", b"small")
+    db.save(b"k", b"x" * 1000)
+    read = []
+    original = Path.read_bytes
+
+    def spy(self: Path) -> bytes:
+        read.append(self.stat().st_size)
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", spy)
+    assert list(bounded_fetch(inner)(b"k", 10, 100)) == [b"small"]
+    assert read == [5]  # the 1000-byte file was never read
+    assert list(bounded_fetch(InMemoryExampleDatabase())(b"k", 10, 100)) == []
+
+
+def test_no_persistence_without_a_database() -> None:
     assert policy_path(InMemoryExampleDatabase(), b"k") is None
     assert policy_path(None, b"k") is None
     assert policy_path(DirectoryBasedExampleDatabase("/tmp/x"), None) is None
-    _make_test(InMemoryExampleDatabase(), max_examples=20)()
+    _make_test(None, max_examples=20)()
 
 
 @pytest.mark.usefixtures("learned_only")  # a learned case must run before the failure
@@ -487,12 +583,7 @@ def test_database_key_matches_hypothesis(tmp_path: Path) -> None:
         failing()
     key = database_key(failing)
     assert key is not None and list(db.fetch(key))
-    assert policy_path(db, key) == _stored_policy(tmp_path)
-
-
-def _stored_policy(tmp_path: Path) -> Path:
-    (found,) = (tmp_path / "rlcheck").glob("*.policy.json")
-    return found
+    assert list(db.fetch(key + KEY_SUFFIX))  # the policy sits beside the failing example
 
 
 # -- domains -----------------------------------------------------------------------------

@@ -5,15 +5,27 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import zlib
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.database import InMemoryExampleDatabase
 
-from rlcheck.errors import InvalidArgument, RLCheckWarning
+from rlcheck.errors import InvalidArgument, PolicyFileError, RLCheckWarning
 from rlcheck.learner import Policy
-from rlcheck.policy_store import FILE_FORMAT, FILE_VERSION, load_policy, save_policy
+from rlcheck.policy_store import (
+    COMPACT_AT,
+    FILE_FORMAT,
+    FILE_VERSION,
+    KEY_SUFFIX,
+    VALUE_MAGIC,
+    DatabasePolicy,
+    encode_value,
+    load_policy,
+    save_policy,
+)
 
 
 def _trained() -> Policy:
@@ -265,3 +277,267 @@ def test_a_policy_of_another_generator_is_kept_aside_not_overwritten(tmp_path: P
         rlcheck.run(triple, lambda t: True, guide=RLGuide(seed=0, policy_file=path), trials=50)
     assert (tmp_path / "policy.json.foreign-1").read_bytes() == learned
     assert path.read_bytes() != learned  # the new generator's policy
+
+
+# -- parse cost (RELIABILITY rlcheck #9) ---------------------------------------------------
+
+_COST_PROBE = """
+import sys, time, warnings
+from rlcheck.learner import Policy
+from rlcheck.policy_store import load_policy
+path = sys.argv[1]
+start = time.process_time()  # CPU seconds: the shared machine's load does not count
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    ok = load_policy(path, Policy())
+seconds = time.process_time() - start
+# VmHWM: this process's peak (ru_maxrss would also count the forked parent's pages)
+with open("/proc/self/status") as status:
+    peak_mb = next(int(l.split()[1]) for l in status if l.startswith("VmHWM")) / 1024
+print(ok, round(seconds, 3), round(peak_mb), repr(str(caught[0].message) if caught else ""))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM: Linux")
+@pytest.mark.parametrize("shape", ["empty-lists", "empty-rows-under-items-cap"])
+def test_a_just_under_cap_file_of_empty_lists_costs_little(tmp_path: Path, shape: str) -> None:
+    import subprocess
+    import sys
+
+    from rlcheck.policy_store import MAX_BYTES, MAX_ITEMS
+
+    path = tmp_path / "p.json"
+    if shape == "empty-lists":  # the attack: 11 million empty lists in 32 MiB
+        n = (MAX_BYTES - 2) // 3
+        path.write_bytes(b"[" + b"[]," * (n - 1) + b"[]]")
+        assert MAX_BYTES - 3 < path.stat().st_size <= MAX_BYTES
+    else:  # the most values the bound lets through, as small as a row can be
+        head = (
+            b'{"format":"rlcheck-policy-file","version":1,"meta":{},"policy":{"format":'
+            b'"rlcheck-policy","version":1,"epsilon":0.25,"tables":[["x",['
+        )
+        rows = b",".join(b"[%d,[]]" % i for i in range(MAX_ITEMS // 4 - 20))
+        path.write_bytes(head + rows + b"]]]}}")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", _COST_PROBE, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    ).stdout.split(maxsplit=3)
+    ok, seconds, peak_mb = out[0] == "True", float(out[1]), int(out[2])
+    assert seconds < 2.0 and peak_mb < 200, out
+    if shape == "empty-lists":
+        assert not ok and "refused without parsing" in out[3]
+    else:
+        assert ok
+
+
+def test_saving_refuses_what_loading_would_refuse(tmp_path: Path) -> None:
+    import rlcheck.policy_store as store
+
+    p = Policy(seed=0)
+    for i in range(200):
+        p.learn([("point", (i,), 0)], 1.0)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(store, "MAX_ITEMS", 100)
+        with pytest.raises(PolicyFileError, match="too large to be read back"):
+            store.encode_value(p.to_dict(), None, max_items=100)
+    assert not list(tmp_path.iterdir())
+
+
+# -- policies in example databases (RELIABILITY rlcheck #11) -------------------------------
+
+META = {"kind": "test"}
+
+
+def _store(db: object, **kwargs: object) -> DatabasePolicy:
+    return DatabasePolicy(db, b"test-key", meta=META, **kwargs)  # type: ignore[arg-type]
+
+
+def _visits(p: Policy) -> float:
+    return sum(sum(row[1::2]) for t in p._tables.values() for _, row in t.items())
+
+
+def test_merge_is_the_learning_rule_over_both_sets_of_episodes() -> None:
+    episodes = [([("a", (i % 3,), i % 2)], float(i % 5) - 1.0) for i in range(60)]
+    one, left, right = Policy(seed=0), Policy(seed=0), Policy(seed=0)
+    for visits, reward in episodes:
+        one.learn(visits, reward)
+    for visits, reward in episodes[:25]:
+        left.learn(visits, reward)
+    for visits, reward in episodes[25:]:
+        right.learn(visits, reward)
+    left.merge_dict(right.to_dict())
+    for state in range(3):
+        for action in range(2):
+            q, n = left.table("a").value((state,), action)
+            q1, n1 = one.table("a").value((state,), action)
+            assert n == n1 and q == pytest.approx(q1)
+
+
+def test_interleaved_saves_keep_every_contribution() -> None:
+    db = InMemoryExampleDatabase()
+    learners = [(Policy(seed=i), _store(db)) for i in range(3)]
+    for policy, store in learners:
+        assert not store.load(policy)
+    for round_ in range(5):  # each learner saves five times, interleaved with the others
+        for i, (policy, store) in enumerate(learners):
+            policy.learn([("p", ("s",), i)], 20.0 - round_)
+            store.save(policy)
+    merged = Policy()
+    assert _store(db).load(merged)
+    for i in range(3):
+        assert merged.table("p").value(("s",), i) == (18.0, 5)
+    assert len(list(db.fetch(b"test-key" + KEY_SUFFIX))) <= COMPACT_AT  # compacted
+
+
+def test_a_second_learner_starts_from_the_first_and_adds_only_its_own_visits() -> None:
+    db = InMemoryExampleDatabase()
+    first = Policy()
+    store = _store(db)
+    store.load(first)
+    first.learn([("p", (), 0)], 20.0)
+    store.save(first)
+    saved = set(db.fetch(b"test-key" + KEY_SUFFIX))
+    store.save(first)  # nothing new: nothing written
+    assert set(db.fetch(b"test-key" + KEY_SUFFIX)) == saved and len(saved) == 1
+    second = Policy()
+    again = _store(db)
+    assert again.load(second) and second.table("p").value((), 0) == (20.0, 1)
+    second.learn([("p", (), 0)], 10.0)
+    again.save(second)
+    merged = Policy()
+    _store(db).load(merged)
+    assert merged.table("p").value((), 0) == (15.0, 2)  # not 3 visits: no double count
+
+
+def _finished_writer(db: object, i: int) -> None:
+    p = Policy()
+    s = _store(db)
+    s.load(p)
+    p.learn([("p", (i,), 0)], 1.0)
+    s.save(p, final=True)
+
+
+def test_finished_writers_are_compacted_and_compactors_agree() -> None:
+    db = InMemoryExampleDatabase()
+    key = b"test-key" + KEY_SUFFIX
+    for i in range(COMPACT_AT + 1):
+        _finished_writer(db, i)
+    parts = set(db.fetch(key))
+    assert len(parts) == COMPACT_AT + 1
+    twin = InMemoryExampleDatabase()
+    for v in parts:
+        twin.save(key, v)
+    _finished_writer(db, COMPACT_AT + 1)  # one more: this save compacts the others
+    _finished_writer(twin, COMPACT_AT + 1)
+    values = set(db.fetch(key))
+    assert len(values) == 2  # the merge of the others, and the last writer's own
+    # A second compactor over the same set writes the same bytes (a set holds them once).
+    assert values & set(twin.fetch(key)) and len(values & set(twin.fetch(key))) == 1
+    merged = Policy()
+    _store(db).load(merged)
+    assert all(merged.table("p").value((i,), 0) == (1.0, 1) for i in range(COMPACT_AT + 2))
+
+
+def test_a_merge_whose_parts_were_not_deleted_counts_them_once() -> None:
+    db = InMemoryExampleDatabase()
+    key = b"test-key" + KEY_SUFFIX
+    for i in range(COMPACT_AT + 1):
+        _finished_writer(db, i)
+    parts = set(db.fetch(key))
+    _finished_writer(db, 99)  # compacts
+    for v in parts:  # as if the compactor had died between its save and its deletes
+        db.save(key, v)
+    merged = Policy()
+    _store(db).load(merged)
+    assert all(merged.table("p").value((i,), 0) == (1.0, 1) for i in range(COMPACT_AT + 1))
+
+
+def test_a_live_writer_is_never_compacted() -> None:
+    db = InMemoryExampleDatabase()
+    live = Policy()
+    store = _store(db)
+    store.load(live)
+    live.learn([("live", (), 0)], 3.0)
+    store.save(live)  # not final
+    for i in range(COMPACT_AT + 1):
+        _finished_writer(db, i)
+    assert store._saved in set(db.fetch(b"test-key" + KEY_SUFFIX))
+    live.learn([("live", (), 0)], 5.0)
+    store.save(live, final=True)
+    merged = Policy()
+    _store(db).load(merged)
+    assert merged.table("live").value((), 0) == (4.0, 2)
+
+
+def test_values_of_other_metadata_are_left_alone() -> None:
+    db = InMemoryExampleDatabase()
+    other = Policy()
+    other.learn([("theirs", (), 0)], 1.0)
+    foreign = encode_value(other.to_dict(), {"kind": "other"})
+    db.save(b"test-key" + KEY_SUFFIX, foreign)
+    mine = Policy()
+    s = _store(db)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not s.load(mine)
+    for i in range(COMPACT_AT + 2):
+        mine.learn([("mine", (i,), 0)], 1.0)
+        s.save(mine)
+    assert foreign in set(db.fetch(b"test-key" + KEY_SUFFIX))
+    assert "theirs" not in mine.points
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        VALUE_MAGIC + b"not zlib at all",
+        VALUE_MAGIC + zlib.compress(b"[" * 1000)[:-4],
+        VALUE_MAGIC + zlib.compress(b" " * (2 << 20) + b"{}"),  # inflates past max_bytes
+        b'{"format": "rlcheck-policy-file"',
+        b"[" + b"[]," * 1000 + b"[]]",
+        encode_value(Policy().to_dict(), META),
+    ],
+    ids=["not-zlib", "truncated", "bomb", "truncated-json", "too-many-items", "no-writer"],
+)
+def test_bad_database_values_are_skipped_with_a_warning(value: bytes) -> None:
+    db = InMemoryExampleDatabase()
+    good = Policy()
+    store = _store(db)
+    store.load(good)
+    good.learn([("p", (), 0)], 20.0)
+    store.save(good)
+    db.save(b"test-key" + KEY_SUFFIX, value)
+    loaded = Policy()
+    with pytest.warns(RLCheckWarning, match="stored value was skipped"):
+        assert _store(db, max_bytes=1 << 20, max_items=500).load(loaded)
+    assert loaded.table("p").value((), 0) == (20.0, 1)
+    assert value not in set(db.fetch(b"test-key" + KEY_SUFFIX))  # writable: deleted
+
+
+def test_reads_are_bounded_over_all_contributions() -> None:
+    db = InMemoryExampleDatabase()
+    for i in range(10):
+        p = Policy()
+        s = _store(db)
+        s.load(p)
+        p.learn([("p", (i,), 0)], 1.0)
+        s.save(p)  # live writers: never compacted
+    loaded = Policy()
+    _store(db, max_values=4).load(loaded)
+    assert len(loaded.table("p")) == 4
+    one = max(len(zlib.decompress(v[5:])) for v in db.fetch(b"test-key" + KEY_SUFFIX))
+    loaded = Policy()
+    with pytest.warns(RLCheckWarning, match="7 of 10 values were not read"):
+        _store(db, max_bytes=3 * one + one // 2).load(loaded)
+    assert len(loaded.table("p")) == 3
+    assert len(list(db.fetch(b"test-key" + KEY_SUFFIX))) == 10  # unread, not deleted
+
+
+def test_save_before_load_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="load"):
+        _store(InMemoryExampleDatabase()).save(Policy())

@@ -56,6 +56,7 @@ from rlcheck.hypothesis_backend import (
 )
 from rlcheck.learner import Policy
 from rlcheck.ledger import Ledger
+from rlcheck.policy_store import DatabasePolicy
 from rlcheck.state import SpanState
 
 BACKENDS = ["rlcheck", "rlcheck-fast"]
@@ -333,8 +334,8 @@ def _injectors() -> dict[str, tuple[Any, str]]:
         "draw_string/draw_bytes: sizes": (RLCheckProvider, "_sizes"),
         "realize": (RLCheckProvider, "_should_discard"),
         "statistics": (BackendStats, "update"),
-        "policy load": (provider_module, "load_policy"),
-        "policy save": (provider_module, "save_policy"),
+        "policy load": (DatabasePolicy, "load"),
+        "policy save": (DatabasePolicy, "save"),
     }
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "REWARD_INVALID",
     "REWARD_NEW",
     "Policy",
+    "PolicyMark",
     "QTable",
     "Visit",
     "WindowDriver",
@@ -754,17 +755,37 @@ class Policy:
 
     # -- persistence (plain JSON-able data; rlcheck never unpickles) -----------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, since: PolicyMark | None = None) -> dict[str, Any]:
         """A JSON-serialisable snapshot of the learned values (not the random stream).
+
+        With ``since`` (a :meth:`mark` of this policy), only what was learned after the
+        mark: each state-action pair's visits since then and the mean of their returns
+        (so :meth:`merge_dict` of the marked snapshot and this one gives the policy back).
+        Pairs without new visits hold ``[0.0, 0]``; rows and tables without any are left out.
 
         Raises :class:`InvalidArgument` naming the table and key when a point or state
         key cannot be saved (a type JSON cannot hold, or a NaN or infinite float).
+
+        Examples
+        --------
+        >>> p = Policy(seed=0)
+        >>> p.learn([("coin", (), 1)], 20.0)
+        >>> mark = p.mark()
+        >>> p.learn([("coin", (), 1)], 10.0)
+        >>> p.to_dict(since=mark)["tables"]
+        [['coin', [[{'t': []}, [0.0, 0.0, 10.0, 1.0]]]]]
         """
+        base = None if since is None else since.rows
         tables = []
         for point, table in self._tables.items():
             try:
-                rows = [[_encode(state), row] for state, row in table.items()]
-                tables.append([_encode(point), rows])
+                rows = []
+                for state, row in table.items():
+                    kept = row if base is None else _row_since(row, base.get((point, state)))
+                    if kept is not None:
+                        rows.append([_encode(state), kept])
+                if rows or base is None:
+                    tables.append([_encode(point), rows])
             except InvalidArgument as exc:
                 raise InvalidArgument(f"cannot save the table of point {point!r}: {exc}") from exc
         return {
@@ -774,6 +795,16 @@ class Policy:
             "tables": tables,
         }
 
+    def mark(self) -> PolicyMark:
+        """What the policy holds now, for ``to_dict(since=...)`` (a copy of every row)."""
+        return PolicyMark(
+            {
+                (point, state): row
+                for point, table in self._tables.items()
+                for state, row in table.items()
+            }
+        )
+
     def load_dict(self, data: Any) -> None:
         """Replace the learned values with a snapshot from :meth:`to_dict`.
 
@@ -782,31 +813,110 @@ class Policy:
         left unchanged in that case. Past ``max_tables`` tables and ``max_states`` rows
         per table, the rest is dropped.
         """
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise PolicyFileError("not an rlcheck policy snapshot")
-        if data.get("version") != _FORMAT_VERSION:
-            raise PolicyFileError(
-                f"policy format version {data.get('version')!r} is not {_FORMAT_VERSION}"
-            )
         tables: dict[Hashable, QTable] = {}
-        try:
-            for point_enc, rows in data["tables"]:
-                if len(tables) >= self.max_tables:
-                    break
-                table = QTable(max_states=self.max_states)
-                for state_enc, row in rows:
-                    if len(table) >= self.max_states:
-                        break
-                    table._put(_decode(state_enc), _new_row() + _checked_row(row))
-                tables[_decode(point_enc)] = table
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PolicyFileError(f"malformed policy snapshot: {exc}") from exc
+        for point, rows in _parse_snapshot(data, self.max_tables, self.max_states):
+            table = tables[point] = QTable(max_states=self.max_states)
+            for state, row in rows:
+                table._put(state, _new_row() + row)
         # In place: a chooser made before the load keeps seeing the policy's tables (and
         # drops the rows it memoised from the old ones: they are detached).
         for old in self._tables.values():
             _detach(old._rows.values())
         self._tables.clear()
         self._tables.update(tables)
+
+    def merge_dict(self, data: Any) -> None:
+        """Add a snapshot from :meth:`to_dict` to what the policy has learned.
+
+        The merge is the learning rule's own: Monte Carlo values are means of returns, so
+        a state-action pair seen ``n1`` times with value ``q1`` here and ``n2`` times with
+        ``q2`` in the snapshot becomes ``(n1 q1 + n2 q2) / (n1 + n2)`` over ``n1 + n2``
+        visits, as if one learner had made both sets of episodes. The caps hold as in
+        learning (``max_tables``, ``max_states``: the oldest is dropped). Raises
+        :class:`PolicyFileError` like :meth:`load_dict`, leaving the policy unchanged.
+
+        Examples
+        --------
+        >>> a, b = Policy(seed=0), Policy(seed=0)
+        >>> a.learn([("coin", (), 1)], 20.0)
+        >>> b.learn([("coin", (), 1)], -1.0); b.learn([("coin", (), 1)], -1.0)
+        >>> a.merge_dict(b.to_dict())
+        >>> a.table("coin").value((), 1)
+        (6.0, 3)
+        """
+        parsed = _parse_snapshot(data, self.max_tables, self.max_states)
+        for point, rows in parsed:
+            table = self.table(point)
+            for state, incoming in rows:
+                row = table._rows.get(state)
+                if row is None:
+                    table._put(state, _new_row() + incoming)
+                    continue
+                if len(row) < _HEAD + len(incoming):
+                    row.extend([0.0] * (_HEAD + len(incoming) - len(row)))
+                for i in range(0, len(incoming), 2):
+                    n2 = incoming[i + 1]
+                    if not n2:
+                        continue
+                    at = _HEAD + i
+                    n1 = row[at + 1]
+                    n = n1 + n2
+                    row[at] = (n1 * row[at] + n2 * incoming[i]) / n
+                    row[at + 1] = n
+                row[_N_CACHED] = 0  # values changed: the greedy action is found again
+
+
+class PolicyMark(NamedTuple):
+    """The rows of a policy at one moment (:meth:`Policy.mark`)."""
+
+    rows: dict[tuple[Hashable, Hashable], list[float]]
+
+
+def _row_since(row: list[float], before: list[float] | None) -> list[float] | None:
+    """The visits of ``row`` made after ``before`` (same layout), ``None`` if none."""
+    if before is None:
+        return row if any(row[1::2]) else None
+    out = [0.0] * len(row)
+    fresh = False
+    for i in range(0, len(row), 2):
+        n = row[i + 1]
+        if i + 1 < len(before):
+            n0, q0 = before[i + 1], before[i]
+        else:
+            n0, q0 = 0.0, 0.0
+        if n > n0:  # fewer visits than at the mark: the row was evicted and re-made
+            out[i] = (n * row[i] - n0 * q0) / (n - n0)
+            out[i + 1] = n - n0
+            fresh = True
+    return out if fresh else None
+
+
+def _parse_snapshot(
+    data: Any, max_tables: int, max_states: int
+) -> list[tuple[Hashable, list[tuple[Hashable, list[float]]]]]:
+    """The checked ``(point, [(state, row), ...])`` tables of a :meth:`Policy.to_dict`
+    snapshot, at most ``max_tables`` of at most ``max_states`` rows, or
+    :class:`PolicyFileError`."""
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+        raise PolicyFileError("not an rlcheck policy snapshot")
+    if data.get("version") != _FORMAT_VERSION:
+        raise PolicyFileError(
+            f"policy format version {data.get('version')!r} is not {_FORMAT_VERSION}"
+        )
+    tables: list[tuple[Hashable, list[tuple[Hashable, list[float]]]]] = []
+    try:
+        for point_enc, rows in data["tables"]:
+            if len(tables) >= max_tables:
+                break
+            checked: list[tuple[Hashable, list[float]]] = []
+            for state_enc, row in rows:
+                if len(checked) >= max_states:
+                    break
+                checked.append((_decode(state_enc), _checked_row(row)))
+            tables.append((_decode(point_enc), checked))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolicyFileError(f"malformed policy snapshot: {exc}") from exc
+    return tables
 
 
 _MAX_ABS_Q = 1e9  # far beyond any mean of rewards; rejects 1e308-style garbage

@@ -23,6 +23,8 @@ argument)
 ``_hypothesis_internal_database_key``,    none: the key Hypothesis files examples under
 ``function_digest``
 ``database._wrapped``                     none: the directory of a wrapped database
+``DirectoryBasedExampleDatabase.          ``fetch`` (used for every other database): it
+_key_path``                               reads each file whole before its size is known
 ``INVALID_THRESHOLD_BASE``                none: the give-up rule's constant
 health-check limits (10 valid /           none: local constants of
 50 invalid)                               ``ConjectureRunner.record_for_health_check``
@@ -47,6 +49,7 @@ running test case's ``data``              (boundary values, constants of the cod
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,6 +82,7 @@ __all__ = [
     "choice_permitted",
     "current_test",
     "default_provider",
+    "bounded_fetch",
     "database_directory",
     "database_key",
     "make_float_clamper",
@@ -199,6 +203,53 @@ def database_directory(database: Any) -> Path | None:
     return None
 
 
+def bounded_fetch(database: Any) -> Callable[[bytes, int, int], Iterator[bytes]]:
+    """``fetch(key, max_values, max_bytes)`` over ``database``: at most ``max_values``
+    values of at most ``max_bytes`` each (longer ones skipped). A directory database's
+    files are sized before they are read (its own ``fetch`` reads each one whole), also
+    inside read-only and multiplexed wrappers; other databases are read by ``fetch``."""
+    from hypothesis.database import (
+        DirectoryBasedExampleDatabase,
+        MultiplexedDatabase,
+        ReadOnlyDatabase,
+    )
+
+    def each(db: Any, key: bytes, max_bytes: int) -> Iterator[bytes]:
+        if isinstance(db, DirectoryBasedExampleDatabase):
+            directory = db._key_path(key)
+            try:
+                names = sorted(os.listdir(directory))
+            except OSError:
+                return
+            for name in names:
+                with contextlib.suppress(OSError):
+                    path = directory / name
+                    if path.is_file() and path.stat().st_size <= max_bytes:
+                        yield path.read_bytes()
+            return
+        if isinstance(db, MultiplexedDatabase):
+            for wrapped in db._wrapped:
+                yield from each(wrapped, key, max_bytes)
+            return
+        if isinstance(db, ReadOnlyDatabase):
+            yield from each(db._wrapped, key, max_bytes)
+            return
+        for value in db.fetch(key):
+            if len(value) <= max_bytes:
+                yield value
+
+    def fetch(key: bytes, max_values: int, max_bytes: int) -> Iterator[bytes]:
+        seen: set[bytes] = set()
+        for value in each(database, key, max_bytes):
+            if len(seen) >= max_values:
+                return
+            if value not in seen:  # a multiplexed database may hold a value twice
+                seen.add(value)
+                yield value
+
+    return fetch
+
+
 def run_random(seed_source: random.Random) -> int:
     """A 64-bit seed drawn from a run's random stream."""
     return seed_source.getrandbits(64)
@@ -287,7 +338,7 @@ def check_compat() -> dict[str, bool]:
     >>> all(check_compat().values())
     True
     """
-    from hypothesis import control, given, strategies
+    from hypothesis import control, database, given, strategies
 
     @given(strategies.none())
     def _probe(x: None) -> None:
@@ -303,6 +354,9 @@ def check_compat() -> dict[str, bool]:
         "ConjectureData._random": "_random" in data.ConjectureData.__init__.__code__.co_names,
         "_hypothesis_internal_use_settings": hasattr(_probe, "_hypothesis_internal_use_settings"),
         "function_digest": hasattr(reflection, "function_digest"),
+        "DirectoryBasedExampleDatabase._key_path": hasattr(
+            database.DirectoryBasedExampleDatabase, "_key_path"
+        ),
         "with_observability_callback": hasattr(observability, "with_observability_callback"),
         "OBSERVABILITY_COLLECT_COVERAGE": hasattr(observability, "OBSERVABILITY_COLLECT_COVERAGE"),
         "OBSERVABILITY_CHOICES": hasattr(observability, "OBSERVABILITY_CHOICES"),

@@ -52,9 +52,10 @@ cases exceed ``458 + 100 × valid``; the first case, database replay and
 shrinking use Hypothesis's own backend, and every failure found here is replayed on it.
 Hence:
 
-* the learned policy is saved under the example database's directory, keyed by the
-  test's database key (atomic JSON via :mod:`rlcheck.policy_store`), and loaded by the
-  next run, so learning accumulates across runs;
+* the learned policy is saved in the example database, under the test's database key
+  + ``b".rlcheck-policy"``, as contributions that the next run merges
+  (:class:`rlcheck.policy_store.DatabasePolicy`), so learning accumulates across runs,
+  processes and machines sharing a database, on any database (read-only ones are read);
 * when invalid cases reach half of Hypothesis's give-up threshold, the provider hands
   the rest of the run to Hypothesis's own backend (``BackendCannotProceed("exhausted")``),
   so a test the default backend can run never becomes ``Unsatisfiable`` here;
@@ -98,6 +99,7 @@ from rlcheck.hypothesis.compat import (
     BackendCannotProceed,
     IntervalSet,
     PrimitiveProvider,
+    bounded_fetch,
     choice_permitted,
     current_test,
     database_directory,
@@ -108,7 +110,7 @@ from rlcheck.hypothesis.compat import (
 )
 from rlcheck.learner import Policy, Visit
 from rlcheck.ledger import Counts, Ledger, Outcome
-from rlcheck.policy_store import load_policy, save_policy
+from rlcheck.policy_store import DatabasePolicy
 from rlcheck.state import SpanState
 
 __all__ = [
@@ -274,11 +276,12 @@ def collect_stats(stats: BackendStats | None = None) -> Iterator[BackendStats]:
 
 
 def policy_path(database: Any, database_key: bytes | None) -> Path | None:
-    """Where the backend keeps the learned policy of one test, or ``None`` if nowhere.
+    """Where earlier versions kept the learned policy of one test, or ``None``.
 
-    Policies live next to the failing examples, under ``<database dir>/rlcheck/``, one
-    file per test named after its Hypothesis database key. Tests without a key, and
-    databases that are not directories (in-memory), get no persistence.
+    Policies now live in the example database itself, under the test's database key +
+    ``b".rlcheck-policy"`` (:class:`rlcheck.policy_store.DatabasePolicy`); a file at this
+    path (``<database dir>/rlcheck/<digest>.policy.json``) is still read, and moved into
+    the database by the first save.
 
     Examples
     --------
@@ -297,34 +300,45 @@ def policy_path(database: Any, database_key: bytes | None) -> Path | None:
 
 
 class _Persistence:
-    """The policy file of one test: load once, save when asked and at the end."""
+    """The learned policy of one test in its example database: load once, save the new
+    visits when asked and at the end (:class:`rlcheck.policy_store.DatabasePolicy`)."""
 
-    def __init__(self, path: Path | None, policy: Policy) -> None:
-        self.path = path
+    def __init__(self, database: Any, key: bytes, policy: Policy) -> None:
+        self.store = DatabasePolicy(
+            database,
+            key,
+            meta=_POLICY_META,
+            legacy_file=policy_path(database, key),
+            fetch=bounded_fetch(database),
+        )
         self.policy = policy
         self.dirty = False
+        self.final = False  # the last save said this run is done learning
+        self.broken = False  # a save failed: no more saves in this run
         self.last_save = time.monotonic()
 
     def load(self) -> bool:
-        if self.path is None:
-            return False
-        return load_policy(self.path, self.policy, expect_meta=_POLICY_META)
+        return self.store.load(self.policy)
 
-    def save(self) -> None:
-        if self.path is None or not self.dirty:
+    def save(self, *, final: bool = False) -> None:
+        if self.broken or (not self.dirty and not (final and not self.final)):
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        save_policy(self.path, self.policy, meta=_POLICY_META)
+        try:
+            self.store.save(self.policy, final=final)
+        except BaseException:
+            self.broken = True  # reported once, by the caller; no retry at collection
+            raise
         self.dirty = False
+        self.final = final
         self.last_save = time.monotonic()
 
     def final_save(self) -> None:
         # Runs from weakref.finalize (garbage collection or interpreter exit): never raise.
         try:
-            self.save()
+            self.save(final=True)
         except Exception as exc:
             warnings.warn(
-                f"rlcheck could not save the learned policy to {str(self.path)!r}: {exc}",
+                f"rlcheck could not save the learned policy to {self.store.database!r}: {exc}",
                 RLCheckWarning,
                 stacklevel=1,
             )
@@ -349,7 +363,7 @@ class RLCheckProvider(PrimitiveProvider):
         Seed of the provider's randomness; by default taken from Hypothesis's own random
         stream, so ``@seed`` and ``derandomize=True`` make runs reproducible.
     persist:
-        Load and save the learned policy under the example database directory.
+        Load and save the learned policy in the test's example database.
 
     Examples
     --------
@@ -479,7 +493,7 @@ class RLCheckProvider(PrimitiveProvider):
                 if hand_back:
                     self._record(handed_back=True)
                 if self._persistence is not None:
-                    self._persistence.save()
+                    self._persistence.save(final=True)
                 raise BackendCannotProceed("exhausted")
             self._state.reset()
             self._visits.clear()
@@ -623,9 +637,9 @@ class RLCheckProvider(PrimitiveProvider):
             self._policy.rng.seed(seed)
             self._rng.seed(seed ^ 0x5DEECE66D)
         if self._persist_enabled and current is not None and test is not None:
-            path = policy_path(current.database, database_key(test))
-            if path is not None:
-                self._persistence = _Persistence(path, self._policy)
+            key = database_key(test)
+            if current.database is not None and key:
+                self._persistence = _Persistence(current.database, key, self._policy)
                 self._persistence.load()
                 weakref.finalize(self, self._persistence.final_save)
 
