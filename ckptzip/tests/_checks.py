@@ -27,3 +27,13 @@ def assert_same(a: Any, b: Any) -> None:
         assert isinstance(b, float) and math.isnan(b)
     else:
         assert type(a) is type(b) and a == b
+
+
+def use_kernels(monkeypatch: Any, implementation: Any) -> None:
+    """Run the pipeline on ``implementation`` (``ckptzip.kernels.reference`` or ``.fast``)
+    for the rest of the test: the kernel names every stage looks up are rebound."""
+    from ckptzip import kernels
+
+    for name in kernels.__all__:
+        if name not in ("IMPLEMENTATION", "fast", "reference"):
+            monkeypatch.setattr(kernels, name, getattr(implementation, name))

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _checks import use_kernels
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -398,15 +399,24 @@ def _blocked_cases() -> list[tuple[torch.Tensor, QuantConfig, torch.Tensor | Non
 def test_blockwise_passes_give_the_whole_tensor_result(
     case: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Encoding threads run the element-wise passes block by block: the same result, bit for
-    bit, as whole-tensor ops (odd blocks, so tails and boundaries are exercised)."""
-    import ckptzip.sketch
+    """The reference kernels run the element-wise passes block by block in encoding threads:
+    the same result, bit for bit, as whole-tensor ops (odd blocks, so tails and boundaries
+    are exercised), and as the fast kernels where they are built."""
+    from ckptzip import kernels
 
     x, cfg, scores = _blocked_cases()[case]
-    monkeypatch.setattr(ckptzip.sketch, "block_size", lambda t: max(t.numel(), 1))
+    use_kernels(monkeypatch, kernels.reference)
+    monkeypatch.setattr(kernels.reference, "block_size", lambda t: max(t.numel(), 1))
     whole = quantize(x, cfg, scores=scores)
-    monkeypatch.setattr(ckptzip.sketch, "block_size", lambda t: 999)
+    monkeypatch.setattr(kernels.reference, "block_size", lambda t: 999)
     blocked = quantize(x, cfg, scores=scores)
+    if kernels.fast is not None:
+        use_kernels(monkeypatch, kernels.fast)
+        fast = quantize(x, cfg, scores=scores)
+        assert fast.rel_error == whole.rel_error
+        assert np.array_equal(fast.levels, whole.levels)
+        assert np.array_equal(fast.indices, whole.indices)
+        assert np.array_equal(fast.protected_positions, whole.protected_positions)
     assert whole.rel_error == blocked.rel_error
     assert np.array_equal(whole.levels, blocked.levels)
     assert np.array_equal(whole.indices, blocked.indices)

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptzip import entropy
+from ckptzip import entropy, kernels
 from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = [
@@ -113,7 +113,7 @@ def cyclic_difference(prev: np.ndarray, now: np.ndarray, bins: int) -> np.ndarra
         raise ConfigError(
             f"prev has {p.size} indices but now has {n.size}: a delta needs the same tensor size"
         )
-    return ((p.astype(np.int16) - n.astype(np.int16)) % bins).astype(np.uint8)
+    return kernels.delta_encode(p, n, bins, False)[0]
 
 
 def apply_difference(prev: np.ndarray, diff: np.ndarray, bins: int) -> np.ndarray:
@@ -131,7 +131,7 @@ def apply_difference(prev: np.ndarray, diff: np.ndarray, bins: int) -> np.ndarra
     d = _check_indices("diff", diff, bins)
     if p.shape != d.shape:
         raise ConfigError(f"prev has {p.size} indices but diff has {d.size}")
-    return ((p.astype(np.int16) - d.astype(np.int16)) % bins).astype(np.uint8)
+    return kernels.delta_decode(p, d, bins, False)
 
 
 def rearrangement(prev: np.ndarray) -> np.ndarray:
@@ -197,11 +197,20 @@ def _groups(prev: np.ndarray, bins: int, rearrange: bool) -> list[int] | None:
     return np.bincount(np.asarray(prev).reshape(-1), minlength=bins).tolist()
 
 
-def _symbols(prev: np.ndarray, now: np.ndarray, bins: int, rearrange: bool) -> np.ndarray:
-    diff = cyclic_difference(prev, now, bins)
-    if rearrange:
-        diff = diff[rearrangement(prev)]
-    return diff
+def _symbols(
+    prev: np.ndarray, now: np.ndarray, bins: int, rearrange: bool
+) -> tuple[np.ndarray, list[int] | None]:
+    """The symbol stream (differences, grouped by the previous bin) and the group sizes, in
+    one pass of :func:`ckptzip.kernels.delta_encode`."""
+    _check_bins(bins)
+    p = _check_indices("prev", prev, bins)
+    n = _check_indices("now", now, bins)
+    if p.shape != n.shape:
+        raise ConfigError(
+            f"prev has {p.size} indices but now has {n.size}: a delta needs the same tensor size"
+        )
+    symbols, groups = kernels.delta_encode(p, n, bins, rearrange)
+    return symbols, (groups if rearrange else None)
 
 
 def encode_delta(
@@ -237,8 +246,8 @@ def encode_delta(
     >>> encode_delta(prev, now, 16).nbytes < 1_000
     True
     """
-    symbols = _symbols(prev, now, bins, rearrange)
-    return _payload(symbols, _groups(prev, bins, rearrange), bins, rearrange, method, level)
+    symbols, groups = _symbols(prev, now, bins, rearrange)
+    return _payload(symbols, groups, bins, rearrange, method, level)
 
 
 def _payload(
@@ -277,8 +286,7 @@ def encode_smallest(
     """
     if not methods:
         raise ConfigError("methods must name at least one symbol back end")
-    symbols = _symbols(prev, now, bins, True)
-    groups = _groups(prev, bins, True)
+    symbols, groups = _symbols(prev, now, bins, True)
     best: DeltaPayload | None = None
     for method in methods:
         if best is not None:
@@ -335,9 +343,4 @@ def decode_delta(meta: dict[str, Any], chunks: Sequence[bytes], prev: np.ndarray
         raise CorruptCheckpointError(f"delta payload decoded to {symbols.size} symbols, not {n}")
     if n and int(symbols.max()) >= bins:
         raise CorruptCheckpointError(f"delta payload holds a difference >= bins={bins}")
-    if rearrange:
-        diff = np.empty_like(symbols)
-        diff[rearrangement(p)] = symbols
-    else:
-        diff = symbols
-    return apply_difference(p, diff, bins)
+    return kernels.delta_decode(p, symbols, bins, bool(rearrange))

@@ -32,10 +32,11 @@ length ``n`` as one chunk, by
 * ``"bitmap+zstd"``: the MSB-first bitmap of ``symbol != 0`` then the nonzero symbols, one
   zstd frame (meta ``nonzero``);
 * ``"ans"``: asymmetric numeral systems (``constriction``'s ``AnsCoder``, a maintained Rust
-  coder) under a static categorical model per *context*, which reaches the stream's empirical
-  entropy given its context within a fraction of a percent plus the count table (quant
-  indices: within 0.3 % of their order-0 entropy, tables included, on ``gru``/``lm`` by
-  ``benchmarks/entropy_stage.py``). The caller
+  coder, or the compiled kernel that writes and reads the same words:
+  :func:`ckptzip.kernels.ans_encode`) under a static categorical model per *context*,
+  which reaches the stream's empirical entropy given its context within a fraction of a
+  percent plus the count table (quant indices: within 0.3 % of their order-0 entropy,
+  tables included, on ``gru``/``lm`` by ``benchmarks/entropy_stage.py``). The caller
   may split the stream into contiguous segments, each its own context (the delta codec's
   groups by the parent's bin, so the coder reaches the entropy *given* the parent's bin);
   the decoder gets the same segment sizes from what it already knows. Chunk: a zstd frame of
@@ -62,6 +63,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ckptzip import kernels
 from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = [
@@ -431,57 +433,23 @@ def _bounds(segments: _Segments, n: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes)])
 
 
-def _categorical(counts: np.ndarray) -> Any:
-    from constriction import stream  # the only back end that needs it
-
-    # Built from the integer counts alone, so encoder and decoder get the same fixed-point
-    # model (perfect=False: its quantization is a deterministic function of the input).
-    return stream.model.Categorical(counts.astype(np.float64), perfect=False)
-
-
-_ANS_BLOCK = 1 << 16
-
-
 def _ans_encode(
     symbols: np.ndarray, level: int, segments: _Segments
 ) -> tuple[list[bytes], dict[str, Any]]:
-    from constriction import stream  # the only back end that needs it
-
     bounds = _bounds(segments, symbols.size)
     alphabet = int(symbols.max()) + 1 if symbols.size else 1
-    contexts = bounds.size - 1
-    counts = np.zeros((contexts, alphabet), dtype="<u4")
-    coder = stream.stack.AnsCoder()
-    # A stack coder decodes last-in first-out: encode the contexts back to front.
-    for c in range(contexts - 1, -1, -1):
-        part = symbols[bounds[c] : bounds[c + 1]]
-        # by blocks: the int32 copies NumPy's bincount and the coder want stay in cache
-        # instead of being tensor-sized (measured 3x faster on 9M symbols)
-        starts = range(0, part.size, _ANS_BLOCK)
-        counts[c] = sum(
-            (np.bincount(part[i : i + _ANS_BLOCK], minlength=alphabet) for i in starts),
-            np.zeros(alphabet, dtype=np.int64),
-        )
-        if np.count_nonzero(counts[c]) > 1:
-            model = _categorical(counts[c])
-            # encoding the blocks back to front pushes the same symbols in the same order
-            # as one call on the whole part: the same words
-            for i in reversed(starts):
-                coder.encode_reverse(part[i : i + _ANS_BLOCK].astype(np.int32), model)
-    words = np.asarray(coder.get_compressed(), dtype="<u4")
+    counts, words = kernels.ans_encode(symbols, bounds, alphabet)
     # the narrowest little-endian width that holds every count: the table of a small tensor's
     # many contexts is otherwise a visible share of its payload
     width = next(w for w in (1, 2, 4) if int(counts.max(initial=0)) < 1 << (8 * w))
     table = compress(counts.astype(f"<u{width}").tobytes(), 19)
     meta = {"alphabet": alphabet, "table_bytes": len(table), "table_width": width}
-    return [table + words.tobytes()], meta
+    return [table + words.astype("<u4", copy=False).tobytes()], meta
 
 
 def _ans_decode(
     chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
 ) -> np.ndarray:
-    from constriction import stream  # the only back end that needs it
-
     data = _one_chunk(chunks)
     bounds = _bounds(segments, n)
     contexts = bounds.size - 1
@@ -497,22 +465,7 @@ def _ans_decode(
     if (counts.sum(axis=1, dtype=np.int64) != np.diff(bounds)).any():
         raise CorruptCheckpointError("ans count table does not match the stream's segments")
     words = np.frombuffer(data[table_bytes:], dtype="<u4").astype(np.uint32)
-    out = np.empty(n, dtype=np.uint8)
-    try:
-        coder = stream.stack.AnsCoder(words)
-        for c in range(contexts):
-            lo, hi = int(bounds[c]), int(bounds[c + 1])
-            used = np.flatnonzero(counts[c])
-            if used.size <= 1:
-                out[lo:hi] = used[0] if used.size else 0
-            elif hi > lo:
-                out[lo:hi] = coder.decode(_categorical(counts[c]), hi - lo)
-        empty = coder.is_empty()
-    except (ValueError, RuntimeError, OverflowError) as exc:
-        raise CorruptCheckpointError(f"ans payload does not decode: {exc}") from exc
-    if not empty:
-        raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
-    return out
+    return kernels.ans_decode(words, bounds, counts, n)
 
 
 SYMBOL_METHODS: dict[str, _Method] = {

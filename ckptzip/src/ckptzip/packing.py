@@ -4,10 +4,8 @@ The layout is an LSB-first bit stream: index ``i`` occupies stream bits
 ``[i * bits, (i + 1) * bits)``, and stream bit ``b`` is bit ``b % 8`` of byte ``b // 8``. The
 last byte is zero-padded. ``n`` indices take exactly ``ceil(n * bits / 8)`` bytes.
 
-Widths that divide 8 (1, 2, 4) pack whole indices into each byte with one shift per lane.
-The others work on groups of eight indices, which fill exactly ``bits`` bytes: each group is
-assembled in one little-endian ``uint64`` with eight shifts. Either way the loops run over
-lanes, never over elements.
+The passes over the indices are :func:`ckptzip.kernels.pack` / :func:`~ckptzip.kernels.unpack`
+(compiled, or NumPy lane by lane in the reference); this module checks the arguments.
 
 >>> import numpy as np
 >>> idx = np.array([3, 0, 2, 1, 3], dtype=np.uint8)
@@ -22,12 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ckptzip import kernels
 from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = ["bits_for", "pack_indices", "packed_size", "unpack_indices"]
-
-# Explicit little-endian so the stream is the same on big-endian hosts.
-_U64 = np.dtype("<u8")
 
 
 def bits_for(n_levels: int) -> int:
@@ -93,29 +89,7 @@ def pack_indices(indices: np.ndarray, bits: int) -> bytes:
         raise ConfigError(
             f"index {top} does not fit in bits={bits}; use bits={bits_for(top + 1)} (see bits_for)"
         )
-    if 8 % bits == 0:
-        # 1, 2 and 4 bits: whole indices per byte, OR-ed in lane by lane
-        per = 8 // bits
-        nbytes = packed_size(n, bits)
-        if n == nbytes * per:
-            byte_lanes = flat.reshape(nbytes, per)
-        else:
-            padded = np.zeros(nbytes * per, dtype=np.uint8)
-            padded[:n] = flat
-            byte_lanes = padded.reshape(nbytes, per)
-        out8 = byte_lanes[:, 0].copy()
-        for j in range(1, per):
-            out8 |= byte_lanes[:, j] << np.uint8(j * bits)
-        return out8.tobytes()
-    groups = -(-n // 8)
-    padded = np.zeros(groups * 8, dtype=np.uint8)
-    padded[:n] = flat
-    lanes = padded.reshape(groups, 8)
-    word = np.zeros(groups, dtype=_U64)
-    for j in range(8):  # eight lanes per group, not a loop over elements
-        word |= lanes[:, j].astype(_U64) << np.uint64(j * bits)
-    out = word.view(np.uint8).reshape(groups, 8)[:, :bits]
-    return out.tobytes()[: packed_size(n, bits)]
+    return kernels.pack(flat, bits, packed_size(n, bits))
 
 
 def unpack_indices(data: bytes, bits: int, n: int) -> np.ndarray:
@@ -144,24 +118,7 @@ def unpack_indices(data: bytes, bits: int, n: int) -> np.ndarray:
         return raw.copy()
     if n == 0:
         return np.zeros(0, dtype=np.uint8)
-    mask = np.uint64((1 << bits) - 1)
-    if 8 % bits == 0:
-        per = 8 // bits
-        out8 = np.empty((raw.size, per), dtype=np.uint8)
-        for j in range(per):
-            out8[:, j] = (raw >> np.uint8(j * bits)) & np.uint8((1 << bits) - 1)
-        flat_out = out8.reshape(-1)
-        return flat_out if flat_out.size == n else flat_out[: int(n)].copy()
-    groups = -(-int(n) // 8)
-    buf = np.zeros((groups, 8), dtype=np.uint8)
-    body = np.zeros(groups * bits, dtype=np.uint8)
-    body[: raw.size] = raw
-    buf[:, :bits] = body.reshape(groups, bits)
-    word = buf.view(_U64).reshape(groups)
-    out = np.empty((groups, 8), dtype=np.uint8)
-    for j in range(8):
-        out[:, j] = (word >> np.uint64(j * bits)) & mask
-    return out.reshape(-1)[: int(n)].copy()
+    return kernels.unpack(raw, bits, int(n))
 
 
 def _check_bits(bits: int) -> None:

@@ -41,15 +41,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
+from ckptzip import kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.config import QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedValueError
-from ckptzip.sketch import LogSketch, blocks, build_sketch, value_codes
+from ckptzip.sketch import LogSketch, build_sketch, value_codes
 
 __all__ = ["SIGMA", "assign", "dequantize", "fit_levels", "quantize", "requantize"]
 
@@ -175,41 +175,11 @@ def dequantize(q: QuantizedTensor, *, device: torch.device | str = "cpu") -> tor
     lv = _level_values(q.levels, q.config.log_domain, q.dtype, torch.device(device))
     if n == 0:
         return torch.zeros(q.shape, dtype=q.dtype, device=device)
-    out = _gather_levels(lv, np.ascontiguousarray(q.indices).reshape(-1))
+    out = kernels.gather(lv, np.ascontiguousarray(q.indices).reshape(-1))
     if q.protected_positions.size:
         pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions)).to(device)
         out.index_copy_(0, pos, q.protected_values.to(device=device, dtype=q.dtype))
     return out.reshape(q.shape)
-
-
-_PAIR_VIEW = {2: torch.int32, 4: torch.int64}
-_PAIR_MIN_NUMEL = 1 << 18  # below this the 65536-entry pair table costs more than it saves
-
-
-def _gather_levels(lv: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
-    """``lv[idx]`` on ``lv``'s device.
-
-    On CPU, large tensors look indices up two at a time: a 65536-entry table of level
-    *pairs* indexed by each pair of index bytes read as one ``uint16`` halves the number of
-    gathers and skips widening every index (measured 2x faster on 10M fp32 values).
-    """
-    n = idx.size
-    pair_dtype = _PAIR_VIEW.get(lv.element_size())
-    if lv.device.type != "cpu" or n < _PAIR_MIN_NUMEL or pair_dtype is None:
-        return lv.index_select(0, torch.from_numpy(idx).to(lv.device).to(torch.int32))
-    full = torch.zeros(256, dtype=lv.dtype)
-    full[: lv.numel()] = lv
-    codes = torch.arange(65536)
-    # little-endian uint16: the first index of a pair is the low byte
-    table = torch.stack([full[codes & 255], full[codes >> 8]], dim=1).contiguous()
-    table = table.view(pair_dtype).reshape(-1)
-    even = n - n % 2
-    pairs = torch.from_numpy(idx[:even].view("<u2").astype(np.int32))
-    out = torch.empty(n, dtype=lv.dtype)
-    out[:even] = table.index_select(0, pairs).view(lv.dtype)
-    if even < n:
-        out[even:] = lv[int(idx[-1])]
-    return out
 
 
 def assign(x: torch.Tensor, levels: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -234,7 +204,7 @@ def assign(x: torch.Tensor, levels: np.ndarray | torch.Tensor) -> torch.Tensor:
     if work.dtype != torch.float64:
         work = work.to(torch.float32)
     mids = ((lv[1:] + lv[:-1]) / 2).to(device=work.device, dtype=work.dtype)
-    return torch.searchsorted(mids, work, out_int32=True).to(torch.uint8).reshape(x.shape)
+    return kernels.nearest(work, mids).reshape(x.shape)
 
 
 def fit_levels(
@@ -418,7 +388,7 @@ class _Ranking:
         cut, need = self._cut(k, largest=True)
         # One pass: the candidates are everything at or above the cut's bucket (k plus a
         # bucket's worth), which is small for the protect fraction.
-        cand = _positions(self.rank, lambda r: r >= cut)
+        cand = kernels.positions(self.rank, lambda r: r >= cut)
         at_cut = self.rank[cand] == cut
         inside = self._pick(cand[at_cut], need, largest=True)
         return torch.cat([cand[~at_cut], inside]).sort().values
@@ -433,36 +403,10 @@ class _Ranking:
         mask = self.rank < cut
         inside = torch.zeros(0, dtype=torch.int64, device=self.rank.device)
         if need > 0:
-            cand = _positions(self.rank, lambda r: r == cut)
+            cand = kernels.positions(self.rank, lambda r: r == cut)
             inside = self._pick(cand, need, largest=False)
             mask[inside] = True
         return mask, cut, inside
-
-
-def _positions(x: torch.Tensor, test: Callable[[Any], Any]) -> torch.Tensor:
-    """Sorted positions (int64) of the entries of 1-D integer ``x`` where ``test`` holds.
-
-    ``test`` is an element-wise comparison that works on NumPy arrays and tensors alike. On
-    CPU it runs in NumPy block by block: no tensor-sized mask, and NumPy's comparisons and
-    ``flatnonzero`` are several times faster than torch's there (``nonzero`` measured 2 ms
-    against 65 ms on a sparse 10M mask, one thread).
-    """
-    if x.device.type != "cpu":
-        return test(x).nonzero().squeeze(1)
-    xn = x.numpy()
-    parts = [np.flatnonzero(test(xn[lo:hi])) + lo for lo, hi in blocks(xn.size, x)]
-    return torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.int64))
-
-
-def _magnitude_rank(codes: torch.Tensor, cap: int) -> torch.Tensor:
-    """``|codes − cap|`` (int32): the magnitude offset of every element's bucket."""
-    if codes.device.type != "cpu":
-        return (codes - cap).abs_()
-    rank = np.empty(codes.numel(), dtype=np.int32)
-    cn = codes.numpy()
-    for lo, hi in blocks(cn.size, codes):  # NumPy: integer ops faster than torch's here
-        np.abs(np.subtract(cn[lo:hi], cap, out=rank[lo:hi]), out=rank[lo:hi])
-    return torch.from_numpy(rank)
 
 
 def _count(fraction: float, n: int) -> int:
@@ -515,7 +459,7 @@ def _quantize_finite(
     sens_rank: _Ranking | None = None
     if k_protect or (k_prune and not prune_by_sensitivity):
         mag_rank = _Ranking(
-            _magnitude_rank(codes, cap), sk.magnitude_counts(), lambda pos: v[pos].abs()
+            kernels.magnitude_rank(codes, cap), sk.magnitude_counts(), lambda pos: v[pos].abs()
         )
     if s is not None and (k_protect > k_mag or (k_prune and prune_by_sensitivity)):
         ssk, scodes = build_sketch(s)
@@ -581,29 +525,14 @@ def _quantize_finite(
     o2i = torch.as_tensor(ordinal_to_index, dtype=torch.int64).to(device)
 
     # -- nearest-level assignment through the bucket codes
-    indices, xhat = _assign_by_codes(
-        v, sk, codes, thresholds, o2i, zero_index, levels, cfg.log_domain, dtype
-    )
+    indices = _assign_by_codes(v, sk, codes, thresholds, o2i, zero_index, levels, cfg.log_domain)
     if pruned is not None:
         z = int(np.searchsorted(levels, 0.0)) if zero_index < 0 else zero_index
         indices.masked_fill_(pruned, z)
-        xhat.masked_fill_(pruned, 0.0)
-    if protected.numel():
-        xhat.index_copy_(0, protected, v[protected].to(xhat.dtype))
-    # the difference is taken in place (xhat is not needed after; the float64 re-measure
-    # below rebuilds it): a tensor-sized temporary costs more than the subtraction
-    err = float(torch.linalg.vector_norm(xhat.to(v.dtype).sub_(v)))
-    norm = float(torch.linalg.vector_norm(v))
-    if not (math.isfinite(err) and math.isfinite(norm)):
-        # values near the float32 maximum overflow a float32 sum of squares (or a difference):
-        # measure again in float64, only then, since it costs extra passes
-        v64 = v.double()
-        xhat64 = _level_values(levels, cfg.log_domain, dtype, device).double()[indices.long()]
-        if protected.numel():
-            xhat64.index_copy_(0, protected, v64[protected].to(dtype).double())
-        err = float(torch.linalg.vector_norm(xhat64.sub_(v64)))
-        norm = float(torch.linalg.vector_norm(v64))
-    rel = err / norm if norm > 0 else 0.0
+    # measured on what decoding gives (levels in the tensor's dtype; pruned entries have the
+    # zero level, protected ones their exact value)
+    values = _level_values(levels, cfg.log_domain, dtype, device)
+    rel = _measure(v, indices, values, protected)
     return _Result(levels, indices, protected, rel, thresholds, o2i, zero_index)
 
 
@@ -668,11 +597,7 @@ def _exact_values(
     v: torch.Tensor, codes: torch.Tensor, occupied: np.ndarray, n_codes: int
 ) -> np.ndarray | None:
     """The distinct values, when every occupied bucket holds a single distinct value."""
-    idx = codes.long()
-    lo = torch.full((n_codes,), math.inf, dtype=v.dtype, device=v.device)
-    hi = torch.full((n_codes,), -math.inf, dtype=v.dtype, device=v.device)
-    lo.scatter_reduce_(0, idx, v, "amin")
-    hi.scatter_reduce_(0, idx, v, "amax")
+    lo, hi = kernels.bucket_extremes(codes, v, n_codes)
     occ = torch.as_tensor(occupied, device=v.device)
     if not bool((lo[occ] == hi[occ]).all()):
         return None
@@ -688,49 +613,65 @@ def _assign_by_codes(
     zero_index: int,
     levels: np.ndarray,
     log_domain: bool,
-    dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices (uint8) and dequantized values (``dtype``) by a lookup on the bucket codes."""
-    device = v.device
+) -> torch.Tensor:
+    """Level indices (uint8) by a lookup on the bucket codes."""
     n_codes = sk.counts.size
     cap = sk.cap
     # ordinal of each bucket = number of cut-offs in lower buckets; buckets holding a
     # cut-off are "straddling" and resolved element by element.
     tcodes = value_codes(sk, thresholds) if thresholds.numel() else thresholds.to(torch.int32)
     tc = np.sort(tcodes.cpu().numpy().astype(np.int64))
-    all_codes = np.arange(n_codes)
-    ordinal = np.searchsorted(tc, all_codes, side="left")
+    ordinal = np.searchsorted(tc, np.arange(n_codes), side="left")
     straddle = np.zeros(n_codes, dtype=bool)
     straddle[tc] = True
     o2i_np = o2i.cpu().numpy()
     index_lut = o2i_np[np.minimum(ordinal, o2i_np.size - 1)]
-    if log_domain and zero_index >= 0:
+    zero_fix = zero_index if log_domain and zero_index >= 0 else -1
+    if zero_fix >= 0:
         index_lut[cap] = zero_index
         straddle[cap] = False
-    values = _level_values(levels, log_domain, dtype, device)
-    value_lut = values.cpu()[torch.as_tensor(index_lut)].to(device)
     sentinel = levels.size  # not a valid index: marks straddling buckets
-    index_lut = np.where(straddle, sentinel, index_lut)
-    lut_dtype = torch.uint8 if sentinel < 256 else torch.int16
-    idx_lut = torch.as_tensor(index_lut).to(device=device, dtype=lut_dtype)
-    n = codes.numel()
-    indices = torch.empty(n, dtype=lut_dtype, device=device)
-    xhat = torch.empty(n, dtype=value_lut.dtype, device=device)
-    for lo, hi in blocks(n, codes):  # both lookups while the block is in cache
-        c = codes[lo:hi]
-        torch.index_select(idx_lut, 0, c, out=indices[lo:hi])
-        torch.index_select(value_lut, 0, c, out=xhat[lo:hi])
-    if straddle.any():
-        fix = _positions(indices, lambda i: i == sentinel)
-        if fix.numel():
-            sub = v[fix]
-            ords = torch.searchsorted(thresholds, sub)
-            fixed = o2i.index_select(0, ords)
-            if log_domain and zero_index >= 0:
-                fixed = torch.where(sub == 0, zero_index, fixed)
-            indices[fix] = fixed.to(lut_dtype)
-            xhat[fix] = values.index_select(0, fixed)
-    return indices.to(torch.uint8), xhat
+    lut = np.where(straddle, sentinel, index_lut).astype(np.int16)
+    return kernels.assign_codes(
+        codes, v, lut, sentinel, thresholds, o2i_np.astype(np.uint8), zero_fix
+    )
+
+
+def _measure(
+    v: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, protected: torch.Tensor
+) -> float:
+    """Relative L2 error of decoding ``indices`` to ``values`` (the levels in the tensor's
+    dtype), the ``protected`` entries exact, against ``v``; non-finite entries (always
+    protected) are left out of both norms."""
+    err2, norm2 = kernels.squared_error(v, indices, values, protected)
+    if math.isfinite(err2) and math.isfinite(norm2):
+        return _relative_error(err2, norm2)
+    # non-finite entries, or values near the dtype's maximum that overflow a difference or
+    # the sums: measure again in float64, scaled, only then, since it costs extra passes
+    v64 = v.double()
+    xhat = values.double().index_select(0, indices.long())
+    if protected.numel():
+        xhat.index_copy_(0, protected, v64[protected])
+    finite = torch.isfinite(v64)
+    if not bool(finite.all()):
+        v64, xhat = v64[finite], xhat[finite]
+    scale = float(v64.abs().max()) if v64.numel() else 0.0
+    if not scale > 0:
+        return 0.0
+    d = xhat.sub_(v64).div_(scale)
+    return _relative_error(float(d.square().sum()), float(v64.div(scale).square().sum()))
+
+
+def _relative_error(err2: float, norm2: float) -> float:
+    """``sqrt(err2 / norm2)``, rounded to 8 significant digits.
+
+    The rounding makes the recorded figure independent of the order a kernel summed in
+    (float64 sums over millions of terms differ in their last bits between orders), so
+    both kernel implementations write the same file.
+    """
+    if norm2 <= 0:
+        return 0.0
+    return float(f"{math.sqrt(err2 / norm2):.8g}")
 
 
 def _level_values(
@@ -770,8 +711,9 @@ def requantize(x: torch.Tensor, q: QuantizedTensor, levels: np.ndarray) -> Quant
         return None
     flat = x.detach().reshape(-1)
     work = flat if flat.dtype == torch.float64 else flat.to(torch.float32)
-    kept = dequantize(q).reshape(-1)
-    zero = kept == 0
+    # entries q decoded to exactly zero, read off its levels (no dequantized copy)
+    own = _level_values(q.levels, cfg.log_domain, q.dtype, work.device) == 0
+    zero = own.index_select(0, torch.from_numpy(q.indices.reshape(-1)).to(work.device).long())
     if q.protected_positions.size:
         zero[torch.from_numpy(q.protected_positions)] = False
     zero_at = np.flatnonzero(lv == 0.0)
@@ -782,29 +724,23 @@ def requantize(x: torch.Tensor, q: QuantizedTensor, levels: np.ndarray) -> Quant
         if nonzero.size == 0:
             return None
         logs = torch.log(work.abs().clamp_min(torch.finfo(work.dtype).tiny))
-        idx = torch.from_numpy(nonzero).index_select(0, assign(logs, lv[nonzero]).long())
+        # the ordinal among the non-zero levels, mapped to the index in lv
+        o2i = torch.from_numpy(nonzero.astype(np.uint8)).to(work.device)
+        idx = o2i.index_select(0, assign(logs, lv[nonzero]).to(torch.int32))
     else:
-        idx = assign(work, lv).long()
+        idx = assign(work, lv)
     if zero_at.size:
         idx.masked_fill_(zero, int(zero_at[0]))
-    # measured on what decoding gives: levels in the tensor's own dtype
-    out = _level_values(lv, cfg.log_domain, q.dtype, work.device).index_select(0, idx)
+    # measured on what decoding gives: levels in the tensor's own dtype, protected exact
+    values = _level_values(lv, cfg.log_domain, q.dtype, work.device)
     pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions)).to(work.device)
-    if pos.numel():
-        out.index_copy_(0, pos, q.protected_values.to(device=work.device, dtype=q.dtype))
-    finite = torch.isfinite(work)
-    ref = work.double()
-    diff = out.double() - ref
-    if not bool(finite.all()):
-        diff, ref = diff[finite], ref[finite]
-    norm = float(torch.linalg.vector_norm(ref))
-    err = float(torch.linalg.vector_norm(diff)) / norm if norm > 0 else 0.0
+    err = _measure(work, idx, values, pos)
     return QuantizedTensor(
         shape=q.shape,
         dtype=q.dtype,
         config=cfg,
         levels=lv.copy(),
-        indices=idx.to(torch.uint8).cpu().numpy(),
+        indices=idx.cpu().numpy(),
         protected_positions=q.protected_positions,
         protected_values=q.protected_values,
         rel_error=err,

@@ -1,0 +1,270 @@
+"""Benchmark: ckptzip's speed against ``torch.save`` / ``torch.load`` on one state, one disk.
+
+A small GPT-style transformer (default about 17M parameters) trained a few steps with AdamW;
+its ``{"model", "optimizer"}`` state (about 200 MB of fp32) is saved and loaded side by side,
+interleaved, best of ``--repeat``, in one temp directory:
+
+* ``torch.save`` / ``ckptzip.save`` (default config) and ``torch.load`` / ``ckptzip.load``,
+  ckptzip with its default threads and with 1 and 2;
+* a ``CheckpointManager`` delta save (object given, parent in the manager's cache) and the
+  restore of the last step of a full chain (``keyframe_every`` files) by a fresh manager;
+* a manager save with the configuration search (model, optimizer and a held-out ``eval_fn``);
+* the per-core rate of the tensor path alone (one thread): quantize + pack + entropy coding
+  of every float tensor, and decoding them back, in GB/s of fp32 input.
+
+``python benchmarks/throughput.py`` (``--quick``: a 5M-parameter model); prints a table and
+writes ``benchmarks/results/throughput.json`` (``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import RESULTS, print_table, write_json
+
+import ckptzip
+from ckptzip import CheckpointManager
+from ckptzip.codecs.base import DecodeContext
+from ckptzip.codecs.quantized import decode_quantized, encode_quantized
+from ckptzip.config import CompressionConfig
+from ckptzip.quantize import dequantize, quantize
+
+
+class GPT(nn.Module):
+    """A decoder-only transformer (pre-norm blocks, learned positions)."""
+
+    def __init__(self, vocab: int, width: int, depth: int, context: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(context, width)
+        layer = nn.TransformerEncoderLayer(
+            width, max(1, width // 64), 4 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.context = context
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(t)
+        h = self.tok(x) + self.pos(torch.arange(t))
+        return self.head(self.norm(self.blocks(h, mask=mask, is_causal=True)))
+
+
+class Run:
+    """The model, AdamW and a fixed stream of synthetic token batches."""
+
+    def __init__(self, vocab: int, width: int, depth: int) -> None:
+        torch.manual_seed(0)
+        self.vocab = vocab
+        self.model = GPT(vocab, width, depth, context=64)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.gen = torch.Generator().manual_seed(1)
+        self.heldout = torch.randint(0, vocab, (4, 65), generator=torch.Generator().manual_seed(2))
+
+    def loss(self, model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        logits = model(batch[:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, self.vocab), batch[:, 1:].reshape(-1))
+
+    def step(self) -> None:
+        batch = torch.randint(0, self.vocab, (4, 65), generator=self.gen)
+        loss = self.loss(self.model, batch)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+
+    def eval_fn(self, model: nn.Module) -> float:
+        with torch.no_grad():
+            return float(self.loss(model, self.heldout))
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict()}
+
+    @property
+    def params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    """Best wall time of each function over ``repeat`` rounds, one call of each per round."""
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            best[name] = min(best[name], timed(fn))
+    return best
+
+
+def save_load(run: Run, d: Path, repeat: int) -> dict[str, Any]:
+    state = run.state()
+    pt, ckz = d / "s.pt", d / "s.ckz"
+    saves = interleaved(
+        {
+            "torch.save": lambda: torch.save(state, pt),
+            "ckptzip.save": lambda: ckptzip.save(state, ckz, overwrite=True),
+            "ckptzip.save threads=1": lambda: ckptzip.save(state, ckz, overwrite=True, threads=1),
+            "ckptzip.save threads=2": lambda: ckptzip.save(state, ckz, overwrite=True, threads=2),
+        },
+        repeat,
+    )
+    ratio = pt.stat().st_size / ckz.stat().st_size
+    loads = interleaved(
+        {
+            "torch.load": lambda: torch.load(pt, weights_only=True),
+            "ckptzip.load": lambda: ckptzip.load(ckz),
+        },
+        repeat,
+    )
+    return {**saves, **loads, "ratio": ratio, "bytes_in": pt.stat().st_size}
+
+
+def manager_times(run: Run, d: Path, repeat: int, keyframe_every: int) -> dict[str, Any]:
+    """Delta saves of consecutive training steps, and a fresh restore of the chain's end."""
+    out: dict[str, Any] = {}
+    mgr = CheckpointManager(d / "chain", keyframe_every=keyframe_every)
+    deltas, step = [], 0
+    mgr.save(step, run.state())
+    ratios = []
+    for _ in range(keyframe_every - 1):
+        run.step()
+        step += 1
+        state = run.state()
+        t0 = time.perf_counter()
+        report = mgr.save(step, state)
+        deltas.append(time.perf_counter() - t0)
+        ratios.append(report.ratio)
+    mgr.close()
+    out["manager delta save"] = min(deltas)
+    out["delta ratio"] = float(sum(ratios) / len(ratios))
+    fresh = [
+        timed(lambda: CheckpointManager(d / "chain", keyframe_every=keyframe_every).load(step))
+        for _ in range(repeat)
+    ]
+    out["restore chain end"] = min(fresh)
+    out["chain length"] = len(CheckpointManager(d / "chain").chain(step))
+    return out
+
+
+def search_save(run: Run, d: Path) -> dict[str, Any]:
+    """Manager saves with the search: the first (full search) and the next (neighbourhood)."""
+    with CheckpointManager(
+        d / "search", model=run.model, optimizer=run.opt, eval_fn=run.eval_fn, window=None
+    ) as mgr:
+        first = timed(lambda: mgr.save(1))
+        run.step()
+        second = timed(lambda: mgr.save(2))
+    return {"manager save + search (first)": first, "manager save + search (next)": second}
+
+
+def tensor_rates(run: Run, repeat: int) -> dict[str, Any]:
+    """GB/s of fp32 input through quantize + encode, and decode + dequantize, one thread."""
+    cfg = CompressionConfig()
+    tensors = [t for t in _floats(run.state()) if t.numel() >= cfg.min_numel]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        encoded: list[tuple[torch.Tensor, dict[str, Any], list[bytes]]] = []
+
+        def enc() -> None:
+            encoded.clear()
+            for t in tensors:
+                q = quantize(t, cfg.quant)
+                meta, chunks = encode_quantized(q, cfg.zstd_level)
+                encoded.append((t, meta, chunks))
+
+        def dec() -> None:
+            for t, meta, chunks in encoded:
+                ctx = DecodeContext(path="x", shape=tuple(t.shape), dtype=t.dtype, config=cfg.quant)
+                dequantize(decode_quantized(meta, chunks, ctx))
+
+        t_enc = min(timed(enc) for _ in range(repeat))
+        t_dec = min(timed(dec) for _ in range(repeat))
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "encode GB/s per core": nbytes / t_enc / 1e9,
+        "decode GB/s per core": nbytes / t_dec / 1e9,
+    }
+
+
+def _kernels() -> str:
+    try:
+        from ckptzip import kernels
+    except ImportError:  # before the kernel layer
+        return "none"
+    return kernels.IMPLEMENTATION
+
+
+def _floats(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj] if obj.is_floating_point() else []
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _floats(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _floats(v)]
+    return []
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a 5M-parameter model")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keyframe-every", type=int, default=10)
+    ap.add_argument("--no-search", action="store_true", help="skip the manager search save")
+    ap.add_argument("--json", type=Path, default=RESULTS / "throughput.json")
+    args = ap.parse_args()
+    width, depth = (256, 4) if args.quick else (384, 8)
+    run = Run(8192, width, depth)
+    for _ in range(3):
+        run.step()
+    d = Path(tempfile.mkdtemp(prefix="ckptzip-throughput-"))
+    try:
+        res: dict[str, Any] = {"params": run.params, "kernels": _kernels()}
+        res.update(save_load(run, d, args.repeat))
+        res.update(tensor_rates(run, args.repeat))
+        res.update(manager_times(run, d, args.repeat, args.keyframe_every))
+        if not args.no_search:
+            res.update(search_save(run, d))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    ts, tl = res["torch.save"], res["torch.load"]
+    rows = [
+        {"what": k, "s": v, "x": v / (tl if "load" in k or "restore" in k else ts)}
+        for k, v in res.items()
+        if k.startswith(("ckptzip", "manager", "restore", "torch"))
+    ]
+    print_table(
+        f"{res['params'] / 1e6:.1f}M parameters + AdamW, {res['bytes_in'] / 1e6:.0f} MB, "
+        f"kernels={res['kernels']}, ratio {res['ratio']:.2f}x (delta {res['delta ratio']:.2f}x)",
+        rows,
+        [("what", "what", ""), ("s", "seconds", ".3f"), ("x", "x torch", ".2f")],
+    )
+    print(
+        f"\nper core: encode {res['encode GB/s per core']:.3f} GB/s, "
+        f"decode {res['decode GB/s per core']:.3f} GB/s"
+    )
+    write_json(args.json, res)
+
+
+if __name__ == "__main__":
+    main()

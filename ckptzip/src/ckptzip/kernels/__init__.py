@@ -1,0 +1,118 @@
+"""Every per-element pass of the pipeline, behind one interface with two implementations.
+
+``quantize``, ``sketch``, ``packing``, ``bindiff`` and the ANS back end of ``entropy`` call
+the functions below instead of owning loops. Two implementations stand behind them:
+
+* ``reference`` (:mod:`ckptzip.kernels._reference`): torch ops on the tensor's own device
+  (CUDA included), NumPy on the host and ``constriction``'s ANS coder. It *defines* the
+  results.
+* ``fast`` (:mod:`ckptzip.kernels._fast`): C compiled by the package's build
+  (``_native.c``), called through ctypes, which releases the GIL, so the encoding threads run
+  it in parallel. It writes the same bits as the reference: the same codes, indices, packed
+  bytes, ANS words (its coder is word-for-word constriction's ``AnsCoder`` with
+  ``Categorical(counts, perfect=False)``) and the same measured errors. Inputs it does not
+  cover (CUDA tensors, float64 values) are passed to the reference.
+
+The implementation is chosen once, at import: ``fast`` when the compiled library is present,
+else ``reference``; the environment variable ``CKPTZIP_KERNELS=reference`` forces the
+reference (``fast`` insists on the compiled one and fails to import without it).
+:data:`IMPLEMENTATION` says which runs.
+
+The functions (flat 1-D inputs throughout):
+
+``sketch_codes(work, thresholds, cap, *, histogram=True) -> (codes, counts)``
+    Bucket code of every value: ``m = #{j : thresholds[j] < |x|}`` (raised to 1 for any
+    non-zero ``x``), code ``cap ± m`` by the sign of ``x``; ``codes`` int32 on the device,
+    ``counts`` the int64 histogram over ``2·cap + 1`` codes (or ``None``) — one pass.
+``assign_codes(codes, v, lut, sentinel, cuts, o2i, zero_fix) -> indices``
+    Level index (uint8) of every value: ``lut[code]``, or for buckets marked ``sentinel``
+    ``o2i[#{cuts < v}]`` (``zero_fix`` for exact zeros when it is >= 0).
+``nearest(v, mids) -> indices``
+    Index of the nearest of sorted levels given their midpoints: ``#{mids < v}`` (uint8).
+``squared_error(v, indices, levels, protected) -> (err2, norm2)``
+    ``Σ (levels[idx] − v)²`` over the non-protected entries (difference in ``v``'s dtype,
+    sum in float64) and ``Σ v²``.
+``bucket_extremes(codes, v, n_codes) -> (lo, hi)``, ``magnitude_rank(codes, cap)``,
+``positions(x, test)``, ``blocks(n, x)``
+    The smaller passes of the quantizer's protect/prune selection.
+``gather(levels, idx) -> tensor``
+    ``levels[idx]``, decoded straight into a new tensor of ``levels``' dtype.
+``pack(flat, bits, nbytes) -> bytes``, ``unpack(raw, bits, n) -> uint8``
+    The LSB-first bit stream of :mod:`ckptzip.packing` (inputs already checked).
+``delta_encode(prev, now, bins, rearrange) -> (symbols, groups)``,
+``delta_decode(prev, symbols, bins, rearrange) -> now``
+    ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back.
+``ans_encode(symbols, bounds, alphabet) -> (counts, words)``,
+``ans_decode(words, bounds, counts, n) -> symbols``
+    The ANS stage of :mod:`ckptzip.entropy` for contexts ``symbols[bounds[c]:bounds[c+1]]``;
+    decoding raises :class:`~ckptzip.errors.CorruptCheckpointError` on a stream that does
+    not end empty.
+
+>>> import torch
+>>> codes, counts = sketch_codes(torch.tensor([-2.0, 0.0, 3.0]), torch.tensor([1.0, 2.5]), 2)
+>>> codes.tolist(), int(counts.sum())
+([1, 2, 4], 3)
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from ckptzip.errors import ConfigError
+from ckptzip.kernels import _reference as reference
+
+__all__ = [
+    "IMPLEMENTATION",
+    "ans_decode",
+    "ans_encode",
+    "assign_codes",
+    "blocks",
+    "bucket_extremes",
+    "delta_decode",
+    "delta_encode",
+    "fast",
+    "gather",
+    "magnitude_rank",
+    "nearest",
+    "pack",
+    "positions",
+    "reference",
+    "sketch_codes",
+    "squared_error",
+    "unpack",
+]
+
+_CHOICE = os.environ.get("CKPTZIP_KERNELS", "auto")
+if _CHOICE not in ("auto", "fast", "reference"):
+    raise ConfigError(f"CKPTZIP_KERNELS={_CHOICE!r} must be 'auto', 'fast' or 'reference'")
+
+fast: ModuleType | None
+try:
+    from ckptzip.kernels import _fast as fast
+except ImportError:
+    if _CHOICE == "fast":
+        raise
+    fast = None
+
+_active: ModuleType = fast if fast is not None and _CHOICE != "reference" else reference
+
+IMPLEMENTATION: str = _active.NAME
+"""``"fast"`` or ``"reference"``: the implementation this process runs."""
+
+# The public names are the active implementation's functions, bound once at import.
+sketch_codes = _active.sketch_codes
+assign_codes = _active.assign_codes
+squared_error = _active.squared_error
+nearest = _active.nearest
+bucket_extremes = _active.bucket_extremes
+magnitude_rank = _active.magnitude_rank
+positions = _active.positions
+blocks = _active.blocks
+gather = _active.gather
+pack = _active.pack
+unpack = _active.unpack
+delta_encode = _active.delta_encode
+delta_decode = _active.delta_decode
+ans_encode = _active.ans_encode
+ans_decode = _active.ans_decode

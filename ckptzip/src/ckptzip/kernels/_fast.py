@@ -1,0 +1,210 @@
+"""The fast kernels: the compiled ``_native`` library through ctypes (which drops the GIL).
+
+Each function takes what its reference twin takes and returns the same bits; inputs the C
+code does not cover (CUDA tensors, float64 values) go to the reference, so callers never
+check. Importing this module raises :class:`ImportError` where the library was not built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+import torch
+
+from ckptzip.errors import CorruptCheckpointError
+from ckptzip.kernels import _native  # type: ignore[attr-defined]  # built by setup.py
+from ckptzip.kernels import _reference as ref
+
+NAME = "fast"
+
+_ABI_VERSION = 1
+
+_lib = ctypes.CDLL(_native.__file__)
+if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
+    raise ImportError(
+        f"ckptzip's compiled kernels have ABI {_lib.ckz_abi_version()}, this code needs "
+        f"{_ABI_VERSION}: rebuild the package (pip install -e ckptzip)"
+    )
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_I32 = ctypes.c_int32
+
+
+def _fn(name: str, restype: Any, *argtypes: Any) -> Any:
+    f = getattr(_lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+_sketch = _fn("ckz_sketch_codes", None, _P, _I64, _P, _I32, _P, _P)
+_assign = _fn("ckz_assign_codes", None, _P, _P, _I64, _P, _I32, _P, _I32, _P, _I32, _P)
+_nearest = _fn("ckz_nearest", None, _P, _I64, _P, _I32, _P)
+_sqerr = _fn("ckz_squared_error", None, _P, _P, _I64, _P, _P, _I64, _P)
+_pack = _fn("ckz_pack", _I32, _P, _I64, _I32, _P)
+_unpack = _fn("ckz_unpack", None, _P, _I64, _I32, _P)
+_gather = _fn("ckz_gather", None, _P, _I64, _P, _I32, _P)
+_delta_enc = _fn("ckz_delta_encode", _I32, _P, _P, _I64, _I32, _I32, _P, _P)
+_delta_dec = _fn("ckz_delta_decode", _I32, _P, _P, _I64, _I32, _I32, _P)
+_ans_counts = _fn("ckz_ans_counts", None, _P, _P, _I32, _I32, _P)
+_ans_enc = _fn("ckz_ans_encode", _I64, _P, _P, _I32, _I32, _P, _P, _I64)
+_ans_dec = _fn("ckz_ans_decode", _I32, _P, _I64, _P, _I32, _I32, _P, _P)
+
+
+def _ptr(a: np.ndarray | torch.Tensor) -> int:
+    return a.data_ptr() if isinstance(a, torch.Tensor) else a.ctypes.data
+
+
+def _host_f32(*ts: torch.Tensor) -> bool:
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in ts)
+
+
+def _contig(a: np.ndarray, dtype: Any) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+# the passes the compiled code does not change stay NumPy/torch
+blocks = ref.blocks
+block_size = ref.block_size
+magnitude_rank = ref.magnitude_rank
+positions = ref.positions
+bucket_extremes = ref.bucket_extremes
+
+
+def sketch_codes(
+    work: torch.Tensor, thresholds: torch.Tensor, cap: int, *, histogram: bool = True
+) -> tuple[torch.Tensor, np.ndarray | None]:
+    if not _host_f32(work, thresholds):
+        return ref.sketch_codes(work, thresholds, cap, histogram=histogram)
+    w = work.contiguous()
+    t = thresholds.contiguous()
+    codes = torch.empty(w.numel(), dtype=torch.int32)
+    counts = np.zeros(2 * cap + 1, dtype=np.int64)
+    _sketch(_ptr(w), w.numel(), _ptr(t), cap, _ptr(codes), _ptr(counts))
+    return codes, (counts if histogram else None)
+
+
+def assign_codes(
+    codes: torch.Tensor,
+    v: torch.Tensor,
+    lut: np.ndarray,
+    sentinel: int,
+    cuts: torch.Tensor,
+    o2i: np.ndarray,
+    zero_fix: int,
+) -> torch.Tensor:
+    if not _host_f32(v, cuts) or codes.device.type != "cpu":
+        return ref.assign_codes(codes, v, lut, sentinel, cuts, o2i, zero_fix)
+    c = codes.contiguous()
+    x = v.contiguous()
+    cu = cuts.contiguous()
+    lut16 = _contig(lut, np.int16)
+    o2i8 = _contig(o2i, np.uint8)
+    out = torch.empty(x.numel(), dtype=torch.uint8)
+    _assign(
+        _ptr(c), _ptr(x), x.numel(), _ptr(lut16), sentinel, _ptr(cu), cu.numel(), _ptr(o2i8),
+        zero_fix, _ptr(out),
+    )  # fmt: skip
+    return out
+
+
+def nearest(v: torch.Tensor, mids: torch.Tensor) -> torch.Tensor:
+    if not _host_f32(v, mids):
+        return ref.nearest(v, mids)
+    x, m = v.contiguous(), mids.contiguous()
+    out = torch.empty(x.numel(), dtype=torch.uint8)
+    _nearest(_ptr(x), x.numel(), _ptr(m), m.numel(), _ptr(out))
+    return out
+
+
+def squared_error(
+    v: torch.Tensor, indices: torch.Tensor, levels: torch.Tensor, protected: torch.Tensor
+) -> tuple[float, float]:
+    if not _host_f32(v) or indices.device.type != "cpu":
+        return ref.squared_error(v, indices, levels, protected)
+    x = v.contiguous()
+    idx = indices.contiguous()
+    lv = levels.to(torch.float32).contiguous()
+    prot = protected.to(torch.int64).contiguous()
+    out = np.zeros(2, dtype=np.float64)
+    _sqerr(_ptr(x), _ptr(idx), x.numel(), _ptr(lv), _ptr(prot), prot.numel(), _ptr(out))
+    return float(out[0]), float(out[1])
+
+
+def gather(levels: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
+    size = levels.element_size()
+    if levels.device.type != "cpu" or size not in (2, 4, 8):
+        return ref.gather(levels, idx)
+    table = torch.zeros(256, dtype=levels.dtype)
+    table[: levels.numel()] = levels
+    flat = _contig(idx, np.uint8)
+    out = torch.empty(flat.size, dtype=levels.dtype)
+    _gather(_ptr(flat), flat.size, _ptr(table), size, _ptr(out))
+    return out
+
+
+def pack(flat: np.ndarray, bits: int, nbytes: int) -> bytes:
+    out = np.zeros(nbytes, dtype=np.uint8)
+    f = _contig(flat, np.uint8)
+    _pack(_ptr(f), f.size, bits, _ptr(out))
+    return out.tobytes()
+
+
+def unpack(raw: np.ndarray, bits: int, n: int) -> np.ndarray:
+    r = _contig(raw, np.uint8)
+    out = np.empty(n, dtype=np.uint8)
+    _unpack(_ptr(r), n, bits, _ptr(out))
+    return out
+
+
+def delta_encode(
+    prev: np.ndarray, now: np.ndarray, bins: int, rearrange: bool
+) -> tuple[np.ndarray, list[int]]:
+    p, q = _contig(prev, np.uint8), _contig(now, np.uint8)
+    out = np.empty(p.size, dtype=np.uint8)
+    groups = np.zeros(256, dtype=np.int64)
+    _delta_enc(_ptr(p), _ptr(q), p.size, bins, int(rearrange), _ptr(out), _ptr(groups))
+    return out, groups[:bins].tolist()
+
+
+def delta_decode(prev: np.ndarray, symbols: np.ndarray, bins: int, rearrange: bool) -> np.ndarray:
+    p, s = _contig(prev, np.uint8), _contig(symbols, np.uint8)
+    out = np.empty(p.size, dtype=np.uint8)
+    _delta_dec(_ptr(p), _ptr(s), p.size, bins, int(rearrange), _ptr(out))
+    return out
+
+
+def ans_encode(
+    symbols: np.ndarray, bounds: np.ndarray, alphabet: int
+) -> tuple[np.ndarray, np.ndarray]:
+    s = _contig(symbols, np.uint8)
+    b = _contig(bounds, np.int64)
+    contexts = b.size - 1
+    counts = np.zeros((contexts, alphabet), dtype=np.uint32)
+    _ans_counts(_ptr(s), _ptr(b), contexts, alphabet, _ptr(counts))
+    # a symbol costs at most PRECISION = 24 bits, plus the two words of the final state
+    capacity = (3 * s.size) // 4 + 4
+    words = np.empty(capacity, dtype=np.uint32)
+    nw = _ans_enc(_ptr(s), _ptr(b), contexts, alphabet, _ptr(counts), _ptr(words), capacity)
+    if nw < 0:  # cannot happen: the bound above holds for every model
+        raise RuntimeError("ANS output exceeded its bound")
+    return counts, words[:nw].copy()
+
+
+def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
+    w = _contig(words, np.uint32)
+    b = _contig(bounds, np.int64)
+    c = _contig(counts, np.uint32)
+    out = np.empty(n, dtype=np.uint8)
+    status = _ans_dec(_ptr(w), w.size, _ptr(b), b.size - 1, c.shape[1], _ptr(c), _ptr(out))
+    if status == 2:
+        raise CorruptCheckpointError(
+            "ans payload does not decode: Invalid compressed data: ANS compressed data never "
+            "ends in a zero word."
+        )
+    if status:
+        raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
+    return out

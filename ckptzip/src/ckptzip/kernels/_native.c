@@ -1,0 +1,377 @@
+/* ckptzip's compiled kernels: the per-element passes of quantize, packing, bindiff and the
+ * ANS back end, each the exact twin of a reference in ckptzip/kernels/_reference.py.
+ *
+ * Plain C99 over caller-owned buffers, no Python objects: the functions are called through
+ * ctypes, which releases the GIL for the duration of each call, so encoding threads run them
+ * in parallel. Floating-point results must be bit-identical to the reference: build with
+ * contraction off (-ffp-contract=off), and every float expression is written in the
+ * reference's order and precision.
+ *
+ * The module init exists only so the package's build (setuptools, an Extension) can build
+ * and import this file like any other extension; nothing is exported to Python through it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(_WIN32)
+#define CKZ_API __declspec(dllexport)
+#else
+#define CKZ_API __attribute__((visibility("default")))
+#endif
+
+#define CKZ_ABI_VERSION 1
+
+CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
+
+/* -- sketch: bucket codes and their histogram, one pass ---------------------------------
+ *
+ * m(x) = #{j < cap : T[j] < |x|} for ascending float32 thresholds T, raised to 1 for any
+ * non-zero x; code = cap + sign(x) * m. A table indexed by the top 15 bits of |x| (exponent
+ * and 7 mantissa bits) gives a lower bound of m; the loop then steps over the (at most one,
+ * for the default accuracy) thresholds left in that slice of the float line.
+ */
+#define PREFIX_SHIFT 16
+#define PREFIXES (1 << (31 - PREFIX_SHIFT))
+
+static inline float bits_to_float(uint32_t b) {
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+CKZ_API void ckz_sketch_codes(const float *x, int64_t n, const float *t, int32_t cap,
+                              int32_t *codes, int64_t *counts) {
+    uint16_t *lut = (uint16_t *)malloc(sizeof(uint16_t) * PREFIXES);
+    int32_t j = 0;
+    if (lut != NULL) {
+        for (uint32_t p = 0; p < PREFIXES; p++) {
+            float lowest = bits_to_float(p << PREFIX_SHIFT);
+            while (j < cap && t[j] < lowest) j++;
+            lut[p] = (uint16_t)(j > 65535 ? 65535 : j);
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        uint32_t mag = b & 0x7fffffffu;
+        float ax = bits_to_float(mag);
+        int32_t m = lut != NULL ? (int32_t)lut[mag >> PREFIX_SHIFT] : 0;
+        while (m < cap && t[m] < ax) m++;
+        if (m == 0 && mag != 0) m = 1;
+        int32_t c = (b >> 31) ? cap - m : cap + m;
+        codes[i] = c;
+        counts[c]++;
+    }
+    free(lut);
+}
+
+/* -- nearest-level assignment through the bucket codes -----------------------------------
+ *
+ * lut[code] is the level index of every bucket that holds no cut-off, or `sentinel` for a
+ * bucket that does; those entries are resolved one by one: ordinal = #{cut-offs < v}, index
+ * = o2i[ordinal], and (log domain) an exact zero goes to `zero_fix` when it is >= 0.
+ */
+CKZ_API void ckz_assign_codes(const int32_t *codes, const float *v, int64_t n,
+                              const int16_t *lut, int32_t sentinel, const float *cuts,
+                              int32_t n_cuts, const uint8_t *o2i, int32_t zero_fix,
+                              uint8_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        int32_t k = lut[codes[i]];
+        if (k == sentinel) {
+            float value = v[i];
+            int32_t lo = 0, hi = n_cuts;
+            while (lo < hi) {
+                int32_t mid = (lo + hi) >> 1;
+                if (cuts[mid] < value)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            k = o2i[lo];
+            if (zero_fix >= 0 && value == 0.0f) k = zero_fix;
+        }
+        out[i] = (uint8_t)k;
+    }
+}
+
+/* -- nearest of sorted levels: #{mids < v} (a value on a midpoint goes to the lower level) --*/
+CKZ_API void ckz_nearest(const float *v, int64_t n, const float *mids, int32_t n_mids,
+                         uint8_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        float value = v[i];
+        int32_t lo = 0, hi = n_mids;
+        while (lo < hi) {
+            int32_t mid = (lo + hi) >> 1;
+            if (mids[mid] < value)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        out[i] = (uint8_t)lo;
+    }
+}
+
+/* -- the measured error: sum over non-protected entries of (level - v)^2 and of v^2 ------
+ *
+ * The difference is taken in float32 (as the reference does), its square summed in double.
+ * `protected` holds sorted positions; they contribute nothing to the error.
+ */
+CKZ_API void ckz_squared_error(const float *v, const uint8_t *idx, int64_t n,
+                               const float *levels, const int64_t *prot, int64_t n_prot,
+                               double *out) {
+    /* summed by blocks of 4096, then the blocks: rounding stays near the pairwise sum's */
+    double err = 0.0, norm = 0.0;
+    int64_t next = 0;
+    int64_t stop = n_prot > 0 ? prot[0] : n;
+    for (int64_t lo = 0; lo < n; lo += 4096) {
+        int64_t hi = lo + 4096 < n ? lo + 4096 : n;
+        double e = 0.0, m = 0.0;
+        for (int64_t i = lo; i < hi; i++) {
+            float x = v[i];
+            m += (double)x * (double)x;
+            if (i == stop) {
+                next++;
+                stop = next < n_prot ? prot[next] : n;
+                continue;
+            }
+            float d = levels[idx[i]] - x;
+            e += (double)d * (double)d;
+        }
+        err += e;
+        norm += m;
+    }
+    out[0] = err;
+    out[1] = norm;
+}
+
+/* -- bit packing: LSB-first stream of `bits`-bit indices ----------------------------------*/
+CKZ_API int32_t ckz_pack(const uint8_t *idx, int64_t n, int32_t bits, uint8_t *out) {
+    uint64_t acc = 0;
+    int32_t have = 0;
+    uint8_t seen = 0;
+    for (int64_t i = 0; i < n; i++) {
+        seen |= idx[i];
+        acc |= (uint64_t)idx[i] << have;
+        have += bits;
+        while (have >= 8) {
+            *out++ = (uint8_t)acc;
+            acc >>= 8;
+            have -= 8;
+        }
+    }
+    if (have > 0) *out = (uint8_t)acc;
+    return seen;
+}
+
+CKZ_API void ckz_unpack(const uint8_t *data, int64_t n, int32_t bits, uint8_t *out) {
+    uint64_t acc = 0;
+    int32_t have = 0;
+    uint8_t mask = (uint8_t)((1u << bits) - 1u);
+    for (int64_t i = 0; i < n; i++) {
+        while (have < bits) {
+            acc |= (uint64_t)(*data++) << have;
+            have += 8;
+        }
+        out[i] = (uint8_t)acc & mask;
+        acc >>= bits;
+        have -= bits;
+    }
+}
+
+/* -- decoding: levels gathered straight into the output tensor's memory ------------------*/
+CKZ_API void ckz_gather(const uint8_t *idx, int64_t n, const void *table, int32_t size,
+                        void *out) {
+    if (size == 2) {
+        const uint16_t *t = (const uint16_t *)table;
+        uint16_t *o = (uint16_t *)out;
+        for (int64_t i = 0; i < n; i++) o[i] = t[idx[i]];
+    } else if (size == 4) {
+        const uint32_t *t = (const uint32_t *)table;
+        uint32_t *o = (uint32_t *)out;
+        for (int64_t i = 0; i < n; i++) o[i] = t[idx[i]];
+    } else {
+        const uint64_t *t = (const uint64_t *)table;
+        uint64_t *o = (uint64_t *)out;
+        for (int64_t i = 0; i < n; i++) o[i] = t[idx[i]];
+    }
+}
+
+/* -- delta by parent bin: cyclic difference and its rearrangement in one pass -----------
+ *
+ * groups[b] = #{i : prev[i] == b}; with rearrange, the differences (prev - now) mod bins are
+ * written group after group, each in position order (a stable counting sort by prev).
+ * Returns max(prev) | max(now) << 8 so the caller can check every index is below bins.
+ */
+CKZ_API int32_t ckz_delta_encode(const uint8_t *prev, const uint8_t *now, int64_t n,
+                                 int32_t bins, int32_t rearrange, uint8_t *out,
+                                 int64_t *groups) {
+    int64_t offset[256];
+    uint8_t top_prev = 0, top_now = 0;
+    memset(groups, 0, sizeof(int64_t) * 256);
+    for (int64_t i = 0; i < n; i++) {
+        groups[prev[i]]++;
+        if (prev[i] > top_prev) top_prev = prev[i];
+        if (now[i] > top_now) top_now = now[i];
+    }
+    if (top_prev >= bins || top_now >= bins) return top_prev | (top_now << 8);
+    int64_t acc = 0;
+    for (int b = 0; b < 256; b++) {
+        offset[b] = acc;
+        acc += groups[b];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int32_t d = (int32_t)prev[i] - (int32_t)now[i];
+        if (d < 0) d += bins;
+        out[rearrange ? offset[prev[i]]++ : i] = (uint8_t)d;
+    }
+    return top_prev | (top_now << 8);
+}
+
+/* The inverse; returns 0, or 1 when a symbol is >= bins. */
+CKZ_API int32_t ckz_delta_decode(const uint8_t *prev, const uint8_t *sym, int64_t n,
+                                 int32_t bins, int32_t rearrange, uint8_t *out) {
+    int64_t offset[256];
+    int64_t groups[256];
+    memset(groups, 0, sizeof groups);
+    if (rearrange)
+        for (int64_t i = 0; i < n; i++) groups[prev[i]]++;
+    int64_t acc = 0;
+    for (int b = 0; b < 256; b++) {
+        offset[b] = acc;
+        acc += groups[b];
+    }
+    uint8_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t p = prev[i];
+        uint8_t s = sym[rearrange ? offset[p]++ : i];
+        bad |= (uint8_t)(s >= bins);
+        int32_t v = (int32_t)p - (int32_t)s;
+        if (v < 0) v += bins;
+        out[i] = (uint8_t)v;
+    }
+    return bad ? 1 : 0;
+}
+
+/* -- ANS: a stack coder word-for-word compatible with constriction's AnsCoder -----------
+ *
+ * 32-bit words, 64-bit state, 24-bit precision; the model of a context is constriction's
+ * Categorical(counts, perfect=False): left[i] = trunc(cum_i * scale) + i with
+ * scale = (2^24 - alphabet) / sum(counts), in double, in order. The compressed words are the
+ * bulk, then the state's low word and (when non-zero) its high word.
+ */
+#define ANS_PRECISION 24
+#define ANS_TOTAL (1u << ANS_PRECISION)
+
+static void ans_model(const uint32_t *counts, int32_t alphabet, uint32_t *left) {
+    double norm = 0.0;
+    for (int32_t s = 0; s < alphabet; s++) norm += (double)counts[s];
+    double scale = (double)(ANS_TOTAL - (uint32_t)alphabet) / norm;
+    double cum = 0.0;
+    for (int32_t s = 0; s < alphabet; s++) {
+        left[s] = (uint32_t)(cum * scale) + (uint32_t)s;
+        cum += (double)counts[s];
+    }
+    left[alphabet] = ANS_TOTAL;
+}
+
+static int distinct(const uint32_t *counts, int32_t alphabet) {
+    int k = 0;
+    for (int32_t s = 0; s < alphabet; s++) k += counts[s] != 0;
+    return k;
+}
+
+/* Counts per context (contexts x alphabet, from symbols split at bounds). */
+CKZ_API void ckz_ans_counts(const uint8_t *sym, const int64_t *bounds, int32_t contexts,
+                            int32_t alphabet, uint32_t *counts) {
+    memset(counts, 0, sizeof(uint32_t) * (size_t)contexts * (size_t)alphabet);
+    for (int32_t c = 0; c < contexts; c++) {
+        uint32_t *row = counts + (size_t)c * (size_t)alphabet;
+        for (int64_t i = bounds[c]; i < bounds[c + 1]; i++) row[sym[i]]++;
+    }
+}
+
+/* Encode every context back to front (a stack decodes last-in first-out); returns the
+ * number of words written, or -1 when `capacity` would be exceeded. */
+CKZ_API int64_t ckz_ans_encode(const uint8_t *sym, const int64_t *bounds, int32_t contexts,
+                               int32_t alphabet, const uint32_t *counts, uint32_t *words,
+                               int64_t capacity) {
+    uint32_t left[257];
+    uint64_t state = 0;
+    int64_t nw = 0;
+    for (int32_t c = contexts - 1; c >= 0; c--) {
+        const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
+        if (distinct(row, alphabet) <= 1) continue;
+        ans_model(row, alphabet, left);
+        for (int64_t i = bounds[c + 1] - 1; i >= bounds[c]; i--) {
+            uint32_t s = sym[i];
+            uint64_t prob = (uint64_t)(left[s + 1] - left[s]);
+            if ((state >> (64 - ANS_PRECISION)) >= prob) {
+                if (nw >= capacity) return -1;
+                words[nw++] = (uint32_t)state;
+                state >>= 32;
+            }
+            uint64_t prefix = state / prob;
+            uint64_t rem = state - prefix * prob;
+            state = (prefix << ANS_PRECISION) | (uint64_t)(left[s] + rem);
+        }
+    }
+    if (state != 0) {
+        if (nw + 2 > capacity) return -1;
+        words[nw++] = (uint32_t)state;
+        if (state >> 32) words[nw++] = (uint32_t)(state >> 32);
+    }
+    return nw;
+}
+
+/* Decode every context front to back into out. Returns 0 when the coder ends empty,
+ * 1 when coded data is left, 2 when the words end in a zero word (not a coder's output). */
+CKZ_API int32_t ckz_ans_decode(const uint32_t *words, int64_t nw, const int64_t *bounds,
+                               int32_t contexts, int32_t alphabet, const uint32_t *counts,
+                               uint8_t *out) {
+    uint32_t left[257];
+    uint8_t slot[4096];
+    if (nw > 0 && words[nw - 1] == 0) return 2;
+    uint64_t state = 0;
+    int64_t top = nw;
+    if (top > 0) state = words[--top];
+    if (top > 0) state = (state << 32) | words[--top];
+    for (int32_t c = 0; c < contexts; c++) {
+        const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
+        int64_t lo = bounds[c], hi = bounds[c + 1];
+        if (hi <= lo) continue;
+        if (distinct(row, alphabet) <= 1) {
+            uint8_t only = 0;
+            for (int32_t s = 0; s < alphabet; s++)
+                if (row[s]) only = (uint8_t)s;
+            memset(out + lo, only, (size_t)(hi - lo));
+            continue;
+        }
+        ans_model(row, alphabet, left);
+        int32_t s = 0;
+        for (uint32_t k = 0; k < 4096; k++) {
+            uint32_t q = k << (ANS_PRECISION - 12);
+            while (left[s + 1] <= q) s++;
+            slot[k] = (uint8_t)s;
+        }
+        for (int64_t i = lo; i < hi; i++) {
+            uint32_t q = (uint32_t)(state & (ANS_TOTAL - 1));
+            uint32_t sy = slot[q >> (ANS_PRECISION - 12)];
+            while (left[sy + 1] <= q) sy++;
+            state = (state >> ANS_PRECISION) * (uint64_t)(left[sy + 1] - left[sy]) +
+                    (uint64_t)(q - left[sy]);
+            if (state < ((uint64_t)1 << 32) && top > 0) state = (state << 32) | words[--top];
+            out[i] = (uint8_t)sy;
+        }
+    }
+    return state == 0 ? 0 : 1;
+}
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "ckptzip's compiled kernels (loaded through ctypes; see ckptzip.kernels).", -1, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&native_module); }

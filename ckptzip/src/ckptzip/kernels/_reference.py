@@ -1,0 +1,289 @@
+"""The reference kernels: torch ops on the tensor's own device, NumPy on the host, constriction.
+
+Each function here is the definition of what its fast twin in :mod:`ckptzip.kernels._fast`
+must produce bit for bit; the signatures are documented once, in :mod:`ckptzip.kernels`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ckptzip.errors import CorruptCheckpointError
+
+NAME = "reference"
+
+BLOCK = 1 << 14
+"""Elements per block of the element-wise passes, in a thread whose torch ops run inline.
+
+Under torch's parallel grain (32768 elements), and a block's temporaries stay in cache: the
+passes over a large tensor stop allocating (and page-faulting in) a fresh tensor-sized buffer
+each (measured on a 9.4M-element tensor in an encoding thread: codes 2-3x faster than
+whole-tensor ops).
+"""
+
+
+def block_size(x: torch.Tensor) -> int:
+    """Block length for element-wise passes over ``x`` in the calling thread.
+
+    :data:`BLOCK` where this thread runs torch's CPU ops on one core (the encoding threads of
+    :mod:`ckptzip._parallel`); otherwise the whole tensor, one op each: torch then spreads
+    each op over its threads, and small blocks would pay that team's start and stop per op
+    (or, on an accelerator, a launch per op).
+    """
+    if x.device.type == "cpu" and torch.get_num_threads() == 1:
+        return BLOCK
+    return max(x.numel(), 1)
+
+
+def blocks(n: int, x: torch.Tensor) -> list[tuple[int, int]]:
+    """``(start, stop)`` of the consecutive blocks covering ``n`` elements of ``x``."""
+    size = block_size(x)
+    return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
+# -- sketch ----------------------------------------------------------------------------------
+
+
+def sketch_codes(
+    work: torch.Tensor, thresholds: torch.Tensor, cap: int, *, histogram: bool = True
+) -> tuple[torch.Tensor, np.ndarray | None]:
+    n = work.numel()
+    codes = torch.empty(n, dtype=torch.int32, device=work.device)
+    for lo, hi in blocks(n, work):
+        w = work[lo:hi]
+        m = torch.searchsorted(thresholds, w.abs(), out_int32=True)
+        m = torch.maximum(m, (w != 0).to(torch.int32))
+        codes[lo:hi] = torch.where(w < 0, cap - m, cap + m)
+    if not histogram:
+        return codes, None
+    counts = torch.bincount(codes, minlength=2 * cap + 1).cpu().numpy().astype(np.int64)
+    return codes, counts
+
+
+def magnitude_rank(codes: torch.Tensor, cap: int) -> torch.Tensor:
+    if codes.device.type != "cpu":
+        return (codes - cap).abs_()
+    rank = np.empty(codes.numel(), dtype=np.int32)
+    cn = codes.numpy()
+    for lo, hi in blocks(cn.size, codes):  # NumPy: integer ops faster than torch's here
+        np.abs(np.subtract(cn[lo:hi], cap, out=rank[lo:hi]), out=rank[lo:hi])
+    return torch.from_numpy(rank)
+
+
+def positions(x: torch.Tensor, test: Callable[[Any], Any]) -> torch.Tensor:
+    if x.device.type != "cpu":
+        return test(x).nonzero().squeeze(1)
+    xn = x.numpy()
+    parts = [np.flatnonzero(test(xn[lo:hi])) + lo for lo, hi in blocks(xn.size, x)]
+    return torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+
+
+# -- quantize ----------------------------------------------------------------------------------
+
+
+def assign_codes(
+    codes: torch.Tensor,
+    v: torch.Tensor,
+    lut: np.ndarray,
+    sentinel: int,
+    cuts: torch.Tensor,
+    o2i: np.ndarray,
+    zero_fix: int,
+) -> torch.Tensor:
+    device = v.device
+    lut_dtype = torch.uint8 if sentinel < 256 else torch.int16
+    idx_lut = torch.as_tensor(lut).to(device=device, dtype=lut_dtype)
+    n = codes.numel()
+    indices = torch.empty(n, dtype=lut_dtype, device=device)
+    for lo, hi in blocks(n, codes):
+        torch.index_select(idx_lut, 0, codes[lo:hi], out=indices[lo:hi])
+    if (lut == sentinel).any():
+        fix = positions(indices, lambda i: i == sentinel)
+        if fix.numel():
+            sub = v[fix]
+            ords = torch.searchsorted(cuts, sub)
+            fixed = torch.as_tensor(o2i.astype(np.int64), device=device).index_select(0, ords)
+            if zero_fix >= 0:
+                fixed = torch.where(sub == 0, zero_fix, fixed)
+            indices[fix] = fixed.to(lut_dtype)
+    return indices.to(torch.uint8)
+
+
+def nearest(v: torch.Tensor, mids: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(v.numel(), dtype=torch.uint8, device=v.device)
+    for lo, hi in blocks(v.numel(), v):
+        out[lo:hi] = torch.searchsorted(mids, v[lo:hi], out_int32=True)
+    return out
+
+
+def squared_error(
+    v: torch.Tensor, indices: torch.Tensor, levels: torch.Tensor, protected: torch.Tensor
+) -> tuple[float, float]:
+    err = 0.0
+    norm = 0.0
+    lv = levels.to(v.dtype)
+    keep = torch.ones(v.numel(), dtype=torch.bool, device=v.device)
+    if protected.numel():
+        keep[protected] = False
+    for lo, hi in blocks(v.numel(), v):
+        w = v[lo:hi]
+        d = lv.index_select(0, indices[lo:hi].to(torch.int32)).sub_(w).double()
+        d.masked_fill_(~keep[lo:hi], 0.0)
+        err += float(d.square_().sum())
+        norm += float(w.double().square().sum())
+    return err, norm
+
+
+def bucket_extremes(
+    codes: torch.Tensor, v: torch.Tensor, n_codes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = codes.long()
+    lo = torch.full((n_codes,), float("inf"), dtype=v.dtype, device=v.device)
+    hi = torch.full((n_codes,), -float("inf"), dtype=v.dtype, device=v.device)
+    lo.scatter_reduce_(0, idx, v, "amin")
+    hi.scatter_reduce_(0, idx, v, "amax")
+    return lo, hi
+
+
+def gather(levels: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
+    return levels.index_select(0, torch.from_numpy(idx).to(levels.device).to(torch.int32))
+
+
+# -- packing ------------------------------------------------------------------------------------
+
+_U64 = np.dtype("<u8")
+
+
+def pack(flat: np.ndarray, bits: int, nbytes: int) -> bytes:
+    n = flat.size
+    if 8 % bits == 0:
+        # 1, 2 and 4 bits: whole indices per byte, OR-ed in lane by lane
+        per = 8 // bits
+        if n == nbytes * per:
+            byte_lanes = flat.reshape(nbytes, per)
+        else:
+            padded = np.zeros(nbytes * per, dtype=np.uint8)
+            padded[:n] = flat
+            byte_lanes = padded.reshape(nbytes, per)
+        out8 = byte_lanes[:, 0].copy()
+        for j in range(1, per):
+            out8 |= byte_lanes[:, j] << np.uint8(j * bits)
+        return out8.tobytes()
+    groups = -(-n // 8)
+    padded = np.zeros(groups * 8, dtype=np.uint8)
+    padded[:n] = flat
+    lanes = padded.reshape(groups, 8)
+    word = np.zeros(groups, dtype=_U64)
+    for j in range(8):  # eight lanes per group, not a loop over elements
+        word |= lanes[:, j].astype(_U64) << np.uint64(j * bits)
+    out = word.view(np.uint8).reshape(groups, 8)[:, :bits]
+    return out.tobytes()[:nbytes]
+
+
+def unpack(raw: np.ndarray, bits: int, n: int) -> np.ndarray:
+    mask = np.uint64((1 << bits) - 1)
+    if 8 % bits == 0:
+        per = 8 // bits
+        out8 = np.empty((raw.size, per), dtype=np.uint8)
+        for j in range(per):
+            out8[:, j] = (raw >> np.uint8(j * bits)) & np.uint8((1 << bits) - 1)
+        flat_out = out8.reshape(-1)
+        return flat_out if flat_out.size == n else flat_out[:n].copy()
+    groups = -(-n // 8)
+    buf = np.zeros((groups, 8), dtype=np.uint8)
+    body = np.zeros(groups * bits, dtype=np.uint8)
+    body[: raw.size] = raw
+    buf[:, :bits] = body.reshape(groups, bits)
+    word = buf.view(_U64).reshape(groups)
+    out = np.empty((groups, 8), dtype=np.uint8)
+    for j in range(8):
+        out[:, j] = (word >> np.uint64(j * bits)) & mask
+    return out.reshape(-1)[:n].copy()
+
+
+# -- delta by parent bin ------------------------------------------------------------------------
+
+
+def delta_encode(
+    prev: np.ndarray, now: np.ndarray, bins: int, rearrange: bool
+) -> tuple[np.ndarray, list[int]]:
+    diff = ((prev.astype(np.int16) - now.astype(np.int16)) % bins).astype(np.uint8)
+    groups = np.bincount(prev, minlength=bins).tolist()
+    if rearrange:
+        # NumPy's stable sort of 8-bit keys is a radix sort: O(n)
+        diff = diff[np.argsort(prev, kind="stable")]
+    return diff, groups
+
+
+def delta_decode(prev: np.ndarray, symbols: np.ndarray, bins: int, rearrange: bool) -> np.ndarray:
+    if rearrange:
+        diff = np.empty_like(symbols)
+        diff[np.argsort(prev, kind="stable")] = symbols
+    else:
+        diff = symbols
+    return ((prev.astype(np.int16) - diff.astype(np.int16)) % bins).astype(np.uint8)
+
+
+# -- ANS (constriction) ---------------------------------------------------------------------------
+
+_ANS_BLOCK = 1 << 16
+
+
+def _categorical(counts: np.ndarray) -> Any:
+    from constriction import stream  # the only back end that needs it
+
+    # Built from the integer counts alone, so encoder and decoder get the same fixed-point
+    # model (perfect=False: its quantization is a deterministic function of the input).
+    return stream.model.Categorical(counts.astype(np.float64), perfect=False)
+
+
+def ans_encode(
+    symbols: np.ndarray, bounds: np.ndarray, alphabet: int
+) -> tuple[np.ndarray, np.ndarray]:
+    from constriction import stream
+
+    contexts = bounds.size - 1
+    counts = np.zeros((contexts, alphabet), dtype=np.uint32)
+    coder = stream.stack.AnsCoder()
+    # A stack coder decodes last-in first-out: encode the contexts back to front.
+    for c in range(contexts - 1, -1, -1):
+        part = symbols[bounds[c] : bounds[c + 1]]
+        # by blocks: the int32 copies NumPy's bincount and the coder want stay in cache
+        # instead of being tensor-sized (measured 3x faster on 9M symbols)
+        starts = range(0, part.size, _ANS_BLOCK)
+        counts[c] = sum(
+            (np.bincount(part[i : i + _ANS_BLOCK], minlength=alphabet) for i in starts),
+            np.zeros(alphabet, dtype=np.int64),
+        )
+        if np.count_nonzero(counts[c]) > 1:
+            model = _categorical(counts[c])
+            # encoding the blocks back to front pushes the same symbols in the same order
+            # as one call on the whole part: the same words
+            for i in reversed(starts):
+                coder.encode_reverse(part[i : i + _ANS_BLOCK].astype(np.int32), model)
+    return counts, np.asarray(coder.get_compressed(), dtype=np.uint32)
+
+
+def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
+    from constriction import stream
+
+    out = np.empty(n, dtype=np.uint8)
+    try:
+        coder = stream.stack.AnsCoder(words)
+        for c in range(bounds.size - 1):
+            lo, hi = int(bounds[c]), int(bounds[c + 1])
+            used = np.flatnonzero(counts[c])
+            if used.size <= 1:
+                out[lo:hi] = used[0] if used.size else 0
+            elif hi > lo:
+                out[lo:hi] = coder.decode(_categorical(counts[c]), hi - lo)
+        empty = coder.is_empty()
+    except (ValueError, RuntimeError, OverflowError) as exc:
+        raise CorruptCheckpointError(f"ans payload does not decode: {exc}") from exc
+    if not empty:
+        raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
+    return out

@@ -1,0 +1,273 @@
+"""The kernel layer: the fast implementation writes what the reference writes, bit for bit.
+
+Kernel by kernel on random and edge-case inputs (Hypothesis), then whole files: a save in a
+process that chose the reference kernels at import and one that chose the fast kernels
+write the same bytes, keyframe and delta. Skipped pieces say why (no compiled kernels).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckptzip import kernels
+from ckptzip.errors import CorruptCheckpointError
+from ckptzip.kernels import reference as ref
+
+fast = kernels.fast
+needs_fast = pytest.mark.skipif(fast is None, reason="the compiled kernels are not built here")
+
+
+def test_the_active_implementation_is_the_compiled_one_where_it_is_built() -> None:
+    want = "fast" if fast is not None else "reference"
+    if os.environ.get("CKPTZIP_KERNELS") == "reference":
+        want = "reference"
+    assert kernels.IMPLEMENTATION == want
+
+
+# -- sketch codes ------------------------------------------------------------------------------
+
+
+def _thresholds(key_min: int, cap: int) -> torch.Tensor:
+    from ckptzip.sketch import _thresholds
+
+    return _thresholds(key_min, cap, 0.01, torch.zeros(0))
+
+
+@needs_fast
+@given(
+    st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=300),
+    st.integers(-200, 60),
+    st.integers(1, 2048),
+)
+@settings(max_examples=200, deadline=None)
+def test_sketch_codes_match(values: list[float], key_min: int, cap: int) -> None:
+    assert fast is not None
+    t = _thresholds(key_min, cap)
+    # the thresholds themselves and their neighbours are the values where a bucket changes
+    edges = t[torch.randint(0, cap, (20,), generator=torch.Generator().manual_seed(cap))]
+    x = torch.cat(
+        [
+            torch.tensor(values, dtype=torch.float32),
+            edges,
+            torch.nextafter(edges, torch.tensor(math.inf)),
+            -torch.nextafter(edges, torch.tensor(0.0)),
+            torch.tensor([0.0, -0.0, 1e-45, -1e-45, 3.4e38]),
+        ]
+    )
+    c_ref, n_ref = ref.sketch_codes(x, t, cap)
+    c_fast, n_fast = fast.sketch_codes(x, t, cap)
+    assert torch.equal(c_ref, c_fast)
+    assert n_ref is not None and n_fast is not None
+    assert np.array_equal(n_ref, n_fast)
+
+
+@needs_fast
+def test_sketch_codes_match_on_a_large_tensor() -> None:
+    assert fast is not None
+    x = torch.randn(1_000_003, generator=torch.Generator().manual_seed(0)) * 0.02
+    x[::17] = 0.0
+    t = _thresholds(-300, 2048)
+    c_ref, n_ref = ref.sketch_codes(x, t, 2048)
+    c_fast, n_fast = fast.sketch_codes(x, t, 2048)
+    assert torch.equal(c_ref, c_fast) and np.array_equal(n_ref, n_fast)  # type: ignore[arg-type]
+
+
+# -- assignment and its error ------------------------------------------------------------------
+
+
+@needs_fast
+@given(st.integers(0, 2**32 - 1), st.integers(2, 256), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_assignment_and_error_match(seed: int, bins: int, log_domain: bool) -> None:
+    from ckptzip.config import QuantConfig
+    from ckptzip.quantize import quantize
+
+    assert fast is not None
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 20_000, (1,), generator=g))
+    x = torch.randn(n, generator=g)
+    if log_domain:
+        x = x.square()
+        x[:: max(1, n // 10)] = 0.0
+    cfg = QuantConfig(bins=bins, prune=0.1, protect=0.001, log_domain=log_domain)
+    with pytest.MonkeyPatch.context() as mp:
+        _use(mp, ref)
+        want = quantize(x, cfg)
+        _use(mp, fast)
+        got = quantize(x, cfg)
+    assert got.rel_error == want.rel_error
+    assert np.array_equal(got.levels, want.levels)
+    assert np.array_equal(got.indices, want.indices)
+    assert np.array_equal(got.protected_positions, want.protected_positions)
+
+
+@needs_fast
+@given(st.integers(0, 2**32 - 1), st.integers(1, 255))
+@settings(max_examples=60, deadline=None)
+def test_nearest_level_matches(seed: int, n_mids: int) -> None:
+    assert fast is not None
+    g = torch.Generator().manual_seed(seed)
+    mids = torch.randn(n_mids, generator=g).sort().values
+    x = torch.cat([torch.randn(5000, generator=g) * 2, mids, torch.tensor([0.0, -0.0])])
+    assert torch.equal(fast.nearest(x, mids), ref.nearest(x, mids))
+
+
+def _use(mp: pytest.MonkeyPatch, implementation: object) -> None:
+    from _checks import use_kernels
+
+    use_kernels(mp, implementation)
+
+
+# -- packing, gathering, deltas -----------------------------------------------------------------
+
+
+@needs_fast
+@given(st.integers(1, 8), st.integers(0, 5000), st.integers(0, 2**32 - 1))
+@settings(max_examples=100, deadline=None)
+def test_pack_unpack_match(bits: int, n: int, seed: int) -> None:
+    assert fast is not None
+    idx = np.random.default_rng(seed).integers(0, 1 << bits, n).astype(np.uint8)
+    nbytes = (n * bits + 7) // 8
+    packed = ref.pack(idx, bits, nbytes) if bits < 8 else idx.tobytes()
+    assert fast.pack(idx, bits, nbytes) == packed
+    raw = np.frombuffer(packed, dtype=np.uint8)
+    assert np.array_equal(fast.unpack(raw, bits, n), idx)
+    if bits < 8:
+        assert np.array_equal(ref.unpack(raw, bits, n), idx)
+
+
+@needs_fast
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_gather_matches(dtype: torch.dtype) -> None:
+    assert fast is not None
+    levels = torch.randn(200, generator=torch.Generator().manual_seed(1)).to(dtype)
+    idx = np.random.default_rng(0).integers(0, 200, 100_001).astype(np.uint8)
+    assert torch.equal(fast.gather(levels, idx), ref.gather(levels, idx))
+
+
+@needs_fast
+@given(st.integers(1, 256), st.integers(0, 3000), st.booleans(), st.integers(0, 2**32 - 1))
+@settings(max_examples=100, deadline=None)
+def test_delta_by_parent_bin_matches(bins: int, n: int, rearrange: bool, seed: int) -> None:
+    assert fast is not None
+    rng = np.random.default_rng(seed)
+    prev = rng.integers(0, bins, n).astype(np.uint8)
+    now = np.where(rng.random(n) < 0.8, prev, rng.integers(0, bins, n)).astype(np.uint8)
+    sym_ref, groups_ref = ref.delta_encode(prev, now, bins, rearrange)
+    sym_fast, groups_fast = fast.delta_encode(prev, now, bins, rearrange)
+    assert np.array_equal(sym_ref, sym_fast) and groups_ref == groups_fast
+    assert np.array_equal(fast.delta_decode(prev, sym_fast, bins, rearrange), now)
+    assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange), now)
+
+
+# -- ANS: word for word constriction's ----------------------------------------------------------
+
+
+def _stream(seed: int, n: int, alphabet: int, contexts: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(alphabet, rng.choice([0.05, 0.5, 5.0])))
+    sym = rng.choice(alphabet, size=n, p=p).astype(np.uint8)
+    cuts = np.sort(rng.integers(0, n + 1, contexts - 1))
+    return sym, np.concatenate([[0], cuts, [n]]).astype(np.int64)
+
+
+@needs_fast
+@given(
+    st.integers(0, 2**32 - 1), st.integers(0, 4000), st.integers(2, 256), st.integers(1, 40)
+)
+@settings(max_examples=150, deadline=None)
+def test_ans_words_match_constriction(seed: int, n: int, alphabet: int, contexts: int) -> None:
+    assert fast is not None
+    sym, bounds = _stream(seed, n, alphabet, contexts)
+    top = int(sym.max()) + 1 if n else 1
+    counts_ref, words_ref = ref.ans_encode(sym, bounds, top)
+    counts_fast, words_fast = fast.ans_encode(sym, bounds, top)
+    assert np.array_equal(counts_ref, counts_fast)
+    assert np.array_equal(words_ref, words_fast)
+    assert np.array_equal(fast.ans_decode(words_ref, bounds, counts_ref, n), sym)
+    assert np.array_equal(ref.ans_decode(words_fast, bounds, counts_fast, n), sym)
+
+
+@needs_fast
+def test_ans_words_match_constriction_on_long_streams() -> None:
+    assert fast is not None
+    for seed, alphabet in [(0, 16), (1, 256), (2, 2)]:
+        sym, bounds = _stream(seed, 1_500_000, alphabet, 3)
+        top = int(sym.max()) + 1
+        counts, words = ref.ans_encode(sym, bounds, top)
+        assert np.array_equal(fast.ans_encode(sym, bounds, top)[1], words)
+        assert np.array_equal(fast.ans_decode(words, bounds, counts, sym.size), sym)
+
+
+@needs_fast
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_ans_damaged_streams_are_refused_alike(impl: str) -> None:
+    k = ref if impl == "reference" else fast
+    assert k is not None
+    sym, bounds = _stream(3, 5000, 8, 2)
+    counts, words = ref.ans_encode(sym, bounds, int(sym.max()) + 1)
+    with pytest.raises(CorruptCheckpointError, match="zero word"):
+        k.ans_decode(np.concatenate([words, [0]]).astype(np.uint32), bounds, counts, sym.size)
+    with pytest.raises(CorruptCheckpointError, match="left after"):
+        k.ans_decode(np.concatenate([[7], words]).astype(np.uint32), bounds, counts, sym.size)
+
+
+# -- whole files: the implementation chosen at import writes the same bytes ---------------------
+
+_SAVE = textwrap.dedent(
+    """
+    import hashlib, sys, torch, ckptzip
+    from ckptzip import kernels
+    g = torch.Generator().manual_seed(0)
+    def state(step):
+        h = torch.Generator().manual_seed(step)
+        w = torch.randn(200_003, generator=g if step == 0 else h) * 0.02
+        return {
+            "model": {"w": w, "b": (torch.randn(9000, generator=h) * 0.1).bfloat16(),
+                      "h": torch.randn(5000, generator=h).half()},
+            "optimizer": {"state": {0: {"exp_avg": w * 0.01, "exp_avg_sq": w.square() * 1e-3,
+                                        "step": torch.tensor(float(step))}}},
+            "step": step,
+        }
+    out = sys.argv[1]
+    mgr = ckptzip.CheckpointManager(out, keyframe_every=3)
+    base = state(0)
+    for step in range(3):
+        s = state(0)
+        s["model"]["w"] = base["model"]["w"] + 1e-4 * step
+        mgr.save(step, s)
+    mgr.close()
+    print(kernels.IMPLEMENTATION)
+    """
+)
+
+
+def _saved(tmp: Path, implementation: str) -> dict[str, str]:
+    env = {**os.environ, "CKPTZIP_KERNELS": implementation}
+    out = tmp / implementation
+    done = subprocess.run(
+        [sys.executable, "-c", _SAVE, str(out)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == implementation
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())}
+
+
+@needs_fast
+def test_reference_and_fast_kernels_write_byte_identical_files(tmp_path: Path) -> None:
+    want = _saved(tmp_path, "reference")
+    got = _saved(tmp_path, "fast")
+    assert len(want) >= 3
+    assert got == want
