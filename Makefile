@@ -13,7 +13,9 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): ckptzip/pyproject.toml rlcheck/pyproject.toml Makefile
+# setup.py and the C source: a changed kernel is rebuilt by the editable install
+$(STAMP): ckptzip/pyproject.toml ckptzip/setup.py ckptzip/src/ckptzip/kernels/_native.c \
+		rlcheck/pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"

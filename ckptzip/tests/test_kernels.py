@@ -33,7 +33,7 @@ def test_the_active_implementation_is_the_compiled_one_where_it_is_built() -> No
     want = "fast" if fast is not None else "reference"
     if os.environ.get("CKPTZIP_KERNELS") == "reference":
         want = "reference"
-    assert kernels.IMPLEMENTATION == want
+    assert want == kernels.IMPLEMENTATION
 
 
 # -- sketch codes ------------------------------------------------------------------------------
@@ -124,6 +124,22 @@ def test_nearest_level_matches(seed: int, n_mids: int) -> None:
     assert torch.equal(fast.nearest(x, mids), ref.nearest(x, mids))
 
 
+@needs_fast
+@given(st.integers(0, 2**32 - 1), st.integers(3, 3000), st.integers(2, 64), st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_kmeans_matches(seed: int, n: int, k: int, coarse: bool) -> None:
+    assert fast is not None
+    rng = np.random.default_rng(seed)
+    pts = np.sort(rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3]))
+    if coarse:  # repeated points: empty clusters and rows that run out of points
+        pts = np.round(pts, 1)
+    w = rng.random(n) + 1e-300
+    k = min(k, n - 1)
+    want = ref.kmeans(pts, w, k, 3, np.random.default_rng(7), 100)
+    got = fast.kmeans(pts, w, k, 3, np.random.default_rng(7), 100)
+    assert np.array_equal(got, want)
+
+
 def _use(mp: pytest.MonkeyPatch, implementation: object) -> None:
     from _checks import use_kernels
 
@@ -184,9 +200,7 @@ def _stream(seed: int, n: int, alphabet: int, contexts: int) -> tuple[np.ndarray
 
 
 @needs_fast
-@given(
-    st.integers(0, 2**32 - 1), st.integers(0, 4000), st.integers(2, 256), st.integers(1, 40)
-)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 4000), st.integers(2, 256), st.integers(1, 40))
 @settings(max_examples=150, deadline=None)
 def test_ans_words_match_constriction(seed: int, n: int, alphabet: int, contexts: int) -> None:
     assert fast is not None

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import posixpath
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -596,10 +597,16 @@ def encode(
     )
 
 
-def _decode_entry(reader: Reader, entry: TensorEntry, parent: ParentView | None) -> Decoded:
+def _decode_entry(
+    reader: Reader,
+    entry: TensorEntry,
+    parent: ParentView | None,
+    chunks: list[bytes] | None = None,
+) -> Decoded:
     codec = get_codec(entry.codec)
     ctx = DecodeContext.from_entry(entry, parent)
-    chunks = reader.tensor_chunks(entry)
+    if chunks is None:
+        chunks = reader.tensor_chunks(entry)
     try:
         out = codec.decode(entry.meta, chunks, ctx)
     except CkptzipError:
@@ -802,10 +809,21 @@ def _decode_entries(
     out: dict[str, Decoded] = {}
     total, done = reader.decoded_bytes, 0
     path = ""
-    with _memory_guard(lambda: f"{reader.name}: tensor {path!r}"):
-        for entry in reader.manifest.tensors:
+    entries = reader.manifest.tensors
+    lock = threading.Lock()  # the reader is one file position: chunks are read in turn
+
+    def decode_one(entry: TensorEntry) -> Decoded:
+        with lock:
+            chunks = reader.tensor_chunks(entry)
+        return _decode_entry(reader, entry, parent, chunks)
+
+    with (
+        _memory_guard(lambda: f"{reader.name}: tensor {path!r}"),
+        _ordered_map(decode_one, entries) as results,
+    ):
+        for entry, decoded in zip(entries, results, strict=True):
             path = entry.path
-            out[path] = _decode_entry(reader, entry, parent)
+            out[path] = decoded
             done += entry.nbytes
             if progress is not None:
                 progress(done, total)
@@ -824,6 +842,21 @@ def check_parent(links: Sequence[chains.Link], *, cache: DecodedCache | None = N
         A file of the chain is damaged (a chunk fails its checksum or does not decode).
     """
     _parent_view(links, cache)
+
+
+@contextlib.contextmanager
+def _ordered_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Iterator[Any]]:
+    """``map(fn, items)``, computed by the encoding threads when there are several items
+    (the kernels release the GIL, so tensors decode in parallel); results come in order."""
+    workers = _threads(None, len(items))
+    if not workers:
+        yield map(fn, items)
+        return
+    pool = encoding_pool(workers, "ckptzip-decode")
+    try:
+        yield pool.map(fn, items)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def decode_chain(
@@ -1010,11 +1043,14 @@ def _materialize(
     arrays = ndarray_entries(manifest.skeleton)
     leaves = []
     path = ""
-    with _memory_guard(lambda: f"tensor {path!r}"):
-        for i, (path, d) in enumerate(decoded.items()):  # noqa: B007 (path: for the guard)
-            if i in arrays:  # NumPy lives on the CPU whatever the tensors' placement
-                leaves.append(d.materialize("cpu"))
-                continue
-            x = d.materialize(device)
-            leaves.append(x if relocate is None else _relocate(x, relocate))
+    items = list(enumerate(decoded.values()))
+
+    def one(item: tuple[int, Decoded]) -> torch.Tensor:
+        i, d = item
+        # NumPy lives on the CPU whatever the tensors' placement
+        return d.materialize("cpu" if i in arrays else device)
+
+    with _memory_guard(lambda: f"tensor {path!r}"), _ordered_map(one, items) as results:
+        for (i, x), path in zip(enumerate(results), decoded, strict=True):  # noqa: B007
+            leaves.append(x if relocate is None or i in arrays else _relocate(x, relocate))
     return unflatten(manifest.skeleton, leaves, version=manifest.version)

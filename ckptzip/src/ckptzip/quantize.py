@@ -245,68 +245,12 @@ def fit_levels(
         return uniq
     order = np.argsort(pts, kind="stable")
     pts, w = pts[order], w[order]
-    rng = np.random.default_rng(seed)
-    # All restarts advance together as rows of one array: the cost of a NumPy call, not the
-    # size of these few thousand points, is what dominates here.
-    c = _lloyd_1d(pts, w, _kmeans_pp(pts, w, k, n_init, rng), max_iter)
+    c = kernels.kmeans(pts, w, k, n_init, np.random.default_rng(seed), max_iter)
     cost = [
         float(np.dot(w, (pts - row[np.searchsorted(0.5 * (row[1:] + row[:-1]), pts)]) ** 2))
         for row in c
     ]
     return np.unique(c[int(np.argmin(cost))])
-
-
-def _kmeans_pp(
-    pts: np.ndarray, w: np.ndarray, k: int, n_init: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Weighted k-means++ seeding, ``n_init`` independent rows: centre ∝ w·D² draws."""
-    centres = np.empty((n_init, k), dtype=np.float64)
-
-    def draw(p: np.ndarray) -> np.ndarray:
-        # inverse-CDF draw per row (p is (n_init, n)); rng.choice would loop over rows
-        cdf = np.cumsum(p, axis=1)
-        u = rng.random(n_init) * cdf[:, -1]
-        return pts[np.minimum((cdf < u[:, None]).sum(axis=1), pts.size - 1)]
-
-    centres[:, 0] = draw(np.broadcast_to(w, (n_init, pts.size)))
-    d2 = (pts[None, :] - centres[:, :1]) ** 2
-    for j in range(1, k):  # k draws, each vectorised over points and restarts
-        p = w * d2
-        # a row whose points are all taken (D² = 0 everywhere) repeats a centre; np.unique
-        # later merges it
-        p[p.sum(axis=1) <= 0] = w
-        centres[:, j] = draw(p)
-        np.minimum(d2, (pts[None, :] - centres[:, j : j + 1]) ** 2, out=d2)
-    return np.sort(centres, axis=1)
-
-
-def _lloyd_1d(pts: np.ndarray, w: np.ndarray, c: np.ndarray, max_iter: int) -> np.ndarray:
-    """Weighted Lloyd iterations in 1-D on sorted points, for each row of centres ``c``.
-
-    With sorted points a partition is just ``k − 1`` cut positions, and each cluster's sums
-    are differences of prefix sums: an iteration costs ``O(k log n)``, not ``O(n)``, and
-    the means of consecutive non-empty segments come out sorted by themselves.
-    """
-    n_init, k = c.shape
-    cw = np.concatenate([[0.0], np.cumsum(w)])
-    cwp = np.concatenate([[0.0], np.cumsum(w * pts)])
-    bounds = np.empty((n_init, k + 1), dtype=np.intp)
-    bounds[:, 0], bounds[:, -1] = 0, pts.size
-    previous = np.full((n_init, k - 1), -1, dtype=np.intp)
-    for _ in range(max_iter):
-        # a point p belongs to cluster #{mids < p}: cluster j ends after the points <= mids[j]
-        mids = 0.5 * (c[:, 1:] + c[:, :-1])
-        bounds[:, 1:-1] = np.searchsorted(pts, mids.ravel(), side="right").reshape(mids.shape)
-        if np.array_equal(bounds[:, 1:-1], previous):  # same partitions: centres are final
-            break
-        previous[:] = bounds[:, 1:-1]
-        wsum = np.diff(cw[bounds], axis=1)
-        psum = np.diff(cwp[bounds], axis=1)
-        if wsum.all():
-            c = psum / wsum
-        else:  # an empty cluster keeps its centre
-            c = np.sort(np.where(wsum > 0, psum / np.where(wsum > 0, wsum, 1.0), c), axis=1)
-    return c
 
 
 # -- the core --------------------------------------------------------------------------------

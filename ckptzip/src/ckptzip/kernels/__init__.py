@@ -35,6 +35,9 @@ The functions (flat 1-D inputs throughout):
 ``bucket_extremes(codes, v, n_codes) -> (lo, hi)``, ``magnitude_rank(codes, cap)``,
 ``positions(x, test)``, ``blocks(n, x)``
     The smaller passes of the quantizer's protect/prune selection.
+``kmeans(pts, w, k, n_init, rng, max_iter) -> centres``
+    Weighted 1-D k-means on sorted points: ``n_init`` k-means++ seedings (draws from
+    ``rng``), then Lloyd iterations; the ``(n_init, k)`` centres.
 ``gather(levels, idx) -> tensor``
     ``levels[idx]``, decoded straight into a new tensor of ``levels``' dtype.
 ``pack(flat, bits, nbytes) -> bytes``, ``unpack(raw, bits, n) -> uint8``
@@ -73,6 +76,7 @@ __all__ = [
     "delta_encode",
     "fast",
     "gather",
+    "kmeans",
     "magnitude_rank",
     "nearest",
     "pack",
@@ -110,6 +114,7 @@ magnitude_rank = _active.magnitude_rank
 positions = _active.positions
 blocks = _active.blocks
 gather = _active.gather
+kmeans = _active.kmeans
 pack = _active.pack
 unpack = _active.unpack
 delta_encode = _active.delta_encode

@@ -49,6 +49,7 @@ _unpack = _fn("ckz_unpack", None, _P, _I64, _I32, _P)
 _gather = _fn("ckz_gather", None, _P, _I64, _P, _I32, _P)
 _delta_enc = _fn("ckz_delta_encode", _I32, _P, _P, _I64, _I32, _I32, _P, _P)
 _delta_dec = _fn("ckz_delta_decode", _I32, _P, _P, _I64, _I32, _I32, _P)
+_kmeans = _fn("ckz_kmeans", _I32, _P, _P, _I64, _I32, _I32, _P, _I32, _P)
 _ans_counts = _fn("ckz_ans_counts", None, _P, _P, _I32, _I32, _P)
 _ans_enc = _fn("ckz_ans_encode", _I64, _P, _P, _I32, _I32, _P, _P, _I64)
 _ans_dec = _fn("ckz_ans_decode", _I32, _P, _I64, _P, _I32, _I32, _P, _P)
@@ -132,6 +133,18 @@ def squared_error(
     out = np.zeros(2, dtype=np.float64)
     _sqerr(_ptr(x), _ptr(idx), x.numel(), _ptr(lv), _ptr(prot), prot.numel(), _ptr(out))
     return float(out[0]), float(out[1])
+
+
+def kmeans(
+    pts: np.ndarray, w: np.ndarray, k: int, n_init: int, rng: np.random.Generator, max_iter: int
+) -> np.ndarray:
+    p, ww = _contig(pts, np.float64), _contig(w, np.float64)
+    # the draws the reference makes, k of n_init each, in its order
+    draws = rng.random(k * n_init)
+    c = np.empty((n_init, k), dtype=np.float64)
+    if _kmeans(_ptr(p), _ptr(ww), p.size, k, n_init, _ptr(draws), max_iter, _ptr(c)):
+        raise MemoryError("k-means scratch space")
+    return c
 
 
 def gather(levels: torch.Tensor, idx: np.ndarray) -> torch.Tensor:

@@ -256,6 +256,144 @@ CKZ_API int32_t ckz_delta_decode(const uint8_t *prev, const uint8_t *sym, int64_
     return bad ? 1 : 0;
 }
 
+/* -- weighted 1-D k-means (k-means++ seeding, then Lloyd), rows advancing in lockstep ----
+ *
+ * The reference is NumPy (quantize._kmeans_pp and quantize._lloyd_1d); this is the same
+ * arithmetic in the same order: sequential cumulative sums, squares as products, the
+ * uniform draws given (rand[j * n_init + row] for draw j), every row iterated until all
+ * rows' partitions repeat, and the empty-cluster branch taken for all rows when any row has
+ * an empty cluster. `pts` is sorted, `w` > 0. Writes the n_init x k centres.
+ */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t count_le(const double *pts, int64_t n, double v) { /* #{pts <= v} */
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + ((hi - lo) >> 1);
+        if (pts[mid] <= v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static double draw(const double *pts, const double *p, int64_t n, double *cdf, double r) {
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        acc = i == 0 ? p[0] : acc + p[i];
+        cdf[i] = acc;
+    }
+    double u = r * cdf[n - 1];
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) count += cdf[i] < u;
+    return pts[count < n - 1 ? count : n - 1];
+}
+
+CKZ_API int32_t ckz_kmeans(const double *pts, const double *w, int64_t n, int32_t k,
+                           int32_t n_init, const double *rand, int32_t max_iter, double *c) {
+    double *d2 = (double *)malloc(sizeof(double) * (size_t)n * (size_t)n_init);
+    double *p = (double *)malloc(sizeof(double) * (size_t)n);
+    double *cdf = (double *)malloc(sizeof(double) * (size_t)n);
+    double *cw = (double *)malloc(sizeof(double) * (size_t)(n + 1));
+    double *cwp = (double *)malloc(sizeof(double) * (size_t)(n + 1));
+    int64_t *bounds = (int64_t *)malloc(sizeof(int64_t) * (size_t)n_init * (size_t)(k + 1));
+    int64_t *previous = (int64_t *)malloc(sizeof(int64_t) * (size_t)n_init * (size_t)(k + 1));
+    double *wsum = (double *)malloc(sizeof(double) * (size_t)n_init * (size_t)k);
+    double *psum = (double *)malloc(sizeof(double) * (size_t)n_init * (size_t)k);
+    if (!d2 || !p || !cdf || !cw || !cwp || !bounds || !previous || !wsum || !psum) {
+        free(d2), free(p), free(cdf), free(cw), free(cwp);
+        free(bounds), free(previous), free(wsum), free(psum);
+        return -1;
+    }
+    /* k-means++: centre 0 drawn by w, centre j by w * D^2 */
+    for (int32_t row = 0; row < n_init; row++) {
+        double *dr = d2 + (size_t)row * (size_t)n;
+        double c0 = draw(pts, w, n, cdf, rand[row]);
+        c[(size_t)row * k] = c0;
+        for (int64_t i = 0; i < n; i++) {
+            double t = pts[i] - c0;
+            dr[i] = t * t;
+        }
+    }
+    for (int32_t j = 1; j < k; j++) {
+        for (int32_t row = 0; row < n_init; row++) {
+            double *dr = d2 + (size_t)row * (size_t)n;
+            int any = 0;
+            for (int64_t i = 0; i < n; i++) {
+                p[i] = w[i] * dr[i];
+                any |= p[i] > 0.0;
+            }
+            /* a row whose points are all taken repeats a centre (merged later) */
+            double cj = draw(pts, any ? p : w, n, cdf, rand[(size_t)j * n_init + row]);
+            c[(size_t)row * k + j] = cj;
+            for (int64_t i = 0; i < n; i++) {
+                double t = pts[i] - cj;
+                double t2 = t * t;
+                if (t2 < dr[i]) dr[i] = t2;
+            }
+        }
+    }
+    for (int32_t row = 0; row < n_init; row++)
+        qsort(c + (size_t)row * k, (size_t)k, sizeof(double), cmp_double);
+    /* Lloyd on prefix sums */
+    cw[0] = 0.0;
+    cwp[0] = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        cw[i + 1] = i == 0 ? w[0] : cw[i] + w[i];
+        double wp = w[i] * pts[i];
+        cwp[i + 1] = i == 0 ? wp : cwp[i] + wp;
+    }
+    for (int32_t row = 0; row < n_init; row++) {
+        int64_t *b = bounds + (size_t)row * (k + 1);
+        b[0] = 0;
+        b[k] = n;
+        for (int32_t j = 1; j < k; j++) previous[(size_t)row * (k + 1) + j] = -1;
+    }
+    for (int32_t it = 0; it < max_iter; it++) {
+        int same = 1;
+        for (int32_t row = 0; row < n_init; row++) {
+            const double *cr = c + (size_t)row * k;
+            int64_t *b = bounds + (size_t)row * (k + 1);
+            int64_t *pr = previous + (size_t)row * (k + 1);
+            for (int32_t j = 1; j < k; j++) {
+                b[j] = count_le(pts, n, 0.5 * (cr[j] + cr[j - 1]));
+                same &= b[j] == pr[j];
+            }
+        }
+        if (same) break;
+        int all_nonzero = 1;
+        for (int32_t row = 0; row < n_init; row++) {
+            int64_t *b = bounds + (size_t)row * (k + 1);
+            int64_t *pr = previous + (size_t)row * (k + 1);
+            for (int32_t j = 1; j < k; j++) pr[j] = b[j];
+            for (int32_t j = 0; j < k; j++) {
+                double ws = cw[b[j + 1]] - cw[b[j]];
+                wsum[(size_t)row * k + j] = ws;
+                psum[(size_t)row * k + j] = cwp[b[j + 1]] - cwp[b[j]];
+                all_nonzero &= ws != 0.0;
+            }
+        }
+        for (int32_t row = 0; row < n_init; row++) {
+            double *cr = c + (size_t)row * k;
+            for (int32_t j = 0; j < k; j++) {
+                double ws = wsum[(size_t)row * k + j], ps = psum[(size_t)row * k + j];
+                if (all_nonzero)
+                    cr[j] = ps / ws;
+                else if (ws > 0.0)
+                    cr[j] = ps / ws; /* an empty cluster keeps its centre */
+            }
+            if (!all_nonzero) qsort(cr, (size_t)k, sizeof(double), cmp_double);
+        }
+    }
+    free(d2), free(p), free(cdf), free(cw), free(cwp);
+    free(bounds), free(previous), free(wsum), free(psum);
+    return 0;
+}
+
 /* -- ANS: a stack coder word-for-word compatible with constriction's AnsCoder -----------
  *
  * 32-bit words, 64-bit state, 24-bit precision; the model of a context is constriction's
