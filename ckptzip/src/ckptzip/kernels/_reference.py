@@ -48,14 +48,38 @@ def blocks(n: int, x: torch.Tensor) -> list[tuple[int, int]]:
 # -- sketch ----------------------------------------------------------------------------------
 
 
+_PREFIX_SHIFT = 16  # float32 bits of |x| above this: the exponent and 7 mantissa bits
+
+
 def sketch_codes(
     work: torch.Tensor, thresholds: torch.Tensor, cap: int, *, histogram: bool = True
 ) -> tuple[torch.Tensor, np.ndarray | None]:
     n = work.numel()
     codes = torch.empty(n, dtype=torch.int32, device=work.device)
+    if work.dtype == torch.float32:
+        # m = #{thresholds < |x|}: a table over the top bits of |x| gives a lower bound (the
+        # count below the smallest float with those bits), then single steps up to the
+        # exact count; with the default accuracy one step is the most a value needs
+        lowest = (torch.arange(1 << (31 - _PREFIX_SHIFT), dtype=torch.int32) << _PREFIX_SHIFT).view(
+            torch.float32
+        )
+        lut = torch.searchsorted(thresholds.cpu(), lowest, out_int32=True)
+        # at most one threshold inside every slice of the float line: one step is exact
+        one_step = bool((lut[1:] - lut[:-1]).max() <= 1)
+        lut = lut.to(work.device)
+        padded = torch.cat([thresholds, thresholds.new_full((1,), float("inf"))])
     for lo, hi in blocks(n, work):
         w = work[lo:hi]
-        m = torch.searchsorted(thresholds, w.abs(), out_int32=True)
+        a = w.abs()
+        if work.dtype == torch.float32:
+            m = lut.index_select(0, a.view(torch.int32) >> _PREFIX_SHIFT)
+            while True:
+                step = padded.index_select(0, m) < a
+                m += step
+                if one_step or not bool(step.any()):
+                    break
+        else:
+            m = torch.searchsorted(thresholds, a, out_int32=True)
         m = torch.maximum(m, (w != 0).to(torch.int32))
         codes[lo:hi] = torch.where(w < 0, cap - m, cap + m)
     if not histogram:
