@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import pickle
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +17,13 @@ import torch
 import ckptzip
 
 try:
-    from ckptzip.integrations.lightning import PACKAGES, CkptzipCheckpointIO, load_from_checkpoint
+    from ckptzip.integrations.lightning import (
+        PACKAGES,
+        CkptzipCheckpointIO,
+        CkptzipLoading,
+        is_ckptzip_file,
+        load_from_checkpoint,
+    )
 except ImportError:  # neither pytorch_lightning nor lightning
     pytest.skip("needs ckptzip[lightning]", allow_module_level=True)
 
@@ -167,3 +174,31 @@ def test_one_plugin_class_for_every_installed_package() -> None:
             assert package not in PACKAGES
             continue
         assert package in PACKAGES and isinstance(io, base)
+
+
+@pytest.mark.parametrize("package", ["pytorch_lightning", "lightning.pytorch"])
+def test_module_load_from_checkpoint_reads_ckptzip_files(tmp_path: Path, package: str) -> None:
+    f = flavour(package)
+
+    class Loadable(CkptzipLoading, f.Regressor):  # type: ignore[misc,name-defined]
+        pass
+
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    f.pl.seed_everything(0)
+    model = Loadable(hidden=32, name="mixed")
+    _trainer(f, tmp_path, 1, CkptzipCheckpointIO(CONFIG), f.Counter()).fit(model)
+    last = tmp_path / "last.ckpt"
+    assert is_ckptzip_file(last)
+    # what Lightning alone does with a ckptzip file (the module docstring quotes it)
+    with pytest.raises(pickle.UnpicklingError, match="Unsupported operand 67"):
+        f.Regressor.load_from_checkpoint(last)
+    got = Loadable.load_from_checkpoint(last, map_location="cpu")
+    assert type(got) is Loadable and got.hparams["name"] == "mixed"
+    for a, b in zip(got.parameters(), model.parameters(), strict=True):
+        assert (a - b).norm() <= 0.2 * b.norm()
+    plain = tmp_path / "plain.ckpt"  # Lightning's own files go through unchanged
+    torch.save(CkptzipCheckpointIO().load_checkpoint(last), plain)
+    assert not is_ckptzip_file(plain)
+    again = Loadable.load_from_checkpoint(plain)
+    for a, b in zip(again.parameters(), got.parameters(), strict=True):
+        assert torch.equal(a, b)

@@ -25,9 +25,11 @@ from transformers.trainer_pt_utils import safe_globals  # noqa: E402
 import ckptzip  # noqa: E402
 from ckptzip.cli import main as cli  # noqa: E402
 from ckptzip.integrations.transformers import (  # noqa: E402
+    CkptzipCallback,
     CkptzipTrainer,
     compress_checkpoint,
     materialize,
+    resumable,
 )
 
 CONFIG = ckptzip.CompressionConfig(min_numel=256)
@@ -195,3 +197,35 @@ def test_load_best_model_at_end_is_refused(tmp_path: Path) -> None:
         CkptzipTrainer(
             model=_model(0), args=args, train_dataset=_dataset(), eval_dataset=_dataset()
         )
+
+
+@pytest.mark.slow
+def test_a_plain_trainer_with_the_callback_resumes_through_resumable(tmp_path: Path) -> None:
+    from transformers import Trainer
+
+    def plain(seed: int) -> Trainer:
+        args = _trainer(tmp_path / "run", seed).args  # the same arguments, a plain Trainer
+        return Trainer(
+            model=_model(seed),
+            args=args,
+            train_dataset=_dataset(),
+            callbacks=[CkptzipCallback(CONFIG)],
+        )
+
+    whole = plain(0)
+    whole.train()
+    reference = _losses(whole)
+    ckpt = tmp_path / "run" / "checkpoint-6"
+    assert (ckpt / "model.safetensors.ckz").exists()
+    # what the Trainer alone says about a converted directory (the module docstring quotes it)
+    with pytest.raises(ValueError, match="Can't find a valid checkpoint"):
+        plain(1).train(resume_from_checkpoint=str(ckpt))
+    resumed = plain(1)
+    with resumable(ckpt) as path:
+        resumed.train(resume_from_checkpoint=path)
+    got = {step: loss for step, loss in _losses(resumed).items() if step > 6}
+    assert sorted(got) == list(range(7, 13))
+    for step, loss in got.items():
+        assert abs(loss - reference[step]) <= TOLERANCE * reference[step], (reference, got)
+    with resumable(True, str(tmp_path / "run")) as last:
+        assert last is not None and os.path.exists(os.path.join(last, "model.safetensors"))

@@ -9,12 +9,23 @@ so either package's ``Trainer`` (and its ``AsyncCheckpointIO``) takes it as its 
 >>> trainer = pl.Trainer(plugins=[AsyncCheckpointIO(CkptzipCheckpointIO())])  # doctest: +SKIP
 >>> trainer.fit(model, ckpt_path="ckpts/last.ckpt")                    # doctest: +SKIP
 >>> model = load_from_checkpoint(MyModule, "ckpts/last.ckpt")          # doctest: +SKIP
+>>> class MyModule(CkptzipLoading, pl.LightningModule): ...           # doctest: +SKIP
+>>> model = MyModule.load_from_checkpoint("ckpts/last.ckpt")          # doctest: +SKIP
 
 ``ModelCheckpoint`` (top-k, ``last.ckpt``, removal of old files), resuming with ``ckpt_path=``,
 ``trainer.test(ckpt_path="best")`` and Lightning's ``AsyncCheckpointIO`` all go through the
-plugin. ``LightningModule.load_from_checkpoint`` does not (it calls ``torch.load`` on the path
-itself): use :func:`load_from_checkpoint` here, which decodes the file and hands Lightning the
-same dict through an in-memory ``torch.load(weights_only=True)``.
+plugin. ``LightningModule.load_from_checkpoint`` does not: it calls ``torch.load`` on the path
+itself, which fails on a ckptzip file with torch's ``UnpicklingError`` ("Weights only load
+failed ... Unsupported operand 67": 67 is ``C``, the first byte of ckptzip's magic
+``CKPTZIP``). Two ways that work:
+
+* mix :class:`CkptzipLoading` into the module (``class MyModule(CkptzipLoading,
+  pl.LightningModule)``): ``MyModule.load_from_checkpoint(path)`` then reads ckptzip files
+  and Lightning's own alike;
+* or call :func:`load_from_checkpoint` here: ``load_from_checkpoint(MyModule, path)``.
+
+Both decode the file and hand Lightning the same dict through an in-memory
+``torch.load(weights_only=True)``.
 
 What a Lightning checkpoint must hold: the model's ``state_dict`` and optimizer and scheduler
 states are tensors and plain values; loops' and callbacks' states (``ModelCheckpoint``'s best
@@ -40,8 +51,15 @@ import torch
 import ckptzip
 from ckptzip import storage
 from ckptzip.config import CompressionConfig
+from ckptzip.container import MAGIC
 
-__all__ = ["PACKAGES", "CkptzipCheckpointIO", "load_from_checkpoint"]
+__all__ = [
+    "PACKAGES",
+    "CkptzipCheckpointIO",
+    "CkptzipLoading",
+    "is_ckptzip_file",
+    "load_from_checkpoint",
+]
 
 _T = TypeVar("_T")
 
@@ -138,3 +156,42 @@ def load_from_checkpoint(
         buf, map_location=map_location, weights_only=True, **kwargs
     )
     return module
+
+
+def is_ckptzip_file(checkpoint: Any) -> bool:
+    """Whether ``checkpoint`` (a path, URL or seekable binary file) begins with ckptzip's magic.
+
+    A file object is read from its current position and put back there.
+    """
+    if isinstance(checkpoint, (str, os.PathLike)):
+        try:
+            with storage.open_read(checkpoint) as f:
+                return f.read(len(MAGIC)) == MAGIC
+        except ckptzip.CkptzipError:
+            return False  # missing or unreadable: Lightning's own loader says what is wrong
+    try:
+        where = checkpoint.tell()
+        head = checkpoint.read(len(MAGIC))
+        checkpoint.seek(where)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return bool(head == MAGIC)
+
+
+class CkptzipLoading:
+    """Mixin for a ``LightningModule`` (or ``LightningDataModule``) of either Lightning package:
+    its ``load_from_checkpoint`` also reads checkpoints written by :class:`CkptzipCheckpointIO`.
+
+    Put it first among the bases: ``class MyModule(CkptzipLoading, pl.LightningModule)``.
+    A ckptzip file goes through :func:`load_from_checkpoint`; any other file straight to
+    Lightning's own ``load_from_checkpoint``, unchanged.
+    """
+
+    @classmethod
+    def load_from_checkpoint(
+        cls, checkpoint_path: Any, map_location: Any = None, **kwargs: Any
+    ) -> Any:
+        if is_ckptzip_file(checkpoint_path):
+            return load_from_checkpoint(cls, checkpoint_path, map_location=map_location, **kwargs)
+        parent: Any = super()
+        return parent.load_from_checkpoint(checkpoint_path, map_location=map_location, **kwargs)

@@ -18,6 +18,15 @@ runs after the ``Trainer`` wrote ``checkpoint-N/`` and converts it in place:
 ``training_args.bin``  ``training_args.json``     ``TrainingArguments.to_dict()``
 =====================  =========================  =========================================
 
+A plain ``Trainer`` cannot resume from a converted directory by itself: it looks for
+``model.safetensors`` and says "Can't find a valid checkpoint at ...". Resume it through
+:func:`resumable`, which decodes the directory into a temporary ``Trainer`` checkpoint::
+
+    with resumable("out/checkpoint-500") as path:      # or resumable(True, args.output_dir)
+        trainer.train(resume_from_checkpoint=path)
+
+or use :class:`CkptzipTrainer`, whose ``train(resume_from_checkpoint=...)`` does the same.
+
 JSON files (``config.json``, ``trainer_state.json``, ...) stay as they are. ``.pt``/``.pth``
 files are read with ``torch.load(weights_only=True)`` (NumPy's RNG arrays allow-listed as the
 ``Trainer`` itself does); loading a ``.ckz`` never unpickles anything. :meth:`CkptzipTrainer.train`
@@ -37,10 +46,12 @@ DeepSpeed: every rank writes model and optimizer shards) are not supported.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -60,6 +71,7 @@ __all__ = [
     "compress_checkpoint",
     "is_converted",
     "materialize",
+    "resumable",
 ]
 
 SUFFIX = ".ckz"
@@ -196,12 +208,39 @@ class CkptzipTrainer(Trainer):
     def train(  # type: ignore[override]
         self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any
     ) -> Any:
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
-            if resume_from_checkpoint is None:
-                raise ValueError(f"no checkpoint found in {self.args.output_dir!r}")
-        if not isinstance(resume_from_checkpoint, str) or not is_converted(resume_from_checkpoint):
-            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
-        with tempfile.TemporaryDirectory(prefix="ckptzip-resume-") as tmp:
-            materialize(resume_from_checkpoint, tmp)
-            return super().train(resume_from_checkpoint=tmp, **kwargs)
+        with resumable(resume_from_checkpoint, str(self.args.output_dir)) as path:
+            return super().train(resume_from_checkpoint=path, **kwargs)
+
+
+@contextlib.contextmanager
+def resumable(
+    checkpoint: str | os.PathLike[str] | bool | None, output_dir: str | None = None
+) -> Iterator[str | None]:
+    """What to pass a ``Trainer`` as ``resume_from_checkpoint`` for ``checkpoint``.
+
+    A directory converted by :class:`CkptzipCallback` is decoded into a temporary ``Trainer``
+    checkpoint (standard file names, :func:`materialize`), removed when the block ends;
+    any other value is passed on as it is. ``True`` means the last checkpoint in
+    ``output_dir``, as it does for the ``Trainer``.
+
+    >>> with resumable("out/checkpoint-500") as path:       # doctest: +SKIP
+    ...     trainer.train(resume_from_checkpoint=path)
+    """
+    if checkpoint is None or checkpoint is False:
+        yield None
+        return
+    if checkpoint is True:
+        if output_dir is None:
+            raise ConfigError("resumable(True) needs output_dir (the Trainer's args.output_dir)")
+        last = get_last_checkpoint(output_dir)
+        if last is None:
+            raise ValueError(f"no checkpoint found in {output_dir!r}")
+        path = str(last)
+    else:
+        path = os.fspath(checkpoint)
+    if not os.path.isdir(path) or not is_converted(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="ckptzip-resume-") as tmp:
+        materialize(path, tmp)
+        yield tmp
