@@ -13,6 +13,7 @@ import pickle
 import re
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -562,6 +563,78 @@ def test_dcp_metadata_pickle_opcodes_and_memo_are_checked_before_unpickling(
         with pytest.raises(ckptzip.CorruptCheckpointError) as info:
             Reader(tmp_path, allow_pickled_metadata=True).read_metadata()
         assert "refused pickled DCP metadata" in str(info.value), name
+
+
+def test_dcp_pickled_metadata_sharing_one_object_many_times_is_refused_fast(
+    tmp_path: Path,
+) -> None:
+    """A pickle can name one object from many places: one chunk list from 20 000 tensors in
+    0.3 MB (40 million chunks to walk), one 10^6-long key path from 2 000 FQNs. With
+    ``allow_pickled_metadata`` both are refused before the walk."""
+    chunks = [ChunkStorageMetadata(torch.Size([i]), torch.Size([1])) for i in range(2000)]
+    shared = TensorStorageMetadata(TensorProperties(), torch.Size([2000]), chunks)
+    path = tuple(range(10**6))
+    cases = {
+        "shared": Metadata({f"t{i}": shared for i in range(20_000)}, storage_data={}),
+        "over 256": Metadata(
+            {}, planner_data={f"t{i}": path for i in range(2000)}, storage_data={}
+        ),
+    }
+    for match, md in cases.items():
+        raw = pickle.dumps(md, protocol=4)
+        assert len(raw) < 5_000_000
+        (tmp_path / METADATA_NAME).write_bytes(raw)
+        t0 = time.perf_counter()
+        with pytest.raises(ckptzip.CorruptCheckpointError, match=match):
+            Reader(tmp_path, allow_pickled_metadata=True).read_metadata()
+        assert time.perf_counter() - t0 < 20, match  # 0.25 s, 2.2 s measured at load 14
+
+
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path to a value in a JSON document, containers included."""
+    out = [path] if path else []
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for k, v in items:
+        out += _paths(v, (*path, k))
+    return out
+
+
+def _write_doc(directory: Path, doc: Any) -> Path:
+    (directory / METADATA_NAME).write_text(json.dumps(doc))
+    return directory
+
+
+_ODD_VALUES = [None, True, -1, 2**64, 1.5, "", "x", [], [1], [[0]], {}, {"a": 1}]
+
+
+def test_dcp_metadata_every_field_replaced_by_any_json_raises_only_ckptzip_errors(
+    tmp_path: Path,
+) -> None:
+    """Each value of the golden document, at every depth, replaced by each of a dozen JSON
+    values of other types: read back, or refused with one of ckptzip's errors."""
+    doc = _golden_doc()  # one item of each kind (the others have the same fields)
+    keep = ("model.emb.weight", "step")
+    doc["state_dict"] = {k: doc["state_dict"][k] for k in keep}
+    doc["planner_data"] = {k: doc["planner_data"][k] for k in keep}
+    doc["storage_data"] = [e for e in doc["storage_data"] if e[0] in keep]
+    Reader(_write_doc(tmp_path, doc)).read_metadata()  # valid as cut
+    paths = _paths(doc)
+    assert len(paths) > 40
+    refused = 0
+    for path in paths:
+        for value in _ODD_VALUES:
+            _write_doc(tmp_path, _set(json.loads(json.dumps(doc)), path, value))
+            try:
+                Reader(tmp_path).read_metadata()
+            except ckptzip.CkptzipError:
+                refused += 1
+    assert refused > len(paths) * len(_ODD_VALUES) // 2
 
 
 def _mutations(data: bytes) -> st.SearchStrategy[bytes]:

@@ -166,6 +166,8 @@ MAX_METADATA_BYTES = 256 << 20
 chunks); ``Reader(max_metadata_bytes=)`` reads larger ones."""
 
 _MAX_NDIM = 64
+_MAX_KEY_PATH = 256  # depth of a key path in planner_data
+_MAX_MODULES = 1 << 16  # names in storage_meta.modules
 _MAX_DIM = (1 << 63) - 1
 _DTYPES: dict[str, torch.dtype] = {
     str(v).removeprefix("torch."): v for v in vars(torch).values() if isinstance(v, torch.dtype)
@@ -210,13 +212,31 @@ def _name_in(table: Mapping[str, Any], value: Any, where: str) -> str:
     raise _SchemaError(f"{where} = {_short(value)} is not one this format stores")
 
 
-def _encode_metadata(md: Any) -> dict[str, Any]:
+def _encode_metadata(md: Any, *, untrusted: bool = False) -> dict[str, Any]:
     """DCP's ``Metadata`` as the JSON document (plain types, not yet checked).
 
     Written for untrusted input too (a pickled ``.metadata``): it reads only the known fields,
-    never calls into the objects it is given beyond iteration of builtins, and leaves every
-    type and range check to :func:`_check_document`.
+    never calls into the objects it is given beyond iteration of builtins, copies no sequence
+    longer than the format allows, and leaves every other check to :func:`_check_document`.
+    With ``untrusted``, a tensor entry, chunk list or chunk reached twice is refused: a pickle
+    can name one object from many places, so its size alone would not bound this walk.
     """
+    seen: set[int] = set()
+
+    def once(obj: Any, where: str) -> Any:
+        if untrusted:
+            if id(obj) in seen:
+                raise _SchemaError(f"{where} is an object another entry holds too (shared)")
+            seen.add(id(obj))
+        return obj
+
+    def seq(value: Any, where: str, limit: int = _MAX_NDIM) -> list[Any]:
+        if not isinstance(value, (tuple, list)):  # torch.Size is a tuple
+            raise _SchemaError(f"{where} is a {type(value).__name__}, not a sequence")
+        if len(value) > limit:
+            raise _SchemaError(f"{where} has {len(value)} elements, over {limit}")
+        return list(value)
+
     if not isinstance(md, Metadata):
         raise _SchemaError(f"it holds a {type(md).__name__}, not DCP's Metadata")
     known = {"state_dict_metadata", "planner_data", "storage_data", "storage_meta", "version"}
@@ -232,18 +252,18 @@ def _encode_metadata(md: Any) -> dict[str, Any]:
         if isinstance(item, BytesStorageMetadata):
             state_dict[fqn] = {"type": "bytes"}
         elif isinstance(item, TensorStorageMetadata):
-            p = item.properties
+            p = once(item, where).properties
             if not isinstance(p, TensorProperties) or not isinstance(item.chunks, list):
                 raise _SchemaError(f"{where} is not a well-formed TensorStorageMetadata")
             state_dict[fqn] = {
                 "type": "tensor",
                 "dtype": _name_in(_DTYPES, p.dtype, f"{where}.dtype"),
-                "size": _as_list(item.size, f"{where}.size"),
+                "size": seq(item.size, f"{where}.size"),
                 "chunks": [
-                    [_as_list(c.offsets, f"{where}.chunks"), _as_list(c.sizes, f"{where}.chunks")]
-                    if isinstance(c, ChunkStorageMetadata)
-                    else _as_list(None, f"{where}.chunks")
-                    for c in item.chunks
+                    [seq(c.offsets, f"{where}.chunks"), seq(c.sizes, f"{where}.chunks")]
+                    if isinstance(once(c, f"{where}.chunks"), ChunkStorageMetadata)
+                    else seq(None, f"{where}.chunks")
+                    for c in once(item.chunks, f"{where}.chunks")
                 ],
                 "layout": _name_in(_LAYOUTS, p.layout, f"{where}.layout"),
                 "memory_format": _name_in(
@@ -262,7 +282,7 @@ def _encode_metadata(md: Any) -> dict[str, Any]:
                 "DefaultSavePlanner's flattening map (FQN -> key path) only"
             )
         planner_data = {
-            k: _as_list(v, f"planner_data[{_short(k)}]") for k, v in planner_data.items()
+            k: seq(v, f"planner_data[{_short(k)}]", _MAX_KEY_PATH) for k, v in planner_data.items()
         }
     data = md.storage_data
     if not isinstance(data, dict):
@@ -276,7 +296,7 @@ def _encode_metadata(md: Any) -> dict[str, Any]:
                 f"storage_data[{_short(index.fqn)}] is not a (file, key) pair: not written by "
                 "ckptzip.dcp.Writer"
             )
-        offset = None if index.offset is None else _as_list(index.offset, "storage_data offset")
+        offset = None if index.offset is None else seq(index.offset, "storage_data offset")
         storage_data.append([index.fqn, offset, index.index, value[0], value[1]])
     sm = md.storage_meta
     storage_meta: dict[str, Any] | None = None
@@ -288,7 +308,7 @@ def _encode_metadata(md: Any) -> dict[str, Any]:
             "checkpoint_id": os.fspath(cid) if isinstance(cid, os.PathLike) else cid,
             "save_id": sm.save_id,
             "load_id": sm.load_id,
-            "modules": _as_list(sm.modules, "storage_meta.modules"),
+            "modules": seq(sm.modules, "storage_meta.modules", _MAX_MODULES),
         }
     return {
         "format": METADATA_FORMAT,
@@ -299,12 +319,6 @@ def _encode_metadata(md: Any) -> dict[str, Any]:
         "storage_data": storage_data,
         "storage_meta": storage_meta,
     }
-
-
-def _as_list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, (tuple, list)):  # torch.Size is a tuple
-        raise _SchemaError(f"{where} is a {type(value).__name__}, not a sequence")
-    return list(value)
 
 
 def _expect(cond: bool, where: str, what: str, value: Any) -> None:
@@ -330,6 +344,10 @@ def _check_keys(obj: Any, keys: frozenset[str], where: str) -> None:
     if set(obj) != keys:
         missing, extra = sorted(keys - set(obj)), sorted(map(str, set(obj) - keys))
         raise _SchemaError(f"{where} has fields missing {missing} / unknown {_short(extra)}")
+
+
+def _member(x: Any, table: Mapping[str, Any]) -> bool:
+    return type(x) is str and x in table  # a list or dict is unhashable: never look it up
 
 
 def _is_name(x: Any) -> bool:
@@ -362,10 +380,12 @@ def _check_document(doc: Any) -> None:
             continue
         _expect(item["type"] == "tensor", f"{where}.type", "'tensor' or 'bytes'", item["type"])
         _check_keys(item, _TENSOR_KEYS, where)
-        _expect(item["dtype"] in _DTYPES, f"{where}.dtype", "a torch dtype", item["dtype"])
-        _expect(item["layout"] in _LAYOUTS, f"{where}.layout", "a torch layout", item["layout"])
+        _expect(_member(item["dtype"], _DTYPES), f"{where}.dtype", "a torch dtype", item["dtype"])
+        _expect(
+            _member(item["layout"], _LAYOUTS), f"{where}.layout", "a torch layout", item["layout"]
+        )
         mf = item["memory_format"]
-        _expect(mf in _MEMORY_FORMATS, f"{where}.memory_format", "a memory format", mf)
+        _expect(_member(mf, _MEMORY_FORMATS), f"{where}.memory_format", "a memory format", mf)
         for flag in ("requires_grad", "pin_memory"):
             _expect(type(item[flag]) is bool, f"{where}.{flag}", "true or false", item[flag])
         size = item["size"]
@@ -389,7 +409,7 @@ def _check_document(doc: Any) -> None:
     if planner is not None:
         _expect(type(planner) is dict, "planner_data", "an object", planner)
         for fqn, path in planner.items():
-            ok = type(path) is list and len(path) > 0
+            ok = type(path) is list and 0 < len(path) <= _MAX_KEY_PATH
             ok = ok and all(type(p) is str or _is_int(p, -_MAX_DIM) for p in path)
             _expect(ok, f"planner_data[{_short(fqn)}]", "a key path of strings and ints", path)
     data = doc["storage_data"]
@@ -419,7 +439,8 @@ def _check_document(doc: Any) -> None:
         for k in ("checkpoint_id", "save_id", "load_id"):
             _expect(sm[k] is None or type(sm[k]) is str, f"storage_meta.{k}", "a string", sm[k])
         modules = sm["modules"]
-        ok = type(modules) is list and all(type(m) is str for m in modules)
+        ok = type(modules) is list and len(modules) <= _MAX_MODULES
+        ok = ok and all(type(m) is str for m in modules)
         _expect(ok, "storage_meta.modules", "a list of strings", modules)
 
 
@@ -673,7 +694,7 @@ def _unpickle_metadata(raw: bytes, where: str) -> Metadata:
     try:
         _scan_pickle(raw)
         obj = _MetadataUnpickler(raw, where).load()
-        doc = _encode_metadata(obj)
+        doc = _encode_metadata(obj, untrusted=True)
         _check_document(doc)
     except CkptzipError:
         raise
