@@ -350,6 +350,8 @@ def test_failures_are_written_without_the_input_object(tmp_path: Path) -> None:
         "rlcheck.policy_store",
         "rlcheck.plot",
         "rlcheck.learner",
+        "rlcheck.ledger",
+        "rlcheck.pytest_plugin",
     ],
 )
 def test_docstring_examples_run(module: str) -> None:

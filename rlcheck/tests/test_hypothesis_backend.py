@@ -54,6 +54,13 @@ def _stats_of(stats: BackendStats, test: Any) -> Any:
     return stats[f"{test.__module__}.{test.__qualname__}"]
 
 
+@pytest.fixture(autouse=True)
+def always_guided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about guidance, mostly on easy strategies where a run would step
+    aside after its first cases; the tests of stepping aside turn it back on."""
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 0)
+
+
 @pytest.fixture
 def stats() -> Iterator[BackendStats]:
     with collect_stats() as collected:
@@ -377,6 +384,57 @@ def test_a_found_bug_is_saved_and_replayed_from_the_database(tmp_path: Path) -> 
     with pytest.raises(AssertionError, match="planted bug"):
         replay()
     assert failing and all(xs == [0, 1, 5] for xs in failing)
+
+
+# -- stepping aside where guidance cannot pay --------------------------------------------
+
+
+def test_a_test_with_nothing_to_learn_steps_aside_after_its_first_cases(
+    monkeypatch: pytest.MonkeyPatch, stats: BackendStats
+) -> None:
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    calls = 0
+
+    @settings(backend="rlcheck", max_examples=100, database=None, **QUIET)
+    @given(st.lists(st.integers()))
+    def inner(xs: list[int]) -> None:
+        nonlocal calls
+        calls += 1
+
+    inner()
+    ours = _stats_of(stats, inner)
+    assert ours.stepped_aside and ours.handed_back and not ours.fallback
+    assert ours.cases == 20  # the rest on Hypothesis's own backend
+    assert calls >= 100  # and the run is as long as ever
+
+
+def test_a_strict_test_keeps_its_guidance(
+    monkeypatch: pytest.MonkeyPatch, stats: BackendStats
+) -> None:
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+
+    @settings(backend="rlcheck", max_examples=30, database=None, **QUIET)
+    @given(st.lists(st.integers(0, 9)))
+    def inner(xs: list[int]) -> None:
+        assume(len(xs) >= 2 and _strictly_increasing(xs))
+
+    inner()
+    ours = _stats_of(stats, inner)
+    assert not ours.stepped_aside and ours.cases > 20
+
+
+def test_a_run_with_a_learned_policy_never_steps_aside(
+    monkeypatch: pytest.MonkeyPatch, stats: BackendStats, tmp_path: Path
+) -> None:
+    db = DirectoryBasedExampleDatabase(tmp_path)
+    test = _make_test(db)
+    test()  # probe_cases is 0 here: guided throughout, the policy saved
+    del test
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 5)
+    monkeypatch.setattr(RLCheckProvider, "step_aside_rate", 0.0)  # would always step aside
+    test = _make_test(db)
+    test()
+    assert not _stats_of(stats, test).stepped_aside
 
 
 # -- internal errors fall back (RELIABILITY rlcheck #2) -----------------------------------

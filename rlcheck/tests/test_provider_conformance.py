@@ -63,6 +63,12 @@ BACKENDS = ["rlcheck", "rlcheck-fast"]
 QUIET = {"deadline": None, "database": None, "suppress_health_check": list(HealthCheck)}
 
 
+@pytest.fixture(autouse=True)
+def always_guided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case on the provider: no run steps aside after its first cases."""
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 0)
+
+
 @pytest.fixture
 def stats() -> Iterator[BackendStats]:
     with collect_stats() as collected:

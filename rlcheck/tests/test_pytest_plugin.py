@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rlcheck.hypothesis import BackendStats
+from rlcheck.ledger import Counts
 from rlcheck.pytest_plugin import CaseCounts, Row, format_table
 
 pytest_plugins = ["pytester"]
@@ -68,12 +71,13 @@ def test_compare_option_adds_the_default_backend(pytester: pytest.Pytester) -> N
     out = result.stdout.str()
     assert "BACKEND hypothesis" in out and "BACKEND rlcheck" in out
     table = out.split("rlcheck: Hypothesis backend")[1]
-    assert "default: cases" in table and "unique x" in table
-    row = next(line for line in table.splitlines() if "test_sorted_pairs" in line)
-    numbers = [int(x) for x in row.split()[1:7]]
-    cases, valid, unique, base_cases, base_valid, base_unique = numbers
-    assert cases >= valid >= unique > 0
-    assert base_cases >= base_valid >= base_unique > 0
+    assert "default: cases" in table and "valid/case x" in table and "speed x" in table
+    row = next(line for line in table.splitlines() if "test_sorted_pairs" in line).split()
+    cases, valid, base_cases, base_valid = int(row[1]), int(row[2]), int(row[5]), int(row[6])
+    assert cases >= valid == 30 and base_cases >= base_valid == 30  # both reached max_examples
+    assert float(row[3]) == pytest.approx(valid / cases, abs=0.01)
+    assert row[4].endswith("s") and row[8].endswith("s")  # the time to reach it
+    assert float(row[9]) == pytest.approx(float(row[3]) / float(row[7]), rel=0.05)
 
 
 def test_without_the_option_nothing_changes(pytester: pytest.Pytester) -> None:
@@ -101,29 +105,113 @@ def test_bug(n):
     result.stdout.fnmatch_lines(["*assert 50 < 50*", "*n=50,*"])
 
 
+def _statistics(statuses: list[str], seconds: float, stopped: str) -> dict[str, Any]:
+    cases = [{"status": status} for status in statuses]
+    return {
+        "generate-phase": {"duration-seconds": seconds, "test-cases": cases},
+        "stopped-because": stopped,
+    }
+
+
 def test_case_counts_and_table() -> None:
     counts = CaseCounts()
-
-    class Node:
-        def __init__(self, value: object) -> None:
-            self.value = value
-
-    class Obs:
-        type = "test_case"
-
-        def __init__(self, status: str, choices: tuple[object, ...]) -> None:
-            self.status = status
-            self.metadata = {"choice_nodes": [Node(c) for c in choices], "phase": "generate"}
-
-    cases = [("passed", (1,)), ("passed", (1,)), ("gave_up", (2,)), ("failed", (3,))]
-    for status, choices in cases:
-        counts.observe(Obs(status, choices))
-    # One definition of unique (the episode ledger's, by choice sequence); failures apart.
-    assert counts.row() == Row(cases=4, valid=2, unique_valid=1, found_failure=True)
-    table = format_table(
-        {"t::x": {"rlcheck": counts.row(), "hypothesis": Row(2, 1, 1)}}, compare=True
+    # Two runs of one test: counts add up; the generation phase's cases only.
+    counts.add_statistics(
+        _statistics(["valid", "invalid", "valid"], 0.5, "settings.max_examples=2")
     )
-    assert table.splitlines()[2].split() == ["t::x", "4", "2", "1", "2", "1", "1", "1.0", "rlcheck"]
+    counts.add_statistics(_statistics(["overrun", "interesting"], 0.25, "nothing left to do"))
+    stats = BackendStats()
+    stats.update("t.x", stats.start_run("t.x"), Counts(cases=3, valid=2), stepped_aside=True)
+    counts.add_backend(stats)
+    assert counts.row == Row(
+        cases=5,
+        valid=2,
+        seconds=0.75,
+        reached_max=True,
+        found_failure=True,
+        guided=3,
+        status="stepped aside",
+    )
+    base = Row(8, 2, 1.5, True)
+    table = format_table({"t::x": {"rlcheck": counts.row, "hypothesis": base}}, compare=True)
+    assert table.splitlines()[2].split() == (
+        [
+            "t::x",
+            "5",
+            "2",
+            "0.40",
+            "0.75s",
+            "8",
+            "2",
+            "0.25",
+            "1.50s",
+            "1.60",
+            "2.00",
+            "rlcheck",
+            "stepped",
+            "aside",
+            "after",
+            "3",
+        ]
+    )
+
+
+def test_the_table_marks_a_fallback_and_lists_its_reason() -> None:
+    rows = {
+        "t::ok": {"rlcheck": Row(10, 10, 0.1, True, guided=10, status="guided")},
+        "t::bad": {
+            "rlcheck": Row(10, 10, 0.1, True, guided=4, status="fell back", reason="E: " + "x" * 80)
+        },
+    }
+    lines = format_table(rows, compare=False).splitlines()
+    assert lines[2].endswith("guided 10")
+    assert "FELL BACK after 4: E: xxx" in lines[3] and lines[3].endswith("...")
+    assert "rlcheck fell back on 1 test(s)" in lines[5]
+    assert lines[6] == "  t::bad: E: " + "x" * 80
+
+
+def test_a_test_rlcheck_falls_back_on_passes_and_is_marked(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_broken="""
+import pytest
+from hypothesis import given, settings, strategies as st
+from rlcheck.state import SpanState
+
+@pytest.fixture(autouse=True)
+def broken_state(monkeypatch):
+    def push(self, label):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(SpanState, "push", push)
+
+@settings(max_examples=30, database=None)
+@given(st.lists(st.integers()))
+def test_fine(xs):
+    pass
+"""
+    )
+    result = pytester.runpytest("--rlcheck", "-p", "no:randomly", "-W", "error")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "FELL BACK after 0: RuntimeError: injected" in out
+    assert "rlcheck fell back on 1 test(s)" in out
+
+
+def test_a_test_with_nothing_to_learn_is_marked_stepped_aside(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_easy="""
+from hypothesis import given, settings, strategies as st
+
+@settings(max_examples=100, database=None)
+@given(st.lists(st.integers()))
+def test_easy(xs):
+    pass
+"""
+    )
+    result = pytester.runpytest("--rlcheck", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    row = next(line for line in result.stdout.lines if "test_easy.py::test_easy" in line)
+    cases, valid = (int(x) for x in row.split()[1:3])
+    assert cases >= valid == 100 and row.endswith("stepped aside after 20")
 
 
 STATEFUL = """
@@ -179,7 +267,7 @@ def test_bug(n):
     table = result.stdout.str().split("rlcheck: Hypothesis backend")[1]
     assert "failure found by" in table
     row = next(line for line in table.splitlines() if "test_bug" in line)
-    assert row.split()[-1] == "default"
+    assert " default " in row and "rlcheck and default" not in row
 
 
 def test_readme_example_runs_as_written(pytester: pytest.Pytester) -> None:

@@ -5,83 +5,119 @@ Options (registered through rlcheck's ``pytest11`` entry point):
 ``--rlcheck``
     Each ``@given`` test, and each ``RuleBasedStateMachine.TestCase``, runs with
     ``backend="rlcheck"`` (its other settings unchanged), and the end of the session
-    prints, per test: cases, valid cases and unique valid cases.
+    prints the table below.
 ``--rlcheck-compare``
     Implies ``--rlcheck``; each test first runs once more on Hypothesis's own backend,
-    counted the same way, and the table shows both side by side, with the backend(s)
-    whose generation found a failure. The extra run shares the test's function-scoped
-    fixtures; its own failure does not fail the test (the rlcheck run gives the verdict,
-    and replays a failure the first run saved to the example database: the
-    "failure found by" column tells which backend found it).
+    counted the same way, and the table shows both side by side, with the gain where
+    both reached ``max_examples`` and the backend(s) whose generation found a failure.
+    The extra run shares the test's function-scoped fixtures; its own failure does not
+    fail the test (the rlcheck run gives the verdict, and replays a failure the first
+    run saved to the example database: the "failure found by" column tells which
+    backend found it).
 ``--rlcheck-fast``
     Like ``--rlcheck`` with ``backend="rlcheck-fast"``
     (:class:`rlcheck.hypothesis.provider.FastRLCheckProvider`): no default-backend tail,
     so a test whose valid rate is very low stays about as fast as on the learned policy alone.
 
-Counting: Hypothesis's observations of the test cases (coverage tracing off, choice
-sequences on), through the episode ledger (:mod:`rlcheck.ledger`): a test case's identity
-is its choice sequence, as in the backend's own statistics, so both backends are counted
-by one rule. Under pytest-xdist each worker attaches its counts to the test's report and
-the controller prints one table. This module imports nothing heavy at import time:
-pytest loads it in every session where rlcheck is installed.
+The table: per test, the generation phase's test cases, valid cases, valid cases per
+test case and, when the run stopped at ``max_examples``, the seconds it took to get
+there (a backend's gain shows there, since both then make the same number of valid
+cases), and what rlcheck did: guided every case, stepped aside after its first cases
+(nothing to learn: the rest ran on Hypothesis's own backend), handed back (too many
+invalid cases), or fell back (an internal error: the test ran on Hypothesis's own
+backend; the reason is shown and listed below the table).
+
+Counting costs nothing: the counts come from the engine's own per-run statistics
+(``hypothesis.statistics``) and the backend's (:func:`rlcheck.hypothesis.collect_stats`);
+Hypothesis's observability (which pretty-prints every test case) stays off. Under
+pytest-xdist each worker attaches its counts to the test's report and the controller
+prints one table. This module imports nothing heavy at import time: pytest loads it in
+every session where rlcheck is installed.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pytest
 
-from rlcheck.ledger import Ledger, Outcome
-
 __all__ = ["CaseCounts", "Row", "format_table"]
 
-_OUTCOMES: dict[str, Outcome] = {"gave_up": "invalid", "passed": "valid", "failed": "failure"}
 _PROPERTY = "rlcheck"  # the report's user_properties key carrying the counts
+_REASON_WIDTH = 60  # characters of a fallback reason shown in the table
 
 
 @dataclass(frozen=True)
 class Row:
-    """One backend's counts for one test, as reported (plain data: crosses xdist)."""
+    """One backend's counts for one test, as reported (plain data: crosses xdist).
+
+    ``cases``, ``valid``: the generation phase's test cases and valid ones (as the
+    engine counts them toward ``max_examples``); ``seconds``: that phase's duration;
+    ``reached_max``: it stopped at ``max_examples``. For the rlcheck run, ``guided`` is
+    the number of cases the backend generated itself (the rest were Hypothesis's own),
+    ``status`` what it did (``"guided"``, ``"stepped aside"``, ``"handed back"``,
+    ``"fell back"``, ``"unchanged"``: the backend could not be switched) and ``reason``
+    the internal error behind a fallback.
+    """
 
     cases: int = 0
     valid: int = 0
-    unique_valid: int = 0
+    seconds: float = 0.0
+    reached_max: bool = False
     found_failure: bool = False
+    guided: int = 0
+    status: str = ""
+    reason: str = ""
+
+    @property
+    def valid_per_case(self) -> float:
+        return self.valid / self.cases if self.cases else 0.0
 
 
 class CaseCounts:
-    """Test cases one backend ran for one test, counted by an episode ledger
-    (:mod:`rlcheck.ledger`: a test case's identity is its choice sequence, as for the
-    backend's own statistics)."""
+    """What one backend's runs of one test did, from the engine's statistics (one call
+    of :meth:`add_statistics` per run) and, for the rlcheck backend, its own."""
 
     __test__ = False  # keeps pytest from collecting it
 
     def __init__(self) -> None:
-        self.ledger = Ledger()
-        self.found_failure = False
+        self.row = Row()
 
-    def observe(self, observation: Any) -> None:
-        """Count one Hypothesis observation (others than test cases are ignored)."""
-        from rlcheck.hypothesis.compat import observed_choices, observed_phase
-
-        if getattr(observation, "type", None) != "test_case":
-            return
-        outcome = _OUTCOMES.get(observation.status, "invalid")
-        if outcome == "failure" and observed_phase(observation) == "generate":
-            # Found by this run's generation (not replayed from the database, not a
-            # shrink of a failure found before).
-            self.found_failure = True
-        self.ledger.record(outcome, observed_choices(observation))
-
-    def row(self) -> Row:
-        return Row(
-            self.ledger.cases, self.ledger.valid, self.ledger.unique_valid, self.found_failure
+    def add_statistics(self, statistics: dict[str, Any]) -> None:
+        """Count one run's ``hypothesis.statistics`` dictionary (its generate phase)."""
+        phase = statistics.get("generate-phase") or {}
+        statuses = [case.get("status") for case in phase.get("test-cases", ())]
+        stopped = str(statistics.get("stopped-because", ""))
+        row = self.row
+        self.row = replace(
+            row,
+            cases=row.cases + len(statuses),
+            valid=row.valid + statuses.count("valid"),
+            seconds=row.seconds + float(phase.get("duration-seconds", 0.0)),
+            # "settings.max_examples=N" alone; other reasons say more after a comma
+            reached_max=row.reached_max
+            or (stopped.startswith("settings.max_examples=") and "," not in stopped),
+            found_failure=row.found_failure or "interesting" in statuses,
         )
+
+    def add_backend(self, stats: Any) -> None:
+        """What the rlcheck backend said about its runs (a ``BackendStats``)."""
+        tests = stats.as_dict().values()
+        guided = sum(t.cases for t in tests)
+        reason = next((t.reason for t in tests if t.reason), "")
+        if any(t.fallback for t in tests):
+            status = "fell back"
+        elif any(t.stepped_aside for t in tests):
+            status = "stepped aside"
+        elif any(t.handed_back for t in tests):
+            status = "handed back"
+        else:
+            status = "guided"
+        self.row = replace(self.row, guided=self.row.guided + guided, status=status, reason=reason)
 
 
 # Per session (a pytester run inside a session gets its own): nodeid -> backend -> row.
@@ -96,8 +132,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--rlcheck",
         action="store_true",
         default=False,
-        help='run every Hypothesis test with backend="rlcheck" and report cases, valid '
-        "and unique valid inputs per test",
+        help='run every Hypothesis test with backend="rlcheck" and report, per test, '
+        "valid cases per case, time to max_examples and what rlcheck did",
     )
     group.addoption(
         "--rlcheck-compare",
@@ -127,11 +163,14 @@ def _active(config: pytest.Config) -> bool:
     )
 
 
-@pytest.hookimpl(hookwrapper=True)
+# trylast: inside Hypothesis's own wrapper, which sets its statistics collector for
+# --hypothesis-show-statistics (ours passes each run's statistics on to it).
+@pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if not _active(item.config) or not _is_hypothesis_test(item):
         yield
         return
+    from rlcheck.hypothesis import collect_stats
     from rlcheck.hypothesis.compat import with_test_settings
 
     test = item.obj  # type: ignore[attr-defined]
@@ -143,7 +182,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         # which follows (and replays any failure from the database).
         with (
             with_test_settings(test, owner, backend="hypothesis"),
-            _counting(base.observe),
+            _counting(base),
             contextlib.suppress(Exception),
         ):
             item.runtest()
@@ -151,16 +190,21 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     backend = "rlcheck-fast" if item.config.getoption("rlcheck_fast") else "rlcheck"
     with with_test_settings(test, owner, backend=backend) as changed:
         if not changed:
-            counts.pop("rlcheck")
+            ours.row = replace(ours.row, status="unchanged")
             item.warn(
                 pytest.PytestWarning(
                     "rlcheck could not switch this Hypothesis test's backend; it runs unchanged"
                 )
             )
-            yield
+            with _counting(ours):
+                yield
             return
-        with _counting(ours.observe):
-            yield
+        with _counting(ours), collect_stats() as stats:
+            try:
+                yield
+            finally:
+                with contextlib.suppress(Exception):  # counting never fails a test
+                    ours.add_backend(stats)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -169,7 +213,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
     counts = item.stash.get(_COUNTS, None)
     if call.when == "call" and counts:
         report = outcome.get_result()
-        rows = {backend: asdict(c.row()) for backend, c in counts.items()}
+        rows = {backend: asdict(c.row) for backend, c in counts.items()}
         report.user_properties.append((_PROPERTY, rows))
 
 
@@ -200,38 +244,79 @@ class _Reports:
 
 
 def format_table(results: dict[str, dict[str, Row]], *, compare: bool) -> str:
-    """The end-of-session table: one row per test, rlcheck (and default) counts.
+    """The end-of-session table: one row per test, then the tests rlcheck fell back on.
+
+    ``valid/case`` is valid cases per generated case; ``to max`` the seconds the
+    generation phase took to reach ``max_examples`` (``-`` when it stopped otherwise).
+    With ``compare``, the default backend's columns follow, and the gains (the ratio of
+    valid per case, and the default's time over rlcheck's) where both runs reached
+    ``max_examples``.
 
     Examples
     --------
-    >>> print(format_table({"t.py::test_a": {"rlcheck": Row(3, 2, 1)}}, compare=False))
-    test          cases  valid  unique valid
-    ------------  -----  -----  ------------
-    t.py::test_a      3      2             1
+    >>> row = Row(40, 20, 0.5, True, guided=20, status="stepped aside")
+    >>> print(format_table({"t.py::test_a": {"rlcheck": row}}, compare=False))
+    test          cases  valid  valid/case  to max  rlcheck
+    ------------  -----  -----  ----------  ------  ----------------------
+    t.py::test_a     40     20        0.50   0.50s  stepped aside after 20
     """
-    header = ["test", "cases", "valid", "unique valid"]
+    header = ["test", "cases", "valid", "valid/case", "to max"]
     if compare:
-        header += ["default: cases", "valid", "unique valid", "unique x", "failure found by"]
+        header += ["default: cases", "valid", "valid/case", "to max", "valid/case x", "speed x"]
+        header.append("failure found by")
+    header.append("rlcheck")
     rows = [header]
+    fell_back = []
     for nodeid, by_backend in results.items():
         rl = by_backend.get("rlcheck", Row())
-        row = [nodeid, str(rl.cases), str(rl.valid), str(rl.unique_valid)]
+        row = [nodeid, *_cells(rl)]
         if compare:
             base = by_backend.get("hypothesis", Row())
-            ratio = f"{rl.unique_valid / base.unique_valid:.1f}" if base.unique_valid else "-"
+            row += _cells(base)
+            both = rl.reached_max and base.reached_max and rl.seconds > 0
+            per_case = base.valid_per_case > 0
+            row.append(
+                f"{rl.valid_per_case / base.valid_per_case:.2f}" if both and per_case else "-"
+            )
+            row.append(f"{base.seconds / rl.seconds:.2f}" if both else "-")
             found = [name for name, r in (("rlcheck", rl), ("default", base)) if r.found_failure]
-            row += [str(base.cases), str(base.valid), str(base.unique_valid), ratio]
             row.append(" and ".join(found) or "-")
+        row.append(_status(rl))
+        if rl.status == "fell back":
+            fell_back.append(f"  {nodeid}: {rl.reason}")
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = []
     for i, row in enumerate(rows):
         cells = [row[0].ljust(widths[0])]
-        cells += [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        lines.append("  ".join(cells))
+        cells += [c.rjust(w) for c, w in zip(row[1:-1], widths[1:-1], strict=True)]
+        cells.append(row[-1].ljust(widths[-1]))
+        lines.append("  ".join(cells).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
+    if fell_back:
+        lines.append(
+            f"\nrlcheck fell back on {len(fell_back)} test(s): an internal error; each ran "
+            "on Hypothesis's own backend from then on (please report it):"
+        )
+        lines += fell_back
     return "\n".join(lines)
+
+
+def _cells(row: Row) -> list[str]:
+    to_max = f"{row.seconds:.2f}s" if row.reached_max else "-"
+    return [str(row.cases), str(row.valid), f"{row.valid_per_case:.2f}", to_max]
+
+
+def _status(row: Row) -> str:
+    if row.status == "fell back":
+        reason = row.reason if len(row.reason) <= _REASON_WIDTH else row.reason[:57] + "..."
+        return f"FELL BACK after {row.guided}: {reason}"
+    if row.status in ("stepped aside", "handed back"):
+        return f"{row.status} after {row.guided}"
+    if row.status == "guided":
+        return f"guided {row.guided}"
+    return row.status or "-"
 
 
 def _is_hypothesis_test(item: pytest.Item) -> bool:
@@ -244,8 +329,8 @@ def _is_hypothesis_test(item: pytest.Item) -> bool:
 
 
 @contextmanager
-def _counting(callback: Callable[[Any], None]) -> Iterator[None]:
-    from rlcheck.hypothesis.compat import observing
+def _counting(counts: CaseCounts) -> Iterator[None]:
+    from rlcheck.hypothesis.compat import run_statistics
 
-    with observing(callback, choices=True):
+    with run_statistics(counts.add_statistics):
         yield

@@ -32,10 +32,10 @@ health-check limits (10 valid /           none: local constants of
 ``_hypothesis_state_machine_class``       suites; the plugin still needs a test's own
                                           settings object to change only its backend
                                           (a state machine's: its ``TestCase.settings``)
-``with_observability_callback``           ``PrimitiveProvider.on_observation`` (costs
-                                          observability on every run; not used)
-``OBSERVABILITY_COLLECT_COVERAGE``,       the ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_*``
-``OBSERVABILITY_CHOICES``                 environment variables, read at import only
+``statistics.collector``                  none: the per-run statistics behind
+                                          ``--hypothesis-show-statistics`` (observability
+                                          gives more, at the price of pretty-printing
+                                          every test case)
 ``StopTest``, ``UnsatisfiedAssumption``   none: the engine's control-flow exceptions
 ``run_conformance_test``                  none: Hypothesis's conformance test for
 (``internal.conjecture                    providers (the test suite runs it through
@@ -88,11 +88,9 @@ __all__ = [
     "make_float_clamper",
     "next_down",
     "next_up",
-    "observed_choices",
-    "observed_phase",
-    "observing",
     "run_conformance",
     "run_random",
+    "run_statistics",
     "with_test_settings",
 ]
 
@@ -292,43 +290,23 @@ def with_test_settings(test: Any, owner: type | None = None, **changes: Any) -> 
 
 
 @contextlib.contextmanager
-def observing(callback: Callable[[Any], None], *, choices: bool = False) -> Iterator[None]:
-    """Deliver test-case observations to ``callback`` inside the block, coverage tracing
-    off (counting needs none, and it slows both backends); ``choices=True`` includes each
-    case's choice nodes (``metadata["choice_nodes"]``). The module flags are restored."""
-    from hypothesis.internal import observability
+def run_statistics(callback: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+    """Deliver each test run's statistics dictionary (the one ``--hypothesis-show-statistics``
+    prints: per phase its test cases' statuses and its duration, and why generation
+    stopped) to ``callback`` inside the block. The engine gathers them on every run, so
+    this costs nothing, unlike observability. Collectors nest: the outer one is called
+    too."""
+    from hypothesis.statistics import collector
 
-    saved = observability.OBSERVABILITY_COLLECT_COVERAGE, observability.OBSERVABILITY_CHOICES
-    observability.OBSERVABILITY_COLLECT_COVERAGE = False
-    observability.OBSERVABILITY_CHOICES = choices
-    try:
-        with observability.with_observability_callback(callback):
-            yield
-    finally:
-        observability.OBSERVABILITY_COLLECT_COVERAGE, observability.OBSERVABILITY_CHOICES = saved
+    outer = collector.value
 
+    def both(statistics: dict[str, Any]) -> None:
+        callback(statistics)
+        if outer is not None:
+            outer(statistics)
 
-def observed_choices(observation: Any) -> tuple[Any, ...] | None:
-    """The choice sequence of a test-case observation made inside
-    ``observing(..., choices=True)`` (``None`` when it carries none)."""
-    metadata = getattr(observation, "metadata", None)
-    nodes = (
-        metadata.get("choice_nodes")
-        if isinstance(metadata, dict)
-        else getattr(metadata, "choice_nodes", None)
-    )
-    if nodes is None:
-        return None
-    return tuple(node.value for node in nodes)
-
-
-def observed_phase(observation: Any) -> str | None:
-    """The phase (``"generate"``, ``"reuse"``, ``"shrink"``, ...) of a test-case
-    observation."""
-    metadata = getattr(observation, "metadata", None)
-    if isinstance(metadata, dict):
-        return metadata.get("phase")
-    return getattr(metadata, "phase", None)
+    with collector.with_value(both):  # type: ignore[arg-type]
+        yield
 
 
 def check_compat() -> dict[str, bool]:
@@ -344,7 +322,8 @@ def check_compat() -> dict[str, bool]:
     def _probe(x: None) -> None:
         pass
 
-    from hypothesis.internal import observability, reflection
+    from hypothesis import statistics
+    from hypothesis.internal import reflection
     from hypothesis.internal.conjecture import data
 
     low, high = SUPPORTED_RANGE
@@ -357,9 +336,7 @@ def check_compat() -> dict[str, bool]:
         "DirectoryBasedExampleDatabase._key_path": hasattr(
             database.DirectoryBasedExampleDatabase, "_key_path"
         ),
-        "with_observability_callback": hasattr(observability, "with_observability_callback"),
-        "OBSERVABILITY_COLLECT_COVERAGE": hasattr(observability, "OBSERVABILITY_COLLECT_COVERAGE"),
-        "OBSERVABILITY_CHOICES": hasattr(observability, "OBSERVABILITY_CHOICES"),
+        "statistics.collector": hasattr(statistics, "collector"),
         "AVAILABLE_PROVIDERS": isinstance(AVAILABLE_PROVIDERS, dict),
         "HypothesisProvider": _has_hypothesis_provider(),
         "PrimitiveProvider.span_start": hasattr(PrimitiveProvider, "span_start"),

@@ -403,6 +403,12 @@ class RLCheckProvider(PrimitiveProvider):
     #: ``NoveltyRLGuide`` uses 1.0). Off by default (``compare.py``'s
     #: ``rl-hypothesis-novelty`` row turns it on).
     count_bonus: ClassVar[float] = 0.0
+    #: Cases a run makes before judging whether guidance can pay here
+    #: (:meth:`_guidance_pays`); 0: never step aside.
+    probe_cases: ClassVar[int] = 20
+    #: New valid inputs per case at or above which guidance has nothing to gain: the
+    #: test rejects (or repeats) too few inputs for learning to raise the rate.
+    step_aside_rate: ClassVar[float] = 0.8
 
     def __init__(
         self,
@@ -452,6 +458,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._discards = 0
         self._default_valid = 0  # valid cases of the default provider's share
         self._default_streak = 0  # its invalid cases in a row
+        self._warm = False  # a learned policy was loaded: guidance paid in an earlier run
 
     # -- episodes -------------------------------------------------------------------
 
@@ -485,6 +492,15 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            if not self._guidance_pays():
+                # Step aside: Hypothesis's own backend runs the rest at its own cost.
+                # Nothing worth keeping was learned: the stored policy stays as it was
+                # (saving these cases would make the next run warm, and guided).
+                self._record(stepped_aside=True)
+                if self._persistence is not None:
+                    self._persistence.dirty = False
+                    self._persistence.final = True  # the final save has nothing to add
+                raise BackendCannotProceed("exhausted")
             hand_back = self._should_hand_back() or self._tree.exhausted
             if hand_back or self._tail_reached():
                 # The rest of the run is Hypothesis's own backend's: a hand-back (recorded
@@ -529,6 +545,27 @@ class RLCheckProvider(PrimitiveProvider):
             return False
         ledger = self._ledger
         return self._default_valid < share * (ledger.valid + ledger.failures + 1)
+
+    def _guidance_pays(self) -> bool:
+        """Whether to keep guiding this run (checked as each case begins).
+
+        Guidance raises the share of cases that are new valid inputs; where that share
+        is already high, each guided case only costs more than Hypothesis's own. So
+        after :attr:`probe_cases` cases, a run whose new valid inputs (and failures)
+        make up at least :attr:`step_aside_rate` of its cases steps aside. The cold
+        policy draws from each strategy's own distribution, so those first cases
+        measure the test, not the learner. A run that loaded a learned policy (guidance
+        paid before) and a provider used outside a Hypothesis run (no engine to hand
+        to) never step aside. (Stepping aside later, where learning does not raise the
+        rate, was tried: at 100 cases the counts were too small to tell, and it stopped
+        strict tests that were learning.)
+        """
+        probe = type(self).probe_cases
+        ledger = self._ledger
+        if ledger.cases != probe or probe <= 0 or self._warm or not self._in_test:
+            return True
+        new = ledger.unique_valid + ledger.failures
+        return new < type(self).step_aside_rate * probe
 
     def _tail_reached(self) -> bool:
         """Whether the rest of the run is the default backend's (:attr:`default_tail`)."""
@@ -640,7 +677,7 @@ class RLCheckProvider(PrimitiveProvider):
             key = database_key(test)
             if current.database is not None and key:
                 self._persistence = _Persistence(current.database, key, self._policy)
-                self._persistence.load()
+                self._warm = self._persistence.load()
                 weakref.finalize(self, self._persistence.final_save)
 
     def _record(
