@@ -408,6 +408,30 @@ def test_a_test_with_nothing_to_learn_steps_aside_after_its_first_cases(
     assert calls >= 100  # and the run is as long as ever
 
 
+def test_a_run_that_stepped_aside_saves_no_policy(
+    monkeypatch: pytest.MonkeyPatch, stats: BackendStats, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    db = DirectoryBasedExampleDatabase(tmp_path)
+
+    def run() -> Any:
+        # The same source every time: the same database key, as for _make_test.
+        @settings(backend="rlcheck", max_examples=50, database=db, **QUIET)
+        @given(st.lists(st.integers()))
+        def easy(xs: list[int]) -> None:
+            pass
+
+        with collect_stats() as collected:
+            easy()
+        del easy  # the provider's last save, if any, runs now
+        (only,) = collected.as_dict().values()
+        return only
+
+    first = run()
+    second = run()  # not warm: the first run left nothing to load
+    assert first.stepped_aside and second.stepped_aside
+
+
 def test_a_strict_test_keeps_its_guidance(
     monkeypatch: pytest.MonkeyPatch, stats: BackendStats
 ) -> None:

@@ -7,9 +7,11 @@ One *episode* is one call of the generator. Its input is then checked:
   before (the key is the value itself, or ``key(value)``); the guide gets +20 for new,
   0 for a duplicate.
 - ``check(value)`` returns false, or the generator or the check raises
-  :class:`rlcheck.Invalid`: invalid (−1).
+  :class:`rlcheck.Invalid` or one of the exception types given as ``invalid_on`` (a
+  parser's ``ValueError`` on malformed input, say): invalid (−1).
 - ``check(value)`` raises anything else: a found bug, recorded as a :class:`Failure` with
-  the input and its choice sequence (replay it with :func:`rlcheck.replay`). The run stops
+  the input, its choice sequence (replay it with :func:`rlcheck.replay`) and the
+  exception itself. The run stops
   after ``max_failures`` of them. A failure is rewarded like a valid input: finding it was
   the point, and a second identical one earns nothing.
 
@@ -20,6 +22,16 @@ check) does not lose the campaign: the episode in progress is dropped, one
 generation (:class:`~rlcheck.RandomGuide`, same seed), and :attr:`Result.guide_fallback`
 records it. The failed guide's ``end_campaign`` is not called, so a policy file is not
 overwritten with what a broken learner left.
+
+The default guide steps aside where learning cannot pay (a guide passed to ``run``
+does so with ``step_aside=True``). The first :data:`PROBE_TRIALS` episodes are random
+generation (the guide's own would measure how fast it learns, not the generator); when
+nearly all of them are valid (at least :data:`STEP_ASIDE_RATE`), there is no validity
+to learn, and every learned choice costs more than a random one (about 25x the time per
+input on a generator of integers in 0..1000: random made about 20 000 unique valid
+inputs a second, RL 800), so the rest of the run is random generation too (same seed)
+and :attr:`Result.stepped_aside` says from which trial on. Otherwise the guide takes
+over from there.
 
 Counting, rewards and uniqueness are the episode ledger's (:mod:`rlcheck.ledger`, shared
 with the Hypothesis backend): an input's identity here is its key, and the ledger keeps a
@@ -38,7 +50,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,6 +65,11 @@ __all__ = ["Failure", "Result", "Sample", "run"]
 
 T = TypeVar("T")
 
+PROBE_TRIALS = 50
+"""Episodes a learning guide runs before the campaign judges whether it can pay."""
+STEP_ASIDE_RATE = 0.8
+"""Share of valid inputs (and failures) among those episodes at or above which a
+learning guide steps aside for random generation."""
 _MAX_SAMPLES = 1024
 _FIRST_SAMPLE_INTERVAL = 0.05
 _PROGRESS_INTERVAL = 0.25
@@ -78,7 +95,10 @@ class Failure:
     """``repr`` of the input."""
     choices: tuple[int, ...]
     """The input's choice sequence; ``rlcheck.replay(generator, choices)`` rebuilds it."""
-    exception: str
+    exception: BaseException = field(compare=False)
+    """The exception the check raised (for the shrunk input), traceback included; JSON
+    (:meth:`Result.to_dict`) keeps its type name."""
+    exception_type: str
     """Type name of the exception raised by the check."""
     message: str
     traceback: str
@@ -86,6 +106,13 @@ class Failure:
     """The input itself (not written to JSON)."""
     found_choices: tuple[int, ...] = ()
     """The choice sequence as found, before shrinking (``choices`` is the shrunk one)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form: the exception as its type name, without the input object."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "value"}
+        data["exception"] = self.exception_type
+        data["choices"], data["found_choices"] = list(self.choices), list(self.found_choices)
+        return data
 
 
 @dataclass(frozen=True)
@@ -111,6 +138,9 @@ class Result:
     guide_fallback: str | None = None
     """``None``, or what the guide raised and from which trial on random generation took
     over (the counts cover the whole run)."""
+    stepped_aside: int | None = None
+    """``None``, or the number of trials after which the learning guide stepped aside for
+    random generation (nothing to learn: see the module docstring)."""
 
     @property
     def trials_per_second(self) -> float:
@@ -119,9 +149,8 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (failures without the input object itself)."""
-        data = asdict(self)
-        for failure in data["failures"]:
-            failure.pop("value")
+        data = asdict(replace(self, failures=()))
+        data["failures"] = [failure.to_dict() for failure in self.failures]
         data["trials_per_second"] = self.trials_per_second
         return data
 
@@ -183,6 +212,8 @@ def run(
     progress: Callable[[Sample], None] | None = None,
     shrink: bool = True,
     check_timeout: float | None = None,
+    invalid_on: type[BaseException] | tuple[type[BaseException], ...] = (),
+    step_aside: bool | None = None,
 ) -> Result:
     """Run a generation campaign and count the (distinct) valid inputs.
 
@@ -218,6 +249,16 @@ def run(
         sequences are replayed through the generator (past the end of a sequence, every
         choice takes its first option), and one is kept when the check still raises the
         same exception type. At most 1000 replays or 5 s per failure.
+    invalid_on:
+        Exception types (one, or a tuple) that mark an input invalid when the generator
+        or the check raises them, like :class:`rlcheck.Invalid`: for a check that calls
+        a parser raising ``ValueError`` on malformed input. Anything else raised is a
+        found bug.
+    step_aside:
+        Let a learning guide hand over to random generation where the first
+        :data:`PROBE_TRIALS` episodes show nothing to learn (module docstring). By
+        default (``None``) only the default guide does; a guide passed explicitly (to
+        compare guides, say) runs throughout unless ``step_aside=True``.
 
     Returns
     -------
@@ -254,6 +295,9 @@ def run(
         check = _timed(check, check_timeout)
     if not isinstance(max_failures, int) or max_failures < 0:
         raise InvalidArgument(f"max_failures={max_failures!r} must be a non-negative int")
+    rejected = _invalid_types(invalid_on)
+    if step_aside is None:
+        step_aside = guide is None
     if guide is None:
         guide = RLGuide(seed=seed)
     elif seed is not None:
@@ -270,6 +314,10 @@ def run(
 
     described = guide.describe()
     fallback: str | None = None
+    stepped_aside: int | None = None
+    learning: Guide | None = None  # the guide waiting for the probe's verdict
+    if step_aside and isinstance(guide, RLGuide) and fallback is None:
+        learning, guide, g = guide, *_random_part(guide, seed, max_choices)
     try:
         guide.start_campaign(name)
     except Exception as exc:
@@ -295,6 +343,13 @@ def run(
                 progress(Sample(now - start, ledger.cases, ledger.valid, ledger.unique_valid))
                 next_progress = now + _PROGRESS_INTERVAL
 
+            if learning is not None and ledger.cases == PROBE_TRIALS:
+                if _nothing_to_learn(ledger):
+                    stepped_aside = ledger.cases
+                    _end_quietly(learning)
+                else:
+                    guide, g = learning, Gen(learning, max_choices=max_choices)
+                learning = None
             g.reset()
             try:
                 guide.start_episode()
@@ -306,7 +361,7 @@ def run(
             outcome: Outcome | None = None
             try:
                 value = generator(g)
-            except Invalid:
+            except rejected:
                 outcome = "invalid"
             except Exception:
                 if g.guide_error is None:
@@ -323,11 +378,15 @@ def run(
             if outcome is None:
                 try:
                     ok = check(value)
-                except Invalid:
+                except rejected:
                     outcome = "invalid"
                 except Exception as exc:
                     found = shrunk = tuple(g.choices)
-                    simpler = _shrink(generator, check, found, exc, max_choices) if shrink else None
+                    simpler = (
+                        _shrink(generator, check, found, exc, max_choices, rejected)
+                        if shrink
+                        else None
+                    )
                     if simpler is not None:
                         value, exc, shrunk = simpler
                     failures.append(_failure(ledger.cases + 1, value, shrunk, exc, found))
@@ -348,6 +407,8 @@ def run(
     except KeyboardInterrupt:
         stop_reason = "interrupted"  # the episode in progress is not counted
     elapsed = time.perf_counter() - start
+    if learning is not None:  # the run ended within the probe
+        _end_quietly(learning)
     try:
         guide.end_campaign()
     except Exception as exc:
@@ -367,7 +428,43 @@ def run(
         stop_reason=stop_reason,
         series=tuple(series),
         guide_fallback=fallback,
+        stepped_aside=stepped_aside,
     )
+
+
+def _invalid_types(
+    invalid_on: type[BaseException] | tuple[type[BaseException], ...],
+) -> tuple[type[BaseException], ...]:
+    """``Invalid`` plus the user's ``invalid_on`` types, checked."""
+    given = invalid_on if isinstance(invalid_on, tuple) else (invalid_on,)
+    for kind in given:
+        if not (isinstance(kind, type) and issubclass(kind, Exception)):
+            raise InvalidArgument(
+                f"invalid_on={invalid_on!r}: each entry must be an Exception subclass "
+                f"(e.g. invalid_on=(ValueError,)); got {kind!r}"
+            )
+    return (Invalid, *given)
+
+
+def _nothing_to_learn(ledger: Ledger) -> bool:
+    """Whether the episodes so far are nearly all valid (module docstring)."""
+    return ledger.valid + ledger.failures >= STEP_ASIDE_RATE * ledger.cases
+
+
+def _random_part(guide: Guide, seed: int | None, max_choices: int) -> tuple[Guide, Gen]:
+    """Random generation standing in for ``guide`` (its seed): the probe, or the rest of
+    a run where learning cannot pay."""
+    random_guide = RandomGuide(seed=_fallback_seed(guide, seed))
+    random_guide.start_campaign("")
+    return random_guide, Gen(random_guide, max_choices=max_choices)
+
+
+def _end_quietly(guide: Guide) -> None:
+    """End the campaign of a learning guide that stepped aside (it may save a policy)."""
+    try:
+        guide.end_campaign()
+    except Exception as exc:
+        warnings.warn(f"the guide failed at the end of the run: {exc}", RLCheckWarning, 3)
 
 
 def _fall_back(
@@ -404,7 +501,8 @@ def _failure(
         trial=trial,
         value_repr=shown,
         choices=choices,
-        exception=type(exc).__name__,
+        exception=exc,
+        exception_type=type(exc).__name__,
         message=str(exc),
         traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         found_choices=found,
@@ -437,6 +535,7 @@ def _shrink(
     choices: tuple[int, ...],
     error: Exception,
     max_choices: int,
+    rejected: tuple[type[BaseException], ...] = (Invalid,),
 ) -> tuple[Any, Exception, tuple[int, ...]] | None:
     """A simpler failing input: ``(value, exception, choices)`` (see ``run(shrink=)``),
     or ``None`` when none was found.
@@ -463,7 +562,7 @@ def _shrink(
         try:
             value = generator(g)
             check(value)
-        except Invalid:
+        except rejected:
             return False
         except Exception as exc:
             used = tuple(g.choices)

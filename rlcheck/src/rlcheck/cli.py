@@ -225,7 +225,8 @@ def run_command(
     out.print(table)
     for failure in result.failures:
         out.print(
-            f"[bold red]bug[/] at trial {failure.trial}: {failure.exception}: {failure.message}",
+            f"[bold red]bug[/] at trial {failure.trial}: "
+            f"{failure.exception_type}: {failure.message}",
             highlight=False,
         )
         out.print(f"  input:   {failure.value_repr}", highlight=False, markup=False)
