@@ -425,6 +425,26 @@ def test_dcp_golden_directories_restore_exactly(name: str) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_dcp_pickled_metadata_directory_saved_again_has_json_metadata(tmp_path: Path) -> None:
+    """What the refusal message says to do: load with allow_pickled_metadata, save again."""
+    want = make_dcp_golden.state("legacy_pickle")
+    state = {
+        "model": {k: torch.zeros_like(v) for k, v in want["model"].items()},
+        "step": 0,
+        "extra": {"lr": 0.0, "betas": []},
+    }
+    old = Reader(GOLDEN_DCP / "legacy_pickle", allow_pickled_metadata=True)
+    dcp.load(state, storage_reader=old, no_dist=True)
+    dcp.save(state, storage_writer=Writer(tmp_path / "new"), no_dist=True)
+    assert json.loads((tmp_path / "new" / METADATA_NAME).read_bytes())["version"] == 1
+    out = {"model": {k: torch.zeros_like(v) for k, v in want["model"].items()}, "step": 0}
+    out["extra"] = {"lr": 0.0, "betas": []}
+    dcp.load(out, storage_reader=Reader(tmp_path / "new"), no_dist=True)
+    assert out["step"] == 7 and out["extra"] == want["extra"]
+    assert all(torch.equal(out["model"][k], v) for k, v in want["model"].items())
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_dcp_metadata_is_json_and_round_trips_a_real_save(tmp_path: Path) -> None:
     """What the Writer hands DCP's ``Metadata`` to is JSON, and reads back equal to it
     (model + Adam state, byte items, bf16, a channels-last tensor, a 0-d tensor)."""
