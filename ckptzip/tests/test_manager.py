@@ -412,3 +412,57 @@ def test_a_damaged_newest_step_never_stops_later_saves(tmp_path: Path, where: st
         back = run.load()
         assert back["step"] == 4 and run.skipped == ()
         assert torch.equal(back["counter"], _state(4)["counter"])
+
+
+@pytest.mark.parametrize("keyframe_every", [1, 3])
+def test_a_file_vanishing_under_a_reader_means_list_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keyframe_every: int
+) -> None:
+    writer = CheckpointManager(tmp_path, keyframe_every=keyframe_every, keep=1)
+    for step in range(keyframe_every):
+        writer.save(step, {"w": torch.full((10,), float(step)), "step": step})
+    reader = CheckpointManager(tmp_path)
+    real = reader.store.storage.read
+    # the race, made certain: right before the reader reads the oldest file of the chain, the
+    # writer publishes a keyframe and its retention deletes every file the reader listed
+    target = step_file_name(0)
+
+    def read(name: str) -> bytes:
+        if name == target and writer.steps() != [keyframe_every]:
+            writer.save(keyframe_every, {"w": torch.zeros(10), "step": keyframe_every})
+            assert writer.steps() == [keyframe_every]
+        return real(name)
+
+    monkeypatch.setattr(reader.store.storage, "read", read)
+    assert reader.load()["step"] == keyframe_every
+    assert reader.skipped == ()
+
+
+def test_thousands_of_loads_against_a_saving_loop_never_find_nothing(tmp_path: Path) -> None:
+    writer = CheckpointManager(tmp_path, keyframe_every=2, keep=1)
+    writer.save(0, {"w": torch.zeros(64), "step": 0})
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def save_loop() -> None:
+        try:
+            for step in range(1, 200):
+                writer.save(step, {"w": torch.full((64,), float(step)), "step": step})
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=save_loop)
+    thread.start()
+    reader = CheckpointManager(tmp_path)
+    loads, last = 0, 0
+    try:
+        while not done.is_set() or loads < 1000:
+            got = reader.load()["step"]  # never "nothing restorable": one always exists
+            assert got >= last
+            last, loads = got, loads + 1
+    finally:
+        thread.join()
+    assert not errors and loads >= 1000
+    assert reader.load()["step"] == 199

@@ -69,6 +69,7 @@ from ckptzip.errors import (
 
 __all__ = [
     "MAX_CHAIN_LENGTH",
+    "RELIST_ATTEMPTS",
     "ChainStore",
     "Link",
     "parse_link",
@@ -81,6 +82,12 @@ __all__ = [
 #: a step reads at most this many files; a chain this long loads in a fresh process in well
 #: under a second per thousand small files (``tests/test_chains.py``).
 MAX_CHAIN_LENGTH = 1000
+
+#: How many times :meth:`ChainStore.latest` lists a directory again when files vanished under
+#: it (a writer's retention deleting the steps it was reading). Each attempt that moves
+#: forward finds a step committed after the previous listing, so a few suffice; the bound
+#: keeps a reader from chasing a writer that saves faster than one chain is read.
+RELIST_ATTEMPTS = 20
 
 _NAME = re.compile(r"step-(\d{8,})\.ckz")
 
@@ -334,27 +341,42 @@ class ChainStore:
         """The chain of the latest restorable step, and the newer steps skipped with why.
 
         ``newest`` bounds the search (steps above it are not considered); ``known`` as for
-        :meth:`chain`.
+        :meth:`chain`. Readers take no lock, so a writer may publish and retention delete
+        files while this reads: when a step was skipped and the listing changed meanwhile,
+        it lists again (at most :data:`RELIST_ATTEMPTS` times) rather than report a step
+        that vanished under it as unrestorable.
 
         Raises
         ------
         CheckpointNotFoundError
             No step restores (the message lists why each was skipped).
         """
-        skipped: list[tuple[int, str]] = []
-        for step in reversed(self.steps()):
-            if newest is not None and step > newest:
-                continue
-            try:
-                return self.chain(step, known), skipped
-            except (CkptzipError, OSError) as exc:
-                skipped.append((step, f"{type(exc).__name__}: {exc}"))
+        for _ in range(RELIST_ATTEMPTS):
+            steps = self.steps()
+            found, skipped = self._latest_of(steps, newest, known)
+            if not skipped or self.steps() == steps:
+                break  # nothing was skipped, or nothing moved under the reader: final
+        if found is not None:
+            return found, skipped
         if not skipped:
             raise CheckpointNotFoundError(f"no finished checkpoint in {self.location!r} yet")
         why = "".join(f"\n  step {s}: {reason}" for s, reason in skipped)
         raise CheckpointNotFoundError(
             f"no restorable checkpoint in {self.location!r}; skipped:{why}"
         )
+
+    def _latest_of(
+        self, steps: list[int], newest: int | None, known: Callable[[str], bool] | None
+    ) -> tuple[list[Link] | None, list[tuple[int, str]]]:
+        skipped: list[tuple[int, str]] = []
+        for step in reversed(steps):
+            if newest is not None and step > newest:
+                continue
+            try:
+                return self.chain(step, known), skipped
+            except (CkptzipError, OSError) as exc:
+                skipped.append((step, f"{type(exc).__name__}: {exc}"))
+        return None, skipped
 
     # -- writing ---------------------------------------------------------------------------
 
