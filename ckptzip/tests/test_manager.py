@@ -466,3 +466,18 @@ def test_thousands_of_loads_against_a_saving_loop_never_find_nothing(tmp_path: P
         thread.join()
     assert not errors and loads >= 1000
     assert reader.load()["step"] == 199
+
+
+def test_when_every_step_is_skipped_the_manager_says_which_and_why(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keyframe_every=1, config=CONFIG)
+    for step in (1, 2):
+        mgr.save(step, _state(step))
+        _flip(Path(mgr.path(step)), Path(mgr.path(step)).stat().st_size - 10)  # in a chunk
+    for run in (mgr, CheckpointManager(tmp_path)):
+        with pytest.raises(CheckpointNotFoundError) as info:
+            run.load()
+        message = str(info.value)
+        assert "no restorable checkpoint" in message and "yet" not in message
+        assert "step 2: CorruptCheckpointError" in message and "checksum" in message
+        assert "step 1: CorruptCheckpointError" in message
+        assert [s for s, _ in run.skipped] == [2, 1]

@@ -360,10 +360,7 @@ class ChainStore:
             return found, skipped
         if not skipped:
             raise CheckpointNotFoundError(f"no finished checkpoint in {self.location!r} yet")
-        why = "".join(f"\n  step {s}: {reason}" for s, reason in skipped)
-        raise CheckpointNotFoundError(
-            f"no restorable checkpoint in {self.location!r}; skipped:{why}"
-        )
+        raise unrestorable(self.location, skipped)
 
     def _latest_of(
         self, steps: list[int], newest: int | None, known: Callable[[str], bool] | None
@@ -502,6 +499,14 @@ class ChainStore:
         for s in doomed:
             self.storage.delete(step_file_name(s))
         return doomed
+
+
+def unrestorable(location: str, skipped: list[tuple[int, str]]) -> CheckpointNotFoundError:
+    """The error of a directory whose every step was skipped, naming each and why."""
+    why = "".join(f"\n  step {s}: {reason}" for s, reason in skipped)
+    exc = CheckpointNotFoundError(f"no restorable checkpoint in {location!r}; skipped:{why}")
+    exc.skipped = list(skipped)  # type: ignore[attr-defined]
+    return exc
 
 
 def warn_keyframe(step: int, parent: int, exc: BaseException) -> None:

@@ -50,7 +50,14 @@ import torch
 
 from ckptzip import api
 from ckptzip._types import QuantizedTensor
-from ckptzip.chains import MAX_CHAIN_LENGTH, ChainStore, step_file_name, step_of, warn_keyframe
+from ckptzip.chains import (
+    MAX_CHAIN_LENGTH,
+    ChainStore,
+    step_file_name,
+    step_of,
+    unrestorable,
+    warn_keyframe,
+)
 from ckptzip.config import CompressionConfig
 from ckptzip.errors import (
     CheckpointExistsError,
@@ -850,9 +857,14 @@ class CheckpointManager:
         while True:
             try:
                 links, more = self.store.latest(newest, self._cache.__contains__)
-            except CheckpointNotFoundError:
-                self._note_skipped(skipped)
-                raise
+            except CheckpointNotFoundError as exc:
+                # every step was skipped, some here (damaged inside a chunk), some by the
+                # store: say which and why, not "no finished checkpoint yet"
+                skipped += getattr(exc, "skipped", [])
+                self.skipped = tuple(skipped)
+                if not skipped:
+                    raise
+                raise unrestorable(str(self.directory), sorted(skipped, reverse=True)) from None
             skipped += more
             found = step_of(links[-1].name)
             assert found is not None

@@ -178,8 +178,10 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
     ------
     UnsupportedValueError
         A value, dict key or dtype cannot be stored (its path is named), an integer has more
-        than :data:`MAX_INT_BITS` bits, the structure is cyclic or deeper than
-        :data:`MAX_DEPTH`, or two entries would share a path.
+        than :data:`MAX_INT_BITS` bits, or the structure is cyclic or deeper than
+        :data:`MAX_DEPTH`. (Where two entries' paths would be equal, keys ``1`` and ``"1"``
+        or a key holding ``/``, the later ones are named ``path#2``, ``path#3`` ...: the
+        skeleton keeps every key with its type.)
 
     Examples
     --------
@@ -249,11 +251,9 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
                 return float(x)
             return {"$": "float", "v": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
         if isinstance(x, (torch.Tensor, np.ndarray)):
-            if path in seen_paths:
-                raise UnsupportedValueError(
-                    f"two tensors would share the path {path!r} (a dict key contains '/'); "
-                    "rename the key"
-                )
+            # A path names an entry (the skeleton keeps the keys, typed): where two would be
+            # equal (keys 1 and "1", or "a/b" beside {"a": {"b": ...}}) later ones get a suffix.
+            path = _unique_path(path, seen_paths)
             seen_paths.add(path)
             if isinstance(x, torch.Tensor):
                 return add_tensor(x, path, where)
@@ -296,6 +296,22 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
     skeleton = walk(obj, "", 0)
     # entries are numbered in the order their first reference was met
     return skeleton, [_settle(g) for g in groups]
+
+
+def _unique_path(path: str, taken: set[str]) -> str:
+    """``path``, or ``path#2``, ``path#3`` ... : the first one not in ``taken``.
+
+    Examples
+    --------
+    >>> _unique_path("1", {"1", "1#2"})
+    '1#3'
+    """
+    if path not in taken:
+        return path
+    n = 2
+    while f"{path}#{n}" in taken:
+        n += 1
+    return f"{path}#{n}"
 
 
 def _settle(g: _Group) -> tuple[str, torch.Tensor]:
