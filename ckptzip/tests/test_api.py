@@ -10,6 +10,7 @@ import math
 import os
 import random
 import tempfile
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -476,3 +477,63 @@ def test_verify_says_what_a_safetensors_file_is(tmp_path: Path) -> None:
     renamed.write_bytes(p.read_bytes())  # recognised by content too
     with pytest.raises(CorruptCheckpointError, match="safetensors file"):
         ckptzip.verify(renamed)
+
+
+def _odd_tensors() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(0)
+    c = torch.randn(5000, dtype=torch.complex64, generator=g)
+    with torch.inference_mode():
+        inference = torch.randn(64, generator=g)
+    return {
+        "conj": c.conj(),
+        "conj-view-of-a-view": torch.randn(64, 64, dtype=torch.complex128, generator=g).conj()[::2],
+        "neg-view": torch.randn(10, dtype=torch.complex64, generator=g).conj().imag,
+        "resolved-neg": torch._neg_view(torch.randn(6000, generator=g)),
+        "complex": c,
+        "view-as-real": torch.view_as_real(c),
+        "transposed": torch.randn(100, 100, generator=g).t(),
+        "zero-stride": torch.randn(1, 100, generator=g).expand(5000, 100),
+        "scalar-expanded": torch.tensor(3.0).expand(10),
+        "parameter": torch.nn.Parameter(torch.randn(10, generator=g)),
+        "grad-view": torch.randn(6000, requires_grad=True, generator=g)[2:],
+        "inference-mode": inference,
+    }
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("name", list(_odd_tensors()))
+def test_odd_tensors_are_saved_as_the_values_they_show(name: str, exact: bool) -> None:
+    x = _odd_tensors()[name]
+    config = EXACT if exact else ckptzip.CompressionConfig(min_numel=64)
+    buf = io.BytesIO()
+    ckptzip.save({name: x, "base": x._base if x._base is not None else 1}, buf, config=config)
+    back = ckptzip.load(io.BytesIO(buf.getvalue()))[name]
+    want = x.detach().resolve_conj().resolve_neg()
+    assert back.shape == want.shape and back.dtype == want.dtype
+    assert not back.is_conj() and not back.is_neg()
+    if exact or want.is_complex():
+        assert torch.equal(back, want)
+    else:
+        assert float((back - want).norm()) <= 0.2 * float(want.norm())
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: torch.randn(4, 4).to_sparse(), "layout torch.sparse_coo"),
+        (lambda: torch.randn(4, 4).to_sparse_csr(), "layout torch.sparse_csr"),
+        (lambda: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.quint8), "quantized"),
+        (lambda: torch.empty(4, device="meta"), "meta tensor"),
+        (lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), "nested tensor"),
+    ],
+)
+def test_tensors_that_cannot_be_stored_are_refused_typed_by_key(make: Any, match: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR and nested tensors warn they are beta
+        x = make()
+    out = io.BytesIO()
+    with pytest.raises(ckptzip.UnsupportedValueError, match=f"'model/odd'.*{match}|{match}"):
+        ckptzip.save({"model": {"odd": x}}, out)
+    with pytest.raises(ckptzip.UnsupportedValueError, match="'model/odd'"):
+        ckptzip.save({"model": {"odd": x}}, out)
+    assert out.getvalue() == b""

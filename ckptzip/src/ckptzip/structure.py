@@ -204,6 +204,11 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
         return g
 
     def add_tensor(x: torch.Tensor, path: str, where: str) -> dict[str, Any]:
+        if x.is_nested:
+            raise UnsupportedValueError(
+                f"tensor at {where} is a nested tensor, which ckptzip cannot store; store "
+                "its components (.unbind()) as a list instead"
+            )
         if x.layout != torch.strided:
             raise UnsupportedValueError(
                 f"tensor at {where} has layout {x.layout}; convert it with .to_dense() first"
@@ -218,8 +223,18 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
         except UnsupportedValueError as exc:
             raise UnsupportedValueError(f"tensor at {where}: {exc}") from None
         x = x.detach()
+        if x.is_conj() or x.is_neg():
+            # a lazy conjugate / negative view: its storage holds other values than it shows,
+            # so it is stored as the values it shows (its own entry, sharing nothing)
+            x = x.resolve_conj().resolve_neg()
         node: dict[str, Any] = {"$": "tensor"}  # completed once every member is known
-        ptr = x.untyped_storage().data_ptr() if x.numel() else 0
+        try:
+            ptr = x.untyped_storage().data_ptr() if x.numel() else 0
+        except (RuntimeError, NotImplementedError) as exc:  # subclasses without storage
+            raise UnsupportedValueError(
+                f"tensor at {where} ({type(x).__name__}) has no storage ckptzip can read "
+                f"({exc}); convert it to a plain dense tensor first"
+            ) from None
         if ptr:
             key = (str(x.device), ptr, x.dtype)
             group = by_storage.get(key)
