@@ -45,8 +45,9 @@ def tensor(kind: str, n: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor
     x = torch.full((n,), base, dtype=dtype)
     if kind != "constant" and n:
         k = max(1, n // 1000)
-        pos = torch.randint(0, n, (k,), generator=g)
-        x[pos] = (torch.rand(k, generator=g) + 0.5).to(dtype)
+        # unique positions: with repeats, which value an index_put keeps is not determined
+        pos = torch.unique(torch.randint(0, n, (k,), generator=g))
+        x[pos] = (torch.rand(pos.numel(), generator=g) + 0.5).to(dtype)
     return x
 
 

@@ -481,3 +481,24 @@ def test_when_every_step_is_skipped_the_manager_says_which_and_why(tmp_path: Pat
         assert "step 2: CorruptCheckpointError" in message and "checksum" in message
         assert "step 1: CorruptCheckpointError" in message
         assert [s for s, _ in run.skipped] == [2, 1]
+
+
+def test_describe_and_inspect_say_a_step_with_damaged_data_is_damaged(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ckptzip.cli import main
+
+    mgr = CheckpointManager(tmp_path, keyframe_every=5, config=CONFIG)
+    for s in range(3):
+        mgr.save(s, _state(s))
+    path = Path(mgr.path(1))
+    _flip(path, path.stat().st_size - 10)  # inside a chunk: the manifest still parses
+    status = {e.step: e.status for e in describe_directory(tmp_path)}
+    assert status[0] == "ok"
+    assert status[1].startswith("damaged: ") and "checksum mismatch" in status[1], status[1]
+    assert status[2] == "parent step-00000001.ckz was altered"  # its parent's bytes changed
+    # the cheap listing, without the checksums, is still there for who asks
+    assert describe_directory(tmp_path, checksums=False)[1].status == "ok"
+    r = CliRunner().invoke(main, ["inspect", "--json", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "damaged" in r.output and "checksum mismatch" in r.output

@@ -369,7 +369,8 @@ def inspect(src: str, as_json: bool) -> None:
     and a note (why an exact tensor is exact, how a delta entry was stored).
 
     Given a CheckpointManager directory, show its chain instead: step, kind (full/delta),
-    bytes, tensor ratio, parent step, and whether the step can be restored.
+    bytes, tensor ratio, parent step, and whether the step can be restored (parents present
+    and unaltered, every chunk checksum intact: "damaged: ..." otherwise).
     """
     from rich.table import Table
 
