@@ -244,5 +244,146 @@ def run_command(
         sys.exit(1)
 
 
+@main.command(
+    "fuzz",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True},
+)
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Processes."
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Budget (wall clock); Ctrl-C stops earlier.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["rlcheck", "rlcheck-fast"]),
+    default="rlcheck-fast",
+    show_default=True,
+    help="The Hypothesis backend the tests run on (rlcheck-fast: no slow default-backend "
+    "tail on strict tests, so each run stays near its time slice).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write per-test figures over time as JSON.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a PNG of unique valid inputs over time per test (needs matplotlib).",
+)
+def fuzz_command(
+    pytest_args: tuple[str, ...],
+    workers: int,
+    seconds: float,
+    backend: str,
+    report_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """Fuzz a suite's Hypothesis tests on the RL backend: PYTEST_ARGS select them.
+
+    Collects the tests with pytest, runs them again and again in --workers processes, with
+    more time for the tests still making progress (new unique valid inputs, new failures),
+    sharing learned policies and failures through the tests' example database. Live table
+    on a terminal, plain lines when piped. Exits with status 1 when a test failed (its
+    failure is in the example database: a plain `pytest` replays it), 2 on errors.
+
+    \b
+    Example:
+        rlcheck fuzz tests/ -k parser --workers 2 --seconds 300 --report fuzz.json
+    """
+    from rich.console import Console
+    from rich.live import Live
+
+    from rlcheck.fuzz import FuzzReport, fuzz
+
+    if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+        raise click.UsageError(
+            "--plot needs matplotlib, which is not installed: pip install 'rlcheck[plot]'"
+        )
+    out = Console()
+    terminal = out.is_terminal
+    last_lines = [0.0]
+
+    def plain(report: FuzzReport) -> None:
+        # Piped: one block of lines every 5 s (a log, not an animation).
+        if report.elapsed - last_lines[0] < 5.0:
+            return
+        last_lines[0] = report.elapsed
+        for name, t in report.tests.items():
+            click.echo(
+                f"{report.elapsed:7.1f}s  {name}  cases {t.cases}  valid {t.valid}  "
+                f"unique valid {t.unique_valid}  failures {t.failures}",
+            )
+        sys.stdout.flush()
+
+    if terminal:
+        live = Live(_fuzz_table(None), console=out, refresh_per_second=2, transient=True)
+        with live:
+            report = fuzz(
+                pytest_args,
+                workers=workers,
+                seconds=seconds,
+                backend=backend,
+                on_update=lambda r: live.update(_fuzz_table(r)),
+            )
+    else:
+        report = fuzz(
+            pytest_args, workers=workers, seconds=seconds, backend=backend, on_update=plain
+        )
+    out.print(_fuzz_table(report))
+    for error in report.errors:
+        out.print(f"[bold red]error[/] {error}", highlight=False, markup=True)
+    for name in report.failed:
+        t = report.tests[name]
+        out.print(f"[bold red]failed[/] {name}: {t.message}", highlight=False)
+    if report.failed:
+        out.print(
+            "the failures are saved in the tests' example database: a plain `pytest` replays them",
+            highlight=False,
+        )
+    if report_path is not None:
+        report.write_json(report_path)
+        out.print(f"wrote {report_path}", highlight=False)
+    if plot_path is not None and any(t.series for t in report.tests.values()):
+        report.plot(plot_path)
+        out.print(f"wrote {plot_path}", highlight=False)
+    if report.failed:
+        sys.exit(1)
+    if report.errors or not report.tests:
+        sys.exit(2)
+
+
+def _fuzz_table(report: Any) -> Any:
+    from rich.table import Table
+
+    title = "rlcheck fuzz"
+    if report is not None:
+        title += f"  {report.elapsed:.0f}s / {report.seconds:.0f}s, {report.workers} worker(s)"
+        if report.stopped_by and report.stopped_by != "budget":
+            title += f", stopped: {report.stopped_by}"
+    table = Table(title=title)
+    for column in ("test", "cases", "valid", "unique valid", "failures"):
+        table.add_column(column, justify="left" if column == "test" else "right")
+    if report is None:
+        return table
+    for name, t in report.tests.items():
+        table.add_row(
+            name,
+            f"{t.cases:,}",
+            f"{t.valid:,}",
+            f"{t.unique_valid:,}",
+            f"[bold red]{t.failures}[/]" if t.failed else str(t.failures),
+        )
+    return table
+
+
 if __name__ == "__main__":
     main()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlcheck.errors import InvalidArgument, RLCheckError
@@ -11,7 +11,7 @@ from rlcheck.errors import InvalidArgument, RLCheckError
 if TYPE_CHECKING:
     from rlcheck.campaign import Result
 
-__all__ = ["plot_unique_valid"]
+__all__ = ["plot_curves", "plot_unique_valid"]
 
 _X_AXES = {"seconds": "seconds", "trials": "trials (generated inputs)"}
 
@@ -57,16 +57,40 @@ def plot_unique_valid(
         raise InvalidArgument(f"x={x!r} must be one of {sorted(_X_AXES)}")
     if not results:
         raise InvalidArgument("results is empty: give at least one named Result to plot")
+    curves = {
+        label: [(getattr(s, x), s.unique_valid) for s in result.series]
+        for label, result in results.items()
+    }
+    plot_curves(curves, path, xlabel=_X_AXES[x], ylabel="unique valid inputs")
+
+
+def plot_curves(
+    curves: Mapping[str, Sequence[tuple[float, float]]],
+    path: str | os.PathLike[str],
+    *,
+    xlabel: str,
+    ylabel: str,
+) -> None:
+    """Write a PNG with one labelled curve of ``(x, y)`` points each.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> plot_curves({"a": [(0, 0), (1, 3)]}, os.path.join(tempfile.mkdtemp(), "c.png"),
+    ...             xlabel="seconds", ylabel="unique valid inputs")
+    """
+    if not curves:
+        raise InvalidArgument("curves is empty: give at least one named curve to plot")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     try:
-        for label, result in results.items():
-            xs = [getattr(s, x) for s in result.series]
-            ax.plot(xs, [s.unique_valid for s in result.series], label=label)
-        ax.set_xlabel(_X_AXES[x])
-        ax.set_ylabel("unique valid inputs")
+        for label, points in curves.items():
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=label)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if len(curves) <= 12:
+            ax.legend(fontsize="small")
         fig.tight_layout()
         fig.savefig(os.fspath(path), format="png")
     finally:

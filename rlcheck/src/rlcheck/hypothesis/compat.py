@@ -32,6 +32,11 @@ health-check limits (10 valid /           none: local constants of
 ``_hypothesis_state_machine_class``       suites; the plugin still needs a test's own
                                           settings object to change only its backend
                                           (a state machine's: its ``TestCase.settings``)
+``with_observability_callback``           ``PrimitiveProvider.on_observation`` (costs
+``OBSERVABILITY_COLLECT_COVERAGE``,       observability on every run); ``rlcheck fuzz``
+``OBSERVABILITY_CHOICES``                 only, which needs each case's choices (the
+                                          ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_*``
+                                          variables are read at import only)
 ``statistics.collector``                  none: the per-run statistics behind
                                           ``--hypothesis-show-statistics`` (observability
                                           gives more, at the price of pretty-printing
@@ -88,6 +93,9 @@ __all__ = [
     "make_float_clamper",
     "next_down",
     "next_up",
+    "observed_choices",
+    "observed_phase",
+    "observing",
     "run_conformance",
     "run_random",
     "run_statistics",
@@ -290,6 +298,48 @@ def with_test_settings(test: Any, owner: type | None = None, **changes: Any) -> 
 
 
 @contextlib.contextmanager
+def observing(callback: Callable[[Any], None], *, choices: bool = False) -> Iterator[None]:
+    """Deliver test-case observations to ``callback`` inside the block, coverage tracing
+    off (counting needs none, and it slows both backends); ``choices=True`` includes each
+    case's choice nodes (``metadata["choice_nodes"]``). The module flags are restored.
+    Costs a pretty-printed representation of every test case: ``rlcheck fuzz`` uses it
+    (it needs each case's choices), the pytest plugin does not."""
+    from hypothesis.internal import observability
+
+    saved = observability.OBSERVABILITY_COLLECT_COVERAGE, observability.OBSERVABILITY_CHOICES
+    observability.OBSERVABILITY_COLLECT_COVERAGE = False
+    observability.OBSERVABILITY_CHOICES = choices
+    try:
+        with observability.with_observability_callback(callback):
+            yield
+    finally:
+        observability.OBSERVABILITY_COLLECT_COVERAGE, observability.OBSERVABILITY_CHOICES = saved
+
+
+def observed_choices(observation: Any) -> tuple[Any, ...] | None:
+    """The choice sequence of a test-case observation made inside
+    ``observing(..., choices=True)`` (``None`` when it carries none)."""
+    metadata = getattr(observation, "metadata", None)
+    nodes = (
+        metadata.get("choice_nodes")
+        if isinstance(metadata, dict)
+        else getattr(metadata, "choice_nodes", None)
+    )
+    if nodes is None:
+        return None
+    return tuple(node.value for node in nodes)
+
+
+def observed_phase(observation: Any) -> str | None:
+    """The phase (``"generate"``, ``"reuse"``, ``"shrink"``, ...) of a test-case
+    observation."""
+    metadata = getattr(observation, "metadata", None)
+    if isinstance(metadata, dict):
+        return metadata.get("phase")
+    return getattr(metadata, "phase", None)
+
+
+@contextlib.contextmanager
 def run_statistics(callback: Callable[[dict[str, Any]], None]) -> Iterator[None]:
     """Deliver each test run's statistics dictionary (the one ``--hypothesis-show-statistics``
     prints: per phase its test cases' statuses and its duration, and why generation
@@ -323,7 +373,7 @@ def check_compat() -> dict[str, bool]:
         pass
 
     from hypothesis import statistics
-    from hypothesis.internal import reflection
+    from hypothesis.internal import observability, reflection
     from hypothesis.internal.conjecture import data
 
     low, high = SUPPORTED_RANGE
@@ -337,6 +387,9 @@ def check_compat() -> dict[str, bool]:
             database.DirectoryBasedExampleDatabase, "_key_path"
         ),
         "statistics.collector": hasattr(statistics, "collector"),
+        "with_observability_callback": hasattr(observability, "with_observability_callback"),
+        "OBSERVABILITY_COLLECT_COVERAGE": hasattr(observability, "OBSERVABILITY_COLLECT_COVERAGE"),
+        "OBSERVABILITY_CHOICES": hasattr(observability, "OBSERVABILITY_CHOICES"),
         "AVAILABLE_PROVIDERS": isinstance(AVAILABLE_PROVIDERS, dict),
         "HypothesisProvider": _has_hypothesis_provider(),
         "PrimitiveProvider.span_start": hasattr(PrimitiveProvider, "span_start"),

@@ -1,0 +1,272 @@
+"""``rlcheck fuzz``: scheduling, counting, and whole sessions in worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlcheck.errors import InvalidArgument
+from rlcheck.fuzz import FuzzReport, TestProgress, _apply, _Schedule, fuzz, stable_fingerprint
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# A bug the learned policy reaches quickly (a == 5 is learned, then b and n at random:
+# 1 in 16 x 7 of those cases fails) and a plain run of one example does not.
+BUGGY = """
+from hypothesis import assume, given, settings, strategies as st
+
+
+@settings(max_examples=1)
+@given(st.integers(0, 15), st.integers(0, 15), st.integers(0, 10**6))
+def test_bug(a, b, n):
+    assume(a == 5)
+    assert not (b == 11 and n % 7 == 3)
+
+
+@given(st.lists(st.integers(0, 9), max_size=6))
+def test_fine(xs):
+    assume(len(xs) >= 2 and xs[0] < xs[1])
+
+
+def test_not_hypothesis():
+    pass
+"""
+
+
+def test_schedule_tries_every_test_then_favours_progress() -> None:
+    schedule = _Schedule(["a", "b", "c"], random.Random(0))
+    assert sorted(schedule.pick() for _ in range(3)) == ["a", "b", "c"]  # type: ignore[type-var]
+    schedule.record("a", gain=100.0, seconds=1.0, failed=False)
+    schedule.record("b", gain=1.0, seconds=1.0, failed=False)
+    schedule.record("c", gain=0.0, seconds=1.0, failed=True)
+    picks = [schedule.pick() for _ in range(2000)]
+    assert "c" not in picks  # failed: its failure is in the database
+    assert picks.count("a") > 10 * picks.count("b") > 0  # b is not starved
+    # Progress that stops is forgotten: a's rate falls as its runs find nothing new.
+    for _ in range(20):
+        schedule.record("a", gain=0.0, seconds=1.0, failed=False)
+        schedule.record("b", gain=1.0, seconds=1.0, failed=False)
+    picks = [schedule.pick() for _ in range(2000)]
+    assert picks.count("b") > picks.count("a")
+
+
+def test_unique_valid_inputs_are_distinct_over_workers() -> None:
+    report = FuzzReport(workers=2, seconds=1.0, pytest_args=[])
+    counts = {
+        "cases": 3,
+        "valid": 2,
+        "invalid": 1,
+        "new_valid": [1, 2],
+        "found_failure": False,
+        "failed": False,
+        "message": "",
+    }
+    _apply(report, ("run", 0, "t", counts), 0.5, set())
+    _apply(report, ("run", 1, "t", {**counts, "new_valid": [2, 3]}), 0.6, set())
+    t: TestProgress = report.tests["t"]
+    assert (t.cases, t.valid, t.unique_valid) == (6, 4, 3)
+    assert t.series[-1] == [0.6, 6, 4, 3, 0]
+
+
+def test_fingerprints_are_equal_across_processes() -> None:
+    code = "from rlcheck.fuzz import stable_fingerprint as f; print(f((1, 'x', b'y', 2.5)))"
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(SRC), "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert outs == {f"{stable_fingerprint((1, 'x', b'y', 2.5))}\n"}
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(InvalidArgument, match="workers=0"):
+        fuzz([], workers=0)
+    with pytest.raises(InvalidArgument, match="seconds=0"):
+        fuzz([], seconds=0)
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "test_buggy.py").write_text(BUGGY)
+    return tmp_path
+
+
+def _rlcheck(*args: str, cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-m", "rlcheck.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+
+
+@pytest.mark.slow
+def test_a_found_failure_is_in_the_database_and_plain_pytest_replays_it(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    done = _rlcheck(
+        "fuzz",
+        "test_buggy.py",
+        "--workers",
+        "2",
+        "--seconds",
+        "40",
+        "--report",
+        "report.json",
+        "--plot",
+        "report.png",
+        cwd=project,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    # piped: plain lines, then the table and the failure
+    assert "failed test_buggy.py::test_bug" in done.stdout
+    assert "\x1b[" not in done.stdout
+    report = json.loads((project / "report.json").read_text())
+    assert set(report["tests"]) == {"test_buggy.py::test_bug", "test_buggy.py::test_fine"}
+    bug, fine = (
+        report["tests"]["test_buggy.py::test_bug"],
+        report["tests"]["test_buggy.py::test_fine"],
+    )
+    assert bug["failed"] and bug["failures"] >= 1 and bug["first_failure_s"] > 0
+    assert not fine["failed"] and fine["unique_valid"] > 0 and fine["series"]
+    assert (project / "report.png").stat().st_size > 0
+    assert not [p for p in project.iterdir() if p.name.endswith(".tmp")]
+    # A plain pytest on the default backend replays the saved failure at once.
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_buggy.py"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert plain.returncode == 1, plain.stdout
+    assert "1 failed, 2 passed" in plain.stdout, plain.stdout
+    # Hypothesis names the replayed input ("Falsifying example:", 6.170: "Failing test case:")
+    assert re.search(r"(Falsifying example|Failing test case): test_bug\(", plain.stdout)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_session_and_leaves_a_whole_report(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (project / "test_buggy.py").write_text(BUGGY.replace("b == 11 and n % 7 == 3", "b == 99"))
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlcheck.cli",
+            "fuzz",
+            "test_buggy.py",
+            "--workers",
+            "2",
+            "--seconds",
+            "600",
+            "--report",
+            "report.json",
+        ],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(25)  # workers started and running
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # never leave a session behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    report = json.loads((project / "report.json").read_text())
+    assert report["stopped_by"] == "interrupt" and report["elapsed"] < 120
+    assert not [p for p in project.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.slow
+def test_pytest_arguments_pass_through_and_nothing_collected_is_an_error(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    done = _rlcheck("fuzz", "test_buggy.py", "-k", "no_such_test", "--seconds", "5", cwd=project)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no Hypothesis tests were collected" in done.stdout
+
+
+def test_fuzz_help_names_the_options() -> None:
+    from click.testing import CliRunner
+
+    from rlcheck.cli import main
+
+    result = CliRunner().invoke(main, ["fuzz", "--help"])
+    assert result.exit_code == 0
+    for option in ("--workers", "--seconds", "--report", "--plot", "--backend"):
+        assert option in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc: Linux")
+def test_workers_stop_by_themselves_when_the_controller_is_killed(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (project / "test_buggy.py").write_text(BUGGY.replace("b == 11 and n % 7 == 3", "b == 99"))
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlcheck.cli",
+            "fuzz",
+            "test_buggy.py",
+            "--workers",
+            "2",
+            "--seconds",
+            "600",
+        ],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    workers: list[int] = []
+    try:
+        time.sleep(20)
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        # the workers (not multiprocessing's resource tracker)
+        workers = [int(c) for c in children if "spawn_main" in _cmdline(int(c))]
+        assert len(workers) == 2
+    finally:
+        proc.kill()  # SIGKILL: no chance to tell the workers
+        proc.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.5)
+    alive = [w for w in workers if Path(f"/proc/{w}").exists()]
+    for w in alive:  # do not leave them behind if the test fails
+        os.kill(w, signal.SIGKILL)
+    assert not alive
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
