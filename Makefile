@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint bench clean
+.PHONY: venv demo test test-fast lint attack bench clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,13 @@ test: lint
 test-fast: $(STAMP)
 	cd ckptzip && ../$(BIN)/python -m pytest -m "not slow" -q
 	cd rlcheck && ../$(BIN)/python -m pytest -m "not slow" -q
+
+# ckptzip's attack suite (format fuzzing, SIGKILLs inside saves, damaged chains, S3 faults
+# against moto, odd tensors; ckptzip/tests/_attack.py) at ATTACK_SCALE times the size CI runs
+# inside `make test`: more Hypothesis examples and more kills.
+ATTACK_SCALE ?= 10
+attack: $(STAMP)
+	cd ckptzip && CKPTZIP_ATTACK_SCALE=$(ATTACK_SCALE) ../$(BIN)/python -m pytest -m attack -q
 
 bench: $(STAMP)
 	@set -e; for f in ckptzip/benchmarks/*.py rlcheck/benchmarks/*.py; do \

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from _attack import scaled
 from _checks import assert_same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -216,7 +217,7 @@ def _paired(a: Any, b: Any, report: dict[str, Any], path: str = "") -> None:
         assert_same(a, b)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree, st.sampled_from([4, 16]))
 def test_save_load_property(obj: Any, bins: int) -> None:
     cfg = ckptzip.CompressionConfig(quant=ckptzip.QuantConfig(bins=bins), min_numel=256)

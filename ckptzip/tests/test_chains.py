@@ -355,3 +355,52 @@ def test_nothing_raises_after_the_publish(tmp_path: Path) -> None:
     assert mgr.load(1)["p"][1] == 2
     with pytest.raises(ckptzip.CheckpointExistsError):
         mgr.save(1, {"p": 1})
+
+
+def test_every_reader_works_on_a_read_only_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """load, restore, describe, ``ckptzip inspect`` and ``ckptzip verify`` on media where any
+    write fails with EROFS (as root, chmod would not stop a write: the calls are refused)."""
+    import builtins
+    import errno
+
+    from click.testing import CliRunner
+
+    from ckptzip.cli import main
+
+    model = torch.nn.Linear(40, 30)
+    mgr = CheckpointManager(tmp_path, keyframe_every=3, config=CONFIG, model=model)
+    for s in range(3):
+        mgr.save(s, extra={"s": s})
+    real_open, real_os_open = builtins.open, os.open
+    writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    def ro_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if any(c in mode for c in "wxa+"):
+            refuse()
+        return real_open(file, mode, *args, **kwargs)
+
+    def ro_os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & writes:
+            refuse()
+        return real_os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", ro_open)
+    monkeypatch.setattr(os, "open", ro_os_open)
+    for name in ("makedirs", "mkdir", "unlink", "remove", "rename", "replace", "link"):
+        monkeypatch.setattr(os, name, refuse)
+    reader = CheckpointManager(tmp_path, config=CONFIG, model=torch.nn.Linear(40, 30))
+    assert reader.load()["extra"]["s"] == 2 and reader.restore() == 2
+    assert [e.status for e in reader.describe()] == ["ok"] * 3
+    newest = str(tmp_path / step_file_name(2))
+    assert ckptzip.load(newest)["extra"]["s"] == 2
+    ckptzip.verify(newest, decode=True)
+    for args in (["inspect", str(tmp_path)], ["inspect", newest], ["verify", "--decode", newest]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+    with pytest.raises(ckptzip.StorageError, match=r"read-only|writable"):
+        reader.save(3)  # writing is what fails, with the package's error

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+from _attack import scaled
 
 from ckptzip import CheckpointManager, CompressionConfig, QuantConfig, storage
 from ckptzip.errors import StorageError
@@ -137,7 +138,7 @@ def test_sigkill_during_saves_never_leaves_a_half_checkpoint(
     kills = 0
     landed_mid_save = 0
     # Asynchronous saves share every code path below the worker thread: fewer kills suffice.
-    total, mid_write_needed = (60, 5) if blocking else (24, 3)
+    total, mid_write_needed = (scaled(60), 5) if blocking else (scaled(24), 3)
     while kills < total:
         # Every third kill is aimed: the saver kills itself part-way through writing a temp
         # file (on a quiet machine the write is too small a part of a save for random timing

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
+from _attack import scaled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.distributed.checkpoint import FileSystemWriter, Metadata
@@ -708,7 +709,7 @@ _LEGACY_RAW = (GOLDEN_DCP / "legacy_pickle" / METADATA_NAME).read_bytes()
 _JSON_RAW = (GOLDEN_DCP / "json_v1" / METADATA_NAME).read_bytes()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     raw=st.binary(max_size=512)
     | _mutations(_JSON_RAW)
@@ -768,7 +769,7 @@ def _metadata(draw: st.DrawFn) -> Metadata:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=scaled(150), deadline=None)
 @given(md=_metadata())
 def test_dcp_metadata_json_round_trip(md: Metadata) -> None:
     """The JSON form rebuilds DCP's ``Metadata`` equal to the one written, index hints included."""

@@ -23,6 +23,7 @@ from unittest import mock
 import pytest
 import torch
 import zstandard
+from _attack import scaled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -364,14 +365,14 @@ def test_unknown_codec(good: bytes, tmp_path: Path) -> None:
 # -- fuzzing -------------------------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(st.binary(max_size=400))
 def test_random_bytes(data: bytes) -> None:
     with pytest.raises(CkptzipError):
         decode_bytes(data)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=scaled(150), deadline=None)
 @given(st.binary(max_size=300))
 def test_random_bytes_after_a_valid_header(data: bytes) -> None:
     head = HEADER.pack(MAGIC, 1, 0, len(data) // 2)
@@ -403,7 +404,9 @@ def mutate(data: bytes, ops: list[Any]) -> bytes:
 
 
 @settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=scaled(200),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.lists(mutation, min_size=1, max_size=3))
 def test_mutated_real_file(good: bytes, reference: dict[str, bytes], ops: list[Any]) -> None:
@@ -461,7 +464,9 @@ def _edit_leaves(doc: Any, data: Any) -> None:
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=scaled(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.data())
 def test_resealed_manifest_edits(good: bytes, data: Any) -> None:
@@ -494,7 +499,9 @@ def delta_pair() -> tuple[Path, bytes]:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=scaled(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.data())
 def test_resealed_delta_child_edits(delta_pair: tuple[Path, bytes], data: Any) -> None:
@@ -689,7 +696,9 @@ def test_out_of_memory_while_decoding_is_typed(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=scaled(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     numel=st.integers(1, 1 << 48),
@@ -727,7 +736,7 @@ def decode_bytes_with(data: bytes, **kw: Any) -> Any:
 _SHARED = (Path(__file__).parent / "golden" / "v2_shared.ckz").read_bytes()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=scaled(150), deadline=None)
 @given(st.data())
 def test_resealed_edits_of_shared_storage_and_views(data: Any) -> None:
     """Edits of a version-2 file (views, repeated references): a clean error, or views that

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from _attack import scaled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -276,7 +277,7 @@ def _programs(draw: st.DrawFn) -> tuple[int, int | None, list[tuple[str, int]]]:
 
 
 @settings(
-    max_examples=25,
+    max_examples=scaled(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -10,7 +10,9 @@ commits only ever sees finished steps.
 from __future__ import annotations
 
 import socket
+import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -338,3 +340,64 @@ def test_endpoint_down_every_call_raises_a_typed_storage_error(
         assert "check the endpoint URL" in message, (what, message)
     r = CliRunner().invoke(main, ["inspect", url])
     assert r.exit_code == 1 and "cannot reach the store" in r.output, r.output
+
+
+class _FaultyFs:
+    """An fsspec filesystem whose ``fail_at``-th call (counting from 0) raises botocore's
+    ``EndpointConnectionError``, as a store that drops off the network at that moment."""
+
+    def __init__(self, fs: Any, fail_at: int | None) -> None:
+        self._fs, self.fail_at, self.calls = fs, fail_at, 0
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._fs, name)
+        if not callable(real) or name == "invalidate_cache":
+            return real
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            n, self.calls = self.calls, self.calls + 1
+            if n == self.fail_at:
+                from botocore.exceptions import EndpointConnectionError
+
+                raise EndpointConnectionError(endpoint_url=f"{name}: injected fault")
+            return real(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.slow
+def test_a_fault_at_every_store_call_of_a_save(s3: str) -> None:
+    """The store fails at the 1st, 2nd, ... call of a save (listing, parent read, lease,
+    upload, commit marker, retention): each save raises StorageError or succeeds, and every
+    step listed afterwards restores with its own content; the next save always works."""
+    mgr = CheckpointManager(s3, keyframe_every=3, keep=2, config=CONFIG)
+    mgr.save(1, _state(1))
+    counter = _FaultyFs(mgr.store.storage._fs, None)  # type: ignore[attr-defined]
+    mgr.store.storage._fs = counter  # type: ignore[attr-defined]
+    mgr.save(2, _state(2))
+    calls_per_save = counter.calls
+    assert calls_per_save >= 8
+    step, outcomes = 3, {"raised": 0, "warned": 0, "silent": 0}
+    for fail_at in range(calls_per_save + 2):
+        counter.fail_at, counter.calls = fail_at, 0
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                mgr.save(step, _state(step))
+                # after the commit a fault only stops retention, which says so
+                outcomes["warned" if caught else "silent"] += 1
+            except StorageError as exc:
+                assert s3 in str(exc) and "cannot reach the store" in str(exc), exc
+                outcomes["raised"] += 1
+        counter.fail_at = None
+        reader = CheckpointManager(s3, config=CONFIG)
+        for s in reader.steps():
+            assert reader.load(s)["step"] == s
+        if step not in reader.steps():
+            mgr.save(step, _state(step), overwrite=step in reader.store.storage.names())
+        assert CheckpointManager(s3, config=CONFIG).load()["step"] == step
+        step += 1
+    # the last two fault positions lie past the save's calls; the lease's release is the
+    # only call whose failure is harmless and unreported (the lease then just expires)
+    print(f"{calls_per_save + 2} fault positions: {outcomes}", file=sys.stderr)
+    assert outcomes["raised"] >= 3 and outcomes["silent"] <= 3, outcomes
