@@ -131,7 +131,7 @@ def test_save_then_load_reads_every_constant_near_constant_and_sparse_tensor(
     round_trip(kind, n, dtype, path, tmp_path_factory.mktemp("p"))
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(KINDS),
     n=st.integers(0, 1 << 18),
