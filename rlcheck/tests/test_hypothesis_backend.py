@@ -574,6 +574,46 @@ def test_a_read_only_database_is_read_and_never_written(tmp_path: Path) -> None:
     assert _stored_policy(shared).to_dict() == learned
 
 
+def test_a_github_artifact_database_is_read_and_its_write_refusal_said_once(
+    tmp_path: Path, stats: BackendStats
+) -> None:
+    # A GitHub artifact is a zip of a directory database; one cached locally is used as is.
+    import datetime
+    import zipfile
+
+    from hypothesis.database import GitHubArtifactDatabase
+
+    shared = DirectoryBasedExampleDatabase(tmp_path / "ci")
+    _make_test(shared)()
+    gc.collect()
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat().replace(":", "_")
+    (tmp_path / "gh").mkdir()
+    with zipfile.ZipFile(tmp_path / "gh" / f"{stamp}.zip", "w") as zf:
+        for path in (tmp_path / "ci").rglob("*"):
+            if path.is_file():
+                zf.write(path, path.relative_to(tmp_path / "ci").as_posix())
+    artifact = GitHubArtifactDatabase("owner", "repo", path=tmp_path / "gh")
+    loads = []
+    original = DatabasePolicy.load
+
+    def spy(self: DatabasePolicy, policy: Policy) -> bool:
+        loads.append(ok := original(self, policy))
+        return ok
+
+    with pytest.MonkeyPatch.context() as m, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m.setattr(DatabasePolicy, "load", spy)
+        test = _make_test(artifact)
+        test()
+        del test
+        gc.collect()
+    assert loads == [True]  # started from what CI learned
+    ours = [str(w.message) for w in caught if issubclass(w.category, RLCheckWarning)]
+    assert len(ours) == 1 and "refused a write" in ours[0], ours  # said once, not a failure
+    (test_stats,) = stats.as_dict().values()
+    assert not test_stats.fallback  # the run stayed guided
+
+
 def test_a_legacy_policy_file_is_read_and_moved_into_the_database(tmp_path: Path) -> None:
     db = DirectoryBasedExampleDatabase(tmp_path)
     path = _policy_file(db)

@@ -541,3 +541,20 @@ def test_reads_are_bounded_over_all_contributions() -> None:
 def test_save_before_load_is_refused() -> None:
     with pytest.raises(InvalidArgument, match="load"):
         _store(InMemoryExampleDatabase()).save(Policy())
+
+
+def test_a_database_refusing_writes_is_said_once_and_then_only_read() -> None:
+    class Refusing(InMemoryExampleDatabase):
+        def save(self, key: bytes, value: bytes) -> None:
+            raise RuntimeError("This database is read-only.")
+
+    db = Refusing()
+    policy, store = Policy(), _store(db)
+    store.load(policy)
+    with pytest.warns(RLCheckWarning, match="refused a write") as caught:
+        for i in range(3):
+            policy.learn([("p", (i,), 0)], 1.0)
+            store.save(policy)
+        store.save(policy, final=True)
+    assert len([w for w in caught if "refused" in str(w.message)]) == 1
+    assert not store.writable

@@ -473,8 +473,8 @@ class DatabasePolicy:
     at the same instant count the overlap twice (its weight, never its loss).
 
     Never raises on bad stored values (they are skipped with one :class:`RLCheckWarning`
-    each, and deleted when the database is writable); database errors in :meth:`save`
-    propagate for the caller to report.
+    each, and deleted when the database is writable), nor on a database that refuses
+    writes (said once; the learner then only reads).
 
     Parameters
     ----------
@@ -538,6 +538,7 @@ class DatabasePolicy:
         self._saved: bytes | None = None  # this writer's value in the database
         self._saved_as: tuple[dict[str, Any], bool] | None = None  # its snapshot, final
         self._legacy: bytes | None = None  # a legacy file as a value, until migrated
+        self.writable = True  # until the database refuses a write
 
     def __repr__(self) -> str:
         return f"DatabasePolicy({self.database!r}, key={self.key!r})"
@@ -662,9 +663,10 @@ class DatabasePolicy:
                 max_bytes=self.max_bytes,
                 max_items=self.max_items,
             )
-            self.database.save(self.key, value)
+            if not self._write(self.database.save, value):
+                return
             if self._saved is not None:
-                self.database.delete(self.key, self._saved)
+                self._write(self.database.delete, self._saved)
             self._saved, self._saved_as = value, (snapshot, final)
         if self._legacy is not None:
             self._migrate()
@@ -673,8 +675,9 @@ class DatabasePolicy:
     def _migrate(self) -> None:
         assert self._legacy is not None and self.legacy_file is not None
         value, self._legacy = self._legacy, None
-        self.database.save(self.key, value)
-        if value in self._fetch(self.key, self.max_values, len(value)):
+        if self._write(self.database.save, value) and value in self._fetch(
+            self.key, self.max_values, len(value)
+        ):
             # Held (not a read-only database): the file would now count twice.
             with contextlib.suppress(OSError):
                 self.legacy_file.unlink()
@@ -713,14 +716,31 @@ class DatabasePolicy:
             return
         # Save first, delete after: a crash in between leaves both, and readers skip
         # the parts the merge lists.
-        self.database.save(self.key, value)
-        for old, _ in done:
-            self.database.delete(self.key, old)
+        if self._write(self.database.save, value):
+            for old, _ in done:
+                self._write(self.database.delete, old)
+
+    def _write(self, operation: Callable[[bytes, bytes], None], value: bytes) -> bool:
+        """One ``save``/``delete``; a database that refuses writes (GitHub artifacts not
+        wrapped in ``ReadOnlyDatabase`` raise) is said once and then only read."""
+        if not self.writable:
+            return False
+        try:
+            operation(self.key, value)
+        except Exception as exc:
+            self.writable = False
+            self._warn(
+                f"the database refused a write ({type(exc).__name__}: {exc}); this learner's "
+                "policy is not saved (wrap a read-only database in ReadOnlyDatabase)"
+            )
+            return False
+        return True
 
     def _skip(self, value: bytes, exc: BaseException) -> None:
         self._warn(f"a stored value was skipped: {exc}")
-        with contextlib.suppress(Exception):
-            self.database.delete(self.key, value)
+        if self.writable:
+            with contextlib.suppress(Exception):
+                self.database.delete(self.key, value)
 
     def _warn(self, reason: str) -> None:
         where = repr(self.database)
