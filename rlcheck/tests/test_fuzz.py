@@ -104,12 +104,13 @@ def _project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _rlcheck(*args: str, cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+def _rlcheck(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, **kwargs: object
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # type: ignore[call-overload, no-any-return]
         [sys.executable, "-m", "rlcheck.cli", *args],
         cwd=cwd,
-        env=env,
+        env={**(env or os.environ), "PYTHONPATH": str(SRC)},
         capture_output=True,
         text=True,
         timeout=300,
@@ -270,3 +271,52 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+FLEET_CONFTEST = """
+import os
+
+import redis
+from hypothesis import settings
+from hypothesis.extra.redis import RedisExampleDatabase
+
+settings.register_profile(
+    "fleet",
+    database=RedisExampleDatabase(
+        redis.Redis(port=int(os.environ["FLEET_REDIS_PORT"])),
+        key_prefix=os.environ["FLEET_PREFIX"].encode(),
+    ),
+)
+settings.load_profile("fleet")
+"""
+
+
+@pytest.mark.slow
+def test_a_fleet_shares_failures_and_policies_through_one_redis(
+    tmp_path: Path, redis_port: int
+) -> None:
+    import uuid
+
+    import redis
+
+    machines = [tmp_path / "machine-a", tmp_path / "machine-b"]
+    for machine in machines:  # two checkouts of one suite, nothing shared on disk
+        machine.mkdir()
+        _project(machine)
+        (machine / "conftest.py").write_text(FLEET_CONFTEST)
+    prefix = f"fleet-{uuid.uuid4().hex}:"
+    env = {**os.environ, "FLEET_REDIS_PORT": str(redis_port), "FLEET_PREFIX": prefix}
+    done = _rlcheck("fuzz", "test_buggy.py", "--seconds", "40", cwd=machines[0], env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert not (machines[0] / ".hypothesis" / "examples").exists()  # all of it in Redis
+    keys = redis.Redis(port=redis_port).keys(prefix.encode() + b"*")
+    assert any(k.endswith(b".rlcheck-policy") for k in keys)  # the learned policies
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_buggy.py"],
+        cwd=machines[1],
+        env={**env, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert plain.returncode == 1 and "1 failed, 2 passed" in plain.stdout, plain.stdout
