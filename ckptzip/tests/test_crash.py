@@ -259,11 +259,12 @@ class _Alarm:
         signal.signal(signal.SIGALRM, self._old)
 
 
-def _writer_killed_inside_a_save(directory: Path, tmp_path: Path, *, forks_a_worker: bool) -> int:
+def _writer_killed_inside_a_save(directory: Path, tmp_path: Path, *, forks_a_worker: bool) -> Path:
     """Fork a writer that saves step 1, then dies (SIGKILL) inside the save of step 2, while
     it holds the lock; with ``forks_a_worker`` it first forks a long-lived child (what a
-    DataLoader worker started during an asynchronous save is). Returns the writer's pid."""
-    inside = tmp_path / "inside"
+    DataLoader worker started during an asynchronous save is), whose pid it writes into the
+    file returned."""
+    inside, worker = tmp_path / "inside", tmp_path / "worker-pid"
     pid = os.fork()
     if pid == 0:
         try:
@@ -271,9 +272,12 @@ def _writer_killed_inside_a_save(directory: Path, tmp_path: Path, *, forks_a_wor
             mgr.save(1, _state(1))
 
             def publish_and_hang(self: Any, name: str, write: Any, *, overwrite: bool) -> int:
-                if forks_a_worker and os.fork() == 0:
-                    time.sleep(120)  # a worker that outlives the writer
-                    os._exit(0)
+                if forks_a_worker:
+                    child = os.fork()
+                    if child == 0:
+                        time.sleep(120)  # a worker that outlives the writer
+                        os._exit(0)
+                    worker.write_text(str(child))
                 inside.touch()
                 time.sleep(600)
                 raise AssertionError("unreachable")
@@ -290,7 +294,7 @@ def _writer_killed_inside_a_save(directory: Path, tmp_path: Path, *, forks_a_wor
     assert holder is not None and holder["pid"] == pid  # the lock records who holds it
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    return pid
+    return worker
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -299,8 +303,7 @@ def test_restarted_job_saves_at_once_after_a_writer_killed_inside_a_save(
     tmp_path: Path, forks_a_worker: bool
 ) -> None:
     directory = tmp_path / "run"
-    before = set(_children())
-    _writer_killed_inside_a_save(directory, tmp_path, forks_a_worker=forks_a_worker)
+    worker = _writer_killed_inside_a_save(directory, tmp_path, forks_a_worker=forks_a_worker)
     try:
         t0 = time.monotonic()
         with _Alarm(60):
@@ -310,20 +313,9 @@ def test_restarted_job_saves_at_once_after_a_writer_killed_inside_a_save(
         assert mgr.steps() == [1, 2] and mgr.load()["step"] == 2
         assert _temps(directory) == []
     finally:
-        for orphan in set(_children()) - before:  # the worker, reparented or not
+        if worker.exists():  # the orphaned worker, by the pid it was given
             with contextlib.suppress(ProcessLookupError):
-                os.kill(orphan, signal.SIGKILL)
-
-
-def _children() -> list[int]:
-    """Processes whose command line is this test process's (forked copies of it)."""
-    me = Path("/proc/self/cmdline").read_bytes() if Path("/proc/self").exists() else b""
-    found = []
-    for p in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            if int(p.name) != os.getpid() and me and (p / "cmdline").read_bytes() == me:
-                found.append(int(p.name))
-    return found
+                os.kill(int(worker.read_text()), signal.SIGKILL)
 
 
 def test_a_running_writer_holding_the_lock_is_named(
