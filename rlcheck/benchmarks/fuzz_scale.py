@@ -90,6 +90,8 @@ def session(suite: str, workers: int, seconds: float) -> dict[str, Any]:
         "fuzzing_s": round(working, 2),
         "cases": report.totals()["cases"],
         "unique_valid": test.unique_valid if test else 0,
+        # each worker's own unique valid inputs, summed (counts cross-worker repeats)
+        "worker_unique_valid": test.worker_unique_valid if test else 0,
         "unique_valid_per_s": round((test.unique_valid if test else 0) / working, 2),
         "first_failure_after_ready_s": None if first is None else round(first - ready, 2),
         "errors": report.errors,

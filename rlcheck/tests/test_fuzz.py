@@ -73,7 +73,7 @@ def test_unique_valid_inputs_are_distinct_over_workers() -> None:
     _apply(report, ("run", 0, "t", counts), 0.5, set())
     _apply(report, ("run", 1, "t", {**counts, "new_valid": [2, 3]}), 0.6, set())
     t: TestProgress = report.tests["t"]
-    assert (t.cases, t.valid, t.unique_valid) == (6, 4, 3)
+    assert (t.cases, t.valid, t.unique_valid, t.worker_unique_valid) == (6, 4, 3, 4)
     assert t.series[-1] == [0.6, 6, 4, 3, 0]
 
 

@@ -87,6 +87,9 @@ class TestProgress:
     valid: int = 0
     invalid: int = 0
     unique_valid: int = 0
+    #: each worker's own unique valid inputs, summed: above ``unique_valid`` by the inputs
+    #: that more than one worker made
+    worker_unique_valid: int = 0
     failures: int = 0
     runs: int = 0
     failed: bool = False
@@ -103,6 +106,7 @@ class TestProgress:
             "valid": self.valid,
             "invalid": self.invalid,
             "unique_valid": self.unique_valid,
+            "worker_unique_valid": self.worker_unique_valid,
             "failures": self.failures,
             "runs": self.runs,
             "failed": self.failed,
@@ -311,6 +315,7 @@ def _apply(report: FuzzReport, event: tuple[Any, ...], now: float, done: set[int
         test.cases += counts["cases"]
         test.valid += counts["valid"]
         test.invalid += counts["invalid"]
+        test.worker_unique_valid += len(counts["new_valid"])
         for fp in counts["new_valid"]:
             if fp not in test._seen:
                 test.unique_valid += 1
