@@ -101,7 +101,7 @@ DECODE_OVERHEAD = 4
 """The default read limit is the memory available to the process divided by this. A load's
 peak memory (the returned tensor included) over the bytes it returns, measured on one
 20M-element near-constant tensor (``tests/test_limits.py``, the worst case: one tensor's
-working copies on top of it): exact 2.3x (fp32) / 2.5x (bf16), quantized 2.9x / 3.7x."""
+working copies on top of it): exact 2.2x (fp32) / 2.5x (bf16), quantized 2.2x / 3.5x."""
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 _ITEMSIZE = {name: dt.itemsize for name, dt in DTYPES.items()}
