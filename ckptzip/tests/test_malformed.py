@@ -250,6 +250,15 @@ def test_every_truncation(good: bytes, tmp_path: Path) -> None:
             load_bytes(good[:n], tmp_path)
 
 
+def test_a_file_cut_or_padded_past_its_manifest_is_named(good: bytes, tmp_path: Path) -> None:
+    # a copy interrupted half-way keeps the whole manifest: the error must still say which
+    # file, as the ones for a cut header or manifest do
+    for data, what in ((good[: len(good) - 100], "truncated"), (good + b"junk", "padded")):
+        with pytest.raises(CorruptCheckpointError, match=what) as info:
+            load_bytes(data, tmp_path)
+        assert str(tmp_path / "x.ckz") in str(info.value), info.value
+
+
 def test_flipped_bytes_at_sampled_offsets(good: bytes, tmp_path: Path) -> None:
     step = max(1, len(good) // 500)
     for off in range(0, len(good), step):

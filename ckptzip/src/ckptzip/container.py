@@ -615,7 +615,14 @@ class Reader:
             if isinstance(exc, CorruptCheckpointError):
                 raise
             raise CorruptCheckpointError(f"{name}: manifest is not valid JSON: {exc}") from None
-        self.manifest = Manifest.from_json(doc, data_bytes=size - self.data_start, version=version)
+        try:
+            self.manifest = Manifest.from_json(
+                doc, data_bytes=size - self.data_start, version=version
+            )
+        except CorruptCheckpointError as exc:
+            # the manifest's own rules know no file name; a copy cut after its manifest
+            # lands here, and the caller must learn which file it was
+            raise type(exc)(f"{name}: {exc}") from None
         self.manifest_size = mlen
         self.flags = flags
 
