@@ -291,7 +291,6 @@ def test_the_default_limit_is_the_memory_this_process_can_decode(
 
 _PEAK = """
 import sys, ckptzip
-from ckptzip import api  # torch and the decoders load on first use: before the baseline
 
 def status(field):  # per address space (ru_maxrss would carry the parent's over exec)
     with open("/proc/self/status") as f:
