@@ -41,6 +41,22 @@ def test_cuda_quantize_matches_cpu(dtype: torch.dtype) -> None:
     assert float(err) == pytest.approx(q_gpu.rel_error, rel=1e-3, abs=1e-6)
 
 
+def test_cuda_quantization_is_the_host_one_and_dequantizes_on_the_device() -> None:
+    """A value's bucket is a function of the value alone (float thresholds, no device log),
+    so the device finds the host's levels and indices; dequantize gathers on the device."""
+    import numpy as np
+
+    x = torch.randn(500_000, generator=torch.Generator().manual_seed(3)) * 0.02
+    cfg = QuantConfig(bins=16, prune=0.2, protect=0.001)
+    host, device = quantize(x, cfg), quantize(x.cuda(), cfg)
+    assert np.array_equal(host.levels, device.levels)
+    assert np.array_equal(host.indices, device.indices)
+    assert np.array_equal(host.protected_positions, device.protected_positions)
+    assert device.rel_error == pytest.approx(host.rel_error, rel=1e-6)
+    y = dequantize(device, device="cuda")
+    assert y.is_cuda and torch.equal(y.cpu(), dequantize(host))
+
+
 def test_cuda_quantize_large_tensor_is_fast() -> None:
     # 64M elements: a Python loop over elements or a per-element host round trip would take
     # minutes; vectorised device code takes well under the bound.
