@@ -114,6 +114,18 @@ def test_assignment_and_error_match(seed: int, bins: int, log_domain: bool) -> N
 
 
 @needs_fast
+@given(st.integers(0, 2**32 - 1), st.integers(0, 3000), st.integers(-5, 40), st.integers(0, 9))
+@settings(max_examples=60, deadline=None)
+def test_selection_passes_match(seed: int, n: int, lo: int, width: int) -> None:
+    assert fast is not None
+    codes = torch.randint(0, 65, (n,), generator=torch.Generator().manual_seed(seed))
+    codes = codes.to(torch.int32)
+    assert torch.equal(fast.magnitude_rank(codes, 32), ref.magnitude_rank(codes, 32))
+    for hi in (lo + width, 1 << 30):
+        assert torch.equal(fast.positions(codes, lo, hi), ref.positions(codes, lo, hi))
+
+
+@needs_fast
 @given(st.integers(0, 2**32 - 1), st.integers(1, 255))
 @settings(max_examples=60, deadline=None)
 def test_nearest_level_matches(seed: int, n_mids: int) -> None:

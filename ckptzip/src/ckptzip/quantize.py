@@ -332,7 +332,7 @@ class _Ranking:
         cut, need = self._cut(k, largest=True)
         # One pass: the candidates are everything at or above the cut's bucket (k plus a
         # bucket's worth), which is small for the protect fraction.
-        cand = kernels.positions(self.rank, lambda r: r >= cut)
+        cand = kernels.positions(self.rank, cut, _NO_TOP)
         at_cut = self.rank[cand] == cut
         inside = self._pick(cand[at_cut], need, largest=True)
         return torch.cat([cand[~at_cut], inside]).sort().values
@@ -347,10 +347,13 @@ class _Ranking:
         mask = self.rank < cut
         inside = torch.zeros(0, dtype=torch.int64, device=self.rank.device)
         if need > 0:
-            cand = kernels.positions(self.rank, lambda r: r == cut)
+            cand = kernels.positions(self.rank, cut, cut)
             inside = self._pick(cand, need, largest=False)
             mask[inside] = True
         return mask, cut, inside
+
+
+_NO_TOP = 1 << 30  # above every rank: "at or above the cut"
 
 
 def _count(fraction: float, n: int) -> int:

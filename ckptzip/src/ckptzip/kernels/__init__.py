@@ -32,8 +32,9 @@ The functions (flat 1-D inputs throughout):
 ``squared_error(v, indices, levels, protected) -> (err2, norm2)``
     ``Σ (levels[idx] − v)²`` over the non-protected entries (difference in ``v``'s dtype,
     sum in float64) and ``Σ v²``.
-``bucket_extremes(codes, v, n_codes) -> (lo, hi)``, ``magnitude_rank(codes, cap)``,
-``positions(x, test)``, ``blocks(n, x)``
+``bucket_extremes(codes, v, n_codes) -> (lo, hi)``, ``magnitude_rank(codes, cap)``
+(``|code − cap|``), ``positions(x, lo, hi)`` (sorted int64 positions of ``lo <= x <= hi``),
+``blocks(n, x)``
     The smaller passes of the quantizer's protect/prune selection.
 ``kmeans(pts, w, k, n_init, rng, max_iter) -> centres``
     Weighted 1-D k-means on sorted points: ``n_init`` k-means++ seedings (draws from

@@ -49,6 +49,8 @@ _unpack = _fn("ckz_unpack", None, _P, _I64, _I32, _P)
 _gather = _fn("ckz_gather", None, _P, _I64, _P, _I32, _P)
 _delta_enc = _fn("ckz_delta_encode", _I32, _P, _P, _I64, _I32, _I32, _P, _P)
 _delta_dec = _fn("ckz_delta_decode", _I32, _P, _P, _I64, _I32, _I32, _P)
+_mrank = _fn("ckz_magnitude_rank", None, _P, _I64, _I32, _P)
+_positions = _fn("ckz_positions", _I64, _P, _I64, _I32, _I32, _P)
 _kmeans = _fn("ckz_kmeans", _I32, _P, _P, _I64, _I32, _I32, _P, _I32, _P)
 _ans_counts = _fn("ckz_ans_counts", None, _P, _P, _I32, _I32, _P)
 _ans_enc = _fn("ckz_ans_encode", _I64, _P, _P, _I32, _I32, _P, _P, _I64)
@@ -70,8 +72,6 @@ def _contig(a: np.ndarray, dtype: Any) -> np.ndarray:
 # the passes the compiled code does not change stay NumPy/torch
 blocks = ref.blocks
 block_size = ref.block_size
-magnitude_rank = ref.magnitude_rank
-positions = ref.positions
 bucket_extremes = ref.bucket_extremes
 
 
@@ -86,6 +86,24 @@ def sketch_codes(
     counts = np.zeros(2 * cap + 1, dtype=np.int64)
     _sketch(_ptr(w), w.numel(), _ptr(t), cap, _ptr(codes), _ptr(counts))
     return codes, (counts if histogram else None)
+
+
+def magnitude_rank(codes: torch.Tensor, cap: int) -> torch.Tensor:
+    if codes.device.type != "cpu" or codes.dtype != torch.int32:
+        return ref.magnitude_rank(codes, cap)
+    c = codes.contiguous()
+    out = torch.empty(c.numel(), dtype=torch.int32)
+    _mrank(_ptr(c), c.numel(), cap, _ptr(out))
+    return out
+
+
+def positions(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    if x.device.type != "cpu" or x.dtype != torch.int32 or hi >= 1 << 31:
+        return ref.positions(x, lo, min(hi, (1 << 31) - 1))
+    c = x.contiguous()
+    out = np.empty(c.numel() + 1, dtype=np.int64)  # the branch-free loop writes one past
+    k = _positions(_ptr(c), c.numel(), lo, hi, _ptr(out))
+    return torch.from_numpy(out[:k].copy())
 
 
 def assign_codes(

@@ -69,6 +69,26 @@ CKZ_API void ckz_sketch_codes(const float *x, int64_t n, const float *t, int32_t
     free(lut);
 }
 
+/* -- the protect/prune selection: |code - cap|, and the positions of ranks in [lo, hi] ---*/
+CKZ_API void ckz_magnitude_rank(const int32_t *codes, int64_t n, int32_t cap, int32_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        int32_t d = codes[i] - cap;
+        out[i] = d < 0 ? -d : d;
+    }
+}
+
+/* Writes the sorted positions into out (room for n) and returns how many. */
+CKZ_API int64_t ckz_positions(const int32_t *x, int64_t n, int32_t lo, int32_t hi,
+                              int64_t *out) {
+    int64_t k = 0;
+    uint32_t span = (uint32_t)hi - (uint32_t)lo;
+    for (int64_t i = 0; i < n; i++) {
+        out[k] = i;
+        k += ((uint32_t)x[i] - (uint32_t)lo) <= span; /* lo <= x <= hi, branch-free */
+    }
+    return k;
+}
+
 /* -- nearest-level assignment through the bucket codes -----------------------------------
  *
  * lut[code] is the level index of every bucket that holds no cut-off, or `sentinel` for a
@@ -150,6 +170,23 @@ CKZ_API void ckz_squared_error(const float *v, const uint8_t *idx, int64_t n,
 
 /* -- bit packing: LSB-first stream of `bits`-bit indices ----------------------------------*/
 CKZ_API int32_t ckz_pack(const uint8_t *idx, int64_t n, int32_t bits, uint8_t *out) {
+    if (8 % bits == 0) { /* 1, 2, 4 bits: whole indices per byte */
+        int32_t per = 8 / bits;
+        int64_t full = n / per;
+        for (int64_t j = 0; j < full; j++) {
+            const uint8_t *in = idx + j * per;
+            uint8_t byte = 0;
+            for (int32_t l = 0; l < per; l++) byte |= (uint8_t)(in[l] << (l * bits));
+            out[j] = byte;
+        }
+        if (full * per < n) {
+            uint8_t byte = 0;
+            for (int64_t i = full * per; i < n; i++)
+                byte |= (uint8_t)(idx[i] << ((i - full * per) * bits));
+            out[full] = byte;
+        }
+        return 0;
+    }
     uint64_t acc = 0;
     int32_t have = 0;
     uint8_t seen = 0;

@@ -6,7 +6,6 @@ must produce bit for bit; the signatures are documented once, in :mod:`ckptzip.k
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -98,11 +97,11 @@ def magnitude_rank(codes: torch.Tensor, cap: int) -> torch.Tensor:
     return torch.from_numpy(rank)
 
 
-def positions(x: torch.Tensor, test: Callable[[Any], Any]) -> torch.Tensor:
+def positions(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     if x.device.type != "cpu":
-        return test(x).nonzero().squeeze(1)
+        return ((x >= lo) & (x <= hi)).nonzero().squeeze(1)
     xn = x.numpy()
-    parts = [np.flatnonzero(test(xn[lo:hi])) + lo for lo, hi in blocks(xn.size, x)]
+    parts = [np.flatnonzero((xn[a:b] >= lo) & (xn[a:b] <= hi)) + a for a, b in blocks(xn.size, x)]
     return torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.int64))
 
 
@@ -126,7 +125,7 @@ def assign_codes(
     for lo, hi in blocks(n, codes):
         torch.index_select(idx_lut, 0, codes[lo:hi], out=indices[lo:hi])
     if (lut == sentinel).any():
-        fix = positions(indices, lambda i: i == sentinel)
+        fix = positions(indices, sentinel, sentinel)
         if fix.numel():
             sub = v[fix]
             ords = torch.searchsorted(cuts, sub)
