@@ -297,12 +297,18 @@ def _parent_links(child: str, parent: str | os.PathLike[str]) -> list[chains.Lin
 
 
 def _threads(threads: int | None, n: int) -> int:
-    """Encoding threads for ``n`` tensors: 0 means encode in the caller's thread."""
+    """Encoding threads for ``n`` tensors: 0 means encode in the caller's thread.
+
+    ``threads=1`` is one pool thread, not the caller's: the pool's threads run torch's ops
+    on one core each, where the caller's would run each op on an OpenMP team (measured on
+    an 88 MB state on a loaded 2-core machine: 6.3 s in the caller's thread against 3.7 s
+    with two pool threads; see ``benchmarks/throughput.py``).
+    """
     if threads is None:
         threads = default_threads()
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads={threads!r} must be None (one per core, at most 8) or >= 1")
-    return 0 if threads == 1 or n < 2 else min(threads, n)
+    return 0 if n < 2 else min(threads, n)
 
 
 def _json_safe(meta: Any, where: str) -> None:
