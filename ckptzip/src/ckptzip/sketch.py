@@ -1,4 +1,4 @@
-"""Log-bucket sketch of a tensor's values (DDSketch-like), built with torch ops on its device.
+"""Log-bucket sketch of a tensor's values (DDSketch-like), on the tensor's own device.
 
 A value ``x ≠ 0`` falls in the bucket with magnitude key ``k = ceil(log_γ |x|)``, where
 ``γ = (1 + α) / (1 − α)``; the bucket covers ``(γ^(k−1), γ^k]`` and its centre
@@ -6,6 +6,11 @@ A value ``x ≠ 0`` falls in the bucket with magnitude key ``k = ceil(log_γ |x|
 bucket of their own. At most ``max_buckets`` keys are kept per sign: when the values span a
 wider range, the lowest keys (the values closest to zero, relative to the largest) collapse
 into the lowest kept one, as DDSketch does, so memory stays bounded whatever the data.
+
+The bucket edges are one table of float thresholds ``γ^k`` (in the working dtype), and a
+value's magnitude offset is the number of thresholds below ``|x|``
+(:func:`ckptzip.kernels.sketch_codes`, one pass with the histogram): a value's bucket is a
+function of the value alone, the same on every device and in either kernel implementation.
 
 Every bucket has a *code*, an integer that orders buckets by value: with ``m`` the bucket's
 offset above the collapsed key (``m = k − key_min + 1``, so ``m ≥ 1``), a value's code is
