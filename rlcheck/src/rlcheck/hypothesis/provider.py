@@ -110,6 +110,7 @@ from rlcheck.hypothesis.compat import (
 )
 from rlcheck.learner import Policy, Visit
 from rlcheck.ledger import Counts, Ledger, Outcome
+from rlcheck.mutation import FRESH, CasePool, boundary_integer, other_integer
 from rlcheck.policy_store import DatabasePolicy
 from rlcheck.state import SpanState
 
@@ -409,6 +410,13 @@ class RLCheckProvider(PrimitiveProvider):
     #: New valid inputs per case at or above which guidance has nothing to gain: the
     #: test rejects (or repeats) too few inputs for learning to raise the rate.
     step_aside_rate: ClassVar[float] = 0.8
+    #: Share of the learned cases that mutate an earlier new valid case instead of
+    #: drawing afresh (:mod:`rlcheck.mutation`: its draws replayed with one changed).
+    #: Off by default (measured on ``benchmarks/etna.py``: README).
+    mutate_share: ClassVar[float] = 0.0
+    #: Share of those mutations whose changed draw, an integer one, takes a boundary
+    #: value (a bound, or the recorded value's neighbour) instead of another value.
+    boundary_share: ClassVar[float] = 0.0
 
     def __init__(
         self,
@@ -459,6 +467,11 @@ class RLCheckProvider(PrimitiveProvider):
         self._default_valid = 0  # valid cases of the default provider's share
         self._default_streak = 0  # its invalid cases in a row
         self._warm = False  # a learned policy was loaded: guidance paid in an earlier run
+        # mutation of earlier valid cases (off unless mutate_share > 0)
+        self._tracing = type(self).mutate_share > 0
+        self._pool = CasePool(boundary=type(self).boundary_share, seed=seed)
+        self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
+        self._trace: list[tuple[Hashable, Any]] = []  # this case's (draw key, value)s
 
     # -- episodes -------------------------------------------------------------------
 
@@ -516,12 +529,22 @@ class RLCheckProvider(PrimitiveProvider):
             self._choices = []
             self._delegate = None
             self._discard = False
+            self._plan = None
+            self._trace = []
             if self._default_turn():
                 self._delegate = default_provider()
-            if self._delegate is None:
+            if (
+                self._delegate is None
+                and self._tracing
+                and len(self._pool)
+                and self._rng.random() < type(self).mutate_share
+            ):
+                self._plan = self._pool.plan()
+            if self._delegate is None and self._plan is None:
                 self._tree.begin()
             else:
-                self._tree.abandon()  # not our choices: nothing to record
+                # not our choices, or replayed ones the tree cannot place: nothing to record
+                self._tree.abandon()
         except BackendCannotProceed:
             raise
         except Exception as exc:
@@ -611,6 +634,8 @@ class RLCheckProvider(PrimitiveProvider):
             if outcome == "valid" and not new:
                 allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
                 self._discard = self._discards + 1 <= allowed
+            if self._tracing and new and outcome == "valid" and self._delegate is None:
+                self._pool.add(*self._trace)
             self._policy.learn_rows(
                 self._visits, Ledger.reward(outcome, new), bonus=type(self).count_bonus
             )
@@ -673,6 +698,7 @@ class RLCheckProvider(PrimitiveProvider):
             seed = run_random(source)
             self._policy.rng.seed(seed)
             self._rng.seed(seed ^ 0x5DEECE66D)
+            self._pool.seed(seed ^ 0x2545F491)
         if self._persist_enabled and current is not None and test is not None:
             key = database_key(test)
             if current.database is not None and key:
@@ -780,6 +806,14 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             if self._delegate is not None:
                 return self._delegated(self._delegate.draw_boolean(p))
+            if self._plan is not None:
+                replayed = self._plan.next(("b", p))
+                if replayed is FRESH:
+                    replayed = self._plan.changed()
+                    if replayed is not FRESH:  # the changed draw: the other value
+                        replayed = not replayed
+                if replayed is not FRESH:
+                    return self._replayed(("b", p), replayed)
             if p < 0.02 or p > 0.98:
                 # Rare-event switches inside Hypothesis's strategies: learning them would
                 # make the rare branch common under a fresh (uniform) policy. Not learned,
@@ -791,6 +825,8 @@ class RLCheckProvider(PrimitiveProvider):
             else:
                 value = self._choose(("b", round(p, 3)), 2, (1.0 - p, 1.0)) == 1
             self._choices.append(value)
+            if self._tracing:
+                self._trace.append((("b", p), value))
             return value
         except Exception as exc:
             raise self._guarded(exc) from exc
@@ -811,8 +847,26 @@ class RLCheckProvider(PrimitiveProvider):
                     min_value, max_value, weights=weights, shrink_towards=shrink_towards
                 )
                 return self._delegated(value)
+            key = ("i", min_value, max_value)
+            plan = self._plan
+            if plan is not None:
+                replayed = plan.next(key)
+                if replayed is not FRESH:
+                    return self._replayed(key, replayed)
+                recorded = plan.changed()
+                if recorded is not FRESH:  # the changed draw: another value
+                    lo, hi = buckets.integer_bounds(min_value, max_value)
+                    if plan.boundary:
+                        value = boundary_integer(self._rng, lo, hi, recorded)
+                    else:
+                        value = self._draw_integer(min_value, max_value)
+                        if value == recorded:
+                            value = other_integer(self._rng, lo, hi, recorded)
+                    return self._replayed(key, value)
             value = self._draw_integer(min_value, max_value)
             self._choices.append(value)
+            if self._tracing:
+                self._trace.append((key, value))
             return value
         except Exception as exc:
             raise self._guarded(exc) from exc
@@ -854,6 +908,11 @@ class RLCheckProvider(PrimitiveProvider):
                     smallest_nonzero_magnitude=smallest_nonzero_magnitude,
                 )
                 return self._delegated(value)
+            key = ("f", min_value, max_value, allow_nan, smallest_nonzero_magnitude)
+            if self._plan is not None:
+                replayed = self._plan.next(key)
+                if replayed is not FRESH:
+                    return self._replayed(key, replayed)
             constraints = {
                 "min_value": min_value,
                 "max_value": max_value,
@@ -880,6 +939,8 @@ class RLCheckProvider(PrimitiveProvider):
                 )
                 value = clamp(value)
             self._choices.append(value)
+            if self._tracing:
+                self._trace.append((key, value))
             return value
         except Exception as exc:
             raise self._guarded(exc) from exc
@@ -900,6 +961,11 @@ class RLCheckProvider(PrimitiveProvider):
             if len(intervals) == 0:
                 self._choices.append("")
                 return ""
+            key = ("s", intervals, min_size, max_size)
+            if self._plan is not None:
+                replayed = self._plan.next(key)
+                if replayed is not FRESH:
+                    return self._replayed(key, replayed)
             classes, prior = self._cached(("sc", intervals), lambda: _char_domain(intervals))
             point = ("c", len(intervals), len(classes))
             wide = self._cached(("sc+", intervals), lambda: _wide((0, len(c) - 1) for c in classes))
@@ -909,6 +975,8 @@ class RLCheckProvider(PrimitiveProvider):
                 chars.append(chr(cls[self._rng.randrange(len(cls))]))
             value = "".join(chars)
             self._choices.append(value)
+            if self._tracing:
+                self._trace.append((key, value))
             return value
         except Exception as exc:
             raise self._guarded(exc) from exc
@@ -924,6 +992,11 @@ class RLCheckProvider(PrimitiveProvider):
             if self._delegate is not None:
                 value = self._delegate.draw_bytes(min_size, max_size)
                 return self._delegated(value)
+            key = ("y", min_size, max_size)
+            if self._plan is not None:
+                replayed = self._plan.next(key)
+                if replayed is not FRESH:
+                    return self._replayed(key, replayed)
             out = bytearray()
             for _ in self._sizes(min_size, max_size, "y"):
                 n = len(buckets.BYTE_CLASSES)
@@ -933,6 +1006,8 @@ class RLCheckProvider(PrimitiveProvider):
                 out.append(self._rng.randint(a, b))
             value = bytes(out)
             self._choices.append(value)
+            if self._tracing:
+                self._trace.append((key, value))
             return value
         except Exception as exc:
             raise self._guarded(exc) from exc
@@ -967,6 +1042,12 @@ class RLCheckProvider(PrimitiveProvider):
 
     def _delegated(self, value: Any) -> Any:
         self._choices.append(value)
+        return value
+
+    def _replayed(self, key: Hashable, value: Any) -> Any:
+        """A value from the case being mutated (or its changed draw), not learned."""
+        self._choices.append(value)
+        self._trace.append((key, value))
         return value
 
     def _sizes(self, min_size: int, max_size: int, kind: str) -> Iterator[int]:

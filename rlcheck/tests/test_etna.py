@@ -1,0 +1,80 @@
+"""The Etna benchmark: the mutation operators, the vendored workloads, the runner."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import etna  # noqa: E402
+from _etna_suite import LIBRARIES, WORKLOADS, load  # noqa: E402
+from _mutate import apply, enumerate_mutants  # noqa: E402
+
+SOURCE = """
+def f(a, b):
+    if a < b and not a:
+        return True
+    return a + 1
+"""
+
+
+def test_every_operator_makes_its_change() -> None:
+    mutants = enumerate_mutants(SOURCE, "m")
+    changes = {m.description for m in mutants}
+    assert {"< -> <=", "and -> or", "not x -> x", "condition negated", "+ -> -"} <= changes
+    assert {"1 -> 2", "1 -> 0", "return True -> return False", "return x -> return None"} <= (
+        changes
+    )
+    for mutant in mutants:
+        mutated = ast.unparse(apply(SOURCE, mutant))
+        assert mutated != ast.unparse(ast.parse(SOURCE)), mutant
+        namespace: dict[str, object] = {}
+        exec(compile(mutated, "m", "exec"), namespace)  # every mutant still compiles
+
+
+def test_a_mutant_that_no_longer_matches_its_source_is_refused() -> None:
+    mutant = next(m for m in enumerate_mutants(SOURCE, "m") if m.description == "< -> <=")
+    with pytest.raises(ValueError, match="no longer matches"):
+        apply(SOURCE.replace("a < b", "a > b"), mutant)
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_each_property_holds_on_the_unmutated_library(name: str) -> None:
+    workload = WORKLOADS[name]
+    lib = load(LIBRARIES[workload.library])
+
+    @settings(
+        max_examples=10, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(workload.strategy)
+    def check(value: object) -> None:
+        workload.check(lib, value)
+
+    check()
+
+
+@pytest.mark.slow
+def test_selected_mutants_still_apply_and_pass_their_trivial_inputs() -> None:
+    selected = etna.load_mutants()
+    strict = sum(len(ms) for name, ms in selected.items() if WORKLOADS[name].strict)
+    assert strict >= 40
+    for name, mutants in selected.items():
+        for mutant in mutants:
+            assert not etna.trivially_killed(WORKLOADS[name], mutant), mutant.id
+
+
+def test_a_quick_run_writes_its_table_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "etna.json"
+    args = ["--only", "semver", "--mutants", "1", "--seeds", "1", "--budget", "50"]
+    args += ["--seconds", "2", "--backends", "hypothesis", "rlcheck", etna.WARM]
+    assert etna.main([*args, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {r["backend"] for r in data["rows"]} == {"hypothesis", "rlcheck", etna.WARM}
+    assert all(d["outcome"] in ("found", "passed", "budget") for d in data["details"])
