@@ -269,6 +269,14 @@ def test_the_manager_passes_its_limit_and_never_skips_a_step_for_it(tmp_path: Pa
         mgr.read_quantized(2)
     with pytest.raises(ckptzip.ConfigError, match="max_bytes"):
         ckptzip.CheckpointManager(tmp_path, max_bytes=-1)
+    # restore() takes it too
+    model = torch.nn.Linear(64, 64)
+    torch.nn.init.zeros_(model.weight)
+    run = ckptzip.CheckpointManager(tmp_path / "model", model=model, window=None)
+    run.save(1)
+    with pytest.raises(DecodeLimitError, match="max_bytes=100"):
+        run.restore(max_bytes=100)
+    assert run.restore() == 1
 
 
 def test_the_default_limit_is_the_memory_this_process_can_decode(
