@@ -39,10 +39,10 @@ def test_the_active_implementation_is_the_compiled_one_where_it_is_built() -> No
 # -- sketch codes ------------------------------------------------------------------------------
 
 
-def _thresholds(key_min: int, cap: int) -> torch.Tensor:
+def _thresholds(key_min: int, cap: int, alpha: float = 0.01) -> torch.Tensor:
     from ckptzip.sketch import _thresholds
 
-    return _thresholds(key_min, cap, 0.01, torch.zeros(0))
+    return _thresholds(key_min, cap, alpha, torch.zeros(0))
 
 
 @needs_fast
@@ -50,11 +50,12 @@ def _thresholds(key_min: int, cap: int) -> torch.Tensor:
     st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=300),
     st.integers(-200, 60),
     st.integers(1, 2048),
+    st.sampled_from([0.01, 0.001, 0.3]),  # 0.001: several thresholds in one table slice
 )
 @settings(max_examples=200, deadline=None)
-def test_sketch_codes_match(values: list[float], key_min: int, cap: int) -> None:
+def test_sketch_codes_match(values: list[float], key_min: int, cap: int, alpha: float) -> None:
     assert fast is not None
-    t = _thresholds(key_min, cap)
+    t = _thresholds(key_min, cap, alpha)
     # the thresholds themselves and their neighbours are the values where a bucket changes
     edges = t[torch.randint(0, cap, (20,), generator=torch.Generator().manual_seed(cap))]
     x = torch.cat(

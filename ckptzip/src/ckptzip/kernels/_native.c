@@ -45,27 +45,44 @@ static inline float bits_to_float(uint32_t b) {
 
 CKZ_API void ckz_sketch_codes(const float *x, int64_t n, const float *t, int32_t cap,
                               int32_t *codes, int64_t *counts) {
-    uint16_t *lut = (uint16_t *)malloc(sizeof(uint16_t) * PREFIXES);
-    int32_t j = 0;
-    if (lut != NULL) {
+    uint16_t *lut = cap < 65536 ? (uint16_t *)malloc(sizeof(uint16_t) * PREFIXES) : NULL;
+    float *pad = (float *)malloc(sizeof(float) * ((size_t)cap + 1)); /* t, then +inf */
+    int one_step = 1; /* at most one threshold in any slice: one branch-free step is exact */
+    if (lut != NULL && pad != NULL) {
+        memcpy(pad, t, sizeof(float) * (size_t)cap);
+        pad[cap] = bits_to_float(0x7f800000u);
+        int32_t j = 0, last = 0;
         for (uint32_t p = 0; p < PREFIXES; p++) {
             float lowest = bits_to_float(p << PREFIX_SHIFT);
             while (j < cap && t[j] < lowest) j++;
-            lut[p] = (uint16_t)(j > 65535 ? 65535 : j);
+            lut[p] = (uint16_t)j;
+            if (j - last > 1) one_step = 0;
+            last = j;
         }
+        /* the top slice holds what lies above its lowest value */
+        if (cap - last > 1) one_step = 0;
     }
     for (int64_t i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, &x[i], sizeof b);
         uint32_t mag = b & 0x7fffffffu;
         float ax = bits_to_float(mag);
-        int32_t m = lut != NULL ? (int32_t)lut[mag >> PREFIX_SHIFT] : 0;
-        while (m < cap && t[m] < ax) m++;
-        if (m == 0 && mag != 0) m = 1;
+        int32_t m;
+        if (lut != NULL && pad != NULL) {
+            m = (int32_t)lut[mag >> PREFIX_SHIFT];
+            m += pad[m] < ax;
+            if (!one_step)
+                while (pad[m] < ax) m++;
+        } else {
+            m = 0;
+            while (m < cap && t[m] < ax) m++;
+        }
+        m += (m == 0) & (mag != 0);
         int32_t c = (b >> 31) ? cap - m : cap + m;
         codes[i] = c;
         counts[c]++;
     }
+    free(pad);
     free(lut);
 }
 
@@ -121,6 +138,15 @@ CKZ_API void ckz_assign_codes(const int32_t *codes, const float *v, int64_t n,
 /* -- nearest of sorted levels: #{mids < v} (a value on a midpoint goes to the lower level) --*/
 CKZ_API void ckz_nearest(const float *v, int64_t n, const float *mids, int32_t n_mids,
                          uint8_t *out) {
+    if (n_mids <= 32) { /* few levels: count branch-free, which the compiler vectorises */
+        for (int64_t i = 0; i < n; i++) {
+            float value = v[i];
+            int32_t k = 0;
+            for (int32_t j = 0; j < n_mids; j++) k += mids[j] < value;
+            out[i] = (uint8_t)k;
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         float value = v[i];
         int32_t lo = 0, hi = n_mids;
