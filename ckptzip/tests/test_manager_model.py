@@ -20,7 +20,7 @@ from torch import nn
 import ckptzip
 from ckptzip.api import read_manifest
 from ckptzip.errors import ConfigError
-from ckptzip.manager import CheckpointManager, SaveReport
+from ckptzip.manager import CheckpointManager, SaveReport, describe_directory
 from ckptzip.quantize import dequantize, quantize
 from ckptzip.search import MomentPolicy
 
@@ -208,6 +208,77 @@ def test_data_free_snapshot_says_so(tmp_path: Path) -> None:
     assert "data-free" in report.search.note
     assert set(ckptzip.load(mgr.path(0))) == {"model"}
     mgr.close()
+
+
+def test_a_search_that_gives_up_warns_naming_the_step(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(64, 128))
+    x = torch.randn(8, 64)
+    reference = model(x).detach()
+
+    def eval_fn(m: nn.Module) -> float:  # any change at all is a failure
+        return 1.0 + float((m(x) - reference).abs().max() > 0)
+
+    mgr = CheckpointManager(tmp_path, model=model, eval_fn=eval_fn, tolerance=0.0)
+    with pytest.warns(ckptzip.SearchGaveUpWarning, match=r"checkpoint step 3: no config"):
+        report = mgr.save(3)
+    assert report.search is not None and "no configuration was feasible" in report.search.note
+    recorded = json.loads(read_manifest(mgr.path(3)).metadata["search"])
+    assert recorded["note"] == report.search.note
+    mgr.close()
+
+
+def test_the_search_allows_at_most_the_gain_since_the_last_or_restored_save(
+    tmp_path: Path,
+) -> None:
+    tiny = _Tiny()
+    mgr = CheckpointManager(tmp_path, model=tiny.model, optimizer=tiny.optimizer,
+                            eval_fn=tiny.eval_fn)  # fmt: skip
+    baselines, limits = [], []
+    for step in range(30):
+        tiny.train_step(step)
+        if step % 10 == 9:
+            search = mgr.save(step + 1).search
+            assert search is not None and search.baseline is not None
+            baselines.append(search.baseline)
+            limits.append(search.limit)
+    mgr.close()
+    assert limits[0] == pytest.approx(baselines[0] * (1 + TOL))  # nothing earlier: the cap
+    gain = (baselines[0] - baselines[2]) / 2
+    assert limits[2] == pytest.approx(baselines[2] + min(TOL * baselines[2], max(gain, 0.0)))
+    # a restarted process restores step 20 and saves step 30 again: the gain is measured
+    # from the baseline step 20's search recorded
+    fresh = _Tiny()
+    mgr = CheckpointManager(tmp_path, model=fresh.model, optimizer=fresh.optimizer,
+                            eval_fn=fresh.eval_fn)  # fmt: skip
+    assert mgr.restore(20) == 20
+    for step in range(20, 30):
+        fresh.train_step(step)
+    search = mgr.save(30, overwrite=True).search
+    assert search is not None and search.baseline is not None
+    gain = max(baselines[1] - search.baseline, 0.0)
+    assert search.limit == pytest.approx(search.baseline + min(TOL * search.baseline, gain))
+    mgr.close()
+
+
+def test_every_step_of_a_chain_restores_what_its_search_evaluated(tmp_path: Path) -> None:
+    # the delta codec keeps a parent's levels only for tensors the search did not give: the
+    # search's quality is what a restore of each step gives back
+    tiny = _Tiny()
+    mgr = CheckpointManager(tmp_path, model=tiny.model, optimizer=tiny.optimizer,
+                            eval_fn=tiny.eval_fn, keyframe_every=10)  # fmt: skip
+    evaluated = {}
+    for step in range(40):
+        tiny.train_step(step)
+        if step % 5 == 4:
+            search = mgr.save(step + 1).search
+            assert search is not None
+            evaluated[step + 1] = search.quality
+    mgr.close()
+    assert [e.kind for e in describe_directory(tmp_path)][1:] == ["delta"] * 7
+    fresh = _Tiny()
+    for step, quality in evaluated.items():
+        fresh.model.load_state_dict(mgr.load(step)["model"])
+        assert fresh.eval_fn(fresh.model) == quality, step
 
 
 def test_manager_misuse_is_rejected(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import hypothesis.extra.numpy as hnp
@@ -15,10 +16,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 from ckptzip.config import CompressionConfig, QuantConfig
-from ckptzip.errors import ConfigError
+from ckptzip.errors import ConfigError, SearchGaveUpWarning
 from ckptzip.plan import ALMOST_ALL_ZEROS
 from ckptzip.quantize import dequantize, quantize
-from ckptzip.search import MomentPolicy, SearchResult, layer_types, save_scores, search
+from ckptzip.search import AXES, MomentPolicy, SearchResult, layer_types, save_scores, search
 from ckptzip.sensitivity import SensitivityTracker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -101,7 +102,7 @@ def test_search_honours_tolerance_and_leaves_model_untouched() -> None:
     assert eval_fn(_apply(model, result.config)) <= limit  # type: ignore[operator]
     cfg = result.layer_configs["linear"]
     assert cfg is not None and cfg != QuantConfig(bins=32, prune=0.0, protect=0.01)
-    assert 1 <= result.trials <= 14  # at most 3 + 11t for t = 1 layer type
+    assert 1 <= result.trials <= 15  # at most 3 + 12t for t = 1 layer type
     assert result.estimated_ratio > 4
     assert set(result.paths) == {"model/0.weight", "model/2.weight"}  # 4.weight: small
     assert result.config.quant_for("model/0.bias") is None  # small: exact
@@ -116,7 +117,7 @@ def test_each_step_toward_aggression_from_the_choice_is_infeasible_or_at_the_end
     cfg = result.layer_configs["linear"]
     assert cfg is not None
     limit = result.baseline * 1.05  # type: ignore[operator]
-    steps = {"bins": (32, 16, 12, 8, 6, 4), "prune": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)}
+    steps = {"bins": AXES["bins"], "prune": AXES["prune"]}
     for axis, values in steps.items():
         i = values.index(getattr(cfg, axis))
         if i + 1 < len(values):
@@ -208,10 +209,39 @@ def test_nothing_feasible_keeps_weights_exact() -> None:
     def eval_fn(m: nn.Module) -> float:  # any change at all is a failure
         return 1.0 + float((m(x) - reference).abs().max() > 0)
 
-    result = search(model, eval_fn=eval_fn, tolerance=0.0)
+    with pytest.warns(SearchGaveUpWarning, match=r"^step 7: no configuration was feasible"):
+        result = search(model, eval_fn=eval_fn, tolerance=0.0, context="step 7")
     assert result.layer_configs == {"linear": None}
     assert result.trials <= 3 and "exact" in result.note
+    # the note names the mildest configuration tried and what it did
+    assert "linear 256 bins prune 0 protect 0.01" in result.note and "eval_fn 2 " in result.note
     assert result.config.quant_for("model/2.weight") is None
+
+
+def test_the_allowed_worsening_is_at_most_what_training_gained_per_interval() -> None:
+    model, _, eval_fn = _task(3)
+    loose = search(model, eval_fn=eval_fn, tolerance=0.05)  # type: ignore[arg-type]
+    assert loose.baseline is not None and loose.limit == pytest.approx(loose.baseline * 1.05)
+    # the exact weights' eval_fn was 0.004 higher two intervals ago: 0.002 per interval
+    earlier = (loose.baseline + 0.004, loose.baseline + 0.001)
+    tight = search(model, eval_fn=eval_fn, tolerance=0.05, earlier=earlier)  # type: ignore[arg-type]
+    assert tight.limit == pytest.approx(loose.baseline + 0.002)
+    assert tight.quality is not None and tight.quality <= tight.limit
+    assert tight.to_json()["limit"] == tight.limit
+    # a large gain leaves the tolerance as the cap
+    capped = search(model, eval_fn=eval_fn, tolerance=0.05, earlier=(loose.baseline + 1.0,))  # type: ignore[arg-type]
+    assert capped.limit == pytest.approx(loose.limit)
+    # no gain: nothing may be worse than the exact weights
+    flat = search(model, eval_fn=eval_fn, earlier=(loose.baseline - 0.1,))  # type: ignore[arg-type]
+    assert flat.limit == pytest.approx(loose.baseline)
+
+
+def test_a_feasible_search_warns_nothing() -> None:
+    model, _, eval_fn = _task(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SearchGaveUpWarning)
+        result = search(model, eval_fn=eval_fn, tolerance=0.05)  # type: ignore[arg-type]
+    assert result.layer_configs["linear"] is not None and result.note == ""
 
 
 def test_data_free_mode_holds_the_error_budget_and_says_so() -> None:

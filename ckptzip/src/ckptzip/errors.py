@@ -25,6 +25,7 @@ __all__ = [
     "ProbeError",
     "CkptzipWarning",
     "ParentUnusableWarning",
+    "SearchGaveUpWarning",
 ]
 
 
@@ -107,3 +108,9 @@ class ParentUnusableWarning(CkptzipWarning):
     or its own chain is broken; the message names it and why. Training keeps checkpointing:
     the new step restores without it.
     """
+
+
+class SearchGaveUpWarning(CkptzipWarning):
+    """The configuration search found no feasible configuration: the searched weights of that
+    checkpoint are stored exactly (the message names the save, the mildest configuration tried
+    and what it did to ``eval_fn``)."""

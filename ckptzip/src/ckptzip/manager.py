@@ -370,6 +370,10 @@ class CheckpointManager:
         self.research_every = research_every
         self._saves = 0  # model snapshots saved by this manager
         self.last_search: SearchResult | None = None
+        # eval_fn of the exact weights at the last saves (or at the restored step): the search
+        # keeps a checkpoint's cost below what training gains per interval
+        self._baselines: list[float] = []
+        self._loaded_metadata: Mapping[str, str] = {}
         self.extra: Any = None  # the ``extra`` of the step last restored
         #: Newer steps the last ``load()``/``restore()`` without a step skipped, with why.
         self.skipped: tuple[tuple[int, str], ...] = ()
@@ -652,6 +656,8 @@ class CheckpointManager:
                     base=self.config,
                     moments=moments,
                     probe_fn=probe,
+                    earlier=tuple(self._baselines),
+                    context=f"checkpoint step {step}",
                 )
             if ex is not None:
                 obj["extra"] = ex
@@ -664,6 +670,8 @@ class CheckpointManager:
                 req, obj, result.config, full_scores, metadata, result, prequantized
             )
             self.last_search = result
+            if result.baseline is not None:
+                self._baselines = [*self._baselines, result.baseline][-_EARLIER:]
             self._saves += 1
             if result.probe is not None:
                 self._since_probe = 1
@@ -787,6 +795,7 @@ class CheckpointManager:
             self.optimizer.load_state_dict(state["optimizer"])
         self.extra = state.get("extra")
         self._last_saved = step
+        self._baselines = _baseline_of(self._loaded_metadata)
         if self._tracker is not None:
             self._mark = self._tracker.step
         return step
@@ -853,7 +862,10 @@ class CheckpointManager:
             )
 
         if step is not None:
-            return step, decode(self.store.chain(_check_step(step), self._cache.__contains__))
+            links = self.store.chain(_check_step(step), self._cache.__contains__)
+            state = decode(links)
+            self._loaded_metadata = links[-1].manifest.metadata
+            return step, state
         skipped: list[tuple[int, str]] = []
         newest: int | None = None
         while True:
@@ -881,6 +893,7 @@ class CheckpointManager:
                 newest = found - 1
                 continue
             self._note_skipped(skipped)
+            self._loaded_metadata = links[-1].manifest.metadata
             return found, state
 
     def _note_skipped(self, skipped: list[tuple[int, str]]) -> None:
@@ -914,6 +927,18 @@ class CheckpointManager:
 #: (Linux: per thread, inherited by the threads it starts): the search and compression take
 #: the CPU training leaves idle.
 BACKGROUND_NICE = 10
+
+
+_EARLIER = 3  # saves whose baselines the search's gain per interval is measured over
+
+
+def _baseline_of(metadata: Mapping[str, str]) -> list[float]:
+    """The exact weights' ``eval_fn`` recorded by the search of a loaded step, if any."""
+    try:
+        baseline = json.loads(metadata["search"])["baseline"]
+    except (KeyError, TypeError, ValueError):
+        return []
+    return [float(baseline)] if isinstance(baseline, (int, float)) else []
 
 
 def _yield_to_training() -> None:

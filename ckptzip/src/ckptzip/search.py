@@ -4,7 +4,7 @@ One :class:`~ckptzip.config.QuantConfig` is chosen per *layer type* (``linear``,
 ``embedding``, ``norm``, ``other``: the type of the module that holds a parameter), from the
 cube below, each axis ordered from least to most aggressive::
 
-    bins     32, 16, 12, 8, 6, 4          (embeddings: 32, 16)
+    bins     256, 128, 64, 32, 16, 12, 8, 6, 4     (embeddings: 256, 128, 64, 32, 16)
     prune    0, .1, .2, .3, .4, .5
     protect  .01, .005, .0005
     metric   magnitude | sensitivity      (sensitivity only when gradient scores are given)
@@ -23,11 +23,11 @@ taken as monotone along each axis, so:
 2. *Sub-cube.* From the diagonal point ``d*``, for each type (largest first) and each axis in
    the order bins, prune, protect, bisect the most aggressive feasible level between the
    current one and the end of the axis, the other coordinates fixed (``ceil(log2(k+1))``
-   trials for ``k`` untried levels, so at most 3).
+   trials for ``k`` untried levels, so at most 4).
 3. *Metric.* With gradient scores, each type that prunes at all and could prune more tries the
    other metric one prune level further (1 trial); it is kept when feasible.
 
-So a model with ``t`` searched layer types costs at most ``3 + 11t`` evaluations (3 + 3 + 2
+So a model with ``t`` searched layer types costs at most ``3 + 12t`` evaluations (4 + 3 + 2
 bisection steps on the axes, the metric trial and up to 2 more prune steps after it),
 typically about ``3 + 5t``, plus one evaluation of the exact weights.
 
@@ -98,7 +98,8 @@ import copy
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
@@ -110,7 +111,7 @@ from torch import nn
 from ckptzip._types import QuantizedTensor
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.entropy import order0_entropy_bits
-from ckptzip.errors import ConfigError, ProbeError
+from ckptzip.errors import ConfigError, ProbeError, SearchGaveUpWarning
 from ckptzip.packing import bits_for
 from ckptzip.plan import (
     FIRST_MOMENT_KEYS,
@@ -147,11 +148,15 @@ LAYER_TYPES: tuple[LayerType, ...] = ("linear", "conv", "embedding", "norm", "ot
 
 # Every axis from least to most aggressive; the search walks level indices into these.
 AXES: dict[str, tuple[Any, ...]] = {
-    "bins": (32, 16, 12, 8, 6, 4),
+    # The mild end reaches 8 bits: a tensor the loss is very sensitive to (an output head
+    # tied to the embedding table, whose error enters every logit) needs more than 32 levels,
+    # and without them the whole search failed at its mildest point and stored every tensor
+    # exact (a byte-level tied transformer: +4 % eval_fn from its embedding alone at 32 bins).
+    "bins": (256, 128, 64, 32, 16, 12, 8, 6, 4),
     "prune": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
     "protect": (0.01, 0.005, 0.0005),
 }
-_EMBEDDING_BINS = (32, 16)
+_EMBEDDING_BINS = (256, 128, 64, 32, 16)
 _AXIS_ORDER = ("bins", "prune", "protect")
 _DIAGONAL = 5  # diagonal points 0..5 (the longest axis has 6 levels)
 _SINGLE_STEPS_TRIED = 2  # neighbourhood: single-axis steps back evaluated before stepping all
@@ -356,6 +361,10 @@ class SearchResult:
         The :class:`MomentPolicy` the optimizer's moments follow in ``config``.
     probe:
         How ``moments`` was chosen by training after a restore (``None`` without ``probe_fn``).
+    limit:
+        The largest ``eval_fn`` a feasible configuration could reach: ``baseline`` plus the
+        smaller of ``tolerance·|baseline|`` and the gain per interval over ``earlier``
+        (``None`` in data-free mode).
     """
 
     layer_configs: Mapping[str, QuantConfig | None]
@@ -375,6 +384,7 @@ class SearchResult:
     )
     moments: MomentPolicy = field(default_factory=MomentPolicy)
     probe: ProbeResult | None = None
+    limit: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able summary (the per-path config is left out: see ``config.to_json()``)."""
@@ -389,6 +399,7 @@ class SearchResult:
             "baseline": self.baseline,
             "quality": self.quality,
             "tolerance": self.tolerance,
+            "limit": self.limit,
             "estimated_ratio": self.estimated_ratio,
             "note": self.note,
             "moments": asdict(self.moments),
@@ -862,6 +873,8 @@ def search(
     optimizer_prefix: str = "optimizer/",
     moments: MomentPolicy | None = None,
     probe_fn: ProbeFn | None = None,
+    earlier: Sequence[float] = (),
+    context: str = "",
 ) -> SearchResult:
     """Choose the most aggressive per-layer-type quantization whose quality stays in tolerance.
 
@@ -904,6 +917,17 @@ def search(
         hyper-parameters and the RNG states are put back exactly afterwards, so training
         goes on as if no probe had run (the optimizer's step hooks do run during a probe).
         A probe that raises is reported as :class:`~ckptzip.errors.ProbeError`.
+    earlier:
+        ``eval_fn`` of the exact weights at the previous checkpoints, oldest first, one
+        checkpoint interval apart (:class:`~ckptzip.manager.CheckpointManager` passes up to
+        the last three). The allowed worsening is then also at most what training gained per
+        interval over them, ``(earlier[0] − baseline) / len(earlier)`` (none when training did
+        not gain), so that a restore from this checkpoint costs the run less than the training
+        between two checkpoints; ``tolerance`` stays the cap.
+    context:
+        What is being saved (``"step 40"``): the start of the
+        :class:`~ckptzip.errors.SearchGaveUpWarning` issued when no configuration is
+        feasible (the result's ``note`` says the same).
 
     Returns
     -------
@@ -966,7 +990,12 @@ def search(
                 "finite loss"
             )
         baseline: float | None = exact_quality
-        limit = exact_quality + tolerance * abs(exact_quality)
+        allowed = tolerance * abs(exact_quality)
+        gained = [float(e) for e in earlier if math.isfinite(e)]
+        if gained:
+            progress = max(0.0, (gained[0] - exact_quality) / len(gained))
+            allowed = min(allowed, progress)
+        limit = exact_quality + allowed
     else:
         baseline, limit = None, error_budget
     walk = _Walk(ev, limit)
@@ -1001,7 +1030,9 @@ def search(
             f"{error_budget:g} instead of measuring quality"
         )
     if kinds and chosen is None:
-        notes.append("no configuration was feasible: the searched weights stay exact")
+        why = _gave_up(walk, kinds, baseline, tolerance, error_budget)
+        notes.append(why)
+        warnings.warn(f"{context}: {why}" if context else why, SearchGaveUpWarning, stacklevel=2)
 
     def config_for(policy: MomentPolicy) -> CompressionConfig:
         return _compression_config(
@@ -1034,6 +1065,7 @@ def search(
         note="; ".join(notes),
         prequantized=MappingProxyType(prequantized),
         moments=policy,
+        limit=limit if eval_fn is not None else None,
     )
     if probe_fn is None or chosen is None or optimizer is None or eval_fn is None:
         return result
@@ -1060,6 +1092,37 @@ def search(
         moments=probe.moments,
         probe=probe,
         seconds=time.perf_counter() - t0,
+    )
+
+
+def _gave_up(
+    walk: _Walk,
+    kinds: list[str],
+    baseline: float | None,
+    tolerance: float,
+    error_budget: float,
+) -> str:
+    """Why nothing was feasible, naming the mildest configuration tried and its quality."""
+    mildest = min(walk.seen, key=lambda p: sum(sum(lv) for _, lv, _ in p.levels))
+    configs = ", ".join(
+        f"{k} {c.bins} bins prune {c.prune:g} protect {c.protect:g}"
+        for k in kinds
+        for c in [mildest.config(k)]
+    )
+    if baseline is None:
+        measured = (
+            f"a relative error of {walk.seen[mildest]:.4g} against the budget {error_budget:g}"
+        )
+    else:
+        measured = (
+            f"eval_fn {walk.seen[mildest]:.6g} against the exact weights' {baseline:.6g} "
+            f"(limit {walk.limit:.6g}: tolerance {tolerance:g}, at most what training gained "
+            "per checkpoint interval)"
+        )
+    return (
+        f"no configuration was feasible in {len(walk.seen)} trials, so the searched weights "
+        f"are stored exactly (ratio about 1x on them); the mildest tried ({configs}) gave "
+        f"{measured}"
     )
 
 
