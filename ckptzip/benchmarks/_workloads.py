@@ -350,12 +350,93 @@ def _gru(seed: int) -> Workload:
     return Workload("gru", model, opt, batch, _lm_loss, heldout, val)
 
 
+# -- llm: an LLM-shaped byte-level decoder (tied embedding, RMSNorm, no biases) ------------
+
+_LLM_FILES = (
+    "argparse.py", "ast.py", "dataclasses.py", "enum.py", "inspect.py", "pathlib.py",
+    "subprocess.py", "tarfile.py", "typing.py", "zipfile.py", "textwrap.py", "shlex.py",
+)  # fmt: skip
+_LLM_CTX = 64
+
+
+class _Block(nn.Module):
+    """Pre-norm decoder block: RMSNorm, causal attention, RMSNorm, GELU MLP; no biases."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.RMSNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.norm2 = nn.RMSNorm(d)
+        self.up = nn.Linear(d, 4 * d, bias=False)
+        self.down = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b, t, d = h.shape
+        q, k, v = self.qkv(self.norm1(h)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        h = h + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return h + self.down(F.gelu(self.up(self.norm2(h))))  # type: ignore[no-any-return]
+
+
+class ByteLLM(nn.Module):
+    """A decoder-only transformer over bytes shaped like an LLM: the output head is the
+    embedding table (tied), RMSNorm without biases, so norms are under 0.1 % of the
+    parameters."""
+
+    def __init__(self, d: int = 192, layers: int = 3, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(256, d)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.pos = nn.Parameter(torch.randn(_LLM_CTX, d) * 0.02)
+        self.blocks = nn.ModuleList(_Block(d, heads) for _ in range(layers))
+        self.norm = nn.RMSNorm(d)
+        self.head = nn.Linear(d, 256, bias=False)
+        self.head.weight = self.embed.weight  # tied
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.embed(idx) + self.pos[: idx.shape[1]]
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.norm(h))  # type: ignore[no-any-return]
+
+
+def _llm(seed: int) -> Workload:
+    torch.manual_seed(seed)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    raw = b"\n".join((stdlib / n).read_bytes() for n in _LLM_FILES if (stdlib / n).exists())
+    if len(raw) < 100_000:
+        raise RuntimeError(f"too little standard-library source found under {stdlib}")
+    data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
+    split = int(len(data) * 0.9)
+    train_data, test_data = data[:split], data[split:]
+
+    def sample(src: torch.Tensor, g: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = torch.randint(0, len(src) - _LLM_CTX - 1, (n,), generator=g).tolist()
+        x = torch.stack([src[s : s + _LLM_CTX] for s in starts])
+        y = torch.stack([src[s + 1 : s + _LLM_CTX + 1] for s in starts])
+        return x, y
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample(train_data, _gen(seed, step), 8)
+
+    model = ByteLLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    heldout = [sample(test_data, _gen(seed, 10_000_000 + i), 64) for i in range(3)]
+    val = [sample(test_data, _gen(seed, 20_000_000 + i), 64) for i in range(2)]
+    return Workload("llm", model, opt, batch, _lm_loss, heldout, val)
+
+
 WORKLOADS: dict[str, Callable[[int], Workload]] = {
     "mlp": _mlp,
     "cnn": _cnn,
     "lm": _lm,
     "digits": _digits,
     "gru": _gru,
+    "llm": _llm,
 }
 
 

@@ -70,3 +70,30 @@ def test_the_breakdown_accounts_for_every_byte_written(tmp_path: Path) -> None:
     assert "delta" in kinds["weights"]  # the second save is coded against the first
     rows = ft._total_breakdown([s.to_json() for s in stats])
     assert abs(sum(r["share"] for r in rows if r["coding"] == "all") - 1.0) < 1e-9
+
+
+def test_the_restore_jump_compares_each_restore_with_the_exact_runs() -> None:
+    def run(method: str, losses: list[float]) -> dict:
+        saves = [{"bytes_in": 10, "bytes_out": 5, "ratio": 2.0, "weights_ratio": None,
+                  "seconds": 0.0, "step": 1}]  # fmt: skip
+        return {
+            "model": "m", "seed": 0, "method": method, "final_loss": losses[-1],
+            "final_accuracy": 0.5, "run_seconds": 1.0, "saves": saves,
+            "restores": [{"seconds": 0.0, "loss": x} for x in losses],
+        }  # fmt: skip
+
+    row = ft.summarize([run("exact", [2.0, 1.0]), run("cnr", [2.2, 1.01])])["m"]["methods"]
+    jumps = [j["median"] for j in row["cnr"]["restore_jumps"]]
+    assert jumps == pytest.approx([0.1, 0.01])
+    assert row["cnr"]["max_restore_jump"]["median"] == pytest.approx(0.1)
+    assert row["exact"]["max_restore_jump"]["median"] == 0.0
+
+
+def test_the_llm_workload_is_shaped_like_an_llm() -> None:
+    w = _workloads.make("llm", 0)
+    model = w.model
+    assert model.head.weight is model.embed.weight  # tied output head
+    params = list(model.parameters())  # a tied tensor is listed once
+    small = sum(p.numel() for p in params if p.dim() < 2)
+    assert small / sum(p.numel() for p in params) < 0.001  # norms, no biases
+    assert isinstance(w.train_step(0), float) and isinstance(w.eval_fn(model), float)
