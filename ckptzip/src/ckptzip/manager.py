@@ -244,7 +244,11 @@ class CheckpointManager:
         search's data-free rule applies (the report says so). With ``blocking=False`` it is
         called in the worker thread, on a copy of the model.
     tolerance:
-        Allowed relative worsening of ``eval_fn`` per checkpoint.
+        Allowed relative worsening of ``eval_fn`` per checkpoint, at most: the search also
+        holds it to what ``eval_fn`` of the exact weights improved per save over the last three
+        saves (after :meth:`restore`, since the restored step), so that a restore costs less
+        than the training between two checkpoints (``earlier=`` of
+        :func:`ckptzip.search.search`; ``report.search.limit`` is the value applied).
     window:
         Steps before each save during which a :class:`~ckptzip.SensitivityTracker` keeps
         ``|g·w|`` for the search (the next save is expected one save interval after the last,

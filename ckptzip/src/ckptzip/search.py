@@ -19,7 +19,8 @@ taken as monotone along each axis, so:
 
 1. *Diagonal.* Point ``d`` (0..5) puts every axis of every type at ``round(d·(n−1)/5)`` of its
    ``n`` levels. The feasible part of the diagonal is a prefix; bisection finds its end ``d*``
-   in at most 3 trials (when even ``d = 0`` fails, everything searched stays exact).
+   in at most 3 trials (when even ``d = 0`` fails, everything searched stays exact and a
+   :class:`~ckptzip.errors.SearchGaveUpWarning` says so, naming the mildest point's quality).
 2. *Sub-cube.* From the diagonal point ``d*``, for each type (largest first) and each axis in
    the order bins, prune, protect, bisect the most aggressive feasible level between the
    current one and the end of the axis, the other coordinates fixed (``ceil(log2(k+1))``
@@ -158,7 +159,7 @@ AXES: dict[str, tuple[Any, ...]] = {
 }
 _EMBEDDING_BINS = (256, 128, 64, 32, 16)
 _AXIS_ORDER = ("bins", "prune", "protect")
-_DIAGONAL = 5  # diagonal points 0..5 (the longest axis has 6 levels)
+_DIAGONAL = 5  # diagonal points 0..5: bisected in at most 3 trials, each axis spread over them
 _SINGLE_STEPS_TRIED = 2  # neighbourhood: single-axis steps back evaluated before stepping all
 
 _NORMS: tuple[type[nn.Module], ...] = (
