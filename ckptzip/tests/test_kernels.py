@@ -36,6 +36,30 @@ def test_the_active_implementation_is_the_compiled_one_where_it_is_built() -> No
     assert want == kernels.IMPLEMENTATION
 
 
+@needs_fast
+def test_a_stale_build_missing_a_kernel_is_an_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an editable install built before a kernel was added: `import ckptzip` must fall back to
+    # the reference (ImportError), not die with ctypes' AttributeError "undefined symbol"
+    import ctypes
+    import importlib
+
+    real = ctypes.CDLL
+
+    class Stale:
+        def __init__(self, path: str) -> None:
+            self._lib = real(path)
+
+        def __getattr__(self, name: str) -> object:
+            if name == "ckz_ans_decode":
+                raise AttributeError(f"undefined symbol: {name}")
+            return getattr(self._lib, name)
+
+    monkeypatch.setattr(ctypes, "CDLL", Stale)
+    monkeypatch.delitem(sys.modules, "ckptzip.kernels._fast")
+    with pytest.raises(ImportError, match=r"ckz_ans_decode.*rebuild"):
+        importlib.import_module("ckptzip.kernels._fast")
+
+
 # -- sketch codes ------------------------------------------------------------------------------
 
 

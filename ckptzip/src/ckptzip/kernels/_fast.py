@@ -34,7 +34,13 @@ _I32 = ctypes.c_int32
 
 
 def _fn(name: str, restype: Any, *argtypes: Any) -> Any:
-    f = getattr(_lib, name)
+    try:
+        f = getattr(_lib, name)
+    except AttributeError:  # built before this kernel existed, and the ABI was not bumped
+        raise ImportError(
+            f"ckptzip's compiled kernels lack {name}: a stale build next to newer Python code; "
+            "rebuild the package (pip install -e ckptzip)"
+        ) from None
     f.restype = restype
     f.argtypes = list(argtypes)
     return f
