@@ -74,6 +74,13 @@ def _hypothesis_part() -> None:
     lines = out.stdout.splitlines()
     start = next((i for i, line in enumerate(lines) if "rlcheck: Hypothesis backend" in line), 0)
     print("\n".join(lines[start:]))
+    print(
+        "cases: test cases generated; valid: those the assume() accepted (a run stops at\n"
+        "max_examples=300 valid ones); valid/case: the share accepted; to max: seconds to\n"
+        "reach max_examples ('-': never reached; Hypothesis's backend gave up). rlcheck:\n"
+        "'guided N' means N cases came from the learned policy (the first 20 are Hypothesis's\n"
+        "own, to judge whether guidance can pay here)."
+    )
     if out.returncode != 0:
         print(out.stderr[-2000:])
         raise SystemExit(f"the Hypothesis example failed (exit {out.returncode})")

@@ -447,6 +447,33 @@ def test_a_strict_test_keeps_its_guidance(
     assert not ours.stepped_aside and ours.cases > 20
 
 
+def test_the_default_tail_is_kept_only_where_hypothesis_can_afford_it(
+    monkeypatch: pytest.MonkeyPatch, stats: BackendStats
+) -> None:
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+
+    @seed(3)
+    @settings(backend="rlcheck", max_examples=60, database=None, **QUIET)
+    @given(st.lists(st.integers(0, 30)))
+    def strict(xs: list[int]) -> None:  # about 1 in 100 of Hypothesis's own cases
+        assume(len(xs) >= 3 and _strictly_increasing(xs))
+
+    @seed(3)
+    @settings(backend="rlcheck", max_examples=60, database=None, **QUIET)
+    @given(st.integers(0, 9), st.integers(0, 9))
+    def half(a: int, b: int) -> None:  # about half: stays guided, with its tail
+        assume(a < b)
+
+    strict()
+    half()
+    # Where Hypothesis's backend makes few valid cases, the tail's share is interleaved:
+    # every case passes through the provider (all 60 valid are counted there), about half
+    # of them Hypothesis's provider's.
+    ours = _stats_of(stats, strict)
+    assert ours.valid >= 60 and not ours.handed_back
+    assert 20 <= _stats_of(stats, half).valid <= 40  # the tail: the last half is not ours
+
+
 def test_a_run_with_a_learned_policy_never_steps_aside(
     monkeypatch: pytest.MonkeyPatch, stats: BackendStats, tmp_path: Path
 ) -> None:

@@ -417,6 +417,13 @@ class RLCheckProvider(PrimitiveProvider):
     #: Share of those mutations whose changed draw, an integer one, takes a boundary
     #: value (a bound, or the recorded value's neighbour) instead of another value.
     boundary_share: ClassVar[float] = 0.0
+    #: Valid cases per case of the first :attr:`probe_cases` (Hypothesis's own
+    #: provider's) below which :attr:`default_tail`'s share is interleaved instead of
+    #: handed to Hypothesis's engine at the end (:meth:`_tail_unaffordable`), where
+    #: Hypothesis's backend would spend many cases per valid one (``examples/
+    #: hypothesis_assume.py`` took 28 000 cases for the tail's 250 valid cases). 3 of 20:
+    #: a rate of 1 in 20 is too often seen in 20 cases of a test at 1 in 100.
+    tail_min_valid_rate: ClassVar[float] = 0.15
 
     def __init__(
         self,
@@ -472,6 +479,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._pool = CasePool(boundary=type(self).boundary_share, seed=seed)
         self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
         self._trace: list[tuple[Hashable, Any]] = []  # this case's (draw key, value)s
+        self._probe_rate: float | None = None  # valid per case of the probe (the default's)
 
     # -- episodes -------------------------------------------------------------------
 
@@ -560,7 +568,11 @@ class RLCheckProvider(PrimitiveProvider):
         ``default_patience`` invalid ones in a row, the learned policy gets a case (a
         default that rarely makes a valid input must not stall the run).
         """
+        if self._in_test and self._ledger.cases < type(self).probe_cases:
+            return True  # the probe: what Hypothesis's own provider makes of this test
         share = type(self).default_share
+        if share <= 0 and self._tail_unaffordable():
+            share = type(self).default_tail  # the tail's share, interleaved (see there)
         if share <= 0:
             return False
         if self._default_streak >= type(self).default_patience:
@@ -575,29 +587,43 @@ class RLCheckProvider(PrimitiveProvider):
         Guidance raises the share of cases that are new valid inputs; where that share
         is already high, each guided case only costs more than Hypothesis's own. So
         after :attr:`probe_cases` cases, a run whose new valid inputs (and failures)
-        make up at least :attr:`step_aside_rate` of its cases steps aside. The cold
-        policy draws from each strategy's own distribution, so those first cases
-        measure the test, not the learner. A run that loaded a learned policy (guidance
-        paid before) and a provider used outside a Hypothesis run (no engine to hand
-        to) never step aside. (Stepping aside later, where learning does not raise the
+        make up at least :attr:`step_aside_rate` of its cases steps aside. Those first
+        cases are Hypothesis's own provider's (the probe), so they measure the test, not
+        the learner; they also say whether Hypothesis's backend could afford the
+        :attr:`default_tail` (:attr:`tail_min_valid_rate`). A run that loaded a learned
+        policy (guidance paid before) and a provider used outside a Hypothesis run (no
+        engine to hand to) never step aside. (Stepping aside later, where learning does not raise the
         rate, was tried: at 100 cases the counts were too small to tell, and it stopped
         strict tests that were learning.)
         """
         probe = type(self).probe_cases
         ledger = self._ledger
-        if ledger.cases != probe or probe <= 0 or self._warm or not self._in_test:
+        if ledger.cases != probe or probe <= 0 or not self._in_test:
             return True
+        self._probe_rate = (ledger.valid + ledger.failures) / probe
         new = ledger.unique_valid + ledger.failures
-        return new < type(self).step_aside_rate * probe
+        return self._warm or new < type(self).step_aside_rate * probe
 
     def _tail_reached(self) -> bool:
         """Whether the rest of the run is the default backend's (:attr:`default_tail`)."""
         tail = type(self).default_tail
         if tail <= 0 or not self._in_test:  # outside a @given run: no engine to hand to
             return False
+        if self._tail_unaffordable():
+            return False  # its share is interleaved instead (_default_turn)
         ledger = self._ledger
         counted = ledger.valid + ledger.failures - self._discards
         return counted >= (1.0 - tail) * self._max_examples
+
+    def _tail_unaffordable(self) -> bool:
+        """Whether Hypothesis's backend makes too few valid cases here for the tail
+        (:attr:`tail_min_valid_rate`, judged on the probe). Then the tail's share of the
+        valid cases comes from Hypothesis's own provider, interleaved with the learned
+        cases at most :attr:`default_patience` invalid ones in a row (as with
+        :attr:`default_share`): bounded time, where the tail took up to 100 invalid cases
+        per valid one."""
+        rate = self._probe_rate
+        return rate is not None and rate < type(self).tail_min_valid_rate
 
     def _should_hand_back(self) -> bool:
         """Whether to let Hypothesis's own backend finish this run.
