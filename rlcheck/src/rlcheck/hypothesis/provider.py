@@ -592,9 +592,9 @@ class RLCheckProvider(PrimitiveProvider):
         the learner; they also say whether Hypothesis's backend could afford the
         :attr:`default_tail` (:attr:`tail_min_valid_rate`). A run that loaded a learned
         policy (guidance paid before) and a provider used outside a Hypothesis run (no
-        engine to hand to) never step aside. (Stepping aside later, where learning does not raise the
-        rate, was tried: at 100 cases the counts were too small to tell, and it stopped
-        strict tests that were learning.)
+        engine to hand to) never step aside. (Stepping aside later, where learning does
+        not raise the rate, was tried: at 100 cases the counts were too small to tell,
+        and it stopped strict tests that were learning.)
         """
         probe = type(self).probe_cases
         ledger = self._ledger
