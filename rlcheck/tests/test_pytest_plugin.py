@@ -211,7 +211,8 @@ def test_easy(xs):
     result.assert_outcomes(passed=1)
     row = next(line for line in result.stdout.lines if "test_easy.py::test_easy" in line)
     cases, valid = (int(x) for x in row.split()[1:3])
-    assert cases >= valid == 100 and row.endswith("stepped aside after 20")
+    # (Hypothesis 6.140 counts a few more valid cases than max_examples here; 6.170 not.)
+    assert cases >= valid >= 100 and row.endswith("stepped aside after 20")
 
 
 STATEFUL = """
