@@ -111,6 +111,19 @@ def test_inputs_needing_unpickling_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "evil.pt.ckz").exists()
 
 
+def test_a_whole_module_file_is_refused_in_one_line_naming_the_class(tmp_path: Path) -> None:
+    # torch's own message is many lines, with escape codes and advice to load with
+    # weights_only=False; ckptzip's answer is one line: what the file holds, what to save
+    src = tmp_path / "module.pt"
+    torch.save(torch.nn.Linear(2, 2), src)
+    r = run("compress", str(src))
+    assert r.exit_code == 1, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1, r.output
+    assert "torch.nn.modules.linear.Linear" in r.output and "state_dict()" in r.output
+    assert "weights_only` set to `False`" not in r.output and "\x1b" not in r.output
+
+
 def test_errors_are_one_line_and_exit_1(pt: Path, tmp_path: Path) -> None:
     out = tmp_path / "c.ckz"
     assert run("compress", str(pt), "-o", str(out)).exit_code == 0

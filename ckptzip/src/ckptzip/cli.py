@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -163,10 +164,15 @@ def _read_input(path: str) -> Any:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:
         if "Weights only load failed" in str(exc) and "nsupported operand" not in str(exc):
+            # torch's message is many lines of advice (weights_only=False among them); keep
+            # only what the file holds that needs unpickling
+            found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+            what = f" (it holds {found.group(1)})" if found else ""
             raise click.ClickException(
-                f"cannot read {path!r} with torch.load(weights_only=True): {exc}. ckptzip "
-                "compresses tensors, numbers, strings and containers of them; objects that "
-                "need arbitrary unpickling are refused"
+                f"cannot read {path!r} with torch.load(weights_only=True){what}: ckptzip "
+                "compresses tensors, numbers, strings and containers of them, and refuses "
+                "objects that need arbitrary unpickling; for a whole module saved with "
+                "torch.save(model), save model.state_dict() instead"
             ) from exc
         raise click.ClickException(
             f"cannot read {path!r}: the torch.save file is truncated or damaged "
