@@ -53,8 +53,8 @@ def _quality_cost(path: Path) -> None:
         print(
             f"  {model}: final held-out loss {row['degradation']['median']:+.1%} against "
             f"exact checkpoints (largest jump right after a restore {jump['median']:+.1%}) "
-            f"for {row['ratio']['median']:.1f}x fewer bytes; one seed cannot tell this from "
-            "noise, the 3-seed floors are in ckptzip/README.md"
+            f"for {row['ratio']['median']:.1f}x fewer bytes (one seed of a short run: the "
+            "exact runs' spread over 3 seeds, the noise floor, is in ckptzip/README.md)"
         )
 
 
