@@ -335,6 +335,21 @@ def _small() -> dict[str, Any]:
     return {"w": torch.randn(80, 64, generator=g), "ids": torch.arange(5), "epoch": 4}
 
 
+def test_a_file_object_left_at_its_end_says_to_seek(tmp_path: Path) -> None:
+    # the commonest slip with a buffer: save into it, load from it without seek(0); "truncated:
+    # 0 bytes" sent users looking for a damaged file
+    buf = io.BytesIO()
+    ckptzip.save(_small(), buf)
+    with pytest.raises(CorruptCheckpointError, match=r"position \d+.*seek\(0\)"):
+        ckptzip.load(buf)
+    with open(tmp_path / "c.ckz", "wb") as f:
+        ckptzip.save(_small(), f)
+    with open(tmp_path / "c.ckz", "rb") as f:
+        f.seek(0, os.SEEK_END)
+        with pytest.raises(CorruptCheckpointError, match=r"seek\(0\)"):
+            ckptzip.verify(f)
+
+
 def test_save_and_load_with_file_objects(tmp_path: Path) -> None:
     obj = _small()
     buf = io.BytesIO()

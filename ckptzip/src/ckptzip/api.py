@@ -658,13 +658,22 @@ def _readable(f: Any) -> BinaryIO:
         raise ConfigError(
             f"cannot load {f!r}: expected a path, a URL or a binary file object with read()"
         )
+    position = None
     try:
-        if f.seekable() and f.tell() == 0:
-            return f
+        if f.seekable():
+            position = f.tell()
+            if position == 0:
+                return f
     except (AttributeError, OSError, ValueError):
         pass
     # a pipe, a socket, or a stream positioned past its start (torch.load reads from there)
-    return io.BytesIO(f.read())
+    rest = f.read()
+    if not rest and position:
+        raise CorruptCheckpointError(
+            f"{_name(f)}: nothing to read after position {position}: a file object is read "
+            "from where it stands, as torch.load reads it; seek(0) after saving into it"
+        )
+    return io.BytesIO(rest)
 
 
 @contextlib.contextmanager
