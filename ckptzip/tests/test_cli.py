@@ -124,6 +124,13 @@ def test_a_whole_module_file_is_refused_in_one_line_naming_the_class(tmp_path: P
     assert "weights_only` set to `False`" not in r.output and "\x1b" not in r.output
 
 
+def test_verify_of_a_directory_points_to_inspect(tmp_path: Path) -> None:
+    mgr = ckptzip.CheckpointManager(tmp_path / "run")
+    mgr.save(1, {"w": torch.ones(3)})
+    r = run("verify", str(tmp_path / "run"))
+    assert r.exit_code == 1 and f"ckptzip inspect {tmp_path / 'run'}" in r.output, r.output
+
+
 def test_errors_are_one_line_and_exit_1(pt: Path, tmp_path: Path) -> None:
     out = tmp_path / "c.ckz"
     assert run("compress", str(pt), "-o", str(out)).exit_code == 0

@@ -501,6 +501,11 @@ def verify(src: str, decode: bool) -> None:
     """Check SRC's header, manifest and every chunk checksum; exit 1 if anything is wrong."""
     from ckptzip import api, storage
 
+    if storage.is_dir(src):
+        raise click.ClickException(
+            f"{src!r} is a directory; verify takes one file: `ckptzip inspect {src}` checks "
+            "every step of a manager's directory (checksums and parents, in its status column)"
+        )
     with _errors(src), _progress("verifying", storage.file_size(src)) as progress:
         manifest = api.verify(src, decode=decode, progress=progress)
     what = "checksums and decoding" if decode else "checksums"
