@@ -350,6 +350,18 @@ def test_a_file_object_left_at_its_end_says_to_seek(tmp_path: Path) -> None:
             ckptzip.verify(f)
 
 
+def test_numpy_scalars_and_ordered_dicts_come_back_as_python_kin(tmp_path: Path) -> None:
+    # what the README says differs from torch.load
+    import numpy as np
+
+    obj = {"f": np.float32(0.1), "i": np.int64(7), "o": OrderedDict(b=1, a=2)}
+    ckptzip.save(obj, tmp_path / "c.ckz")
+    back = ckptzip.load(tmp_path / "c.ckz")
+    assert type(back["f"]) is float and back["f"] == float(np.float32(0.1))
+    assert type(back["i"]) is int and back["i"] == 7
+    assert type(back["o"]) is dict and list(back["o"].items()) == [("b", 1), ("a", 2)]
+
+
 def test_save_and_load_with_file_objects(tmp_path: Path) -> None:
     obj = _small()
     buf = io.BytesIO()
