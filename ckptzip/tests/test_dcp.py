@@ -263,6 +263,18 @@ def test_strict_bytes_refuses_pickled_objects(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_an_unfinished_directory_says_its_save_did_not_finish(tmp_path: Path) -> None:
+    # a save killed before DCP wrote .metadata: the reader says so, not only "no checkpoint
+    # at .../.metadata" (which torch wraps in an AssertionError of its own)
+    dcp.save({"w": torch.randn(64)}, storage_writer=Writer(tmp_path / "s"))
+    (tmp_path / "s" / METADATA_NAME).unlink()
+    with pytest.raises(ckptzip.errors.CheckpointNotFoundError, match="did not finish"):
+        Reader(tmp_path / "s").read_metadata()
+    with pytest.raises(CheckpointException) as info:
+        dcp.load({"w": torch.zeros(64)}, storage_reader=Reader(tmp_path / "s"))
+    assert "did not finish" in str(info.value.failures[0]), info.value.failures
+
+
 def test_delta_chain_keyframes_and_unfinished_parents(tmp_path: Path) -> None:
     torch.manual_seed(0)
     w = torch.randn(64, 128)

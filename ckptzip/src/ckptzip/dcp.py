@@ -95,6 +95,7 @@ from ckptzip._compat import dcp_memory_format_encoding
 from ckptzip.config import CompressionConfig
 from ckptzip.errors import (
     CheckpointExistsError,
+    CheckpointNotFoundError,
     CkptzipError,
     ConfigError,
     CorruptCheckpointError,
@@ -954,7 +955,16 @@ class Reader(StorageReader):
         rank = kwargs.get("rank")
         name = METADATA_NAME if rank is None else f"__{rank}{METADATA_NAME}"
         path = _join(self.path, name)
-        with storage.open_read(path) as f:
+        try:
+            opened = storage.open_read(path)
+        except CheckpointNotFoundError:
+            if rank is not None:  # DCP also asks for per-rank metadata, which we never write
+                raise
+            raise CheckpointNotFoundError(
+                f"{os.fspath(self.path)!r} has no {METADATA_NAME}: its save did not finish "
+                f"(DCP writes {METADATA_NAME} last), or it is not a DCP checkpoint directory"
+            ) from None
+        with opened as f:
             try:
                 raw = f.read(self.max_metadata_bytes + 1)
             except OSError as exc:
