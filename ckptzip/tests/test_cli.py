@@ -124,6 +124,13 @@ def test_a_whole_module_file_is_refused_in_one_line_naming_the_class(tmp_path: P
     assert "weights_only` set to `False`" not in r.output and "\x1b" not in r.output
 
 
+def test_inspect_of_a_directory_without_steps_says_what_it_looks_for(tmp_path: Path) -> None:
+    ckptzip.save({"w": torch.ones(3)}, tmp_path / "model.ckz")  # a file, not a manager's step
+    r = run("inspect", str(tmp_path))
+    assert r.exit_code == 0 and "no step-NNNNNNNN.ckz" in r.output, r.output
+    assert "ckptzip inspect FILE" in r.output
+
+
 def test_verify_of_a_directory_points_to_inspect(tmp_path: Path) -> None:
     mgr = ckptzip.CheckpointManager(tmp_path / "run")
     mgr.save(1, {"w": torch.ones(3)})

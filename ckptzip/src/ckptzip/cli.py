@@ -348,6 +348,11 @@ def _inspect_directory(directory: str, as_json: bool) -> None:
             e.status,
         )
     console.print(table)
+    if not entries:
+        console.print(
+            f"{directory} holds no step-NNNNNNNN.ckz file (a CheckpointManager's); "
+            "`ckptzip inspect FILE` shows one .ckz file"
+        )
     total = sum(e.bytes for e in entries)
     raw = sum(e.tensor_bytes for e in entries)
     if total:
