@@ -96,6 +96,7 @@ The effect of these choices on training after a restore is measured by
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import random
 import time
@@ -138,6 +139,7 @@ __all__ = [
     "check_options",
     "layer_types",
     "moment_ladder",
+    "allowance_per_interval",
     "save_scores",
     "search",
 ]
@@ -364,7 +366,7 @@ class SearchResult:
         How ``moments`` was chosen by training after a restore (``None`` without ``probe_fn``).
     limit:
         The largest ``eval_fn`` a feasible configuration could reach: ``baseline`` plus the
-        smaller of ``tolerance·|baseline|`` and the gain per interval over ``earlier``
+        smaller of ``tolerance·|baseline|`` and :func:`allowance_per_interval` over ``earlier``
         (``None`` in data-free mode).
     """
 
@@ -860,6 +862,30 @@ def check_options(
             )
 
 
+def allowance_per_interval(series: Sequence[float]) -> float:
+    """What one checkpoint may cost ``eval_fn``, from the exact weights' values at consecutive
+    checkpoints (oldest first, one interval apart).
+
+    While training gains, it is the net gain per interval,
+    ``(series[0] - series[-1]) / (len(series) - 1)``: a restore then costs the run less than
+    the training between two checkpoints. Where training did not gain over the window (a
+    plateau, or evaluation noise larger than the gain) it is the mean absolute change between
+    consecutive values, the run's own noise between checkpoints, so a search on a plateau
+    does not give up only because training stopped gaining; zero only when ``eval_fn`` did
+    not move at all.
+
+    >>> round(allowance_per_interval([1.0, 0.9, 0.8]), 6)
+    0.1
+    >>> round(allowance_per_interval([0.8, 0.81, 0.8]), 6)
+    0.01
+    """
+    steps = [b - a for a, b in itertools.pairwise(series)]
+    if not steps:
+        return 0.0
+    gain = -sum(steps) / len(steps)
+    return gain if gain > 0 else sum(abs(d) for d in steps) / len(steps)
+
+
 def search(
     model: nn.Module,
     *,
@@ -921,10 +947,12 @@ def search(
     earlier:
         ``eval_fn`` of the exact weights at the previous checkpoints, oldest first, one
         checkpoint interval apart (:class:`~ckptzip.manager.CheckpointManager` passes up to
-        the last three). The allowed worsening is then also at most what training gained per
-        interval over them, ``(earlier[0] − baseline) / len(earlier)`` (none when training did
-        not gain), so that a restore from this checkpoint costs the run less than the training
-        between two checkpoints; ``tolerance`` stays the cap.
+        the last three). The allowed worsening is then also at most how far ``eval_fn`` of
+        the exact weights moved per interval over them (:func:`allowance_per_interval`): while
+        training gains that is the net gain per interval, so a restore from this
+        checkpoint costs the run less than the training between two checkpoints; on a plateau
+        it is the run's own noise between checkpoints, so the search does not give up because
+        training stopped gaining. ``tolerance`` stays the cap.
     context:
         What is being saved (``"step 40"``): the start of the
         :class:`~ckptzip.errors.SearchGaveUpWarning` issued when no configuration is
@@ -992,10 +1020,9 @@ def search(
             )
         baseline: float | None = exact_quality
         allowed = tolerance * abs(exact_quality)
-        gained = [float(e) for e in earlier if math.isfinite(e)]
-        if gained:
-            progress = max(0.0, (gained[0] - exact_quality) / len(gained))
-            allowed = min(allowed, progress)
+        series = [float(e) for e in earlier if math.isfinite(e)] + [exact_quality]
+        if len(series) > 1:
+            allowed = min(allowed, allowance_per_interval(series))
         limit = exact_quality + allowed
     else:
         baseline, limit = None, error_budget
@@ -1117,8 +1144,8 @@ def _gave_up(
     else:
         measured = (
             f"eval_fn {walk.seen[mildest]:.6g} against the exact weights' {baseline:.6g} "
-            f"(limit {walk.limit:.6g}: tolerance {tolerance:g}, at most what training gained "
-            "per checkpoint interval)"
+            f"(limit {walk.limit:.6g}: tolerance {tolerance:g}, at most how far the exact "
+            "weights' eval_fn moved per checkpoint interval)"
         )
     return (
         f"no configuration was feasible in {len(walk.seen)} trials, so the searched weights "
