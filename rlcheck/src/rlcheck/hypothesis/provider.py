@@ -926,6 +926,12 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            constraints = {
+                "min_value": min_value,
+                "max_value": max_value,
+                "allow_nan": allow_nan,
+                "smallest_nonzero_magnitude": smallest_nonzero_magnitude,
+            }
             if self._delegate is not None:
                 value = self._delegate.draw_float(
                     min_value=min_value,
@@ -933,21 +939,15 @@ class RLCheckProvider(PrimitiveProvider):
                     allow_nan=allow_nan,
                     smallest_nonzero_magnitude=smallest_nonzero_magnitude,
                 )
-                return self._delegated(value)
+                return self._delegated(self._permitted_float(value, constraints))
             key = ("f", min_value, max_value, allow_nan, smallest_nonzero_magnitude)
             if self._plan is not None:
                 replayed = self._plan.next(key)
                 if replayed is not FRESH:
-                    return self._replayed(key, replayed)
-            constraints = {
-                "min_value": min_value,
-                "max_value": max_value,
-                "allow_nan": allow_nan,
-                "smallest_nonzero_magnitude": smallest_nonzero_magnitude,
-            }
+                    return self._replayed(key, self._permitted_float(replayed, constraints))
             lo_key, hi_key = buckets.float_key(min_value), buckets.float_key(max_value)
             key = ("fb", lo_key, hi_key, allow_nan, smallest_nonzero_magnitude)
-            specials, ranges = self._cached(key, lambda: buckets.float_buckets(constraints))
+            specials, ranges = self._float_buckets(constraints)
             n = len(ranges) + (1 if specials else 0)
             # Float ranges always hold many values; the specials are one action.
             wide = _Below(len(ranges) + (len(specials) > 1))
@@ -956,14 +956,7 @@ class RLCheckProvider(PrimitiveProvider):
                 value = buckets.sample_range(self._rng, *ranges[action])
             else:
                 value = self._rng.choice(specials)
-            if not choice_permitted(value, constraints):  # type: ignore[arg-type]
-                clamp = make_float_clamper(
-                    min_value,
-                    max_value,
-                    allow_nan=allow_nan,
-                    smallest_nonzero_magnitude=smallest_nonzero_magnitude,
-                )
-                value = clamp(value)
+            value = self._permitted_float(value, constraints)
             self._choices.append(value)
             if self._tracing:
                 self._trace.append((key, value))
@@ -1065,6 +1058,39 @@ class RLCheckProvider(PrimitiveProvider):
             self._discard = False
             self._discards += 1
         return discard
+
+    def _float_buckets(
+        self, constraints: dict[str, Any]
+    ) -> tuple[list[float], list[tuple[float, float]]]:
+        key = (
+            "fb",
+            buckets.float_key(constraints["min_value"]),
+            buckets.float_key(constraints["max_value"]),
+            constraints["allow_nan"],
+            constraints["smallest_nonzero_magnitude"],
+        )
+        return self._cached(key, lambda: buckets.float_buckets(constraints))
+
+    def _permitted_float(self, value: float, constraints: dict[str, Any]) -> float:
+        """``value`` if the draw's constraints permit it, else the nearest that they do.
+
+        Every source of a float passes through here, Hypothesis's own provider (the fast
+        variant's delegate) included: for a range whose nonzero values all lie below
+        ``smallest_nonzero_magnitude`` it returned the excluded bound, which Hypothesis's
+        clamper maps back onto that bound, so the buckets' permitted specials decide.
+        """
+        if choice_permitted(value, constraints):  # type: ignore[arg-type]
+            return value
+        clamped = make_float_clamper(
+            constraints["min_value"],
+            constraints["max_value"],
+            allow_nan=constraints["allow_nan"],
+            smallest_nonzero_magnitude=constraints["smallest_nonzero_magnitude"],
+        )(value)
+        if choice_permitted(clamped, constraints):  # type: ignore[arg-type]
+            return clamped
+        specials, _ = self._float_buckets(constraints)
+        return specials[0] if specials else clamped
 
     def _delegated(self, value: Any) -> Any:
         self._choices.append(value)
