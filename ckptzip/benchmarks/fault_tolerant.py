@@ -51,11 +51,15 @@ Reported per method: final held-out loss (and accuracy), degradation against the
 of the same seed, the jump of every restore (held-out loss of the restored state, before any
 training, against the exact run's at the same restore; ``max jump`` in the table), overall
 ratio (Σ ``torch.save`` bytes / Σ bytes written) and its range over
-checkpoints, the weights' own ratio (tensor bytes / bytes written for them), mean save and
+checkpoints, the weights' own ratio (tensor bytes / bytes written for them; median per
+checkpoint), the Adam moments' (``exp_avg`` and ``exp_avg_sq`` together, Σ over the run's
+checkpoints; ckptzip methods only), mean save and
 restore time, total run time against the exact run's. Over seeds: median and range, and the
 exact run's own spread of final loss across seeds (the noise floor). For the ckptzip methods,
 where the bytes go: weights, ``exp_avg``, ``exp_avg_sq`` and other state, each split into
 exact / quantized in full / delta-coded, plus the container's manifest and framing.
+``--exact-cache DIR`` reuses the exact run of a model, seed and plan (it depends on the
+workload and torch only) instead of training it again.
 
 Run ``python benchmarks/fault_tolerant.py`` (full, 3 seeds; ~1 h on a shared 2-core machine)
 or ``--quick`` (one seed, short runs, < 3 min). Writes ``benchmarks/results/
@@ -735,6 +739,25 @@ def run(
         }
 
 
+def cached_exact(
+    directory: Path, model: str, seed: int, plan: tuple[int, int, int]
+) -> dict[str, Any]:
+    """The exact run of ``model``/``seed``/``plan`` from ``directory``, run and stored there
+    when missing. Exact checkpoints are ``torch.save`` files, so the run depends on the
+    workload and torch, not on ckptzip: experiments on ckptzip alone need not redo it. The
+    key holds the torch version; delete the directory after changing a workload."""
+    key = f"exact-{model}-seed{seed}-{'x'.join(map(str, plan))}-torch{torch.__version__}.json"
+    path = directory / key
+    if path.exists():
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    r = run(model, seed, "exact", plan)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(r))
+    tmp.replace(path)
+    return r
+
+
 def _lossless_runs(exact: dict[str, Any]) -> list[dict[str, Any]]:
     """zstd / ZipNN rows from the exact run's checkpoints (they restore the same state).
 
@@ -818,6 +841,22 @@ def _total_breakdown(saves: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
+def moments_ratio(saves: list[dict[str, Any]]) -> float | None:
+    """Σ in-memory bytes / Σ bytes written of the Adam moments (``exp_avg`` and
+    ``exp_avg_sq``, every coding) over a run's checkpoints; ``None`` without a breakdown."""
+    cells = [
+        cell
+        for s in saves
+        for kind in MOMENTS
+        for cell in s.get("breakdown", {}).get(kind, {}).values()
+    ]
+    written = sum(c[1] for c in cells)
+    return sum(c[0] for c in cells) / written if written else None
+
+
 def _jumps(run: dict[str, Any], exact: dict[str, Any]) -> list[float]:
     """Per restore, the held-out loss right after it against the exact run's at the same
     restore (relative): what each restore cost before training went on."""
@@ -877,6 +916,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     values = [s[gap] for s in saves if s.get(gap) is not None]
                     row[gap] = _spread(values) if values else None
                 row["breakdown"] = _total_breakdown(saves)
+                ratios = [x for r in mine if (x := moments_ratio(r["saves"])) is not None]
+                row["moments_ratio"] = _spread(ratios) if ratios else None
             rows[method] = row
         out[model] = {"noise_floor": floor, "exact_losses": losses, "methods": rows}
     return out
@@ -901,6 +942,7 @@ _COLUMNS = [
     ("ratio", "ratio", ""),
     ("per_ckpt", "per ckpt", ""),
     ("weights", "weights", ""),
+    ("moments", "moments", ""),
     ("save_seconds", "save s", ".3f"),
     ("restore_seconds", "rest. s", ".3f"),
     ("run_time", "time/exact", ""),
@@ -921,6 +963,7 @@ def _row(method: str, r: dict[str, Any]) -> dict[str, Any]:
         "ratio": _fmt_spread(r["ratio"], ".2f") + "x",
         "per_ckpt": f"{per['min']:.1f}-{per['max']:.1f}x",
         "weights": (format(wr["median"], ".1f") + "x") if wr else "—",
+        "moments": _fmt_spread(r["moments_ratio"], ".1f") + "x" if r.get("moments_ratio") else "—",
         "save_seconds": r["save_seconds"],
         "restore_seconds": r["restore_seconds"],
         "run_time": _fmt_spread(r.get("run_time_vs_exact"), ".2f"),
@@ -1061,6 +1104,13 @@ def main(argv: list[str] | None = None) -> int:
         "(e.g. 4,16,0.5; default: MomentPolicy())",
     )
     ap.add_argument(
+        "--exact-cache",
+        default=None,
+        metavar="DIR",
+        help="reuse the exact run of a model, seed and plan from DIR (written there on first "
+        "use): it depends on torch and the workload only, never on ckptzip",
+    )
+    ap.add_argument(
         "--tolerance",
         type=float,
         default=TOLERANCE,
@@ -1104,7 +1154,10 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             for method in methods:
                 plan = PLANS[mode][model]
-                r = run(model, seed, method, plan, moments=moments, tolerance=args.tolerance)
+                if method == "exact" and args.exact_cache:
+                    r = cached_exact(Path(args.exact_cache), model, seed, plan)
+                else:
+                    r = run(model, seed, method, plan, moments=moments, tolerance=args.tolerance)
                 runs.append(r)
                 if method == "exact":
                     runs.extend(_lossless_runs(r))

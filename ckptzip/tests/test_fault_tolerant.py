@@ -70,6 +70,28 @@ def test_the_breakdown_accounts_for_every_byte_written(tmp_path: Path) -> None:
     assert "delta" in kinds["weights"]  # the second save is coded against the first
     rows = ft._total_breakdown([s.to_json() for s in stats])
     assert abs(sum(r["share"] for r in rows if r["coding"] == "all") - 1.0) < 1e-9
+    # the moments' ratio is the two Adam moments' rows together, every coding
+    moments = [r for r in rows if r["kind"] in ("exp_avg", "exp_avg_sq") and r["coding"] == "all"]
+    expected = sum(r["nbytes"] for r in moments) / sum(r["bytes"] for r in moments)
+    assert ft.moments_ratio([s.to_json() for s in stats]) == pytest.approx(expected)
+    assert ft.moments_ratio([{"bytes_in": 1, "bytes_out": 1}]) is None  # no breakdown
+
+
+def test_the_exact_cache_runs_once_and_then_reads_the_stored_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+
+    def run(model: str, seed: int, method: str, plan: tuple[int, int, int]) -> dict:
+        calls.append((model, seed, method, plan))
+        return {"model": model, "seed": seed, "method": method, "losses": [(0, 1.5)]}
+
+    monkeypatch.setattr(ft, "run", run)
+    first = ft.cached_exact(tmp_path, "mlp", 1, (6, 2, 1))
+    again = ft.cached_exact(tmp_path, "mlp", 1, (6, 2, 1))
+    other = ft.cached_exact(tmp_path, "mlp", 2, (6, 2, 1))
+    assert calls == [("mlp", 1, "exact", (6, 2, 1)), ("mlp", 2, "exact", (6, 2, 1))]
+    assert again == {**first, "losses": [[0, 1.5]]} and other["seed"] == 2
 
 
 def test_the_restore_jump_compares_each_restore_with_the_exact_runs() -> None:
