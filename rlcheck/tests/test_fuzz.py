@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from rlcheck.errors import InvalidArgument
-from rlcheck.fuzz import FuzzReport, TestProgress, _apply, _Schedule, fuzz, stable_fingerprint
+from rlcheck.fuzz import (
+    FuzzReport,
+    TestProgress,
+    _apply,
+    _Schedule,
+    fuzz,
+    no_database_warning,
+    stable_fingerprint,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -218,6 +226,51 @@ def test_pytest_arguments_pass_through_and_nothing_collected_is_an_error(tmp_pat
     done = _rlcheck("fuzz", "test_buggy.py", "-k", "no_such_test", "--seconds", "5", cwd=project)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "no Hypothesis tests were collected" in done.stdout
+
+
+def test_tests_without_a_database_are_named_with_the_ci_profile_as_the_likely_cause() -> None:
+    from types import SimpleNamespace
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.database import InMemoryExampleDatabase
+
+    @settings(database=None)
+    @given(st.integers())
+    def test_none(x: int) -> None:
+        pass
+
+    @settings(database=InMemoryExampleDatabase())
+    @given(st.integers())
+    def test_kept(x: int) -> None:
+        pass
+
+    items = [
+        SimpleNamespace(obj=test_none, nodeid="t.py::test_none", cls=None),
+        SimpleNamespace(obj=test_kept, nodeid="t.py::test_kept", cls=None),
+    ]
+    assert no_database_warning(items[1:], environ={}) == ""
+    text = no_database_warning(items, environ={})
+    assert text.startswith("1 of 2 test(s) have no example database (t.py::test_none)")
+    assert "not shared between workers" in text and "CI is set" not in text
+    on_ci = no_database_warning(items, environ={"CI": "true"})
+    assert "CI is set" in on_ci and "'ci' settings profile" in on_ci
+    # every worker reports it: the report keeps one
+    report = FuzzReport(workers=2, seconds=1.0, pytest_args=[])
+    _apply(report, ("warning", 0, text), 0.1, set())
+    _apply(report, ("warning", 1, text), 0.1, set())
+    assert report.warnings == [text] and report.as_dict()["warnings"] == [text]
+
+
+@pytest.mark.slow
+def test_fuzz_on_a_ci_machine_warns_that_nothing_is_shared_or_kept(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (project / "test_buggy.py").write_text(BUGGY.replace("b == 11 and n % 7 == 3", "b == 99"))
+    env = {**os.environ, "CI": "true"}  # Hypothesis loads its ci profile: database=None
+    done = _rlcheck("fuzz", "test_buggy.py", "--seconds", "4", cwd=project, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "warning: 2 of 2 test(s) have no example database" in done.stderr
+    assert "CI is set" in done.stderr
 
 
 def test_fuzz_help_names_the_options() -> None:

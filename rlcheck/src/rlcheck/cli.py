@@ -311,8 +311,13 @@ def fuzz_command(
     out = Console()
     terminal = out.is_terminal
     last_lines = [0.0]
+    warned: set[str] = set()
 
     def plain(report: FuzzReport) -> None:
+        for warning in report.warnings:  # at once: the session may run for hours
+            if warning not in warned:
+                warned.add(warning)
+                click.echo(f"warning: {warning}", err=True)
         # Piped: one block of lines every 5 s (a log, not an animation).
         if report.elapsed - last_lines[0] < 5.0:
             return
@@ -332,13 +337,16 @@ def fuzz_command(
                 workers=workers,
                 seconds=seconds,
                 backend=backend,
-                on_update=lambda r: live.update(_fuzz_table(r)),
+                on_update=lambda r: live.update(_fuzz_table(r, caption=True)),
             )
     else:
         report = fuzz(
             pytest_args, workers=workers, seconds=seconds, backend=backend, on_update=plain
         )
     out.print(_fuzz_table(report))
+    for warning in report.warnings:
+        if warning not in warned:
+            out.print(f"[bold yellow]warning[/] {warning}", highlight=False, markup=True)
     for error in report.errors:
         out.print(f"[bold red]error[/] {error}", highlight=False, markup=True)
     for name in report.failed:
@@ -361,7 +369,7 @@ def fuzz_command(
         sys.exit(2)
 
 
-def _fuzz_table(report: Any) -> Any:
+def _fuzz_table(report: Any, *, caption: bool = False) -> Any:
     from rich.table import Table
 
     title = "rlcheck fuzz"
@@ -369,7 +377,8 @@ def _fuzz_table(report: Any) -> Any:
         title += f"  {report.elapsed:.0f}s / {report.seconds:.0f}s, {report.workers} worker(s)"
         if report.stopped_by and report.stopped_by != "budget":
             title += f", stopped: {report.stopped_by}"
-    table = Table(title=title)
+    warnings = report.warnings if caption and report is not None else []
+    table = Table(title=title, caption="\n".join(f"warning: {w}" for w in warnings) or None)
     for column in ("test", "cases", "valid", "unique valid", "failures"):
         table.add_column(column, justify="left" if column == "test" else "right")
     if report is None:

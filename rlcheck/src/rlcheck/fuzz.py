@@ -29,7 +29,10 @@ example database: every later run would only replay it).
 Sharing: the workers run the tests with their own settings' example database (the default
 ``.hypothesis/examples``, or the Redis of a fleet's profile). The backend merges its learned
 policies there (:class:`rlcheck.policy_store.DatabasePolicy`), and Hypothesis saves each
-failure there, shrunk, so a plain ``pytest`` replays it at once.
+failure there, shrunk, so a plain ``pytest`` replays it at once. A test whose settings have
+no database (``database=None``, or Hypothesis's ``ci`` profile, loaded on any machine where
+the ``CI`` environment variable is set) shares and keeps nothing: the report's
+``warnings`` name those tests (:func:`no_database_warning`).
 
 Counting: each test case a run makes (the learned policy's and Hypothesis's own, reported
 by Hypothesis's observations) is counted by an episode ledger per worker and test; a unique
@@ -130,6 +133,8 @@ class FuzzReport:
     ready_s: float | None = None
     stopped_by: str = ""
     errors: list[str] = field(default_factory=list)
+    #: what the user should know that did not stop the session (tests without a database)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[str]:
@@ -151,6 +156,7 @@ class FuzzReport:
             "ready_s": self.ready_s,
             "stopped_by": self.stopped_by,
             "errors": self.errors,
+            "warnings": self.warnings,
             "totals": self.totals(),
             "tests": {name: t.as_dict() for name, t in self.tests.items()},
         }
@@ -306,6 +312,9 @@ def _apply(report: FuzzReport, event: tuple[Any, ...], now: float, done: set[int
             report.tests.setdefault(name, TestProgress())
     elif kind == "error":
         report.errors.append(f"worker {worker}: {event[2]}")
+    elif kind == "warning":
+        if event[2] not in report.warnings:  # every worker sees the same tests
+            report.warnings.append(event[2])
     elif kind == "done":
         done.add(worker)
     elif kind == "run":
@@ -408,6 +417,9 @@ class _WorkerPlugin:
         if not items:
             self.events.put(("error", self.index, "no Hypothesis tests were collected"))
             return True
+        warning = no_database_warning(items)
+        if warning:
+            self.events.put(("warning", self.index, warning))
         schedule = _Schedule([item.nodeid for item in items], self.rng)
         by_id = {item.nodeid: item for item in items}
         ledgers = {item.nodeid: Ledger(max_seen=_MAX_SEEN) for item in items}
@@ -542,6 +554,39 @@ class _Schedule:
         self.time[name] = self.time.get(name, 0.0) * decay + seconds
         if failed:
             self.failed.add(name)
+
+
+def no_database_warning(items: Sequence[Any], environ: Any = os.environ) -> str:
+    """A warning naming the collected tests whose settings have no example database
+    (nothing they learn or find is shared or kept), or ``""`` when every test has one.
+
+    Hypothesis loads its ``ci`` profile (``database=None``) where ``CI`` is set, so on a
+    CI machine every test falls here unless the suite's own profile names a database.
+    """
+    from rlcheck.hypothesis.compat import test_settings
+
+    names = []
+    for item in items:
+        current = test_settings(item.obj, getattr(item, "cls", None))
+        if current is not None and current.database is None:
+            names.append(item.nodeid)
+    if not names:
+        return ""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    text = (
+        f"{len(names)} of {len(items)} test(s) have no example database ({shown}): "
+        "their learned policies are not shared between workers or kept for the next "
+        "session, and a failure they find is not saved for a plain pytest to replay"
+    )
+    if environ.get("CI"):
+        text += (
+            ". CI is set, so Hypothesis loaded its 'ci' settings profile, which has no "
+            "database: register a profile with one (a DirectoryBasedExampleDatabase on a "
+            "path the CI keeps, or a RedisExampleDatabase for a fleet) and load it"
+        )
+    else:
+        text += ": give them one in their settings or the loaded profile"
+    return text
 
 
 def _is_hypothesis_test(item: Any) -> bool:

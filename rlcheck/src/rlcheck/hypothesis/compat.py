@@ -99,6 +99,7 @@ __all__ = [
     "run_conformance",
     "run_random",
     "run_statistics",
+    "test_settings",
     "with_test_settings",
 ]
 
@@ -260,6 +261,20 @@ def bounded_fetch(database: Any) -> Callable[[bytes, int, int], Iterator[bytes]]
 def run_random(seed_source: random.Random) -> int:
     """A 64-bit seed drawn from a run's random stream."""
     return seed_source.getrandbits(64)
+
+
+def test_settings(test: Any, owner: type | None = None) -> Any:
+    """The settings a test runs with (its own, else the current default), read where
+    :func:`with_test_settings` changes them; ``None`` for anything else."""
+    from hypothesis import settings
+
+    func = getattr(test, "__func__", test)
+    if getattr(func, "_hypothesis_state_machine_class", None) is not None:
+        own = getattr(owner, "settings", None)
+        return own if isinstance(own, settings) else settings.default
+    if not hasattr(func, "_hypothesis_internal_use_settings"):
+        return None
+    return func._hypothesis_internal_use_settings or settings.default
 
 
 @contextlib.contextmanager
