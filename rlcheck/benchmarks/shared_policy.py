@@ -21,16 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+
+from _redis import RedisServerMissing, redis_server
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -93,48 +89,6 @@ def learn(port: int, prefix: str, max_runs: int) -> tuple[float, int, bool]:
     return float(fields[1]), int(fields[2]), fields[3] == "True"
 
 
-@contextmanager
-def redis_server() -> Iterator[int]:
-    """A ``redis-server`` on a free localhost port, without persistence."""
-    import redis
-
-    server = shutil.which("redis-server")
-    if server is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    with tempfile.TemporaryDirectory() as workdir:
-        proc = subprocess.Popen(
-            [
-                server,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                workdir,
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            client = redis.Redis(port=port)
-            for _ in range(200):
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.05)
-            yield port
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -162,8 +116,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.port:
         rows = run(args.port)
     else:
-        with redis_server() as port:
-            rows = run(port)
+        try:
+            with redis_server() as port:
+                rows = run(port)
+        except RedisServerMissing as exc:  # raised before any run
+            raise SystemExit(str(exc)) from exc
     if args.json:
         args.json.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
 
