@@ -17,8 +17,12 @@ plain run. Any other suite can be measured in its own directory::
     python benchmarks/overhead.py --suite /path/to/project/tests --cwd /path/to/project \\
         --modes default rlcheck -- -k "not slow"
 
-Every run gets ``-p no:cacheprovider -p no:randomly -q``, and fails the benchmark if pytest
-does (exit status other than 0 or 5: no tests).
+Every run gets ``-p no:cacheprovider -p no:randomly -q`` and writes a JUnit XML report; the
+benchmark compares each test's outcome with the plain run's of the same round and lists every
+test that passed there but failed (or errored) with a flag: the "never breaks a test" check,
+on any suite. A suite whose plain run already fails some tests still measures (those tests
+are listed, not counted against a mode); exit statuses other than 0, 1 and 5 (no tests)
+fail the benchmark, and so does a broken test (exit 1).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -48,30 +54,80 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(suite: str, cwd: Path, flags: list[str], extra: list[str]) -> dict[str, float]:
-    """One pytest run: its wall-clock and CPU seconds."""
-    cmd = [sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider"]
-    cmd += ["-p", "no:randomly", *flags, *extra]
-    cpu0, wall0 = _children_cpu(), time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
-    wall, cpu = time.perf_counter() - wall0, _children_cpu() - cpu0
-    if done.returncode not in (0, 5):
-        sys.stderr.write(done.stdout[-3000:] + done.stderr[-2000:])
-        raise SystemExit(f"pytest {' '.join(flags) or '(plain)'} failed: exit {done.returncode}")
-    return {"wall_s": wall, "cpu_s": cpu}
+def run_once(suite: str, cwd: Path, flags: list[str], extra: list[str]) -> dict[str, Any]:
+    """One pytest run: its wall-clock and CPU seconds, and each test's outcome."""
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider"]
+        cmd += ["-p", "no:randomly", f"--junitxml={junit}", *flags, *extra]
+        cpu0, wall0 = _children_cpu(), time.perf_counter()
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+        wall, cpu = time.perf_counter() - wall0, _children_cpu() - cpu0
+        if done.returncode not in (0, 1, 5) or not junit.exists():
+            sys.stderr.write(done.stdout[-3000:] + done.stderr[-2000:])
+            mode = " ".join(flags) or "(plain)"
+            raise SystemExit(f"pytest {mode} failed: exit {done.returncode}")
+        outcomes = test_outcomes(junit)
+    return {"wall_s": wall, "cpu_s": cpu, "outcomes": outcomes}
+
+
+def test_outcomes(junit: Path) -> dict[str, str]:
+    """``classname::name`` -> ``passed``, ``failed``, ``error`` or ``skipped``, from a
+    JUnit XML report (a test with both a failure and a teardown error counts as failed)."""
+    outcomes: dict[str, str] = {}
+    for case in ET.parse(junit).iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        tags = {child.tag for child in case}
+        if "failure" in tags:
+            outcome = "failed"
+        elif "error" in tags:
+            outcome = "error"
+        elif "skipped" in tags:
+            outcome = "skipped"
+        else:
+            outcome = "passed"
+        if outcomes.get(name) in (None, "passed", "skipped"):
+            outcomes[name] = outcome
+    return outcomes
+
+
+def broken_tests(plain: dict[str, str], other: dict[str, str]) -> list[str]:
+    """The tests that passed in the plain run and failed or errored in the other.
+
+    >>> broken_tests({"a": "passed", "b": "failed"}, {"a": "failed", "b": "failed"})
+    ['a']
+    """
+    return sorted(
+        name
+        for name, outcome in other.items()
+        if outcome in ("failed", "error") and plain.get(name) == "passed"
+    )
 
 
 def measure(
     suite: str, cwd: Path, modes: list[str], rounds: int, extra: list[str]
 ) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    broken: dict[str, list[str]] = {mode: [] for mode in modes}
+    failing_plain: set[str] = set()
     for r in range(rounds):
+        plain: dict[str, str] | None = None
         for mode in modes:
-            runs[mode].append(run_once(suite, cwd, MODES[mode], extra))
+            run = run_once(suite, cwd, MODES[mode], extra)
+            outcomes = run.pop("outcomes")
+            if mode == "default":
+                plain = outcomes
+                failing_plain |= {n for n, o in outcomes.items() if o in ("failed", "error")}
+            elif plain is not None:
+                for name in broken_tests(plain, outcomes):
+                    if name not in broken[mode]:
+                        broken[mode].append(name)
+            runs[mode].append(run)
             last = runs[mode][-1]
+            passed = sum(o == "passed" for o in outcomes.values())
             print(
                 f"  round {r + 1}/{rounds} {mode:<13} wall {last['wall_s']:7.2f} s"
-                f"  cpu {last['cpu_s']:7.2f} s",
+                f"  cpu {last['cpu_s']:7.2f} s  passed {passed}/{len(outcomes)}",
                 flush=True,
             )
     summary: dict[str, dict[str, float]] = {}
@@ -87,7 +143,12 @@ def measure(
             for what in ("wall_s", "cpu_s"):
                 for stat in ("best", "median"):
                     row[f"{what}_{stat}_ratio"] = row[f"{what}_{stat}"] / base[f"{what}_{stat}"]
-    return {"runs": runs, "summary": summary}
+    return {
+        "runs": runs,
+        "summary": summary,
+        "broken": broken,
+        "failing_plain": sorted(failing_plain),
+    }
 
 
 def format_table(summary: dict[str, dict[str, float]]) -> str:
@@ -121,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(args.suite, cwd, args.modes, args.rounds, args.extra)
     print()
     print(format_table(result["summary"]))
+    if result["failing_plain"]:
+        print(f"\nfailing in the plain run too (not counted): {len(result['failing_plain'])}")
+        for name in result["failing_plain"]:
+            print(f"  {name}")
+    for mode, names in result["broken"].items():
+        for name in names:
+            print(f"BROKEN by {mode}: {name} passed in the plain run of its round")
     result.update(
         suite=args.suite,
         extra=args.extra,
@@ -132,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
     print(f"\nJSON: {args.json}")
-    return 0
+    return 1 if any(result["broken"].values()) else 0
 
 
 if __name__ == "__main__":
