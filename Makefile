@@ -13,8 +13,9 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# setup.py and the C source: a changed kernel is rebuilt by the editable install
+# setup.py and the C sources: a changed kernel is rebuilt by the editable install
 $(STAMP): ckptzip/pyproject.toml ckptzip/setup.py ckptzip/src/ckptzip/kernels/_native.c \
+		ckptzip/src/ckptzip/kernels/_entropy.c \
 		rlcheck/pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

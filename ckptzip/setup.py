@@ -24,7 +24,11 @@ class KernelBuild(build_ext):
 
 setup(
     ext_modules=[
-        Extension("ckptzip.kernels._native", ["src/ckptzip/kernels/_native.c"], optional=True)
+        Extension(
+            "ckptzip.kernels._native",
+            ["src/ckptzip/kernels/_native.c", "src/ckptzip/kernels/_entropy.c"],
+            optional=True,
+        )
     ],
     cmdclass={"build_ext": KernelBuild},
 )

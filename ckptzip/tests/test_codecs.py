@@ -164,13 +164,21 @@ class _Fields(dict[str, Any]):
         lambda m, c: _rewrite_positions(m, c, [1, 2**62, 2**62, 2**62]),
     ],
 )
-def test_quant_decode_rejects_inconsistent_parts(damage: Any) -> None:
+@pytest.mark.parametrize("values", [False, True])
+def test_quant_decode_rejects_inconsistent_parts(damage: Any, values: bool) -> None:
     meta, chunks, fields = quant_sample()
+    if values:  # decoded straight into the tensor (load onto the CPU): the same checks
+        from ckptzip import entropy
+        from ckptzip.codecs.quantized import decode_indices
+
+        idx = decode_indices(meta, chunks[1], 4000, meta["n_levels"])
+        (chunks[1],), meta["index_stage"] = entropy.encode_symbols(idx, "ans-lanes")
+        meta["index_layout"] = "ans-lanes"
     out = damage(meta, chunks)
     if isinstance(out, _Fields):  # damage to the pipeline's fields rather than the codec's
         fields.update(out)
     with pytest.raises(CorruptCheckpointError):
-        get_codec("quant").decode(meta, chunks, DecodeContext(**fields))
+        get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=values))
 
 
 def test_indices_beyond_levels_are_rejected() -> None:
@@ -195,7 +203,9 @@ def test_index_layouts_round_trip(n: int) -> None:
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 11, n).astype(np.uint8)
     payload, meta = encode_indices(idx, 11, 3)
-    assert meta["index_layout"] in ("packed", "bytes", "ans")
+    # long streams are coded in lanes, short ones as one stream (or packed, when smaller)
+    want = ("ans-lanes",) if n >= entropy.ANS_LANES_MIN else ("ans", "packed")
+    assert meta["index_layout"] in want
     assert np.array_equal(decode_indices(meta, payload, n, 11), idx)
     # the packed layout, written by hand, decodes too
     from ckptzip.packing import pack_indices
@@ -234,3 +244,56 @@ def test_every_codec_passes_the_conformance_check(
     parent = _Parent(quantize(base.to(dtype), cfg))
     check_round_trip(codec_id, x, quant=cfg, parent=parent)
     check_round_trip(codec_id, x, quant=cfg)  # no parent: delta codecs must fall back
+
+
+@pytest.mark.parametrize("layout", ["ans-lanes", "ans", "packed", "bytes"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("log_domain", [False, True])
+def test_decoding_straight_into_the_tensor_gives_the_dequantized_values(
+    layout: str, dtype: torch.dtype, log_domain: bool
+) -> None:
+    # what load decodes onto the CPU (DecodeContext.values) is what dequantize gives, bit for bit
+    from ckptzip import entropy
+    from ckptzip.codecs.quantized import encode_quantized
+    from ckptzip.packing import pack_indices
+    from ckptzip.quantize import dequantize, quantize
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(70_001, generator=g).to(dtype)
+    if log_domain:
+        x = x.abs() ** 3
+    x[17] = float("nan")  # protected, like the top fraction
+    cfg = QuantConfig(bins=12, protect=0.001, prune=0.2 if not log_domain else 0.0,
+                      log_domain=log_domain)  # fmt: skip
+    q = quantize(x, cfg)
+    meta, chunks = encode_quantized(q, 3)
+    if layout == "ans":
+        (chunks[1],), meta["index_stage"] = entropy.encode_symbols(q.indices, "ans")
+    elif layout in ("packed", "bytes"):
+        raw = pack_indices(q.indices, meta["bits"]) if layout == "packed" else q.indices.tobytes()
+        chunks[1], meta["index_stage"] = entropy.encode(raw)
+    meta["index_layout"] = layout
+    ctx = DecodeContext("t", tuple(x.shape), dtype, cfg, q.rel_error, values=True)
+    out = get_codec("quant").decode(meta, chunks, ctx)
+    assert (out.tensor is not None) == (layout != "ans")  # one stream: through the indices
+    got = out.materialize()
+    want = dequantize(q)
+    assert got.dtype == dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_indices_beyond_levels_are_rejected_straight_into_the_tensor() -> None:
+    from ckptzip import entropy
+    from ckptzip.packing import pack_indices
+
+    meta, chunks, fields = quant_sample()
+    payload, info = entropy.encode(pack_indices(np.full(4000, 15, dtype=np.uint8), 4))
+    meta.update(index_layout="packed", index_stage=info, n_levels=10, bits=4)
+    chunks[0] = np.linspace(-1, 1, 10).astype("<f8").tobytes()
+    chunks[1] = payload
+    with pytest.raises(CorruptCheckpointError, match="beyond"):
+        get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=True))
+    # an ANS alphabet wider than the levels could spell an index that addresses nothing
+    (chunks[1],), stage = entropy.encode_symbols(np.arange(4000, dtype=np.uint8) % 12, "ans-lanes")
+    meta.update(index_layout="ans-lanes", index_stage=stage)
+    with pytest.raises(CorruptCheckpointError, match="beyond"):
+        get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=True))

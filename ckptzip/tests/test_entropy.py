@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import zstandard
@@ -136,30 +138,40 @@ def _segmented(draw: st.DrawFn) -> tuple[np.ndarray, list[int]]:
     return np.array(symbols, dtype=np.uint8), sizes
 
 
+ANS = pytest.mark.parametrize("method", ["ans", "ans-lanes"])
+
+
+@ANS
 @given(_segmented(), st.booleans())
 def test_ans_round_trips_with_and_without_contexts(
-    case: tuple[np.ndarray, list[int]], ctx: bool
+    method: str, case: tuple[np.ndarray, list[int]], ctx: bool
 ) -> None:
     symbols, sizes = case
     segments = sizes if ctx else None
-    chunks, meta = entropy.encode_symbols(symbols, "ans", segments=segments)
-    back = entropy.decode_symbols(chunks, meta, symbols.size, "ans", segments=segments)
+    chunks, meta = entropy.encode_symbols(symbols, method, segments=segments)
+    back = entropy.decode_symbols(chunks, meta, symbols.size, method, segments=segments)
     assert back.dtype == np.uint8 and np.array_equal(back, symbols)
 
 
-def test_ans_reaches_the_order0_entropy_within_two_percent() -> None:
+@ANS
+def test_ans_reaches_the_order0_entropy_within_two_percent(method: str) -> None:
     rng = np.random.default_rng(0)
     p = np.array([0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.02])
     symbols = rng.choice(p.size, 200_000, p=p).astype(np.uint8)
-    (chunk,), _ = entropy.encode_symbols(symbols, "ans")
+    (chunk,), _ = entropy.encode_symbols(symbols, method)
     bound = entropy.order0_entropy_bits(symbols) / 8
     assert bound <= len(chunk) <= 1.02 * bound
 
 
-def test_ans_context_with_one_symbol_costs_no_coded_bits() -> None:
-    symbols = np.zeros(100_000, np.uint8)
-    (chunk,), meta = entropy.encode_symbols(symbols, "ans")
-    assert len(chunk) - meta["table_bytes"] <= 8  # the coder's empty state at most
+@ANS
+def test_ans_context_with_one_symbol_costs_no_coded_bits(method: str) -> None:
+    symbols = np.zeros(1_000_000, np.uint8)
+    (chunk,), meta = entropy.encode_symbols(symbols, method)
+    # the coder's empty state at most; in lanes, each lane's length (4 bytes) too
+    streams = (
+        1 if method == "ans" else 4 * entropy.ANS_LANES * -(-symbols.size // entropy.ANS_BLOCK)
+    )
+    assert len(chunk) - meta["table_bytes"] <= (8 if method == "ans" else streams)
 
 
 def test_ans_segments_must_cover_the_stream() -> None:
@@ -167,29 +179,75 @@ def test_ans_segments_must_cover_the_stream() -> None:
         entropy.encode_symbols(np.zeros(10, np.uint8), "ans", segments=[3, 3])
 
 
+@ANS
 @given(
     st.binary(max_size=300), st.integers(1, 256), st.integers(0, 300), st.sampled_from([1, 2, 4])
 )
 def test_ans_garbage_only_raises_corrupt(
-    data: bytes, alphabet: int, table: int, width: int
+    method: str, data: bytes, alphabet: int, table: int, width: int
 ) -> None:
     meta = {"alphabet": alphabet, "table_bytes": table, "table_width": width}
+    meta.update(block=64, lanes=3)  # what the one-stream layout ignores
     try:
-        out = entropy.decode_symbols([data], meta, 500, "ans", segments=[250, 250])
+        out = entropy.decode_symbols([data], meta, 500, method, segments=[250, 250])
     except CorruptCheckpointError:
         return
     assert out.shape == (500,) and int(out.max()) < alphabet
 
 
-def test_ans_forged_table_with_garbage_words_only_raises_corrupt() -> None:
+@ANS
+def test_ans_forged_table_with_garbage_words_only_raises_corrupt(method: str) -> None:
     # a valid count table over random coder words: decodes to something or is refused
     rng = np.random.default_rng(1)
     symbols = rng.integers(0, 5, 1000).astype(np.uint8)
-    (chunk,), meta = entropy.encode_symbols(symbols, "ans")
+    (chunk,), meta = entropy.encode_symbols(symbols, method)
     for trial in range(50):
         words = rng.integers(0, 2**32, 40 + trial, dtype=np.uint64).astype("<u4").tobytes()
+        if method == "ans-lanes":  # lane lengths that add up, then the garbage
+            k = (40 + trial) // 2
+            lengths = np.array([k - 3, 1, 1, (40 + trial) - k - 4 - 1], "<u4").tobytes()
+            words = lengths + words[16:]
         try:
-            out = entropy.decode_symbols([chunk[: meta["table_bytes"]] + words], meta, 1000, "ans")
+            out = entropy.decode_symbols([chunk[: meta["table_bytes"]] + words], meta, 1000, method)
         except CorruptCheckpointError:
             continue
         assert out.shape == (1000,) and int(out.max()) < 5
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda m, c: m.update(block=0),
+        lambda m, c: m.update(lanes=65),
+        lambda m, c: m.update(lanes=8),  # more lane lengths than the payload's words
+        lambda m, c: m.update(block=1 << 31),
+        lambda m, c: m.pop("lanes"),
+        lambda m, c: c[:-4],  # the lane lengths sum past the words
+        lambda m, c: c + bytes(4),  # a word no lane claims
+    ],
+)
+def test_ans_lanes_bad_layout_is_refused(damage: Any) -> None:
+    symbols = np.random.default_rng(0).integers(0, 6, 3000).astype(np.uint8)
+    (chunk,), meta = _lanes(symbols, 1000, 2)  # 3 blocks of 2 lanes
+    out = damage(meta, chunk)
+    with pytest.raises(CorruptCheckpointError):
+        entropy.decode_symbols([out if isinstance(out, bytes) else chunk], meta, 3000, "ans-lanes")
+
+
+def _lanes(symbols: np.ndarray, block: int, lanes: int) -> tuple[list[bytes], dict[str, Any]]:
+    from ckptzip import kernels
+
+    bounds = np.array([0, symbols.size], np.int64)
+    counts = kernels.ans_counts(symbols, bounds, int(symbols.max()) + 1)
+    lengths, words = kernels.ans_lanes_encode(symbols, bounds, counts, block, lanes)
+    table = entropy.compress(counts.astype("<u2").tobytes(), 19)
+    meta = {"alphabet": int(symbols.max()) + 1, "table_bytes": len(table), "table_width": 2,
+            "block": block, "lanes": lanes}  # fmt: skip
+    body = lengths.astype("<u4").tobytes() + words.astype("<u4").tobytes()
+    return [table + body], meta
+
+
+def test_ans_lanes_hand_made_layout_round_trips() -> None:
+    symbols = np.random.default_rng(0).integers(0, 6, 3000).astype(np.uint8)
+    chunks, meta = _lanes(symbols, 1000, 2)
+    assert np.array_equal(entropy.decode_symbols(chunks, meta, 3000, "ans-lanes"), symbols)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from _checks import assert_same
@@ -131,6 +133,29 @@ def test_ans_golden_holds_ans_index_streams() -> None:
     manifest = read_manifest(GOLDEN / "v1_quant_ans.ckz")
     layouts = {e.path: e.meta.get("index_layout") for e in manifest.tensors}
     assert layouts["model/w16"] == layouts["model/w4_pruned"] == "ans"
+
+
+def test_lanes_golden_holds_lane_index_streams_both_implementations_decode() -> None:
+    # the golden file of the "ans-lanes" index layout must keep exercising it, over two blocks
+    from ckptzip import entropy
+    from ckptzip.container import Reader
+    from ckptzip.kernels import reference
+
+    path = GOLDEN / "v4_quant_lanes.ckz"
+    q = read_quantized(path)
+    with open(path, "rb") as f:
+        reader = Reader(f)
+        for entry in reader.manifest.tensors:
+            if entry.codec != "quant":
+                continue
+            assert entry.meta["index_layout"] == "ans-lanes"
+            n = math.prod(entry.shape)
+            stage = entry.meta["index_stage"]
+            lanes = entropy._ans_lanes_parse(reader.tensor_chunks(entry)[1], stage, n, None)
+            args = (lanes.bounds, lanes.counts, n, lanes.block, lanes.lanes)
+            want = reference.ans_lanes_decode(lanes.words, lanes.lengths, *args)
+            assert np.array_equal(q[entry.path].indices, want)
+    assert math.prod(reader.manifest.tensors[0].shape) > 2**18 >= stage["block"]
 
 
 def test_v3_golden_stores_its_manifest_compressed() -> None:

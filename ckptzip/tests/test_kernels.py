@@ -275,6 +275,85 @@ def test_ans_damaged_streams_are_refused_alike(impl: str) -> None:
         k.ans_decode(np.concatenate([[7], words]).astype(np.uint32), bounds, counts, sym.size)
 
 
+# -- ANS in lanes: each lane of each block constriction's words ----------------------------------
+
+
+@needs_fast
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 3000),
+    st.integers(1, 40),
+    st.integers(1, 6),
+    st.sampled_from([1, 5, 64, 1000, 1 << 18]),
+    st.sampled_from([1, 2, 3, 4, 7]),
+    st.integers(1, 3),
+)
+@settings(max_examples=150, deadline=None)
+def test_ans_lanes_match_constriction(
+    seed: int, n: int, alphabet: int, contexts: int, block: int, lanes: int, threads: int
+) -> None:
+    assert fast is not None
+    sym, bounds = _stream(seed, n, max(alphabet, 2), contexts)
+    top = int(sym.max()) + 1 if n else 1
+    counts = ref.ans_counts(sym, bounds, top)
+    assert np.array_equal(fast.ans_counts(sym, bounds, top), counts)
+    lengths_ref, words_ref = ref.ans_lanes_encode(sym, bounds, counts, block, lanes)
+    lengths, words = fast.ans_lanes_encode(sym, bounds, counts, block, lanes, threads=threads)
+    assert np.array_equal(lengths, lengths_ref) and np.array_equal(words, words_ref)
+    args = (bounds, counts, n, block, lanes)
+    got = fast.ans_lanes_decode(words_ref, lengths_ref, *args, threads=threads)
+    assert got is not None and np.array_equal(got, sym)
+    back = ref.ans_lanes_decode(words, lengths, *args)
+    assert back is not None and np.array_equal(back, sym)
+    # straight into a tensor: each symbol's entry of the table, in the table's dtype
+    for dtype in (torch.bfloat16, torch.float32, torch.float64):
+        table = torch.randn(top, generator=torch.Generator().manual_seed(seed)).to(dtype)
+        want = ref.gather(table, sym)
+        for k in (fast, ref):
+            out = torch.empty(n, dtype=dtype)
+            assert k.ans_lanes_decode(words, lengths, *args, table=table, out=out) is None
+            assert torch.equal(out, want)
+
+
+@needs_fast
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_ans_lanes_damaged_streams_are_refused_alike(impl: str) -> None:
+    k = ref if impl == "reference" else fast
+    assert k is not None
+    sym, bounds = _stream(3, 5000, 8, 2)
+    counts = ref.ans_counts(sym, bounds, int(sym.max()) + 1)
+    lengths, words = ref.ans_lanes_encode(sym, bounds, counts, 2048, 4)
+    args = (bounds, counts, sym.size, 2048, 4)
+    zero = np.concatenate([words, [0]]).astype(np.uint32)
+    with pytest.raises(CorruptCheckpointError, match="zero word"):
+        k.ans_lanes_decode(
+            zero, lengths + np.eye(1, lengths.size, lengths.size - 1, np.int64)[0], *args
+        )
+    extra = np.concatenate([[7], words]).astype(np.uint32)
+    with pytest.raises(CorruptCheckpointError, match="left after"):
+        k.ans_lanes_decode(extra, lengths + np.eye(1, lengths.size, 0, np.int64)[0], *args)
+
+
+@needs_fast
+@given(st.integers(1, 8), st.integers(0, 20_000), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_unpack_gather_matches(bits: int, n: int, seed: int) -> None:
+    assert fast is not None
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, 1 << bits, n).astype(np.uint8)
+    raw = np.frombuffer(ref.pack(idx, bits, (n * bits + 7) // 8), np.uint8)
+    table = torch.randn(1 << bits, generator=torch.Generator().manual_seed(seed))
+    for dtype in (torch.float16, torch.float32, torch.float64):
+        outs = [torch.empty(n, dtype=dtype) for _ in range(2)]
+        tops = [
+            k.unpack_gather(raw, bits, table.to(dtype), o)
+            for k, o in zip((fast, ref), outs, strict=True)
+        ]
+        assert tops[0] == tops[1] == int(idx.max(initial=0))
+        assert torch.equal(outs[0], outs[1])
+        assert torch.equal(outs[0], ref.gather(table.to(dtype), idx))
+
+
 # -- whole files: the implementation chosen at import writes the same bytes ---------------------
 
 _SAVE = textwrap.dedent(

@@ -608,9 +608,11 @@ def _decode_entry(
     entry: TensorEntry,
     parent: ParentView | None,
     chunks: list[bytes] | None = None,
+    *,
+    values: bool = False,
 ) -> Decoded:
     codec = get_codec(entry.codec)
-    ctx = DecodeContext.from_entry(entry, parent)
+    ctx = DecodeContext.from_entry(entry, parent, values=values)
     if chunks is None:
         chunks = reader.tensor_chunks(entry)
     try:
@@ -788,7 +790,10 @@ def _decode_file(
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
     max_bytes: int | None = None,
+    values: bool = False,
 ) -> tuple[Manifest, dict[str, Decoded]]:
+    """The file's manifest and decoded entries; ``values``: only their values on the CPU are
+    wanted (see :attr:`DecodeContext.values`), which a cache never takes."""
     if cache is not None and _is_path(path):  # the cache key is the file's hash: read it once
         p = os.fspath(path)  # type: ignore[arg-type]
         top = chains.parse_link(_base_name(p), storage.read_bytes(p))
@@ -805,7 +810,7 @@ def _decode_file(
                 )
             links = _chain_above(os.fspath(path), m)  # type: ignore[arg-type]
             parent = _parent_view(links, max_bytes=max_bytes)
-        return m, _decode_entries(reader, parent, progress, max_bytes)
+        return m, _decode_entries(reader, parent, progress, max_bytes, values=values)
 
 
 def _chain_above(path: str, manifest: Manifest) -> list[chains.Link]:
@@ -819,6 +824,8 @@ def _decode_entries(
     parent: _FileParent | None,
     progress: Progress | None,
     max_bytes: int | None,
+    *,
+    values: bool = False,
 ) -> dict[str, Decoded]:
     _check_sizes(reader, max_bytes)
     out: dict[str, Decoded] = {}
@@ -830,7 +837,7 @@ def _decode_entries(
     def decode_one(entry: TensorEntry) -> Decoded:
         with lock:
             chunks = reader.tensor_chunks(entry)
-        return _decode_entry(reader, entry, parent, chunks)
+        return _decode_entry(reader, entry, parent, chunks, values=values)
 
     with (
         _memory_guard(lambda: f"{reader.name}: tensor {path!r}"),
@@ -1034,7 +1041,11 @@ def load(
     {'w': tensor([1., 1.]), 'lr': 0.1}
     """
     del weights_only  # nothing to restrict: no pickle is ever read
-    manifest, decoded = _decode_file(path, progress=progress, cache=cache, max_bytes=max_bytes)
+    # onto the CPU, lossy tensors decode straight into their output (no index array between)
+    on_cpu = _placement(map_location)[0].type == "cpu"
+    manifest, decoded = _decode_file(
+        path, progress=progress, cache=cache, max_bytes=max_bytes, values=on_cpu
+    )
     return _materialize(manifest, decoded, map_location)
 
 
@@ -1065,7 +1076,12 @@ def _materialize(
         # NumPy lives on the CPU whatever the tensors' placement
         return d.materialize("cpu" if i in arrays else device)
 
-    with _memory_guard(lambda: f"tensor {path!r}"), _ordered_map(one, items) as results:
-        for (i, x), path in zip(enumerate(results), decoded, strict=True):  # noqa: B007
+    # only quantized entries have work left (a gather); the threads' hand-offs would cost
+    # more than the others' no-op or copy
+    work = [item for item in items if item[1].tensor is None]
+    with _memory_guard(lambda: f"tensor {path!r}"), _ordered_map(one, work) as results:
+        done = dict(zip((i for i, _ in work), results, strict=True))
+        for (i, d), path in zip(items, decoded, strict=True):  # noqa: B007
+            x = done[i] if i in done else one((i, d))
             leaves.append(x if relocate is None or i in arrays else _relocate(x, relocate))
     return unflatten(manifest.skeleton, leaves, version=manifest.version)

@@ -45,6 +45,20 @@ length ``n`` as one chunk, by
   ``uint32`` little-endian words. A context holding one distinct symbol costs no coded bits.
   The counts are the model: decoding rebuilds the same ``Categorical(counts, perfect=False)``,
   checks each context's counts sum to its segment size and that the coder ends empty.
+* ``"ans-lanes"``: the same coder and count table, but many independent coders: the stream is
+  cut into blocks of ``block`` symbols (meta; this version writes :data:`ANS_BLOCK`), and
+  symbol ``i`` of a block belongs to lane ``i mod lanes`` (meta, 1 to 64; this version writes
+  :data:`ANS_LANES`). Each (block, lane) is its own ``AnsCoder`` holding its symbols in
+  position order, each under its position's context model (single-symbol contexts again code
+  nothing). Chunk: the count table's zstd frame (as ``"ans"``), then one ``uint32`` word
+  count per coder (``ceil(n / block) × lanes``, block by block, lane by lane), then each
+  coder's words in that order. Independent coders are what make it fast: a block's lanes
+  decode in one loop whose steps do not wait on each other, blocks code and decode on as many
+  threads as there are, and :func:`decode_ans_into` writes each symbol's level straight into
+  the output tensor. It costs up to 12 bytes a lane (a final state, a length): under 0.1 %
+  on 2^18 three-bit symbols, which is why callers take ``"ans"`` below
+  :data:`ANS_LANES_MIN` symbols. Decoding checks the word counts against the payload before
+  allocating anything, and that every coder ends empty.
 
 The raw LZMA2 filter options (``dict_size`` 2^20, ``lc`` 3, ``lp`` 0, ``pb`` 0) are part of the
 format. Every decoded size is bounded by ``n`` before decompressing.
@@ -70,8 +84,12 @@ __all__ = [
     "MAX_RATIO",
     "max_decoded_size",
     "SYMBOL_METHODS",
+    "ANS_BLOCK",
+    "ANS_LANES",
+    "ANS_LANES_MIN",
     "compress",
     "decode",
+    "decode_ans_into",
     "decode_symbols",
     "decompress",
     "encode",
@@ -433,25 +451,28 @@ def _bounds(segments: _Segments, n: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes)])
 
 
+def _ans_table(counts: np.ndarray) -> tuple[bytes, int]:
+    """The count table's zstd frame and its width: the narrowest little-endian unsigned that
+    holds every count (the table of a small tensor's many contexts is otherwise a visible share
+    of its payload)."""
+    width = next(w for w in (1, 2, 4) if int(counts.max(initial=0)) < 1 << (8 * w))
+    return compress(counts.astype(f"<u{width}").tobytes(), 19), width
+
+
 def _ans_encode(
     symbols: np.ndarray, level: int, segments: _Segments
 ) -> tuple[list[bytes], dict[str, Any]]:
     bounds = _bounds(segments, symbols.size)
     alphabet = int(symbols.max()) + 1 if symbols.size else 1
     counts, words = kernels.ans_encode(symbols, bounds, alphabet)
-    # the narrowest little-endian width that holds every count: the table of a small tensor's
-    # many contexts is otherwise a visible share of its payload
-    width = next(w for w in (1, 2, 4) if int(counts.max(initial=0)) < 1 << (8 * w))
-    table = compress(counts.astype(f"<u{width}").tobytes(), 19)
+    table, width = _ans_table(counts)
     meta = {"alphabet": alphabet, "table_bytes": len(table), "table_width": width}
     return [table + words.astype("<u4", copy=False).tobytes()], meta
 
 
-def _ans_decode(
-    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
-) -> np.ndarray:
-    data = _one_chunk(chunks)
-    bounds = _bounds(segments, n)
+def _ans_counts(data: bytes, meta: dict[str, Any], bounds: np.ndarray) -> tuple[np.ndarray, int]:
+    """The count table of an ``ans`` / ``ans-lanes`` chunk, checked against the segments, and
+    where the table ends."""
     contexts = bounds.size - 1
     alphabet = _bounded(meta, "alphabet", 256)
     table_bytes = _bounded(meta, "table_bytes", len(data))
@@ -464,8 +485,129 @@ def _ans_decode(
     counts = np.frombuffer(raw, dtype=f"<u{width}").reshape(contexts, alphabet)
     if (counts.sum(axis=1, dtype=np.int64) != np.diff(bounds)).any():
         raise CorruptCheckpointError("ans count table does not match the stream's segments")
+    return counts, table_bytes
+
+
+def _ans_decode(
+    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
+) -> np.ndarray:
+    data = _one_chunk(chunks)
+    bounds = _bounds(segments, n)
+    counts, table_bytes = _ans_counts(data, meta, bounds)
     words = np.frombuffer(data[table_bytes:], dtype="<u4").astype(np.uint32)
     return kernels.ans_decode(words, bounds, counts, n)
+
+
+ANS_BLOCK = 1 << 18
+"""Symbols per block of the ``"ans-lanes"`` layout this version writes: the unit of parallel
+coding and decoding (a 64M-element tensor has 256 of them)."""
+
+ANS_LANES = 4
+"""Interleaved coders per block in the ``"ans-lanes"`` layout this version writes."""
+
+ANS_LANES_MIN = 1 << 16
+"""Streams shorter than this are worth no lanes: a lane costs up to 12 bytes (its final
+state and its length), 0.15 % of 2^16 three-bit symbols; callers choose ``"ans"`` below it."""
+
+_MAX_LANES = 64
+
+
+def _ans_lanes_encode(
+    symbols: np.ndarray, level: int, segments: _Segments, *, threads: int = 1
+) -> tuple[list[bytes], dict[str, Any]]:
+    bounds = _bounds(segments, symbols.size)
+    alphabet = int(symbols.max()) + 1 if symbols.size else 1
+    counts = kernels.ans_counts(symbols, bounds, alphabet)
+    lengths, words = kernels.ans_lanes_encode(
+        symbols, bounds, counts, ANS_BLOCK, ANS_LANES, threads=threads
+    )
+    table, width = _ans_table(counts)
+    meta = {
+        "alphabet": alphabet,
+        "table_bytes": len(table),
+        "table_width": width,
+        "block": ANS_BLOCK,
+        "lanes": ANS_LANES,
+    }
+    body = lengths.astype("<u4").tobytes() + words.astype("<u4", copy=False).tobytes()
+    return [table + body], meta
+
+
+@dataclass(frozen=True)
+class _Lanes:
+    """An ``ans-lanes`` chunk, parsed and checked: everything its decoder needs."""
+
+    bounds: np.ndarray
+    counts: np.ndarray
+    lengths: np.ndarray
+    words: np.ndarray
+    block: int
+    lanes: int
+
+
+def _ans_lanes_parse(data: bytes, meta: dict[str, Any], n: int, segments: _Segments) -> _Lanes:
+    bounds = _bounds(segments, n)
+    counts, table_bytes = _ans_counts(data, meta, bounds)
+    block = _bounded(meta, "block", 1 << 30)
+    lanes = _bounded(meta, "lanes", _MAX_LANES)
+    if block < 1 or lanes < 1:
+        raise CorruptCheckpointError(f"ans-lanes payload: block={block}, lanes={lanes}")
+    streams = -(-n // block) * lanes
+    body = np.frombuffer(data, dtype="<u4", offset=table_bytes)  # aligned: checked above
+    if streams > body.size:  # before anything is allocated: the lengths are in the payload
+        raise CorruptCheckpointError(
+            f"ans-lanes payload holds {body.size} words, fewer than its {streams} lane lengths"
+        )
+    lengths = body[:streams].astype(np.int64)
+    words = body[streams:]
+    if int(lengths.sum()) != words.size:
+        raise CorruptCheckpointError(
+            f"ans-lanes lane lengths sum to {int(lengths.sum())} words, the payload holds "
+            f"{words.size}"
+        )
+    return _Lanes(bounds, counts, lengths, words, block, lanes)
+
+
+def _ans_lanes_decode(
+    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
+) -> np.ndarray:
+    p = _ans_lanes_parse(_one_chunk(chunks), meta, n, segments)
+    out = kernels.ans_lanes_decode(p.words, p.lengths, p.bounds, p.counts, n, p.block, p.lanes)
+    assert out is not None
+    return out
+
+
+def decode_ans_into(
+    chunk: bytes,
+    meta: dict[str, Any],
+    table: Any,
+    out: Any,
+    *,
+    threads: int = 1,
+) -> None:
+    """Decode an ``"ans-lanes"`` stream of ``out.numel()`` symbols (one context) straight into
+    ``out``: element ``i`` becomes ``table[symbol i]``, with no symbol array between.
+
+    ``table`` (a 1-D CPU tensor of ``out``'s dtype, the level values) must hold at least
+    ``meta["alphabet"]`` entries, which the caller checks against its level count: the coder
+    writes no symbol outside its alphabet. ``threads`` decode the blocks in parallel.
+
+    Examples
+    --------
+    >>> import torch
+    >>> s = (np.arange(1 << 16) % 3).astype(np.uint8)
+    >>> chunks, meta = encode_symbols(s, "ans-lanes")
+    >>> out = torch.empty(s.size)
+    >>> decode_ans_into(chunks[0], meta, torch.tensor([0.5, 1.5, 2.5]), out)
+    >>> out[:4].tolist()
+    [0.5, 1.5, 2.5, 0.5]
+    """
+    n = out.numel()
+    p = _ans_lanes_parse(bytes(chunk), meta, n, None)
+    kernels.ans_lanes_decode(
+        p.words, p.lengths, p.bounds, p.counts, n, p.block, p.lanes,
+        table=table, out=out, threads=threads,
+    )  # fmt: skip
 
 
 SYMBOL_METHODS: dict[str, _Method] = {
@@ -475,6 +617,7 @@ SYMBOL_METHODS: dict[str, _Method] = {
     "lzma": _raw_method(_lzma_compress, _lzma_decompress),
     "rle+lzma": _rle_method(_lzma_compress, _lzma_decompress),
     "ans": _Method(_ans_encode, _ans_decode),
+    "ans-lanes": _Method(_ans_lanes_encode, _ans_lanes_decode),
 }
 """Symbol back ends by id; a payload records the id it was written with."""
 
@@ -533,7 +676,7 @@ def estimate_symbols(symbols: np.ndarray, method: str, level: int = 3) -> float 
     True
     """
     flat = np.asarray(symbols, dtype=np.uint8).reshape(-1)
-    if method == "ans" or flat.size < _ESTIMATE_MIN:
+    if method in ("ans", "ans-lanes") or flat.size < _ESTIMATE_MIN:
         return None
     step = flat.size // _ESTIMATE_SLICES
     sample = np.concatenate(

@@ -174,6 +174,13 @@ def ans_object() -> dict[str, Any]:
     }
 
 
+def lanes_object() -> dict[str, Any]:
+    """Index streams long enough for ANS in lanes ("ans-lanes"), one over two blocks."""
+    w = bell(270_000, 4)
+    w[5], w[200_000] = math.nan, -math.inf
+    return {"model": {"w4_pruned": w, "w16": bell(70_000, 5)}, "step": 3}
+
+
 def many_object() -> dict[str, Any]:
     """Enough entries that the manifest passes 4 KiB and is stored compressed (version 3)."""
     layers = {f"layer{i:02d}.bias": ramp(8 + i, torch.float32) for i in range(60)}
@@ -223,6 +230,8 @@ def cases() -> dict[int, dict[str, tuple[Any, Any]]]:
         4: {
             "v4_quant.ckz": (ans_object(), quant_config()),
             "v4_zstd_manifest.ckz": (many_object(), quant_config()),
+            # written once the quant codec coded long index streams in lanes ("ans-lanes")
+            "v4_quant_lanes.ckz": (lanes_object(), quant_config()),
         },
     }
 

@@ -208,6 +208,11 @@ class DecodeContext:
         The error recorded at save time (``None`` when it was not measurable).
     parent:
         The parent checkpoint of a delta file, if any.
+    values:
+        The caller wants only the tensor's values on the CPU (``ckptzip.load``), never the
+        :class:`QuantizedTensor`: a lossy codec may then decode straight into the output
+        tensor and return ``Decoded(tensor=...)`` (the same values :meth:`Decoded.materialize`
+        would give), with every check it makes otherwise. Codecs may ignore it.
     """
 
     path: str
@@ -216,6 +221,7 @@ class DecodeContext:
     config: QuantConfig | None = None
     rel_error: float | None = None
     parent: ParentView | None = None
+    values: bool = False
 
     @classmethod
     def of_encoded(
@@ -225,7 +231,9 @@ class DecodeContext:
         return cls(path, tuple(x.shape), x.dtype, enc.config, enc.rel_error, parent)
 
     @classmethod
-    def from_entry(cls, entry: EntryFields, parent: ParentView | None = None) -> DecodeContext:
+    def from_entry(
+        cls, entry: EntryFields, parent: ParentView | None = None, *, values: bool = False
+    ) -> DecodeContext:
         """The context of a manifest entry: the one place the pipeline's fields are parsed."""
         try:
             config = None if entry.config is None else QuantConfig.from_json(entry.config)
@@ -238,6 +246,7 @@ class DecodeContext:
             config=config,
             rel_error=entry.rel_error,
             parent=parent,
+            values=values,
         )
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ckptzip import entropy
+from ckptzip import entropy, kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
     Codec,
@@ -103,9 +103,12 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     # Adam moments' much less); zstd can beat it on runs (heavily pruned tensors), so both
     # are tried: the ANS pass costs a few ms per million indices.
     if flat.size:
-        (coded,), ans_info = entropy.encode_symbols(flat, "ans")
+        # long streams in independent lanes and blocks (decoded several symbols at a time,
+        # on as many threads as there are), short ones as one stream (no per-lane cost)
+        method = "ans-lanes" if flat.size >= entropy.ANS_LANES_MIN else "ans"
+        (coded,), ans_info = entropy.encode_symbols(flat, method)
         if len(coded) < len(packed):
-            best = (coded, {"bits": bits, "index_layout": "ans", "index_stage": ans_info})
+            best = (coded, {"bits": bits, "index_layout": method, "index_stage": ans_info})
     if bits == 8:
         return best
     if flat.size >= _SAMPLE_MIN:
@@ -127,13 +130,13 @@ def decode_indices(meta: dict[str, Any], payload: bytes, n: int, n_levels: int) 
         raise CorruptCheckpointError(f"bits={bits} does not match {n_levels} levels")
     layout = meta_get(meta, "index_layout", str)
     stage = meta_get(meta, "index_stage", dict)
-    if layout == "ans":  # bounded by n, which comes from the shape
-        return entropy.decode_symbols([payload], stage, n, "ans")
+    if layout in ("ans", "ans-lanes"):  # bounded by n, which comes from the shape
+        return entropy.decode_symbols([payload], stage, n, layout)
     expected = {"packed": packed_size(n, bits), "bytes": n}.get(layout)
     if expected is None:
         raise CorruptCheckpointError(
-            f"unknown index layout {layout!r} (known: 'packed', 'bytes', 'ans'); the file may "
-            "need a newer ckptzip"
+            f"unknown index layout {layout!r} (known: 'packed', 'bytes', 'ans', 'ans-lanes'); "
+            "the file may need a newer ckptzip"
         )
     if stage.get("size") != expected:  # before decompressing: sizes come from the shape
         raise CorruptCheckpointError(
@@ -212,13 +215,17 @@ def _config(ctx: DecodeContext) -> QuantConfig:
     return ctx.config
 
 
-def decode_side(side: SideParts, indices: np.ndarray, ctx: DecodeContext) -> QuantizedTensor:
-    """Rebuild the :class:`QuantizedTensor` from its side parts and decoded ``indices``.
+@dataclass(frozen=True)
+class _Side:
+    """A quantized entry's checked side parts: levels, protected positions and values."""
 
-    Every check of a quantized entry is here: the level count and codebook, that each index
-    addresses a level, the protected positions and values against the shape.
-    """
-    config = _config(ctx)
+    levels: np.ndarray
+    positions: np.ndarray
+    values: torch.Tensor
+
+
+def _decode_side_parts(side: SideParts, ctx: DecodeContext) -> _Side:
+    """Every check of a quantized entry's parts besides its indices, and the parts decoded."""
     meta = side.meta
     n = math.prod(ctx.shape)
     n_levels = n_levels_of(meta, ctx)
@@ -227,12 +234,6 @@ def decode_side(side: SideParts, indices: np.ndarray, ctx: DecodeContext) -> Qua
     levels = np.frombuffer(side.levels, dtype=_F64).astype(np.float64)
     if not np.isfinite(levels).all() or (np.diff(levels) < 0).any():
         raise CorruptCheckpointError(f"{ctx.path!r}: levels are not finite and sorted")
-    if indices.size != n:
-        raise CorruptCheckpointError(f"{ctx.path!r}: {indices.size} indices for {n} elements")
-    if n and (n_levels == 0 or int(indices.max()) >= n_levels):
-        raise CorruptCheckpointError(
-            f"{ctx.path!r}: an index addresses a level beyond the {n_levels} levels"
-        )
     k = meta_get(meta, "n_protected", int)
     if not 0 <= k <= n:
         raise CorruptCheckpointError(f"{ctx.path!r}: n_protected={k} is out of range")
@@ -250,18 +251,86 @@ def decode_side(side: SideParts, indices: np.ndarray, ctx: DecodeContext) -> Qua
     raw_values = entropy.decode(
         side.values, _sized(meta, "values_stage", k * ctx.dtype.itemsize, ctx)
     )
-    values = tensor_from_bytes(raw_values, ctx.dtype, (k,))
+    return _Side(levels, positions, tensor_from_bytes(raw_values, ctx.dtype, (k,)))
+
+
+def decode_side(side: SideParts, indices: np.ndarray, ctx: DecodeContext) -> QuantizedTensor:
+    """Rebuild the :class:`QuantizedTensor` from its side parts and decoded ``indices``.
+
+    Every check of a quantized entry is here: the level count and codebook, that each index
+    addresses a level, the protected positions and values against the shape.
+    """
+    config = _config(ctx)
+    parts = _decode_side_parts(side, ctx)
+    n = math.prod(ctx.shape)
+    n_levels = parts.levels.size
+    if indices.size != n:
+        raise CorruptCheckpointError(f"{ctx.path!r}: {indices.size} indices for {n} elements")
+    if n and (n_levels == 0 or int(indices.max()) >= n_levels):
+        raise CorruptCheckpointError(
+            f"{ctx.path!r}: an index addresses a level beyond the {n_levels} levels"
+        )
     rel = ctx.rel_error
     return QuantizedTensor(
         shape=ctx.shape,
         dtype=ctx.dtype,
         config=config,
-        levels=levels,
+        levels=parts.levels,
         indices=indices,
-        protected_positions=positions,
-        protected_values=values,
+        protected_positions=parts.positions,
+        protected_values=parts.values,
         rel_error=float(rel) if isinstance(rel, (int, float)) else float("nan"),
     )
+
+
+_VALUE_LAYOUTS = ("ans-lanes", "packed", "bytes")
+"""Index layouts :func:`_decode_values` decodes straight into the output tensor."""
+
+
+def _decode_values(
+    meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
+) -> torch.Tensor:
+    """The dequantized tensor, its indices decoded straight into it (each becomes its level's
+    value as it leaves the coder or the bit stream), then the protected values: the values
+    :func:`decode_quantized` and :func:`~ckptzip.quantize.dequantize` give, with the same
+    checks, and no index array."""
+    from ckptzip.quantize import _level_values  # the one definition of a level's value
+
+    config = _config(ctx)
+    parts = _decode_side_parts(SideParts(meta, chunks[0], chunks[2], chunks[3]), ctx)
+    n_levels = parts.levels.size
+    bits = meta_get(meta, "bits", int)
+    if bits != bits_for(n_levels):
+        raise CorruptCheckpointError(f"bits={bits} does not match {n_levels} levels")
+    layout = meta_get(meta, "index_layout", str)
+    stage = meta_get(meta, "index_stage", dict)
+    n = math.prod(ctx.shape)
+    table = _level_values(parts.levels, config.log_domain, ctx.dtype, torch.device("cpu"))
+    out = torch.empty(n, dtype=ctx.dtype)
+    beyond = CorruptCheckpointError(
+        f"{ctx.path!r}: an index addresses a level beyond the {n_levels} levels"
+    )
+    if layout == "ans-lanes":
+        alphabet = stage.get("alphabet")
+        # the coder writes no symbol outside its alphabet: within the levels, every index is
+        if not isinstance(alphabet, int) or not 1 <= alphabet <= n_levels:
+            raise beyond
+        entropy.decode_ans_into(chunks[1], stage, table, out)
+    else:
+        width = bits if layout == "packed" else 8
+        expected = packed_size(n, width)
+        if stage.get("size") != expected:  # before decompressing: sizes come from the shape
+            raise CorruptCheckpointError(
+                f"index stream size {stage.get('size')!r} does not fit {n} indices ({layout})"
+            )
+        data = entropy.decode(chunks[1], stage)
+        if len(data) != expected:
+            raise CorruptCheckpointError(f"{len(data)} index bytes for {n} elements")
+        if kernels.unpack_gather(np.frombuffer(data, np.uint8), width, table, out) >= n_levels:
+            raise beyond
+    if parts.positions.size:
+        out.index_copy_(0, torch.from_numpy(parts.positions), parts.values)
+    return out.reshape(ctx.shape)
 
 
 def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], list[bytes]]:
@@ -339,6 +408,14 @@ class QuantCodec(Codec):
         return Encoded(meta=meta, chunks=chunks, quantized=q)
 
     def decode(self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> Decoded:
+        if (
+            ctx.values
+            and meta.get("index_layout") in _VALUE_LAYOUTS
+            and ctx.dtype.itemsize in (2, 4, 8)
+            and len(chunks) == 4
+            and math.prod(ctx.shape) > 0
+        ):
+            return Decoded(tensor=_decode_values(meta, chunks, ctx))
         return Decoded(quantized=decode_quantized(meta, chunks, ctx))
 
     def max_numel(

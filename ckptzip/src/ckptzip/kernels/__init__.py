@@ -43,6 +43,9 @@ The functions (flat 1-D inputs throughout):
     ``levels[idx]``, decoded straight into a new tensor of ``levels``' dtype.
 ``pack(flat, bits, nbytes) -> bytes``, ``unpack(raw, bits, n) -> uint8``
     The LSB-first bit stream of :mod:`ckptzip.packing` (inputs already checked).
+``unpack_gather(raw, bits, table, out) -> int``
+    ``out[i] = table[index i]`` of that stream, straight into the tensor ``out`` (no index
+    array between); returns the largest index, for the caller to check.
 ``delta_encode(prev, now, bins, rearrange) -> (symbols, groups)``,
 ``delta_decode(prev, symbols, bins, rearrange) -> now``
     ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back.
@@ -51,6 +54,17 @@ The functions (flat 1-D inputs throughout):
     The ANS stage of :mod:`ckptzip.entropy` for contexts ``symbols[bounds[c]:bounds[c+1]]``;
     decoding raises :class:`~ckptzip.errors.CorruptCheckpointError` on a stream that does
     not end empty.
+``ans_counts(symbols, bounds, alphabet) -> counts``
+    The ``(contexts, alphabet)`` uint32 symbol counts of each context.
+``ans_lanes_encode(symbols, bounds, counts, block, lanes, threads=1) -> (lengths, words)``,
+``ans_lanes_decode(words, lengths, bounds, counts, n, block, lanes, *, table, out, threads)``
+    The ``"ans-lanes"`` layout of :mod:`ckptzip.entropy`: blocks of ``block`` symbols, each
+    split into ``lanes`` interleaved streams (symbol ``i`` of a block in lane ``i mod lanes``),
+    every stream its own ``AnsCoder``; ``lengths`` holds each stream's word count, block by
+    block, lane by lane. Decoding returns the symbols, or with ``table`` and ``out`` writes
+    ``table[symbol]`` straight into the tensor ``out`` (2, 4 or 8 bytes an element) and
+    returns ``None``. ``threads`` code or decode contiguous ranges of blocks in parallel (the
+    compiled kernels release the GIL; the reference runs on one).
 
 >>> import torch
 >>> codes, counts = sketch_codes(torch.tensor([-2.0, 0.0, 3.0]), torch.tensor([1.0, 2.5]), 2)
@@ -68,8 +82,11 @@ from ckptzip.kernels import _reference as reference
 
 __all__ = [
     "IMPLEMENTATION",
+    "ans_counts",
     "ans_decode",
     "ans_encode",
+    "ans_lanes_decode",
+    "ans_lanes_encode",
     "assign_codes",
     "blocks",
     "bucket_extremes",
@@ -86,6 +103,7 @@ __all__ = [
     "sketch_codes",
     "squared_error",
     "unpack",
+    "unpack_gather",
 ]
 
 _CHOICE = os.environ.get("CKPTZIP_KERNELS", "auto")
@@ -118,7 +136,11 @@ gather = _active.gather
 kmeans = _active.kmeans
 pack = _active.pack
 unpack = _active.unpack
+unpack_gather = _active.unpack_gather
 delta_encode = _active.delta_encode
 delta_decode = _active.delta_decode
 ans_encode = _active.ans_encode
 ans_decode = _active.ans_decode
+ans_counts = _active.ans_counts
+ans_lanes_encode = _active.ans_lanes_encode
+ans_lanes_decode = _active.ans_lanes_decode

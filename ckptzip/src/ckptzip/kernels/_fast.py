@@ -19,7 +19,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 1
+_ABI_VERSION = 2
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -61,6 +61,14 @@ _kmeans = _fn("ckz_kmeans", _I32, _P, _P, _I64, _I32, _I32, _P, _I32, _P)
 _ans_counts = _fn("ckz_ans_counts", None, _P, _P, _I32, _I32, _P)
 _ans_enc = _fn("ckz_ans_encode", _I64, _P, _P, _I32, _I32, _P, _P, _I64)
 _ans_dec = _fn("ckz_ans_decode", _I32, _P, _I64, _P, _I32, _I32, _P, _P)
+_unpack_gather = _fn("ckz_unpack_gather", _I32, _P, _I64, _I32, _P, _I32, _P)
+_lanes_enc = _fn(
+    "ckz_ans_lanes_encode", _I32, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P, _I64, _P
+)
+_lanes_dec = _fn(
+    "ckz_ans_lanes_decode", _I32, _P, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P,
+    _I32, _P,
+)  # fmt: skip
 
 
 def _ptr(a: np.ndarray | torch.Tensor) -> int:
@@ -245,3 +253,99 @@ def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int
     if status:
         raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
     return out
+
+
+def ans_counts(symbols: np.ndarray, bounds: np.ndarray, alphabet: int) -> np.ndarray:
+    s = _contig(symbols, np.uint8)
+    b = _contig(bounds, np.int64)
+    counts = np.zeros((b.size - 1, alphabet), dtype=np.uint32)
+    _ans_counts(_ptr(s), _ptr(b), b.size - 1, alphabet, _ptr(counts))
+    return counts
+
+
+def ans_lanes_encode(
+    symbols: np.ndarray,
+    bounds: np.ndarray,
+    counts: np.ndarray,
+    block: int,
+    lanes: int,
+    threads: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    s = _contig(symbols, np.uint8)
+    b = _contig(bounds, np.int64)
+    c = _contig(counts, np.uint32)
+    blocks = -(-s.size // block)
+    # a symbol costs at most PRECISION = 24 bits, plus the two words of the final state
+    cap = (3 * -(-block // lanes)) // 4 + 4
+    scratch = np.empty(blocks * lanes * cap, dtype=np.uint32)
+    lengths = np.zeros(blocks * lanes, dtype=np.int64)
+
+    def run(lo: int, hi: int) -> int:
+        return int(
+            _lanes_enc(
+                _ptr(s), s.size, _ptr(b), b.size - 1, c.shape[1], _ptr(c), block, lanes, lo, hi,
+                _ptr(scratch), cap, _ptr(lengths),
+            )
+        )  # fmt: skip
+
+    if any(ref.over_blocks(run, blocks, threads)):  # cannot happen: the bound above holds
+        raise RuntimeError("ANS output exceeded its bound")
+    rows = scratch.reshape(blocks * lanes, cap)
+    keep = np.arange(cap)[None, :] < lengths[:, None]
+    return lengths, rows[keep]
+
+
+def ans_lanes_decode(
+    words: np.ndarray,
+    lengths: np.ndarray,
+    bounds: np.ndarray,
+    counts: np.ndarray,
+    n: int,
+    block: int,
+    lanes: int,
+    *,
+    table: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    threads: int = 1,
+) -> np.ndarray | None:
+    w = _contig(words, np.uint32)
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    b = _contig(bounds, np.int64)
+    c = _contig(counts, np.uint32)
+    blocks = -(-n // block) if n else 0
+    if table is None or out is None:
+        symbols = np.empty(n, dtype=np.uint8)
+        dst, tab, size = _ptr(symbols), None, 1
+    else:
+        symbols = None
+        tab, dst, size = _table256(table), _ptr(out), out.element_size()
+
+    def run(lo: int, hi: int) -> int:
+        return int(
+            _lanes_dec(
+                _ptr(w), _ptr(starts), n, _ptr(b), b.size - 1, c.shape[1], _ptr(c), block, lanes,
+                lo, hi, None if tab is None else _ptr(tab), size, dst,
+            )
+        )  # fmt: skip
+
+    status = max(ref.over_blocks(run, blocks, threads), default=0)
+    if status == 2:
+        raise CorruptCheckpointError("ans payload: a lane's words end in a zero word")
+    if status:
+        raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
+    return symbols
+
+
+def _table256(table: torch.Tensor) -> torch.Tensor:
+    """``table`` padded to 256 entries: any byte indexes it."""
+    padded = torch.zeros(256, dtype=table.dtype)
+    padded[: table.numel()] = table
+    return padded
+
+
+def unpack_gather(raw: np.ndarray, bits: int, table: torch.Tensor, out: torch.Tensor) -> int:
+    if out.element_size() not in (2, 4, 8) or out.device.type != "cpu":
+        return ref.unpack_gather(raw, bits, table, out)
+    r = _contig(raw, np.uint8)
+    tab = _table256(table)
+    return int(_unpack_gather(_ptr(r), out.numel(), bits, _ptr(tab), out.element_size(), _ptr(out)))

@@ -23,7 +23,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 1
+#define CKZ_ABI_VERSION 2
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 

@@ -6,6 +6,8 @@ must produce bit for bit; the signatures are documented once, in :mod:`ckptzip.k
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -289,6 +291,12 @@ def unpack(raw: np.ndarray, bits: int, n: int) -> np.ndarray:
     return out.reshape(-1)[:n].copy()
 
 
+def unpack_gather(raw: np.ndarray, bits: int, table: torch.Tensor, out: torch.Tensor) -> int:
+    idx = unpack(raw, bits, out.numel())
+    out.copy_(gather(table, idx))
+    return int(idx.max(initial=0))
+
+
 # -- delta by parent bin ------------------------------------------------------------------------
 
 
@@ -371,3 +379,117 @@ def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int
     if not empty:
         raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
     return out
+
+
+# -- ANS in lanes (the "ans-lanes" layout of ckptzip.entropy) --------------------------------------
+
+
+def over_blocks(run: Callable[[int, int], int], blocks: int, threads: int) -> list[int]:
+    """``run(lo, hi)`` over ``blocks`` blocks, split into ``threads`` contiguous ranges run in
+    parallel (the compiled kernels release the GIL); the results of the ranges, in order."""
+    parts = max(1, min(threads, blocks))
+    cuts = [blocks * k // parts for k in range(parts + 1)]
+    if parts == 1:
+        return [run(0, blocks)] if blocks else []
+    with ThreadPoolExecutor(parts, thread_name_prefix="ckptzip-ans") as pool:
+        return list(pool.map(run, cuts[:-1], cuts[1:]))
+
+
+def ans_counts(symbols: np.ndarray, bounds: np.ndarray, alphabet: int) -> np.ndarray:
+    counts = np.zeros((bounds.size - 1, alphabet), dtype=np.uint32)
+    for c in range(bounds.size - 1):
+        part = symbols[bounds[c] : bounds[c + 1]]
+        starts = range(0, part.size, _ANS_BLOCK)
+        counts[c] = sum(
+            (np.bincount(part[i : i + _ANS_BLOCK], minlength=alphabet) for i in starts),
+            np.zeros(alphabet, dtype=np.int64),
+        )
+    return counts
+
+
+def _lane_runs(
+    bounds: np.ndarray, lo: int, hi: int, lane: int, lanes: int
+) -> list[tuple[int, np.ndarray]]:
+    """(context, positions) of one lane of block [lo, hi), context by context in order."""
+    runs = []
+    for c in range(bounds.size - 1):
+        a, b = max(int(bounds[c]), lo), min(int(bounds[c + 1]), hi)
+        if a < b:
+            first = a + (lo + lane - a) % lanes
+            runs.append((c, np.arange(first, b, lanes)))
+    return runs
+
+
+def ans_lanes_encode(
+    symbols: np.ndarray,
+    bounds: np.ndarray,
+    counts: np.ndarray,
+    block: int,
+    lanes: int,
+    threads: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    from constriction import stream
+
+    del threads  # constriction holds the GIL: one thread
+    n = symbols.size
+    models = {c: _categorical(counts[c]) for c in range(counts.shape[0])
+              if np.count_nonzero(counts[c]) > 1}  # fmt: skip
+    lengths, parts = [], []
+    for lo in range(0, n, block):
+        hi = min(lo + block, n)
+        for lane in range(lanes):
+            coder = stream.stack.AnsCoder()
+            # a stack decodes last-in first-out: the lane's contexts back to front
+            for c, pos in reversed(_lane_runs(bounds, lo, hi, lane, lanes)):
+                if c in models and pos.size:
+                    coder.encode_reverse(symbols[pos].astype(np.int32), models[c])
+            words = np.asarray(coder.get_compressed(), dtype=np.uint32)
+            lengths.append(words.size)
+            parts.append(words)
+    words = np.concatenate(parts) if parts else np.zeros(0, np.uint32)
+    return np.asarray(lengths, dtype=np.int64), words
+
+
+def ans_lanes_decode(
+    words: np.ndarray,
+    lengths: np.ndarray,
+    bounds: np.ndarray,
+    counts: np.ndarray,
+    n: int,
+    block: int,
+    lanes: int,
+    *,
+    table: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    threads: int = 1,
+) -> np.ndarray | None:
+    from constriction import stream
+
+    del threads
+    symbols = np.empty(n, dtype=np.uint8)
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    models = {c: _categorical(counts[c]) for c in range(counts.shape[0])
+              if np.count_nonzero(counts[c]) > 1}  # fmt: skip
+    s = 0
+    try:
+        for lo in range(0, n, block):
+            hi = min(lo + block, n)
+            for lane in range(lanes):
+                coder = stream.stack.AnsCoder(words[starts[s] : starts[s + 1]].copy())
+                s += 1
+                for c, pos in _lane_runs(bounds, lo, hi, lane, lanes):
+                    if c in models:
+                        symbols[pos] = coder.decode(models[c], pos.size)
+                    else:
+                        used = np.flatnonzero(counts[c])
+                        symbols[pos] = used[0] if used.size else 0
+                if not coder.is_empty():
+                    raise CorruptCheckpointError(
+                        "ans payload has coded data left after the last symbol"
+                    )
+    except (ValueError, RuntimeError, OverflowError) as exc:
+        raise CorruptCheckpointError(f"ans payload does not decode: {exc}") from exc
+    if table is None or out is None:
+        return symbols
+    out.copy_(gather(table, symbols))
+    return None

@@ -1,0 +1,296 @@
+/* ckptzip's compiled entropy stage: the lane-split ANS layout ("ans-lanes") of
+ * ckptzip/entropy.py, encoded and decoded block by block, and decoded straight into the
+ * output tensor (each symbol's level written in the tensor's dtype, no index array between).
+ *
+ * The layout: a stream of n symbols is cut into blocks of `block` symbols; within a block,
+ * symbol i belongs to lane (i - block_start) mod `lanes`. Every (block, lane) is its own
+ * stream of constriction's AnsCoder (the coder of _native.c, word for word: 32-bit words,
+ * 64-bit state, 24-bit precision, Categorical(counts, perfect=False)), holding its symbols in
+ * position order, each under the model of its position's context. Independent streams are
+ * what make this fast: the lanes of a block decode in one loop whose steps do not wait on
+ * each other (the single stream's step is a chain of dependent loads and a multiply), and
+ * blocks decode on as many threads as there are (the functions take a range of blocks and
+ * hold no state: ctypes drops the GIL around each call).
+ *
+ * Plain C99 over caller-owned buffers, like _native.c; built into the same library.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(_WIN32)
+#define CKZ_API __declspec(dllexport)
+#else
+#define CKZ_API __attribute__((visibility("default")))
+#endif
+
+#define PRECISION 24
+#define TOTAL (1u << PRECISION)
+#define SLOT_BITS 12
+#define MAX_LANES 64
+#define CHUNK 4096 /* symbols decoded into a cache-resident buffer, then gathered */
+
+/* constriction's Categorical(counts, perfect=False): the same as ans_model in _native.c */
+static void model(const uint32_t *counts, int32_t alphabet, uint32_t *left) {
+    double norm = 0.0;
+    for (int32_t s = 0; s < alphabet; s++) norm += (double)counts[s];
+    double scale = (double)(TOTAL - (uint32_t)alphabet) / norm;
+    double cum = 0.0;
+    for (int32_t s = 0; s < alphabet; s++) {
+        left[s] = (uint32_t)(cum * scale) + (uint32_t)s;
+        cum += (double)counts[s];
+    }
+    left[alphabet] = TOTAL;
+}
+
+/* -1 when the context holds two or more distinct symbols, else its one symbol (0 if none) */
+static int32_t only_symbol(const uint32_t *counts, int32_t alphabet) {
+    int32_t seen = 0, only = 0;
+    for (int32_t s = 0; s < alphabet; s++)
+        if (counts[s]) {
+            seen++;
+            only = s;
+        }
+    return seen > 1 ? -1 : only;
+}
+
+/* the context of position i: the last c with bounds[c] <= i (bounds ascending, c < contexts) */
+static int32_t context_of(const int64_t *bounds, int32_t contexts, int64_t i) {
+    int32_t lo = 0, hi = contexts; /* answer in [lo, hi) */
+    while (hi - lo > 1) {
+        int32_t mid = (lo + hi) >> 1;
+        if (bounds[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    /* empty contexts share their start with the next one: step over them */
+    while (lo + 1 < contexts && bounds[lo + 1] <= i) lo++;
+    return lo;
+}
+
+/* -- encoding -------------------------------------------------------------------------------
+ *
+ * Blocks [b_lo, b_hi): stream s = b * lanes + l writes its words (emission order: the bulk,
+ * then the state's low word and, when non-zero, its high word) to scratch + s * cap and its
+ * length to lengths[s]. Returns 0, or -1 when a stream would exceed cap words (cannot happen
+ * with cap = 3 * ceil(block / lanes) / 4 + 4: a symbol costs at most 24 bits). */
+CKZ_API int32_t ckz_ans_lanes_encode(const uint8_t *sym, int64_t n, const int64_t *bounds,
+                                     int32_t contexts, int32_t alphabet,
+                                     const uint32_t *counts, int64_t block, int32_t lanes,
+                                     int64_t b_lo, int64_t b_hi, uint32_t *scratch,
+                                     int64_t cap, int64_t *lengths) {
+    uint32_t left[257];
+    uint64_t st[MAX_LANES];
+    int64_t len[MAX_LANES];
+    if (lanes < 1 || lanes > MAX_LANES) return -1;
+    for (int64_t b = b_lo; b < b_hi; b++) {
+        int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        uint32_t *base = scratch + (size_t)(b * lanes) * (size_t)cap;
+        for (int32_t l = 0; l < lanes; l++) st[l] = 0, len[l] = 0;
+        if (hi > lo) {
+            /* contexts overlapping the block, back to front (a stack decodes LIFO) */
+            int32_t c = context_of(bounds, contexts, hi - 1);
+            int64_t i = hi - 1;
+            for (; c >= 0 && i >= lo; c--) {
+                int64_t run_lo = bounds[c] > lo ? bounds[c] : lo;
+                if (run_lo > i) continue;
+                const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
+                if (only_symbol(row, alphabet) >= 0) { /* codes nothing */
+                    i = run_lo - 1;
+                    continue;
+                }
+                model(row, alphabet, left);
+                int32_t l = (int32_t)((i - lo) % lanes);
+                for (; i >= run_lo; i--) {
+                    uint32_t s = sym[i];
+                    uint64_t state = st[l];
+                    uint64_t prob = (uint64_t)(left[s + 1] - left[s]);
+                    if ((state >> (64 - PRECISION)) >= prob) {
+                        if (len[l] >= cap) return -1;
+                        base[(size_t)l * (size_t)cap + (size_t)len[l]++] = (uint32_t)state;
+                        state >>= 32;
+                    }
+                    uint64_t prefix = state / prob;
+                    uint64_t rem = state - prefix * prob;
+                    st[l] = (prefix << PRECISION) | (uint64_t)(left[s] + rem);
+                    l = l == 0 ? lanes - 1 : l - 1;
+                }
+            }
+        }
+        for (int32_t l = 0; l < lanes; l++) {
+            uint32_t *w = base + (size_t)l * (size_t)cap;
+            uint64_t state = st[l];
+            if (state != 0) {
+                if (len[l] + 2 > cap) return -1;
+                w[len[l]++] = (uint32_t)state;
+                if (state >> 32) w[len[l]++] = (uint32_t)(state >> 32);
+            }
+            lengths[b * lanes + l] = len[l];
+        }
+    }
+    return 0;
+}
+
+/* -- decoding -------------------------------------------------------------------------------*/
+
+static void put(const uint8_t *chunk, int64_t k, const void *table, int32_t size, void *out,
+                int64_t at) {
+    if (table == NULL) {
+        memcpy((uint8_t *)out + at, chunk, (size_t)k);
+    } else if (size == 2) {
+        const uint16_t *t = (const uint16_t *)table;
+        uint16_t *o = (uint16_t *)out + at;
+        for (int64_t j = 0; j < k; j++) o[j] = t[chunk[j]];
+    } else if (size == 4) {
+        const uint32_t *t = (const uint32_t *)table;
+        uint32_t *o = (uint32_t *)out + at;
+        for (int64_t j = 0; j < k; j++) o[j] = t[chunk[j]];
+    } else {
+        const uint64_t *t = (const uint64_t *)table;
+        uint64_t *o = (uint64_t *)out + at;
+        for (int64_t j = 0; j < k; j++) o[j] = t[chunk[j]];
+    }
+}
+
+static void fill(int32_t s, int64_t k, const void *table, int32_t size, void *out, int64_t at) {
+    uint8_t chunk[CHUNK];
+    memset(chunk, s, sizeof chunk);
+    for (int64_t j = 0; j < k; j += CHUNK)
+        put(chunk, k - j < CHUNK ? k - j : CHUNK, table, size, out, at + j);
+}
+
+/* One decoding step of lane state `s` (its words below `t`, down to `floor`). */
+#define STEP(s, t, floor, dst)                                                              \
+    do {                                                                                    \
+        uint32_t q_ = (uint32_t)((s) & (TOTAL - 1));                                        \
+        uint32_t y_ = slot[q_ >> (PRECISION - SLOT_BITS)];                                  \
+        while (left[y_ + 1] <= q_) y_++;                                                    \
+        (s) = ((s) >> PRECISION) * (uint64_t)(left[y_ + 1] - left[y_]) +                    \
+              (uint64_t)(q_ - left[y_]);                                                    \
+        if ((s) < ((uint64_t)1 << 32) && (t) > (floor)) (s) = ((s) << 32) | words[--(t)]; \
+        (dst) = (uint8_t)y_;                                                                \
+    } while (0)
+
+/* Blocks [b_lo, b_hi) of the layout, into out: the symbols (table NULL, out uint8) or
+ * table[symbol] (size 2, 4 or 8 bytes). starts[s] .. starts[s + 1] are stream s's words.
+ * Returns 0 when every stream ends empty, 1 when coded data is left, 2 when a stream ends in
+ * a zero word (no coder writes one). */
+CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *starts, int64_t n,
+                                     const int64_t *bounds, int32_t contexts,
+                                     int32_t alphabet, const uint32_t *counts, int64_t block,
+                                     int32_t lanes, int64_t b_lo, int64_t b_hi,
+                                     const void *table, int32_t size, void *out) {
+    uint32_t left[257];
+    uint8_t slot[1 << SLOT_BITS];
+    uint8_t chunk[CHUNK];
+    uint64_t st[MAX_LANES];
+    int64_t top[MAX_LANES], floor[MAX_LANES];
+    if (lanes < 1 || lanes > MAX_LANES) return 1;
+    int32_t status = 0;
+    for (int64_t b = b_lo; b < b_hi; b++) {
+        int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        for (int32_t l = 0; l < lanes; l++) {
+            int64_t s0 = starts[b * lanes + l], s1 = starts[b * lanes + l + 1];
+            floor[l] = s0;
+            top[l] = s1;
+            st[l] = 0;
+            if (s1 > s0 && words[s1 - 1] == 0) return 2;
+            if (top[l] > s0) st[l] = words[--top[l]];
+            if (top[l] > s0) st[l] = (st[l] << 32) | words[--top[l]];
+        }
+        int64_t i = lo;
+        int32_t c = hi > lo ? context_of(bounds, contexts, lo) : contexts;
+        for (; c < contexts && i < hi; c++) {
+            int64_t run_hi = bounds[c + 1] < hi ? bounds[c + 1] : hi;
+            if (run_hi <= i) continue;
+            const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
+            int32_t only = only_symbol(row, alphabet);
+            if (only >= 0) {
+                fill(only, run_hi - i, table, size, out, i);
+                i = run_hi;
+                continue;
+            }
+            model(row, alphabet, left);
+            int32_t y = 0;
+            for (uint32_t k = 0; k < (1u << SLOT_BITS); k++) {
+                uint32_t q = k << (PRECISION - SLOT_BITS);
+                while (left[y + 1] <= q) y++;
+                slot[k] = (uint8_t)y;
+            }
+            while (i < run_hi) {
+                int64_t stop = run_hi - i < CHUNK ? run_hi : i + CHUNK;
+                int64_t at = i;
+                int32_t l = (int32_t)((i - lo) % lanes);
+                if (lanes == 4) { /* the writer's choice: four states in registers */
+                    for (; l != 0 && i < stop; i++, l = (l + 1) & 3)
+                        STEP(st[l], top[l], floor[l], chunk[i - at]);
+                    uint64_t a = st[0], bb = st[1], cc = st[2], d = st[3];
+                    int64_t ta = top[0], tb = top[1], tc = top[2], td = top[3];
+                    for (; i + 4 <= stop; i += 4) {
+                        uint8_t *dst = chunk + (i - at);
+                        STEP(a, ta, floor[0], dst[0]);
+                        STEP(bb, tb, floor[1], dst[1]);
+                        STEP(cc, tc, floor[2], dst[2]);
+                        STEP(d, td, floor[3], dst[3]);
+                    }
+                    st[0] = a, st[1] = bb, st[2] = cc, st[3] = d;
+                    top[0] = ta, top[1] = tb, top[2] = tc, top[3] = td;
+                    for (l = 0; i < stop; i++, l++) STEP(st[l], top[l], floor[l], chunk[i - at]);
+                } else {
+                    for (; i < stop; i++) {
+                        STEP(st[l], top[l], floor[l], chunk[i - at]);
+                        if (++l == lanes) l = 0;
+                    }
+                }
+                put(chunk, stop - at, table, size, out, at);
+            }
+        }
+        for (int32_t l = 0; l < lanes; l++)
+            if (st[l] != 0 || top[l] != floor[l]) status = 1;
+    }
+    return status;
+}
+
+/* -- packed indices straight into the output tensor --------------------------------------
+ *
+ * The LSB-first `bits`-bit stream of ckptzip/packing.py (the inverse of ckz_pack), each
+ * index written as table[index] (size 2, 4 or 8 bytes) into out, CHUNK at a time through a
+ * cache-resident buffer. Returns the largest index seen, which the caller checks against
+ * its level count. */
+CKZ_API int32_t ckz_unpack_gather(const uint8_t *data, int64_t n, int32_t bits,
+                                  const void *table, int32_t size, void *out) {
+    uint8_t chunk[CHUNK];
+    uint8_t top = 0;
+    uint64_t acc = 0;
+    int32_t have = 0;
+    uint8_t mask = (uint8_t)((1u << bits) - 1u);
+    for (int64_t at = 0; at < n; at += CHUNK) {
+        int64_t k = n - at < CHUNK ? n - at : CHUNK;
+        if (8 % bits == 0 && have == 0) { /* whole indices per byte: k is a multiple here */
+            int32_t per = 8 / bits;
+            int64_t j = 0;
+            for (; j + per <= k; j += per) {
+                uint8_t byte = *data++;
+                for (int32_t l = 0; l < per; l++) chunk[j + l] = (byte >> (l * bits)) & mask;
+            }
+            if (j < k) { /* the last, partial byte */
+                uint8_t byte = *data++;
+                for (int32_t l = 0; j < k; j++, l++) chunk[j] = (byte >> (l * bits)) & mask;
+            }
+        } else {
+            for (int64_t j = 0; j < k; j++) {
+                while (have < bits) {
+                    acc |= (uint64_t)(*data++) << have;
+                    have += 8;
+                }
+                chunk[j] = (uint8_t)acc & mask;
+                acc >>= bits;
+                have -= bits;
+            }
+        }
+        for (int64_t j = 0; j < k; j++) top = chunk[j] > top ? chunk[j] : top;
+        put(chunk, k, table, size, out, at);
+    }
+    return top;
+}
