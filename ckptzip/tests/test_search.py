@@ -201,6 +201,51 @@ def test_infeasible_previous_steps_back_toward_precision() -> None:
         assert cfg.bins >= 4 and cfg.prune <= 0.5 and cfg.protect >= 0.0005
 
 
+def test_trials_quantize_on_the_encoding_threads_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # In the caller's thread each torch op of a trial ran on an OpenMP team: on a loaded
+    # machine 3x the time of a pool thread's one-core ops (benchmarks/throughput.py).
+    import threading
+
+    import ckptzip.search as search_module
+
+    model, opt, eval_fn = _task(4)
+    seen: list[tuple[str, int]] = []
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return quantize(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search_module, "quantize", recording)
+    bold = QuantConfig(bins=4, prune=0.5, protect=0.0005)
+    prev = SearchResult(
+        layer_configs={"linear": bold},
+        config=CompressionConfig(),
+        mode="eval",
+        strategy="full",
+        trials=0,
+        seconds=0.0,
+        baseline=None,
+        quality=None,
+        tolerance=0.05,
+        estimated_ratio=1.0,
+    )
+    # a failing neighbourhood ranks its steps back by weight error, then searches in full
+    result = search(model, eval_fn=eval_fn, tolerance=0.01, previous=prev, optimizer=opt)  # type: ignore[arg-type]
+    assert result.trials > 1 and seen
+    assert {name.split("_")[0] for name, _ in seen} == {"ckptzip-search"}
+    from ckptzip._parallel import _omp_set_num_threads
+
+    if _omp_set_num_threads() is not None:
+        assert {n for _, n in seen} == {1}
+    for path, pre in result.prequantized.items():
+        x = dict(model.named_parameters())[path.removeprefix("model/")].detach()
+        mine = quantize(x, pre.quantized.config)
+        assert np.array_equal(mine.indices, pre.quantized.indices)
+        assert np.array_equal(mine.levels, pre.quantized.levels)
+
+
 def test_nothing_feasible_keeps_weights_exact() -> None:
     model, _, _ = _task(5)
     x = torch.randn(64, 32)

@@ -17,12 +17,16 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import torch
 
-__all__ = ["default_threads", "encoding_pool"]
+__all__ = ["default_threads", "encoding_pool", "map_on_encoding_threads"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def default_threads() -> int:
@@ -53,3 +57,22 @@ def _one_openmp_thread() -> None:
 def encoding_pool(workers: int, name: str = "ckptzip-encode") -> ThreadPoolExecutor:
     """A pool of ``workers`` threads whose torch ops each run on one core."""
     return ThreadPoolExecutor(workers, thread_name_prefix=name, initializer=_one_openmp_thread)
+
+
+def map_on_encoding_threads(
+    fn: Callable[[_T], _R], items: Iterable[_T], workers: int | None = None
+) -> list[_R]:
+    """``[fn(x) for x in items]``, computed by a pool of ``workers`` encoding threads (default
+    one per core, at most 8), in order.
+
+    Even one item goes to a pool thread: there its torch ops run without an OpenMP team, which
+    on a loaded machine is what costs most (the search's trial quantizations, run in the
+    caller's thread on a loaded 2-core machine: 3x the CPU time and 3x the wall time of one
+    pool thread, ``benchmarks/throughput.py``).
+    """
+    todo = list(items)
+    if not todo:
+        return []
+    n = min(default_threads() if workers is None else workers, len(todo))
+    with encoding_pool(n, "ckptzip-search") as pool:
+        return list(pool.map(fn, todo))

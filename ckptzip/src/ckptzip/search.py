@@ -110,6 +110,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ckptzip._parallel import map_on_encoding_threads
 from ckptzip._types import QuantizedTensor
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.entropy import order0_entropy_bits
@@ -423,7 +424,12 @@ def _estimated_bytes(x: torch.Tensor, q: QuantizedTensor) -> float:
 
 
 class _Evaluator:
-    """Runs trials: quantize the searched tensors for a point, load them, measure quality."""
+    """Runs trials: quantize the searched tensors for a point, load them, measure quality.
+
+    The quantizing (and dequantizing) of a trial runs on the encoding threads, every tensor
+    it needs at once: their torch ops then run without an OpenMP team each, and tensors in
+    parallel (the kernels release the GIL). Caches are filled in the caller's thread only.
+    """
 
     def __init__(
         self,
@@ -450,8 +456,14 @@ class _Evaluator:
 
     def quantized(self, name: str, cfg: QuantConfig) -> QuantizedTensor:
         """``name`` quantized with ``cfg``: from the caches, or quantized now."""
-        q = self._accepted.get((name, cfg)) or self._recent.get(name, {}).get(cfg)
-        return q if q is not None else self._run_quantizer(name, cfg)
+        q = self._cached(name, cfg)
+        if q is None:
+            self._prepare([(name, cfg)], keep=False)
+            q = self._recent[name][cfg]
+        return q
+
+    def _cached(self, name: str, cfg: QuantConfig) -> QuantizedTensor | None:
+        return self._accepted.get((name, cfg)) or self._recent.get(name, {}).get(cfg)
 
     def accept(self, point: _Point) -> None:
         """Keep the quantized tensors of a feasible point (the last one is the search's)."""
@@ -460,63 +472,78 @@ class _Evaluator:
             for n, (k, _) in self.params.items()
         }
 
-    def _run_quantizer(self, name: str, cfg: QuantConfig) -> QuantizedTensor:
-        x = self.params[name][1].detach()
-        q = quantize(x, cfg, scores=self.scores.get(name))
-        self._stats[name, cfg] = (_estimated_bytes(x, q), float(q.rel_error))
-        recent = self._recent.setdefault(name, {})
-        while len(recent) >= 2:
-            recent.pop(next(iter(recent)))
-        recent[cfg] = q
-        return q
+    def _prepare(self, wanted: Iterable[tuple[str, QuantConfig]], *, keep: bool) -> None:
+        """Quantize every ``(name, config)`` in ``wanted`` whose statistics (``keep``: whose
+        dequantized tensor) are not cached yet, on the encoding threads, and cache them."""
+        jobs: dict[tuple[str, QuantConfig], QuantizedTensor | None] = {}
+        for name, cfg in wanted:
+            done = cfg in self._tensors.get(name, {}) if keep else (name, cfg) in self._stats
+            if not done and (name, cfg) not in jobs:
+                jobs[name, cfg] = self._cached(name, cfg)
 
-    def _quantize(self, name: str, cfg: QuantConfig, *, keep: bool) -> torch.Tensor | None:
-        per = self._tensors.setdefault(name, {})
-        hit = per.get(cfg)
-        if hit is not None or (not keep and (name, cfg) in self._stats):
-            return hit
-        x = self.params[name][1].detach()
-        q = self.quantized(name, cfg)
-        if not keep:
-            return None
-        out = dequantize(q, device=x.device).reshape(x.shape)
-        while len(per) >= 2:
-            per.pop(next(iter(per)))
-        per[cfg] = out
-        return out
+        def run(
+            job: tuple[tuple[str, QuantConfig], QuantizedTensor | None],
+        ) -> tuple[QuantizedTensor, tuple[float, float] | None, torch.Tensor | None]:
+            (name, cfg), q = job
+            x = self.params[name][1].detach()
+            stats = None
+            if q is None:
+                q = quantize(x, cfg, scores=self.scores.get(name))
+                stats = (_estimated_bytes(x, q), float(q.rel_error))
+            out = dequantize(q, device=x.device).reshape(x.shape) if keep else None
+            return q, stats, out
+
+        results = map_on_encoding_threads(run, jobs.items())
+        for (name, cfg), (q, stats, out) in zip(jobs, results, strict=True):
+            if stats is not None:
+                self._stats[name, cfg] = stats
+                recent = self._recent.setdefault(name, {})
+                while len(recent) >= 2:
+                    recent.pop(next(iter(recent)))
+                recent[cfg] = q
+            if out is not None:
+                per = self._tensors.setdefault(name, {})
+                while len(per) >= 2:
+                    per.pop(next(iter(per)))
+                per[cfg] = out
 
     def _stat(self, name: str, cfg: QuantConfig) -> tuple[float, float]:
-        self._quantize(name, cfg, keep=False)
+        self._prepare([(name, cfg)], keep=False)
         return self._stats[name, cfg]
+
+    def _point_items(self, point: _Point) -> list[tuple[str, QuantConfig]]:
+        return [(n, point.config(k)) for n, (k, _) in self.params.items()]
 
     def estimated_ratio(self, point: _Point | None) -> float:
         """Estimated ratio of the searched weights at ``point`` (no evaluation counted)."""
         exact = sum(p.numel() * p.element_size() for _, p in self.params.values())
         if point is None:
             return 1.0
-        est = sum(self._stat(n, point.config(k))[0] for n, (k, _) in self.params.items())
+        self._prepare(self._point_items(point), keep=False)
+        est = sum(self._stat(n, cfg)[0] for n, cfg in self._point_items(point))
         return exact / est if est > 0 else 1.0
 
-    def squared_error(self, point: _Point) -> float:
-        """``Σ ||ŵ − w||²`` over the searched weights at ``point`` (no evaluation counted)."""
+    def squared_errors(self, points: Sequence[_Point]) -> list[float]:
+        """``Σ ||ŵ − w||²`` over the searched weights at each point (no evaluation counted;
+        the quantizations they need run together)."""
         if not self._norms:
             for n, (_, p) in self.params.items():
                 self._norms[n] = float(torch.linalg.vector_norm(p.detach().float()))
-        return sum(
-            (self._stat(n, point.config(k))[1] * self._norms[n]) ** 2
-            for n, (k, _) in self.params.items()
-        )
+        self._prepare([item for pt in points for item in self._point_items(pt)], keep=False)
+        return [
+            sum((self._stat(n, cfg)[1] * self._norms[n]) ** 2 for n, cfg in self._point_items(pt))
+            for pt in points
+        ]
 
     def quality(self, point: _Point) -> float:
         """eval_fn with the point's weights loaded, or the largest relative error (data-free)."""
         self.trials += 1
+        items = self._point_items(point)
         if self.eval_fn is None:
-            return max(self._stat(n, point.config(k))[1] for n, (k, _) in self.params.items())
-        weights = {}
-        for n, (k, _) in self.params.items():
-            tensor = self._quantize(n, point.config(k), keep=True)
-            assert tensor is not None
-            weights[n] = tensor
+            self._prepare(items, keep=False)
+            return max(self._stat(n, cfg)[1] for n, cfg in items)
+        self._prepare(items, keep=True)
+        weights = {n: self._tensors[n][cfg] for n, cfg in items}
         return _evaluate_with(self.model, self.params, weights, self.eval_fn)
 
 
@@ -612,7 +639,8 @@ class _Walk:
         # evaluation): the step that removes the most error is the likeliest to be feasible.
         # When the best two fail, the others (leaving more error) rarely pass: go straight to
         # one step back everywhere instead of paying one evaluation per axis and type.
-        for point in sorted(backs, key=self.ev.squared_error)[:_SINGLE_STEPS_TRIED]:
+        errors = dict(zip(backs, self.ev.squared_errors(backs), strict=True))
+        for point in sorted(backs, key=errors.__getitem__)[:_SINGLE_STEPS_TRIED]:
             if self.feasible(point):
                 return point
         all_back = previous
@@ -778,6 +806,7 @@ def _probe_moments(
             optimizer_prefix=optimizer_prefix,
         )
         out: dict[int, dict[str, Any]] = {}
+        jobs: list[tuple[dict[str, Any], str, torch.Tensor, QuantConfig, torch.Tensor | None]] = []
         for p, own in optimizer.state.items():
             row = dict(own)
             for key, value in own.items():
@@ -786,9 +815,16 @@ def _probe_moments(
                 path = path_of[id(p)] + key
                 quant, _ = planner.quant_for(path, value)
                 if quant is not None:
-                    q = quantize(value.detach(), quant, scores=moment_scores.get(path))
-                    row[key] = dequantize(q, device=value.device).reshape(value.shape)
+                    jobs.append((row, key, value.detach(), quant, moment_scores.get(path)))
             out[id(p)] = row
+
+        def run(job: tuple[Any, str, torch.Tensor, QuantConfig, torch.Tensor | None]) -> Any:
+            _, _, value, quant, score = job
+            q = quantize(value, quant, scores=score)
+            return dequantize(q, device=value.device).reshape(value.shape)
+
+        for (row, key, *_), value in zip(jobs, map_on_encoding_threads(run, jobs), strict=True):
+            row[key] = value
         return out
 
     live = _Isolated(model, optimizer)
