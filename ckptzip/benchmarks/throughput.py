@@ -8,18 +8,24 @@ interleaved, best of ``--repeat``, in one temp directory:
   ckptzip with its default threads and with 1 and 2;
 * a ``CheckpointManager`` delta save (object given, parent in the manager's cache) and the
   restore of the last step of a full chain (``keyframe_every`` files) by a fresh manager;
-* a manager save with the configuration search (model, optimizer and a held-out ``eval_fn``);
+* a manager save with the configuration search (model, optimizer and a held-out ``eval_fn``),
+  the first (full search) and the better of the next two (neighbourhood), split into the
+  ``eval_fn`` calls, the rest of the search (quantizing the trials, swapping them in) and
+  the write (encoding and publishing the file);
 * the per-core rate of the tensor path alone (one thread): quantize + pack + entropy coding
   of every float tensor, and decoding them back, in GB/s of fp32 input.
 
-``python benchmarks/throughput.py`` (``--quick``: a 5M-parameter model); prints a table and
-writes ``benchmarks/results/throughput.json`` (``--json``).
+Every time comes with the process's CPU time during that call (all threads), so a run on a
+loaded machine shows whether a second thread got a second core. ``python
+benchmarks/throughput.py`` (``--quick``: a 5M-parameter model); prints a table and writes
+``benchmarks/results/throughput.json`` (``--json``), with the load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -105,16 +111,29 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
-    """Best wall time of each function over ``repeat`` rounds, one call of each per round."""
+def cpu_time() -> float:
+    """CPU seconds of this process so far, every thread."""
+    return time.process_time()
+
+
+def interleaved(
+    fns: dict[str, Callable[[], Any]], repeat: int, cpu: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Best wall time of each function over ``repeat`` rounds, one call of each per round
+    (``cpu``: filled with the CPU seconds of each best call)."""
     best = dict.fromkeys(fns, math.inf)
     for _ in range(repeat):
         for name, fn in fns.items():
-            best[name] = min(best[name], timed(fn))
+            c0 = cpu_time()
+            t = timed(fn)
+            if t < best[name]:
+                best[name] = t
+                if cpu is not None:
+                    cpu[name] = cpu_time() - c0
     return best
 
 
-def save_load(run: Run, d: Path, repeat: int) -> dict[str, Any]:
+def save_load(run: Run, d: Path, repeat: int, cpu: dict[str, float]) -> dict[str, Any]:
     state = run.state()
     pt, ckz = d / "s.pt", d / "s.ckz"
     saves = interleaved(
@@ -125,14 +144,18 @@ def save_load(run: Run, d: Path, repeat: int) -> dict[str, Any]:
             "ckptzip.save threads=2": lambda: ckptzip.save(state, ckz, overwrite=True, threads=2),
         },
         repeat,
+        cpu,
     )
     ratio = pt.stat().st_size / ckz.stat().st_size
     loads = interleaved(
         {
             "torch.load": lambda: torch.load(pt, weights_only=True),
             "ckptzip.load": lambda: ckptzip.load(ckz),
+            "ckptzip.load threads=1": lambda: ckptzip.load(ckz, threads=1),
+            "ckptzip.load threads=2": lambda: ckptzip.load(ckz, threads=2),
         },
         repeat,
+        cpu,
     )
     return {**saves, **loads, "ratio": ratio, "bytes_in": pt.stat().st_size}
 
@@ -164,15 +187,45 @@ def manager_times(run: Run, d: Path, repeat: int, keyframe_every: int) -> dict[s
     return out
 
 
-def search_save(run: Run, d: Path) -> dict[str, Any]:
-    """Manager saves with the search: the first (full search) and the next (neighbourhood)."""
+def search_save(run: Run, d: Path, cpu: dict[str, float]) -> dict[str, Any]:
+    """Manager saves with the search: the first (full search) and the better of the next two
+    (neighbourhood), each split into ``eval_fn`` calls, the rest of the search and the write."""
+    calls: list[float] = []
+
+    def eval_fn(model: nn.Module) -> float:
+        t0 = time.perf_counter()
+        try:
+            return run.eval_fn(model)
+        finally:
+            calls.append(time.perf_counter() - t0)
+
+    out: dict[str, Any] = {}
     with CheckpointManager(
-        d / "search", model=run.model, optimizer=run.opt, eval_fn=run.eval_fn, window=None
+        d / "search", model=run.model, optimizer=run.opt, eval_fn=eval_fn, window=None
     ) as mgr:
-        first = timed(lambda: mgr.save(1))
-        run.step()
-        second = timed(lambda: mgr.save(2))
-    return {"manager save + search (first)": first, "manager save + search (next)": second}
+        for step, name in enumerate(("first", "next", "next"), start=1):
+            calls.clear()
+            c0 = cpu_time()
+            t0 = time.perf_counter()
+            report = mgr.save(step)
+            wall = time.perf_counter() - t0
+            key = f"manager save + search ({name})"
+            run.step()
+            if wall >= out.get(key, math.inf):
+                continue
+            assert report is not None and report.search is not None
+            out[key] = wall
+            cpu[key] = cpu_time() - c0
+            out[f"search split ({name})"] = {
+                "trials": report.search.trials,
+                "strategy": report.search.strategy,
+                "eval_fn calls": len(calls),
+                "eval_fn s": sum(calls),
+                "rest of search s": report.search.seconds - sum(calls),
+                "write s": wall - report.search.seconds,
+                "ratio": report.ratio,
+            }
+    return out
 
 
 def tensor_rates(run: Run, repeat: int) -> dict[str, Any]:
@@ -243,23 +296,35 @@ def main() -> None:
     for _ in range(3):
         run.step()
     d = Path(tempfile.mkdtemp(prefix="ckptzip-throughput-"))
+    cpu: dict[str, float] = {}
     try:
-        res: dict[str, Any] = {"params": run.params, "kernels": _kernels()}
+        res: dict[str, Any] = {
+            "params": run.params,
+            "kernels": _kernels(),
+            "load average before": os.getloadavg()[0],
+        }
         if args.rates_only:
             res.update(tensor_rates(run, args.repeat))
             print({k: round(v, 4) for k, v in res.items() if "GB/s" in k})
             write_json(args.json, res)
             return
-        res.update(save_load(run, d, args.repeat))
+        res.update(save_load(run, d, args.repeat, cpu))
         res.update(tensor_rates(run, args.repeat))
         res.update(manager_times(run, d, args.repeat, args.keyframe_every))
         if not args.no_search:
-            res.update(search_save(run, d))
+            res.update(search_save(run, d, cpu))
     finally:
         shutil.rmtree(d, ignore_errors=True)
+    res["load average after"] = os.getloadavg()[0]
+    res["cpu s"] = cpu
     ts, tl = res["torch.save"], res["torch.load"]
     rows = [
-        {"what": k, "s": v, "x": v / (tl if "load" in k or "restore" in k else ts)}
+        {
+            "what": k,
+            "s": v,
+            "x": v / (tl if "load" in k or "restore" in k else ts),
+            "cpu": cpu.get(k),
+        }
         for k, v in res.items()
         if k.startswith(("ckptzip", "manager", "restore", "torch"))
     ]
@@ -267,8 +332,35 @@ def main() -> None:
         f"{res['params'] / 1e6:.1f}M parameters + AdamW, {res['bytes_in'] / 1e6:.0f} MB, "
         f"kernels={res['kernels']}, ratio {res['ratio']:.2f}x (delta {res['delta ratio']:.2f}x)",
         rows,
-        [("what", "what", ""), ("s", "seconds", ".3f"), ("x", "x torch", ".2f")],
+        [
+            ("what", "what", ""),
+            ("s", "seconds", ".3f"),
+            ("x", "x torch", ".2f"),
+            ("cpu", "cpu s", ".3f"),
+        ],
     )
+    splits = [{"save": k, **v} for k, v in res.items() if k.startswith("search split")]
+    if splits:
+        print_table(
+            "manager saves with the search, split",
+            [
+                {**r, "eval x": r["eval_fn s"] / ts, "rest x": r["rest of search s"] / ts}
+                for r in splits
+            ],
+            [
+                ("save", "save", ""),
+                ("strategy", "strategy", ""),
+                ("trials", "trials", "d"),
+                ("eval_fn calls", "eval_fn calls", "d"),
+                ("eval_fn s", "eval_fn s", ".3f"),
+                ("eval x", "x torch.save", ".2f"),
+                ("rest of search s", "rest of search s", ".3f"),
+                ("rest x", "x torch.save", ".2f"),
+                ("write s", "write s", ".3f"),
+            ],
+        )
+    before, after = res["load average before"], res["load average after"]
+    print(f"load average {before:.1f} before, {after:.1f} after")
     print(
         f"\nper core: quantize + encode {res['quantize+encode GB/s per core']:.3f} GB/s, "
         f"decode + dequantize {res['decode+dequantize GB/s per core']:.3f} GB/s"

@@ -164,6 +164,66 @@ def test_parallel_encoding_writes_the_same_file(tmp_path: Path) -> None:
     assert one.sha256 == four.sha256 and one.bytes_in == four.bytes_in
     with pytest.raises(ckptzip.ConfigError, match="threads=0"):
         ckptzip.save(state, tmp_path / "zero.ckz", threads=0)
+    # and loads the same, on as many decoding threads as asked
+    seen: set[str] = set()
+    real = ckptzip.api._decode_entry
+
+    def decode_entry(*args: Any, **kwargs: Any) -> Any:
+        seen.add(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ckptzip.api, "_decode_entry", decode_entry)
+        for threads in (1, 2):
+            seen.clear()
+            back = ckptzip.load(tmp_path / "one.ckz", threads=threads)
+            assert back.keys() == state.keys() and torch.equal(back["step"], state["step"])
+            assert len(seen) <= threads and all(n.startswith("ckptzip-decode") for n in seen)
+            for key in state:
+                assert torch.equal(back[key], ckptzip.load(tmp_path / "four.ckz")[key])
+    with pytest.raises(ckptzip.ConfigError, match="threads=0"):
+        ckptzip.load(tmp_path / "one.ckz", threads=0)
+
+
+def test_encoding_threads_start_the_largest_tensors_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In state order the largest tensors (an output head and its two moments, last in a
+    # model's and optimizer's state) ran alone at the end while the other threads idled.
+    import ckptzip
+
+    started: list[int] = []
+    real = api.get_codec
+
+    def get_codec(codec_id: str) -> Any:
+        codec = real(codec_id)
+
+        class Recording:
+            id = codec.id
+
+            def encode(self, x: torch.Tensor, ctx: Any) -> Any:
+                started.append(x.numel())
+                return codec.encode(x, ctx)
+
+        return Recording()
+
+    monkeypatch.setattr(api, "get_codec", get_codec)
+    sizes = [500, 70_000, 3, 2_000, 40_000, 900]
+    state = {f"t{i}": torch.randn(n) for i, n in enumerate(sizes)}
+    progress: list[int] = []
+    report = ckptzip.save(
+        state,
+        tmp_path / "a.ckz",
+        config=CONFIG,
+        threads=1,
+        progress=lambda d, t: progress.append(d),
+    )
+    assert started == sorted(sizes, reverse=True)  # one thread: started in the order submitted
+    assert progress == [4 * sum(sizes[: i + 1]) for i in range(len(sizes))]  # file order
+    assert [e.path for e in report.entries] == list(state)
+    monkeypatch.undo()
+    assert report.sha256 == ckptzip.save(state, tmp_path / "b.ckz", config=CONFIG).sha256
+    assert ckptzip.verify(tmp_path / "a.ckz") is not None
 
 
 @pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread nice is Linux/BSD")

@@ -218,6 +218,16 @@ def test_trials_quantize_on_the_encoding_threads_with_the_same_result(
         return quantize(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(search_module, "quantize", recording)
+    import ckptzip.plan as plan_module
+
+    counted: list[str] = []
+    real_zeros = plan_module.zero_fraction
+
+    def zero_fraction(x: torch.Tensor) -> float:  # the moments' pass, by moment_configs
+        counted.append(threading.current_thread().name)
+        return real_zeros(x)
+
+    monkeypatch.setattr(plan_module, "zero_fraction", zero_fraction)
     bold = QuantConfig(bins=4, prune=0.5, protect=0.0005)
     prev = SearchResult(
         layer_configs={"linear": bold},
@@ -235,6 +245,7 @@ def test_trials_quantize_on_the_encoding_threads_with_the_same_result(
     result = search(model, eval_fn=eval_fn, tolerance=0.01, previous=prev, optimizer=opt)  # type: ignore[arg-type]
     assert result.trials > 1 and seen
     assert {name.split("_")[0] for name, _ in seen} == {"ckptzip-search"}
+    assert counted and {name.split("_")[0] for name in counted} == {"ckptzip-search"}
     from ckptzip._parallel import _omp_set_num_threads
 
     if _omp_set_num_threads() is not None:

@@ -17,8 +17,9 @@ import posixpath
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO, TypeAlias
+from typing import IO, Any, BinaryIO, TypeAlias, TypeVar
 
 import torch
 
@@ -36,7 +37,7 @@ from ckptzip.codecs.base import (
     get_codec,
 )
 from ckptzip.config import CompressionConfig, QuantConfig
-from ckptzip.container import Manifest, Reader, TensorEntry, chunk_refs, write
+from ckptzip.container import Manifest, Reader, TensorEntry, chunk_digest, chunk_refs, write
 from ckptzip.errors import (
     CheckpointNotFoundError,
     CkptzipError,
@@ -311,6 +312,24 @@ def _threads(threads: int | None, n: int) -> int:
     return 0 if n < 2 else min(threads, n)
 
 
+_R = TypeVar("_R")
+
+
+def _largest_first(
+    pool: ThreadPoolExecutor, fn: Callable[[int], _R], sizes: Sequence[int]
+) -> Iterator[_R]:
+    """``map(fn, range(len(sizes)))`` on ``pool``, the largest items started first, results in
+    index order: the long tensors do not end up alone at the tail while other threads idle."""
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    futures: dict[int, Future[_R]] = {i: pool.submit(fn, i) for i in order}
+    try:
+        for i in range(len(sizes)):
+            yield futures[i].result()
+    finally:
+        for f in futures.values():
+            f.cancel()
+
+
 def _json_safe(meta: Any, where: str) -> None:
     try:
         json.dumps(meta, allow_nan=False)
@@ -366,7 +385,7 @@ def save(
         not modified since and ``scores`` gives it the scores the search used.
     threads:
         Tensors encoded in parallel by this many threads (default: one per core, at most
-        8; ``1``: in the calling thread). The file is the same whatever the number.
+        8; ``1``: one thread). The file is the same whatever the number.
 
     Returns
     -------
@@ -525,7 +544,7 @@ def encode(
         exact=dict.fromkeys(ndarray_entries(skeleton), "NumPy array"),
     )
 
-    def encode_one(i: int) -> Encoded:
+    def encode_one(i: int) -> tuple[Encoded, list[str]]:
         t, (p, x) = plan[i], leaves[i]
         score = None if scores is None or t.quant is None else scores.get(p)
         ctx = EncodeContext(
@@ -539,25 +558,31 @@ def encode(
         )
         enc = get_codec(t.codec).encode(x, ctx)
         _json_safe(enc.meta, p)
-        return enc
+        # hashed here, on the encoding thread (hashlib releases the GIL), not serially after
+        return enc, [chunk_digest(c) for c in enc.chunks]
 
     workers = _threads(threads, len(leaves))
     # Tensors are independent: quantizing (torch, NumPy) and zstd release the GIL, so threads
     # encode them in parallel.
     pool = encoding_pool(workers) if workers else None
     try:
-        results: Iterator[Encoded] = (
-            map(encode_one, range(len(leaves)))
-            if pool is None
-            else pool.map(encode_one, range(len(leaves)))
-        )
+        results: Iterator[tuple[Encoded, list[str]]]
+        bytes_in_job: Future[int] | None = None
+        if pool is None:
+            results = map(encode_one, range(len(leaves)))
+        else:
+            # What torch.save would write is measured on a pool thread while the tensors
+            # encode (pickling holds the GIL, the encoding mostly does not).
+            bytes_in_job = pool.submit(_torch_save_size, obj, leaves)
+            results = _largest_first(pool, encode_one, [x.numel() for _, x in leaves])
         total = sum(x.numel() * x.element_size() for _, x in leaves)
         done = 0
         entries: list[TensorEntry] = []
         chunks: list[bytes] = []
+        digests: list[str] = []
         quantized: dict[str, QuantizedTensor] = {}
         configs: list[QuantConfig | None] = []
-        for t, (p, x), enc in zip(plan, leaves, results, strict=True):
+        for t, (p, x), (enc, enc_digests) in zip(plan, leaves, results, strict=True):
             codec = get_codec(t.codec)
             if enc.quantized is not None:
                 quantized[p] = enc.quantized
@@ -576,19 +601,20 @@ def encode(
                 )
             )
             chunks.extend(enc.chunks)
+            digests.extend(enc_digests)
             done += x.numel() * x.element_size()
             if progress is not None:
                 progress(done, total)
         manifest = Manifest(
             skeleton=skeleton,
             tensors=tuple(entries),
-            chunks=chunk_refs(chunks),
+            chunks=chunk_refs(chunks, digests),
             parent=parent_ref,
             metadata=meta_out,
             created_by=f"ckptzip {ckptzip.__version__}",
         )
         t1 = time.perf_counter()
-        bytes_in = _torch_save_size(obj, leaves)
+        bytes_in = _torch_save_size(obj, leaves) if bytes_in_job is None else bytes_in_job.result()
         t_size = time.perf_counter() - t1  # ``Report.seconds`` leaves out the measurement
     finally:
         if pool is not None:
@@ -791,6 +817,7 @@ def _decode_file(
     cache: DecodedCache | None = None,
     max_bytes: int | None = None,
     values: bool = False,
+    threads: int | None = None,
 ) -> tuple[Manifest, dict[str, Decoded]]:
     """The file's manifest and decoded entries; ``values``: only their values on the CPU are
     wanted (see :attr:`DecodeContext.values`), which a cache never takes."""
@@ -798,7 +825,9 @@ def _decode_file(
         p = os.fspath(path)  # type: ignore[arg-type]
         top = chains.parse_link(_base_name(p), storage.read_bytes(p))
         links = [*_chain_above(p, top.manifest), top]
-        return decode_chain(links, progress=progress, cache=cache, max_bytes=max_bytes)
+        return decode_chain(
+            links, progress=progress, cache=cache, max_bytes=max_bytes, threads=threads
+        )
     with _opened(path) as reader:
         m = reader.manifest
         parent = None
@@ -810,7 +839,9 @@ def _decode_file(
                 )
             links = _chain_above(os.fspath(path), m)  # type: ignore[arg-type]
             parent = _parent_view(links, max_bytes=max_bytes)
-        return m, _decode_entries(reader, parent, progress, max_bytes, values=values)
+        return m, _decode_entries(
+            reader, parent, progress, max_bytes, values=values, threads=threads
+        )
 
 
 def _chain_above(path: str, manifest: Manifest) -> list[chains.Link]:
@@ -826,6 +857,7 @@ def _decode_entries(
     max_bytes: int | None,
     *,
     values: bool = False,
+    threads: int | None = None,
 ) -> dict[str, Decoded]:
     _check_sizes(reader, max_bytes)
     out: dict[str, Decoded] = {}
@@ -841,7 +873,7 @@ def _decode_entries(
 
     with (
         _memory_guard(lambda: f"{reader.name}: tensor {path!r}"),
-        _ordered_map(decode_one, entries) as results,
+        _ordered_map(decode_one, entries, threads) as results,
     ):
         for entry, decoded in zip(entries, results, strict=True):
             path = entry.path
@@ -867,10 +899,13 @@ def check_parent(links: Sequence[chains.Link], *, cache: DecodedCache | None = N
 
 
 @contextlib.contextmanager
-def _ordered_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Iterator[Any]]:
-    """``map(fn, items)``, computed by the encoding threads when there are several items
-    (the kernels release the GIL, so tensors decode in parallel); results come in order."""
-    workers = _threads(None, len(items))
+def _ordered_map(
+    fn: Callable[[Any], Any], items: Sequence[Any], threads: int | None = None
+) -> Iterator[Iterator[Any]]:
+    """``map(fn, items)``, computed by ``threads`` encoding threads (see :func:`_threads`)
+    when there are several items (the kernels release the GIL, so tensors decode in
+    parallel); results come in order."""
+    workers = _threads(threads, len(items))
     if not workers:
         yield map(fn, items)
         return
@@ -887,6 +922,7 @@ def decode_chain(
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
     max_bytes: int | None = None,
+    threads: int | None = None,
 ) -> tuple[Manifest, dict[str, Decoded]]:
     """Decode the last file of a chain (keyframe first) from the links' own bytes.
 
@@ -896,7 +932,7 @@ def decode_chain(
     top = links[-1]
     parent = _parent_view(links[:-1], cache, max_bytes) if len(links) > 1 else None
     reader = Reader(io.BytesIO(top.data), name=repr(top.name))
-    out = _decode_entries(reader, parent, progress, max_bytes)
+    out = _decode_entries(reader, parent, progress, max_bytes, threads=threads)
     if cache is not None:
         cache[top.sha256] = {p: d.value() for p, d in out.items()}
     return top.manifest, out
@@ -986,6 +1022,7 @@ def load(
     max_bytes: int | None = None,
     progress: Progress | None = None,
     cache: DecodedCache | None = None,
+    threads: int | None = None,
 ) -> Any:
     """Read a ``.ckz`` checkpoint back into the structure that was saved.
 
@@ -1019,6 +1056,9 @@ def load(
         Called as ``progress(done, total)`` in output bytes after each tensor.
     cache:
         A :data:`DecodedCache` for the parents of a delta (see :func:`read_quantized`).
+    threads:
+        Tensors decoded in parallel by this many threads (default: one per core, at most
+        8). The result is the same whatever the number.
 
     Raises
     ------
@@ -1044,9 +1084,9 @@ def load(
     # onto the CPU, lossy tensors decode straight into their output (no index array between)
     on_cpu = _placement(map_location)[0].type == "cpu"
     manifest, decoded = _decode_file(
-        path, progress=progress, cache=cache, max_bytes=max_bytes, values=on_cpu
+        path, progress=progress, cache=cache, max_bytes=max_bytes, values=on_cpu, threads=threads
     )
-    return _materialize(manifest, decoded, map_location)
+    return _materialize(manifest, decoded, map_location, threads)
 
 
 def load_chain(
@@ -1063,7 +1103,10 @@ def load_chain(
 
 
 def _materialize(
-    manifest: Manifest, decoded: Mapping[str, Decoded], map_location: MapLocation
+    manifest: Manifest,
+    decoded: Mapping[str, Decoded],
+    map_location: MapLocation,
+    threads: int | None = None,
 ) -> Any:
     device, relocate = _placement(map_location)
     arrays = ndarray_entries(manifest.skeleton)
@@ -1079,7 +1122,7 @@ def _materialize(
     # only quantized entries have work left (a gather); the threads' hand-offs would cost
     # more than the others' no-op or copy
     work = [item for item in items if item[1].tensor is None]
-    with _memory_guard(lambda: f"tensor {path!r}"), _ordered_map(one, work) as results:
+    with _memory_guard(lambda: f"tensor {path!r}"), _ordered_map(one, work, threads) as results:
         done = dict(zip((i for i, _ in work), results, strict=True))
         for (i, d), path in zip(items, decoded, strict=True):  # noqa: B007
             x = done[i] if i in done else one((i, d))

@@ -408,13 +408,25 @@ def write(f: Writable, manifest: Manifest, chunks: Sequence[bytes]) -> int:
     return total
 
 
-def chunk_refs(chunks: Sequence[bytes]) -> tuple[ChunkRef, ...]:
-    """Offsets, lengths and sha256 of chunks laid back to back."""
+def chunk_refs(
+    chunks: Sequence[bytes], digests: Sequence[str] | None = None
+) -> tuple[ChunkRef, ...]:
+    """Offsets, lengths and sha256 of chunks laid back to back (``digests``: their sha256
+    hex digests, when the caller computed them already, one per chunk)."""
+    if digests is None:
+        digests = [chunk_digest(c) for c in chunks]
+    if len(digests) != len(chunks):
+        raise ValueError(f"{len(digests)} digests for {len(chunks)} chunks")
     refs, offset = [], 0
-    for c in chunks:
-        refs.append(ChunkRef(offset, len(c), hashlib.sha256(c).hexdigest()))
+    for c, digest in zip(chunks, digests, strict=True):
+        refs.append(ChunkRef(offset, len(c), digest))
         offset += len(c)
     return tuple(refs)
+
+
+def chunk_digest(chunk: bytes) -> str:
+    """The sha256 (hex) a :class:`ChunkRef` records for ``chunk``."""
+    return hashlib.sha256(chunk).hexdigest()
 
 
 def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

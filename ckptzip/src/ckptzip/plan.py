@@ -31,6 +31,7 @@ from typing import Literal
 
 import torch
 
+from ckptzip._parallel import map_on_encoding_threads
 from ckptzip._types import QuantizedTensor
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import ConfigError
@@ -246,6 +247,7 @@ def moment_configs(
     """
     out: dict[str, QuantConfig | None] = {}
     index = state_indices(optimizer)
+    moments: list[tuple[str, Literal["first", "second"], QuantConfig, torch.Tensor]] = []
     for group in optimizer.param_groups:
         for p in group["params"]:
             weight = weight_config(p)
@@ -254,11 +256,13 @@ def moment_configs(
                     continue
                 path = f"{prefix}state/{index[id(p)]}/{key}"
                 kind = moment_kind(path)
-                out[path] = (
-                    None
-                    if weight is None or kind is None
-                    else policy.for_moment(kind, weight, zero_fraction(value))
-                )
+                out[path] = None
+                if weight is not None and kind is not None:
+                    moments.append((path, kind, weight, value))
+    # a pass over every moment: on the encoding threads, one core per op, moments in parallel
+    zeros = map_on_encoding_threads(zero_fraction, [value for *_, value in moments])
+    for (path, kind, weight, _), z in zip(moments, zeros, strict=True):
+        out[path] = policy.for_moment(kind, weight, z)
     return out
 
 
