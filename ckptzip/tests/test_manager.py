@@ -353,9 +353,9 @@ def test_chains_are_decoded_once_for_sequential_saves_and_loads(
     decoded: list[str] = []
     real = api._decode_entries
 
-    def counting(reader: Any, *args: Any) -> Any:
+    def counting(reader: Any, *args: Any, **kwargs: Any) -> Any:
         decoded.append(reader.name.strip("'"))
-        return real(reader, *args)
+        return real(reader, *args, **kwargs)
 
     monkeypatch.setattr(api, "_decode_entries", counting)
     mgr = CheckpointManager(tmp_path, keyframe_every=50, config=CONFIG)
