@@ -24,6 +24,7 @@ benchmarks/throughput.py`` (``--quick``: a 5M-parameter model); prints a table a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import shutil
@@ -43,8 +44,9 @@ from _report import RESULTS, print_table, write_json
 
 import ckptzip
 from ckptzip import CheckpointManager
+from ckptzip._parallel import encoding_pool
 from ckptzip.codecs.base import DecodeContext
-from ckptzip.codecs.quantized import decode_quantized, encode_quantized
+from ckptzip.codecs.quantized import QuantCodec, decode_quantized, encode_quantized
 from ckptzip.config import CompressionConfig
 from ckptzip.quantize import dequantize, quantize
 
@@ -229,36 +231,61 @@ def search_save(run: Run, d: Path, cpu: dict[str, float]) -> dict[str, Any]:
 
 
 def tensor_rates(run: Run, repeat: int) -> dict[str, Any]:
-    """GB/s of fp32 input through quantize + encode, and decode + dequantize, one thread
-    (each phase's best over ``repeat`` rounds)."""
+    """GB/s of fp32 input through the tensor path, best of ``repeat`` rounds.
+
+    One thread, each phase in turn: quantize, encode (pack + entropy coding), decode to
+    indices, dequantize, and decode straight into the tensor (what ``load`` does onto the
+    CPU), each rated by wall time and by the process's CPU time (on a machine shared with
+    other jobs a process gets a fraction of a core: CPU time is what a core does per byte).
+    Then encoding and decoding straight into the tensor on 1 and 2 threads (the tensors spread
+    over a pool), by wall time: how the path scales with threads.
+    """
     cfg = CompressionConfig()
     tensors = [t for t in _floats(run.state()) if t.numel() >= cfg.min_numel]
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    ctxs = [DecodeContext("x", t.shape, t.dtype, cfg.quant) for t in tensors]
+    into = [dataclasses.replace(c, values=True) for c in ctxs]
+    codec = QuantCodec()
+    qs = [quantize(t, cfg.quant) for t in tensors]
+    encoded = [encode_quantized(q, cfg.zstd_level) for q in qs]
+    decoded = [decode_quantized(m, c, ctx) for (m, c), ctx in zip(encoded, ctxs, strict=True)]
+    jobs: dict[str, Callable[[int], Any]] = {
+        "quantize": lambda i: quantize(tensors[i], cfg.quant),
+        "encode": lambda i: encode_quantized(qs[i], cfg.zstd_level),
+        "decode": lambda i: decode_quantized(*encoded[i], ctxs[i]),
+        "dequantize": lambda i: dequantize(decoded[i]),
+        "decode into the tensor": lambda i: codec.decode(*encoded[i], into[i]).materialize(),
+    }
+    wall = dict.fromkeys(jobs, math.inf)
+    cpu = dict.fromkeys(jobs, math.inf)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    best = dict.fromkeys(("quantize", "encode", "decode", "dequantize"), math.inf)
     try:
         for _ in range(repeat):
-            t0 = time.perf_counter()
-            qs = [quantize(t, cfg.quant) for t in tensors]
-            t1 = time.perf_counter()
-            encoded = [encode_quantized(q, cfg.zstd_level) for q in qs]
-            t2 = time.perf_counter()
-            decoded = [
-                decode_quantized(meta, chunks, DecodeContext("x", t.shape, t.dtype, cfg.quant))
-                for t, (meta, chunks) in zip(tensors, encoded, strict=True)
-            ]
-            t3 = time.perf_counter()
-            for q in decoded:
-                dequantize(q)
-            t4 = time.perf_counter()
-            for key, dt in zip(best, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
-                best[key] = min(best[key], dt)
+            for name, job in jobs.items():
+                t0, c0 = time.perf_counter(), time.process_time()
+                for i in range(len(tensors)):
+                    job(i)
+                wall[name] = min(wall[name], time.perf_counter() - t0)
+                cpu[name] = min(cpu[name], time.process_time() - c0)
+        scaling = {}
+        for workers in (1, 2):
+            with encoding_pool(workers) as pool:
+                for name in ("encode", "decode into the tensor"):
+                    key = f"{name} GB/s, {workers} thread{'s' * (workers > 1)}"
+                    fn = jobs[name]
+                    every = {key: lambda fn=fn: list(pool.map(fn, range(len(tensors))))}
+                    scaling[key] = interleaved(every, repeat)[key]
     finally:
         torch.set_num_threads(threads)
-    out = {f"{k} GB/s per core": nbytes / v / 1e9 for k, v in best.items()}
-    out["quantize+encode GB/s per core"] = nbytes / (best["quantize"] + best["encode"]) / 1e9
-    out["decode+dequantize GB/s per core"] = nbytes / (best["decode"] + best["dequantize"]) / 1e9
+    out = {f"{k} GB/s per core": nbytes / v / 1e9 for k, v in wall.items()}
+    out.update({f"{k} GB/s per core (CPU time)": nbytes / v / 1e9 for k, v in cpu.items()})
+    out.update({k: nbytes / v / 1e9 for k, v in scaling.items()})
+    for suffix, t in (("", wall), (" (CPU time)", cpu)):
+        out[f"quantize+encode GB/s per core{suffix}"] = nbytes / (t["quantize"] + t["encode"]) / 1e9
+        out[f"decode+dequantize GB/s per core{suffix}"] = (
+            nbytes / (t["decode"] + t["dequantize"]) / 1e9
+        )
     return out
 
 
@@ -365,6 +392,15 @@ def main() -> None:
         f"\nper core: quantize + encode {res['quantize+encode GB/s per core']:.3f} GB/s, "
         f"decode + dequantize {res['decode+dequantize GB/s per core']:.3f} GB/s"
     )
+    cpu = " GB/s per core (CPU time)"
+    into = res["decode into the tensor" + cpu]
+    print(
+        f"per core by CPU time: quantize {res['quantize' + cpu]:.3f}, encode "
+        f"{res['encode' + cpu]:.3f}, decode into the tensor {into:.3f} GB/s"
+    )
+    for name in ("encode", "decode into the tensor"):
+        one, two = res[f"{name} GB/s, 1 thread"], res[f"{name} GB/s, 2 threads"]
+        print(f"{name}: {one:.3f} GB/s on 1 thread, {two:.3f} on 2 ({two / one:.2f}x)")
     write_json(args.json, res)
 
 

@@ -226,6 +226,21 @@ def test_encoding_threads_start_the_largest_tensors_first(
     assert ckptzip.verify(tmp_path / "a.ckz") is not None
 
 
+def test_parallel_decoding_reads_the_same_tensors(tmp_path: Path) -> None:
+    import ckptzip
+
+    g = torch.Generator().manual_seed(4)
+    state = {f"layer{i}": torch.randn(70_000 + i, generator=g) for i in range(5)}
+    state["exact"] = torch.arange(10)
+    ckptzip.save(state, tmp_path / "s.ckz", config=CONFIG)
+    one = ckptzip.load(tmp_path / "s.ckz", threads=1)
+    for threads in (2, 5, None):
+        back = ckptzip.load(tmp_path / "s.ckz", threads=threads)
+        assert all(torch.equal(back[k], one[k]) for k in state)
+    with pytest.raises(ckptzip.ConfigError, match="threads=0"):
+        ckptzip.load(tmp_path / "s.ckz", threads=0)
+
+
 @pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread nice is Linux/BSD")
 def test_background_save_yields_the_cpu_to_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -107,3 +107,19 @@ def test_async_snapshot_of_cuda_tensors_is_a_pinned_host_copy(tmp_path: Path) ->
     w.zero_()
     mgr.close()
     assert torch.equal(mgr.load(1)["w"], after)
+
+
+def test_load_onto_cuda_gathers_the_cpu_values_on_the_device(tmp_path: Path) -> None:
+    # long index streams (ANS in lanes), packed ones and protected values: onto the device the
+    # indices are decoded on the host and the levels gathered there; the values are the CPU's
+    g = torch.Generator().manual_seed(5)
+    state = {
+        "w": torch.randn(300_000, generator=g) * 0.02,
+        "h": (torch.randn(100_000, generator=g) * 0.1).bfloat16(),
+        "v": torch.rand(70_000, generator=g) ** 4,
+    }
+    path = tmp_path / "c.ckz"
+    ckptzip.save(state, path)
+    on_cpu, on_gpu = ckptzip.load(path), ckptzip.load(path, map_location="cuda")
+    for name, t in on_gpu.items():
+        assert t.is_cuda and torch.equal(t.cpu(), on_cpu[name]), name

@@ -1083,6 +1083,7 @@ def load(
     del weights_only  # nothing to restrict: no pickle is ever read
     # onto the CPU, lossy tensors decode straight into their output (no index array between)
     on_cpu = _placement(map_location)[0].type == "cpu"
+    _threads(threads, 0)  # a bad value is refused before anything is read
     manifest, decoded = _decode_file(
         path, progress=progress, cache=cache, max_bytes=max_bytes, values=on_cpu, threads=threads
     )
