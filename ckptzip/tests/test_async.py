@@ -231,6 +231,7 @@ def test_parallel_decoding_reads_the_same_tensors(tmp_path: Path) -> None:
 
     g = torch.Generator().manual_seed(4)
     state = {f"layer{i}": torch.randn(70_000 + i, generator=g) for i in range(5)}
+    state["big"] = torch.randn(600_000, generator=g)  # three ANS blocks, decoded in parallel too
     state["exact"] = torch.arange(10)
     ckptzip.save(state, tmp_path / "s.ckz", config=CONFIG)
     one = ckptzip.load(tmp_path / "s.ckz", threads=1)

@@ -213,6 +213,10 @@ class DecodeContext:
         :class:`QuantizedTensor`: a lossy codec may then decode straight into the output
         tensor and return ``Decoded(tensor=...)`` (the same values :meth:`Decoded.materialize`
         would give), with every check it makes otherwise. Codecs may ignore it.
+    threads:
+        Threads the codec may use for this one tensor's independent parts (the blocks of an
+        ``"ans-lanes"`` stream); the reader gives more than 1 only to a tensor larger than a
+        thread's share of the file. Codecs may ignore it.
     """
 
     path: str
@@ -222,6 +226,7 @@ class DecodeContext:
     rel_error: float | None = None
     parent: ParentView | None = None
     values: bool = False
+    threads: int = 1
 
     @classmethod
     def of_encoded(
@@ -232,7 +237,12 @@ class DecodeContext:
 
     @classmethod
     def from_entry(
-        cls, entry: EntryFields, parent: ParentView | None = None, *, values: bool = False
+        cls,
+        entry: EntryFields,
+        parent: ParentView | None = None,
+        *,
+        values: bool = False,
+        threads: int = 1,
     ) -> DecodeContext:
         """The context of a manifest entry: the one place the pipeline's fields are parsed."""
         try:
@@ -247,6 +257,7 @@ class DecodeContext:
             rel_error=entry.rel_error,
             parent=parent,
             values=values,
+            threads=threads,
         )
 
 

@@ -315,7 +315,7 @@ def _decode_values(
         # the coder writes no symbol outside its alphabet: within the levels, every index is
         if not isinstance(alphabet, int) or not 1 <= alphabet <= n_levels:
             raise beyond
-        entropy.decode_ans_into(chunks[1], stage, table, out)
+        entropy.decode_ans_into(chunks[1], stage, table, out, threads=ctx.threads)
     else:
         width = bits if layout == "packed" else 8
         expected = packed_size(n, width)
