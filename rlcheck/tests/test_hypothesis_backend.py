@@ -416,9 +416,11 @@ def test_a_run_that_stepped_aside_saves_no_policy(
 
     def run() -> Any:
         # The same source every time: the same database key, as for _make_test.
+        # Inputs that rarely repeat: lists of integers repeated often enough (the empty
+        # list, [0]) that 4 in 20 of them did in some runs, and those guided.
         @settings(backend="rlcheck", max_examples=50, database=db, **QUIET)
-        @given(st.lists(st.integers()))
-        def easy(xs: list[int]) -> None:
+        @given(st.binary(min_size=8))
+        def easy(xs: bytes) -> None:
             pass
 
         with collect_stats() as collected:
