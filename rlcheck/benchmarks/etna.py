@@ -83,6 +83,8 @@ def _variant(name: str, base: str = "RLCheckProvider", **options: Any) -> None:
 # Registered at import, so worker processes have them too: the guidance's parts alone and
 # together, each fixing every option it measures.
 _variant("rlcheck-tail0", default_share=0.0, default_tail=0.0)
+# the fast variant before its patience became 1 (README: "rlcheck-fast")
+_variant("rlcheck-fast-p30", "FastRLCheckProvider", default_patience=30)
 _variant("rlcheck-mutate", default_share=0.0, default_tail=0.0, mutate_share=0.5)
 _variant(
     "rlcheck-mutate-boundary",

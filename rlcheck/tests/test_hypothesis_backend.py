@@ -116,6 +116,30 @@ def test_fast_backend_is_registered_and_keeps_the_whole_run(stats: BackendStats)
     assert full.valid <= 31  # the other half of "rlcheck"'s run was the default engine's
 
 
+def test_the_fast_backend_runs_fewer_cases_on_a_strict_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)  # as shipped
+    calls: dict[str, int] = {}
+
+    def strict(backend: str) -> None:
+        # About 1 in 100 of Hypothesis's own cases are valid: the probe finds its tail
+        # unaffordable, and both backends interleave Hypothesis's provider instead.
+        @seed(3)
+        @settings(backend=backend, max_examples=60, database=None, **QUIET)
+        @given(st.lists(st.integers(0, 30)))
+        def inner(xs: list[int]) -> None:
+            calls[backend] = calls.get(backend, 0) + 1
+            assume(len(xs) >= 3 and _strictly_increasing(xs))
+
+        inner()
+
+    strict("rlcheck-fast")
+    strict("rlcheck")
+    # patience 30 against 1: "rlcheck" spends up to 30 of the provider's cases per valid one
+    assert calls["rlcheck-fast"] < 0.75 * calls["rlcheck"], calls
+
+
 def test_bad_options_are_rejected() -> None:
     with pytest.raises(InvalidArgument, match="window='diagonal'"):
         RLCheckProvider(None, window="diagonal")  # type: ignore[arg-type]

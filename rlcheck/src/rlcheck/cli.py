@@ -264,8 +264,8 @@ def run_command(
     type=click.Choice(["rlcheck", "rlcheck-fast"]),
     default="rlcheck-fast",
     show_default=True,
-    help="The Hypothesis backend the tests run on (rlcheck-fast: no slow default-backend "
-    "tail on strict tests, so each run stays near its time slice).",
+    help="The Hypothesis backend the tests run on (rlcheck-fast: fewer cases on strict "
+    "tests, Hypothesis's provider one case at a time, so each run stays near its slice).",
 )
 @click.option(
     "--report",

@@ -16,8 +16,9 @@ Options (registered through rlcheck's ``pytest11`` entry point):
     backend found it).
 ``--rlcheck-fast``
     Like ``--rlcheck`` with ``backend="rlcheck-fast"``
-    (:class:`rlcheck.hypothesis.provider.FastRLCheckProvider`): no default-backend tail,
-    so a test whose valid rate is very low stays about as fast as on the learned policy alone.
+    (:class:`rlcheck.hypothesis.provider.FastRLCheckProvider`): Hypothesis's own provider
+    interleaved one case at a time instead of a default-backend half, so a test whose valid
+    rate is very low runs within about twice the cases of the learned policy alone.
 
 The table: per test, the generation phase's test cases, valid cases, valid cases per
 test case and, when the run stopped at ``max_examples``, the seconds it took to get
@@ -145,8 +146,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--rlcheck-fast",
         action="store_true",
         default=False,
-        help='like --rlcheck with backend="rlcheck-fast": no default-backend tail, bounded time '
-        "on very strict tests, somewhat fewer bugs found",
+        help='like --rlcheck with backend="rlcheck-fast": fewer cases on very strict tests '
+        "(Hypothesis's provider one case at a time, no default-backend half)",
     )
 
 
