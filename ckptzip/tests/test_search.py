@@ -228,6 +228,14 @@ def test_trials_quantize_on_the_encoding_threads_with_the_same_result(
         return real_zeros(x)
 
     monkeypatch.setattr(plan_module, "zero_fraction", zero_fraction)
+    estimated: list[object] = []
+    real_estimate = search_module._estimated_bytes
+
+    def estimate(x: torch.Tensor, q: object) -> float:
+        estimated.append(q)
+        return real_estimate(x, q)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search_module, "_estimated_bytes", estimate)
     bold = QuantConfig(bins=4, prune=0.5, protect=0.0005)
     prev = SearchResult(
         layer_configs={"linear": bold},
@@ -246,6 +254,8 @@ def test_trials_quantize_on_the_encoding_threads_with_the_same_result(
     assert result.trials > 1 and seen
     assert {name.split("_")[0] for name, _ in seen} == {"ckptzip-search"}
     assert counted and {name.split("_")[0] for name in counted} == {"ckptzip-search"}
+    # the size estimate (a pass over the indices) only for the chosen point, not every trial
+    assert len(estimated) == len(result.paths) < len(seen)
     from ckptzip._parallel import _omp_set_num_threads
 
     if _omp_set_num_threads() is not None:
