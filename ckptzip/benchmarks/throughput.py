@@ -316,6 +316,11 @@ def main() -> None:
     ap.add_argument(
         "--rates-only", action="store_true", help="only the one-thread tensor path (GB/s)"
     )
+    ap.add_argument(
+        "--search-only",
+        action="store_true",
+        help="only torch.save and the manager saves with the search (for a tree before/after)",
+    )
     ap.add_argument("--json", type=Path, default=RESULTS / "throughput.json")
     args = ap.parse_args()
     width, depth = (256, 4) if args.quick else (384, 8)
@@ -333,6 +338,16 @@ def main() -> None:
         if args.rates_only:
             res.update(tensor_rates(run, args.repeat))
             print({k: round(v, 4) for k, v in res.items() if "GB/s" in k})
+            write_json(args.json, res)
+            return
+        if args.search_only:
+            state = run.state()
+            fns = {"torch.save": lambda: torch.save(state, d / "s.pt")}
+            res.update(interleaved(fns, args.repeat, cpu))
+            res.update(search_save(run, d, cpu))
+            res["load average after"] = os.getloadavg()[0]
+            res["cpu s"] = cpu
+            print({k: v for k, v in res.items() if "search" in k})
             write_json(args.json, res)
             return
         res.update(save_load(run, d, args.repeat, cpu))
