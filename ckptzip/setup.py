@@ -26,7 +26,11 @@ setup(
     ext_modules=[
         Extension(
             "ckptzip.kernels._native",
-            ["src/ckptzip/kernels/_native.c", "src/ckptzip/kernels/_entropy.c"],
+            [
+                "src/ckptzip/kernels/_native.c",
+                "src/ckptzip/kernels/_entropy.c",
+                "src/ckptzip/kernels/_delta.c",
+            ],
             optional=True,
         )
     ],

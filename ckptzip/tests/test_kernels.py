@@ -225,6 +225,78 @@ def test_delta_by_parent_bin_matches(bins: int, n: int, rearrange: bool, seed: i
     assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange), now)
 
 
+def _runs_stream(seed: int, n: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """A symbol stream in ``groups`` contexts: runs of one symbol (often 0) between others."""
+    rng = np.random.default_rng(seed)
+    p = rng.random() ** 3
+    run = int(rng.choice([0, 0, 1, 15]))
+    sym = np.where(rng.random(n) < p, rng.integers(0, 16, n), run).astype(np.uint8)
+    cuts = np.sort(rng.integers(0, n + 1, groups - 1))
+    return sym, np.concatenate([[0], cuts, [n]]).astype(np.int64)
+
+
+@needs_fast
+@given(st.integers(0, 2**32 - 1), st.integers(0, 3000), st.integers(1, 20))
+@settings(max_examples=150, deadline=None)
+def test_run_length_split_matches(seed: int, n: int, groups: int) -> None:
+    assert fast is not None
+    sym, bounds = _runs_stream(seed, n, groups)
+    parts_ref, parts_fast = ref.rle_split(sym, bounds), fast.rle_split(sym, bounds)
+    for a, b in zip(parts_ref, parts_fast, strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    tokens, values, others, base, extra, bits = parts_fast
+    for k in (ref, fast):
+        assert np.array_equal(k.rle_join(tokens, values, extra, bits, bounds, others, base), sym)
+    assert np.array_equal(ref.bin_counts(sym), fast.bin_counts(sym))
+
+
+@needs_fast
+def test_run_length_split_matches_on_long_runs() -> None:
+    assert fast is not None
+    sym = np.zeros(3_000_000, np.uint8)
+    sym[[5, 70_000, 2_999_999]] = 3  # runs 5, 69 994, 929 999 | 1 999 999, 0: length classes
+    bounds = np.array([0, 1_000_000, 3_000_000], np.int64)
+    parts = fast.rle_split(sym, bounds)
+    for a, b in zip(ref.rle_split(sym, bounds), parts, strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    tokens, values, others, base, extra, bits = parts
+    long = [11 + r.bit_length() for r in (69_994, 929_999, 1_999_999)]
+    assert tokens.tolist() == [5, *long, 0] and bits == sum(t - 12 for t in long)
+    for k in (ref, fast):
+        assert np.array_equal(k.rle_join(tokens, values, extra, bits, bounds, others, base), sym)
+
+
+@needs_fast
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+@pytest.mark.parametrize(
+    "damage",
+    ["token", "base", "others", "short bits", "extra bits", "value is the base", "lost value"],
+)
+def test_run_length_parts_that_do_not_fit_are_refused_alike(impl: str, damage: str) -> None:
+    k = ref if impl == "reference" else fast
+    assert k is not None
+    sym, bounds = _runs_stream(4, 5000, 3)
+    sym[100:200] = 0  # one run of 100: a length class with extra bits
+    tokens, values, others, base, extra, bits = ref.rle_split(sym, bounds)
+    tokens, values, others, base = tokens.copy(), values.copy(), others.copy(), base.copy()
+    if damage == "token":
+        tokens[0] = 250  # a run of 2**243
+    elif damage == "base":
+        base = base[:-1]
+    elif damage == "others":
+        others[0] += 1
+    elif damage == "short bits":
+        bits -= 1
+    elif damage == "extra bits":
+        bits += 1
+    elif damage == "value is the base":
+        values[0] = base[0]
+    else:
+        values = values[:-1]
+    with pytest.raises(CorruptCheckpointError, match="inconsistent"):
+        k.rle_join(tokens, values, extra, bits, bounds, others, base)
+
+
 # -- ANS: word for word constriction's ----------------------------------------------------------
 
 

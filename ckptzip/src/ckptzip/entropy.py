@@ -60,6 +60,24 @@ length ``n`` as one chunk, by
   :data:`ANS_LANES_MIN` symbols. Decoding checks the word counts against the payload before
   allocating anything, and that every coder ends empty.
 
+* ``"rle+ans"``: run lengths coded by ANS, for streams of long runs (the delta codec's
+  differences, where most weights keep their bin). Per context (segment) its *base*, the
+  symbol it holds most often (the smallest on a tie; 0 for an empty segment), and per symbol
+  other than the base the length ``r`` of the run of base symbols before it, then the length
+  of the run after the last one (a segment with ``k`` other symbols has ``k + 1`` runs; an
+  empty segment none). A run ``r < 16`` is the token ``r``; a longer one the token
+  ``11 + bitlen(r)`` (17 .. 73) followed by the ``bitlen(r) - 1`` bits of ``r`` below its
+  leading one, appended LSB first to one bit stream (stream bit ``b`` is bit ``b mod 8`` of
+  byte ``⌊b/8⌋``, the last byte zero-padded). Chunk: the tokens as an ``ans`` stream (one
+  context per segment, the run counts as its segment sizes), then the other symbols as an
+  ``ans`` stream (one context per segment, ``k`` symbols each), then the bit stream. Meta:
+  ``base`` and ``others`` (one integer per segment), ``runs`` / ``values`` (the two ``ans``
+  metas), ``runs_bytes`` / ``values_bytes`` (their lengths in the chunk) and
+  ``extra_bits``. Decoding checks every count against the segment sizes, that the runs and
+  symbols of each segment fill it exactly, that no other symbol equals its base and that
+  the bit stream is used exactly. Coding cost is per run, not per symbol
+  (:func:`ckptzip.kernels.rle_split` / :func:`~ckptzip.kernels.rle_join`).
+
 The raw LZMA2 filter options (``dict_size`` 2^20, ``lc`` 3, ``lp`` 0, ``pb`` 0) are part of the
 format. Every decoded size is bounded by ``n`` before decompressing.
 
@@ -609,6 +627,78 @@ def decode_ans_into(
         table=table, out=out, threads=threads,
     )  # fmt: skip
 
+# -- run lengths coded by ANS (the delta codec's back end for sparse differences) ----------
+
+
+def _rle_ans_parts(others: Sequence[int], sizes: np.ndarray) -> tuple[list[int], list[int]]:
+    """The ANS segments of the run tokens (``others + 1`` per non-empty context) and of the
+    symbols other than the base (``others``), context by context."""
+    runs = [k + 1 if size else 0 for k, size in zip(others, sizes.tolist(), strict=True)]
+    return runs, list(others)
+
+
+def _rle_ans_encode(
+    symbols: np.ndarray, level: int, segments: _Segments
+) -> tuple[list[bytes], dict[str, Any]]:
+    bounds = _bounds(segments, symbols.size)
+    tokens, values, others, base, extra, extra_bits = kernels.rle_split(symbols, bounds)
+    runs_seg, values_seg = _rle_ans_parts(others.tolist(), np.diff(bounds))
+    (runs,), runs_meta = _ans_encode(tokens, level, runs_seg)
+    (vals,), values_meta = _ans_encode(values, level, values_seg)
+    meta = {
+        "base": base.tolist(),
+        "others": others.tolist(),
+        "runs": runs_meta,
+        "runs_bytes": len(runs),
+        "values": values_meta,
+        "values_bytes": len(vals),
+        "extra_bits": extra_bits,
+    }
+    return [runs + vals + extra.tobytes()], meta
+
+
+def _rle_ans_decode(
+    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
+) -> np.ndarray:
+    data = _one_chunk(chunks)
+    bounds = _bounds(segments, n)
+    sizes = np.diff(bounds)
+    others = meta.get("others")
+    if (
+        not isinstance(others, list)
+        or len(others) != sizes.size
+        or not all(
+            type(k) is int and 0 <= k <= size
+            for k, size in zip(others, sizes.tolist(), strict=True)
+        )
+    ):
+        raise CorruptCheckpointError("rle+ans payload: symbol counts do not fit the stream")
+    base = meta.get("base")
+    if (
+        not isinstance(base, list)
+        or len(base) != sizes.size
+        or not all(type(b) is int and 0 <= b < 256 for b in base)
+    ):
+        raise CorruptCheckpointError("rle+ans payload: base symbols do not fit the stream")
+    runs_bytes = _bounded(meta, "runs_bytes", len(data))
+    values_bytes = _bounded(meta, "values_bytes", len(data) - runs_bytes)
+    extra_bits = _bounded(meta, "extra_bits", 8 * (len(data) - runs_bytes - values_bytes))
+    runs_meta, values_meta = meta.get("runs"), meta.get("values")
+    if not isinstance(runs_meta, dict) or not isinstance(values_meta, dict):
+        raise CorruptCheckpointError("rle+ans payload lacks its runs or values metadata")
+    extra = np.frombuffer(data, np.uint8, offset=runs_bytes + values_bytes)
+    if extra.size != (extra_bits + 7) // 8:
+        raise CorruptCheckpointError(
+            f"rle+ans payload holds {extra.size} bytes of run bits, not {(extra_bits + 7) // 8}"
+        )
+    runs_seg, values_seg = _rle_ans_parts(others, sizes)
+    tokens = _ans_decode([data[:runs_bytes]], runs_meta, sum(runs_seg), runs_seg)
+    end = runs_bytes + values_bytes
+    values = _ans_decode([data[runs_bytes:end]], values_meta, sum(values_seg), values_seg)
+    return kernels.rle_join(
+        tokens, values, extra, extra_bits, bounds, np.asarray(others), np.asarray(base, np.uint8)
+    )
+
 
 SYMBOL_METHODS: dict[str, _Method] = {
     "zstd": _raw_method(compress, decompress),
@@ -618,6 +708,7 @@ SYMBOL_METHODS: dict[str, _Method] = {
     "rle+lzma": _rle_method(_lzma_compress, _lzma_decompress),
     "ans": _Method(_ans_encode, _ans_decode),
     "ans-lanes": _Method(_ans_lanes_encode, _ans_lanes_decode),
+    "rle+ans": _Method(_rle_ans_encode, _rle_ans_decode),
 }
 """Symbol back ends by id; a payload records the id it was written with."""
 
@@ -676,7 +767,7 @@ def estimate_symbols(symbols: np.ndarray, method: str, level: int = 3) -> float 
     True
     """
     flat = np.asarray(symbols, dtype=np.uint8).reshape(-1)
-    if method in ("ans", "ans-lanes") or flat.size < _ESTIMATE_MIN:
+    if method in ("ans", "ans-lanes", "rle+ans") or flat.size < _ESTIMATE_MIN:
         return None
     step = flat.size // _ESTIMATE_SLICES
     sample = np.concatenate(

@@ -65,6 +65,18 @@ The functions (flat 1-D inputs throughout):
     ``table[symbol]`` straight into the tensor ``out`` (2, 4 or 8 bytes an element) and
     returns ``None``. ``threads`` code or decode contiguous ranges of blocks in parallel (the
     compiled kernels release the GIL; the reference runs on one).
+``rle_split(symbols, bounds) -> (tokens, values, others, base, extra, extra_bits)``,
+``rle_join(tokens, values, extra, extra_bits, bounds, others, base) -> symbols``
+    The run-length form of the ``"rle+ans"`` back end of :mod:`ckptzip.entropy` (C in
+    ``_delta.c``): per context its base (most frequent symbol, the smallest on a tie), the
+    length of the run of base symbols before each other symbol and after the last
+    (``others[c] + 1`` runs; none for an empty context), a run below 16 its own token, a
+    longer one the token ``11 + bitlen(r)`` and the ``bitlen(r) - 1`` bits of ``r`` under its
+    leading one LSB first in ``extra``; the other symbols in order. ``rle_join`` raises
+    :class:`~ckptzip.errors.CorruptCheckpointError` on parts that do not fit.
+``bin_counts(prev) -> counts``
+    ``np.bincount(prev, minlength=256)`` of uint8 indices (int64): the group sizes of a
+    rearranged delta stream.
 
 >>> import torch
 >>> codes, counts = sketch_codes(torch.tensor([-2.0, 0.0, 3.0]), torch.tensor([1.0, 2.5]), 2)
@@ -88,6 +100,7 @@ __all__ = [
     "ans_lanes_decode",
     "ans_lanes_encode",
     "assign_codes",
+    "bin_counts",
     "blocks",
     "bucket_extremes",
     "delta_decode",
@@ -100,6 +113,8 @@ __all__ = [
     "pack",
     "positions",
     "reference",
+    "rle_join",
+    "rle_split",
     "sketch_codes",
     "squared_error",
     "unpack",
@@ -144,3 +159,6 @@ ans_decode = _active.ans_decode
 ans_counts = _active.ans_counts
 ans_lanes_encode = _active.ans_lanes_encode
 ans_lanes_decode = _active.ans_lanes_decode
+rle_split = _active.rle_split
+rle_join = _active.rle_join
+bin_counts = _active.bin_counts

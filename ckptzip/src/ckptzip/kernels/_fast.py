@@ -19,7 +19,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 2
+_ABI_VERSION = 3
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -349,3 +349,59 @@ def unpack_gather(raw: np.ndarray, bits: int, table: torch.Tensor, out: torch.Te
     r = _contig(raw, np.uint8)
     tab = _table256(table)
     return int(_unpack_gather(_ptr(r), out.numel(), bits, _ptr(tab), out.element_size(), _ptr(out)))
+
+_rle_split = _fn("ckz_rle_split", _I64, _P, _P, _I32, _P, _P, _P, _P, _P, _P, _P)
+_rle_join = _fn("ckz_rle_join", _I32, _P, _I64, _P, _I64, _P, _I64, _P, _I32, _P, _P, _P)
+_bin_counts = _fn("ckz_bin_counts", None, _P, _I64, _P)
+
+
+def rle_split(
+    symbols: np.ndarray, bounds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    s = _contig(symbols, np.uint8)
+    b = _contig(bounds, np.int64)
+    groups = b.size - 1
+    tokens = np.empty(s.size + groups, dtype=np.uint8)
+    values = np.empty(s.size, dtype=np.uint8)
+    nonzero = np.empty(groups, dtype=np.int64)
+    base = np.empty(groups, dtype=np.uint8)
+    extra = np.zeros(s.size // 32 + 16, dtype=np.uint8)
+    counts = np.zeros(2, dtype=np.int64)  # values, extra bits
+    nt = _rle_split(
+        _ptr(s), _ptr(b), groups, _ptr(tokens), _ptr(values), _ptr(nonzero), _ptr(base),
+        _ptr(extra), _ptr(counts), _ptr(counts[1:]),
+    )  # fmt: skip
+    bits = int(counts[1])
+    return (
+        tokens[:nt].copy(), values[: counts[0]].copy(), nonzero, base,
+        extra[: (bits + 7) // 8].copy(), bits,
+    )  # fmt: skip
+
+
+def rle_join(
+    tokens: np.ndarray,
+    values: np.ndarray,
+    extra: np.ndarray,
+    extra_bits: int,
+    bounds: np.ndarray,
+    nonzero: np.ndarray,
+    base: np.ndarray,
+) -> np.ndarray:
+    t, v, e = _contig(tokens, np.uint8), _contig(values, np.uint8), _contig(extra, np.uint8)
+    b, nz, bs = _contig(bounds, np.int64), _contig(nonzero, np.int64), _contig(base, np.uint8)
+    if extra_bits > 8 * e.size or nz.size != b.size - 1 or bs.size != nz.size:
+        raise CorruptCheckpointError("rle+ans payload is inconsistent with its metadata")
+    out = np.empty(int(b[-1]), dtype=np.uint8)
+    if _rle_join(
+        _ptr(t), t.size, _ptr(v), v.size, _ptr(e), extra_bits, _ptr(b), nz.size, _ptr(nz),
+        _ptr(bs), _ptr(out),
+    ):  # fmt: skip
+        raise CorruptCheckpointError("rle+ans payload is inconsistent with its metadata")
+    return out
+
+
+def bin_counts(prev: np.ndarray) -> np.ndarray:
+    p = _contig(prev, np.uint8)
+    out = np.empty(256, dtype=np.int64)
+    _bin_counts(_ptr(p), p.size, _ptr(out))
+    return out

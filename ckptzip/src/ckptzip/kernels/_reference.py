@@ -493,3 +493,91 @@ def ans_lanes_decode(
         return symbols
     out.copy_(gather(table, symbols))
     return None
+
+# -- run-length split of a rearranged delta stream (the "rle+ans" back end) -----------------
+
+_RLE_DIRECT = 16  # runs below this are their own token; longer ones a length class + bits
+_RLE_DIRECT_BITS = 5  # bit length of _RLE_DIRECT
+
+
+def _bit_length(r: np.ndarray) -> np.ndarray:
+    # frexp is exact for integers below 2**53: r = m * 2**e with 0.5 <= m < 1
+    return np.frexp(r.astype(np.float64))[1].astype(np.int64)
+
+
+def rle_split(
+    symbols: np.ndarray, bounds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    values, nonzero, runs = [], [], []
+    base = np.zeros(bounds.size - 1, dtype=np.uint8)
+    for g in range(bounds.size - 1):
+        part = symbols[int(bounds[g]) : int(bounds[g + 1])]
+        if part.size == 0:
+            nonzero.append(0)
+            continue
+        base[g] = np.argmax(np.bincount(part))  # the first of equal counts: the smallest
+        nz = np.flatnonzero(part != base[g])
+        runs.append(np.diff(nz, prepend=-1, append=part.size) - 1)
+        values.append(part[nz])
+        nonzero.append(nz.size)
+    r = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+    big = r >= _RLE_DIRECT
+    width = np.where(big, _bit_length(r) - 1, 0)
+    tok = np.where(big, width + 1 + _RLE_DIRECT - _RLE_DIRECT_BITS, r).astype(np.uint8)
+    w = width[big]
+    starts = np.cumsum(w) - w
+    k = np.arange(int(w.sum())) - np.repeat(starts, w)
+    bits = ((np.repeat(r[big], w) >> k) & 1).astype(np.uint8)
+    extra = np.packbits(bits, bitorder="little")
+    vals = np.concatenate(values) if values else np.zeros(0, np.uint8)
+    counts = np.asarray(nonzero, np.int64)
+    return tok, vals.astype(np.uint8), counts, base, extra, int(bits.size)
+
+
+def rle_join(
+    tokens: np.ndarray,
+    values: np.ndarray,
+    extra: np.ndarray,
+    extra_bits: int,
+    bounds: np.ndarray,
+    nonzero: np.ndarray,
+    base: np.ndarray,
+) -> np.ndarray:
+    sizes = np.diff(bounds)
+    bad = CorruptCheckpointError("rle+ans payload is inconsistent with its metadata")
+    if (nonzero < 0).any() or (nonzero > sizes).any():
+        raise bad
+    if int((nonzero + 1)[sizes > 0].sum()) != tokens.size or int(nonzero.sum()) != values.size:
+        raise bad
+    if base.size != sizes.size or extra_bits > 8 * extra.size:
+        raise bad
+    if (values == np.repeat(base, nonzero)).any():
+        raise bad
+    tok = tokens.astype(np.int64)
+    big = tok >= _RLE_DIRECT
+    width = tok[big] - _RLE_DIRECT + _RLE_DIRECT_BITS - 1
+    if (width > 61).any() or int(width.sum()) != extra_bits:
+        raise bad
+    bits = np.unpackbits(extra, count=extra_bits, bitorder="little").astype(np.int64)
+    starts = np.cumsum(width) - width
+    k = np.arange(extra_bits) - np.repeat(starts, width)
+    low = np.add.reduceat(bits << k, starts) if width.size else np.zeros(0, np.int64)
+    runs = tok.copy()
+    runs[big] = low | (np.int64(1) << width)
+    out = np.repeat(base.astype(np.uint8), sizes)
+    t = v = 0
+    for g in range(sizes.size):
+        if sizes[g] == 0:
+            continue
+        nz = int(nonzero[g])
+        r = runs[t : t + nz + 1]
+        if int(r.sum()) + nz != sizes[g]:
+            raise bad
+        at = int(bounds[g]) + np.cumsum(r[:-1] + 1) - 1
+        out[at] = values[v : v + nz]
+        t, v = t + nz + 1, v + nz
+    return out
+
+
+def bin_counts(prev: np.ndarray) -> np.ndarray:
+    return np.bincount(prev, minlength=256).astype(np.int64)

@@ -5,8 +5,12 @@
 ``v1_parent.ckz`` is a full checkpoint, ``v1_child.ckz`` a delta against it (its manifest
 names the parent by file name and sha256). Never regenerate a released version's files:
 every later ckptzip must decode the child exactly as ``expected_v1.json`` records
-(``tests/test_delta.py``). The inputs are built from integer arithmetic only (the generators
-of ``tests/golden/make_golden.py``), so they are the same on any platform and torch release.
+(``tests/test_delta.py``). A symbol back end added within a format version gets its own pair,
+named by a tag: ``python tests/golden/delta/make_delta_golden.py rle_ans`` wrote
+``rle_ans_parent.ckz``, ``rle_ans_child.ckz`` and ``expected_rle_ans.json`` (the first files
+whose deltas use ``"rle+ans"``; ``methods`` records each delta entry's back end). The inputs
+are built from integer arithmetic only (the generators of ``tests/golden/make_golden.py``), so
+they are the same on any platform and torch release.
 """
 
 from __future__ import annotations
@@ -31,15 +35,19 @@ make_golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_golden)
 
 
-def objects() -> tuple[dict[str, Any], dict[str, Any]]:
-    """A parent state and a child state a few "training steps" later."""
+def objects(sparse: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A parent state and a child state a few "training steps" later (``sparse``: ``w`` ten
+    times larger and only every 40th of its weights moves, so most differences are runs)."""
     heavy, ramp = make_golden.heavy, make_golden.ramp
-    w = heavy(6000, torch.float32).reshape(60, 100)
+    rows = 600 if sparse else 60
+    w = heavy(rows * 100, torch.float32).reshape(rows, 100)
     b16 = heavy(3000, torch.bfloat16)
     parent = {"model": {"w": w, "b16": b16, "bias": ramp(16, torch.float32)}, "step": 1}
     # Small moves (multiples of 2**-16 from integer arithmetic), so most weights keep their
     # bin; one tensor changes shape between the two, so it is stored in full in the child.
-    nudge = ramp(6000, torch.float64).reshape(60, 100).div(2**16)
+    nudge = ramp(rows * 100, torch.float64).reshape(rows, 100).div(2**16)
+    if sparse:
+        nudge = nudge.mul(64).mul((torch.arange(rows * 100) % 40 == 0).reshape(rows, 100))
     child = {
         "model": {
             "w": (w.to(torch.float64) + nudge).to(torch.float32),
@@ -70,8 +78,9 @@ def main() -> None:
     from ckptzip.api import read_manifest
     from ckptzip.structure import flatten
 
-    parent_obj, child_obj = objects()
-    names = {"parent": f"v{VERSION}_parent.ckz", "child": f"v{VERSION}_child.ckz"}
+    tag = sys.argv[1] if len(sys.argv) > 1 else f"v{VERSION}"
+    parent_obj, child_obj = objects(sparse=len(sys.argv) > 1)
+    names = {"parent": f"{tag}_parent.ckz", "child": f"{tag}_child.ckz"}
     paths = {k: os.path.join(HERE, v) for k, v in names.items()}
     for path in paths.values():
         if os.path.exists(path):
@@ -87,7 +96,13 @@ def main() -> None:
         },
         "decoded_sha256": {p: sha256_tensor(t) for p, t in leaves},
     }
-    with open(os.path.join(HERE, f"expected_v{VERSION}.json"), "w") as f:
+    if len(sys.argv) > 1:
+        expected["methods"] = {
+            e.path: e.meta["delta"]["method"]
+            for e in read_manifest(paths["child"]).tensors
+            if e.meta.get("mode") == "delta"
+        }
+    with open(os.path.join(HERE, f"expected_{tag}.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
         f.write("\n")
 

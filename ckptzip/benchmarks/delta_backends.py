@@ -1,0 +1,144 @@
+"""Benchmark: the delta codec's symbol back ends on the deltas a ``CheckpointManager`` writes.
+
+For ``gru`` and ``lm`` (``_workloads``: 5 checkpoints 20 steps apart) and the transformer of
+``throughput.py --quick`` (4 consecutive training steps) a ``CheckpointManager`` saves a
+delta chain; every delta-coded tensor's parent and child indices are read back from the
+files (``read_quantized``) and its rearranged differences coded by each back end:
+``ans`` (one context per parent bin), ``rle+ans``, ``rle+lzma``, and the two choices, the
+smaller of ``ans`` and ``rle+lzma`` (the delta codec before ``rle+ans``) and the smaller of
+``ans`` and ``rle+ans`` (now). Bytes are payloads; times are the one-thread encode and decode
+of the differences (``bindiff.encode_delta`` / ``decode_delta``), summed over the tensors.
+
+Run ``python benchmarks/delta_backends.py`` (about 3 minutes on one core); writes
+``benchmarks/results/delta_backends.json``. Sizes are deterministic; times are not.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _workloads
+from _report import RESULTS, print_table, write_json
+from throughput import Run
+
+from ckptzip import CheckpointManager
+from ckptzip._types import QuantizedTensor
+from ckptzip.api import read_manifest, read_quantized
+from ckptzip.bindiff import decode_delta, encode_delta
+
+METHODS = ("ans", "rle+ans", "rle+lzma")
+CHOICES = {"old choice (ans | rle+lzma)": ("ans", "rle+lzma"), "now (ans | rle+ans)": METHODS[:2]}
+
+
+def _states(name: str) -> Iterator[dict[str, Any]]:
+    if name == "throughput":
+        run = Run(8192, 256, 4)  # throughput.py --quick
+        for _ in range(3):
+            run.step()
+        for _ in range(4):
+            yield run.state()
+            run.step()
+        return
+    w = _workloads.make(name, 0)
+    for i, (_, state) in enumerate(_workloads.train(w, 100, every=20)):
+        yield state
+        if i == 4:
+            return
+
+
+def _pairs(name: str, d: Path) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """(parent indices, child indices, bins) of every delta-coded tensor of the chain."""
+    with CheckpointManager(d, keyframe_every=10) as mgr:
+        for step, state in enumerate(_states(name)):
+            mgr.save(step, state)
+        files = [mgr.path(step) for step in mgr.steps()]
+    out = []
+    cache: dict[str, Any] = {}
+    tables = [read_quantized(f, cache=cache) for f in files]
+    for f, parent, child in zip(files[1:], tables, tables[1:], strict=False):
+        for e in read_manifest(f).tensors:
+            p, c = parent.get(e.path), child.get(e.path)
+            if e.meta.get("mode") == "delta" and isinstance(p, QuantizedTensor):
+                assert isinstance(c, QuantizedTensor)
+                bins = max(len(p.levels), len(c.levels))
+                out.append((p.indices.reshape(-1), c.indices.reshape(-1), bins))
+    return out
+
+
+def measure(name: str) -> dict[str, Any]:
+    d = Path(tempfile.mkdtemp(prefix="ckptzip-delta-backends-"))
+    try:
+        pairs = _pairs(name, d / "chain")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    size = dict.fromkeys(METHODS, 0)
+    enc = dict.fromkeys(METHODS, 0.0)
+    dec = dict.fromkeys(METHODS, 0.0)
+    chosen = dict.fromkeys(CHOICES, 0)
+    for prev, now, bins in pairs:
+        got = {}
+        for m in METHODS:
+            t0 = time.perf_counter()
+            payload = encode_delta(prev, now, bins, method=m)
+            t1 = time.perf_counter()
+            back = decode_delta(payload.meta, payload.chunks, prev)
+            t2 = time.perf_counter()
+            assert np.array_equal(back, now)
+            got[m] = payload.nbytes
+            size[m] += payload.nbytes
+            enc[m] += t1 - t0
+            dec[m] += t2 - t1
+        for label, methods in CHOICES.items():
+            chosen[label] += min(got[m] for m in methods)
+    return {
+        "tensors": len(pairs),
+        "symbols": int(sum(p.size for p, _, _ in pairs)),
+        "bytes": {**size, **chosen},
+        "encode_s": enc,
+        "decode_s": dec,
+    }
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    out: dict[str, Any] = {}
+    for name in ("gru", "lm", "throughput"):
+        r = out[name] = measure(name)
+        base = r["bytes"]["old choice (ans | rle+lzma)"]
+        rows = [
+            {
+                "what": k,
+                "kib": v / 1024,
+                "rel": v / base,
+                "enc": r["encode_s"].get(k),
+                "dec": r["decode_s"].get(k),
+            }
+            for k, v in r["bytes"].items()
+        ]
+        print_table(
+            f"{name}: {r['tensors']} delta tensors, {r['symbols'] / 1e6:.1f}M symbols",
+            rows,
+            [
+                ("what", "back end", ""),
+                ("kib", "KiB", ".1f"),
+                ("rel", "x old choice", ".4f"),
+                ("enc", "encode s", ".3f"),
+                ("dec", "decode s", ".3f"),
+            ],
+        )
+    write_json(RESULTS / "delta_backends.json", out)
+
+
+if __name__ == "__main__":
+    main()

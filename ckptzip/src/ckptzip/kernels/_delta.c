@@ -1,0 +1,135 @@
+/* ckptzip's compiled kernels, delta part: the run-length split of rearranged bin
+ * differences (the "rle+ans" symbol back end of ckptzip.entropy) and its inverse, each the
+ * exact twin of a reference in ckptzip/kernels/_reference.py.
+ *
+ * Linked into the same library as _native.c (one extension, one ABI version: CKZ_ABI_VERSION
+ * there); plain C99 over caller-owned buffers, called through ctypes, which releases the GIL.
+ *
+ * The form, per group (a contiguous part of the symbol stream: the differences of the
+ * weights that were in one parent bin) and its base symbol (the group's most frequent
+ * symbol, the smallest on a tie; 0 for an empty group): for each symbol other than the base,
+ * the length r of the run of base symbols before it, and after the group's last such symbol
+ * the length of the final run (so a non-empty group has others + 1 runs, an empty one none). A run r is the token r when
+ * r < 16, else the token 16 + (bitlen(r) - 5) followed by the bitlen(r) - 1 bits of r below
+ * its leading one, appended LSB first to one bit stream shared by the whole stream.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#if defined(_WIN32)
+#define CKZ_API __declspec(dllexport)
+#else
+#define CKZ_API __attribute__((visibility("default")))
+#endif
+
+#define RLE_DIRECT 16
+#define RLE_DIRECT_BITS 5 /* bitlen(RLE_DIRECT) */
+
+static inline int bitlen64(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
+
+static inline void put_bits(uint8_t *out, int64_t *pos, uint64_t v, int w) {
+    /* out is zeroed by the caller; bits LSB first */
+    int64_t p = *pos;
+    for (int k = 0; k < w; k++, p++)
+        if ((v >> k) & 1) out[p >> 3] |= (uint8_t)(1u << (p & 7));
+    *pos = p;
+}
+
+static inline uint8_t run_token(uint64_t r, uint8_t *extra, int64_t *pos) {
+    if (r < RLE_DIRECT) return (uint8_t)r;
+    int b = bitlen64(r);
+    put_bits(extra, pos, r, b - 1);
+    return (uint8_t)(RLE_DIRECT + b - RLE_DIRECT_BITS);
+}
+
+/* Split sym (groups contexts at bounds) into tokens, the other values and extra bits.
+ * base[g] receives the group's base symbol, nonzero[g] its count of other symbols. extra must hold n / 32 + 16 zeroed bytes
+ * (sum of bitlen(r) - 1 over runs r >= 16 is at most n / 4). Returns the token count and
+ * writes the value count and the extra bit count. */
+CKZ_API int64_t ckz_rle_split(const uint8_t *sym, const int64_t *bounds, int32_t groups,
+                              uint8_t *tokens, uint8_t *values, int64_t *nonzero,
+                              uint8_t *base, uint8_t *extra, int64_t *n_values,
+                              int64_t *extra_bits) {
+    int64_t nt = 0, nv = 0, pos = 0;
+    for (int32_t g = 0; g < groups; g++) {
+        int64_t lo = bounds[g], hi = bounds[g + 1], last = lo, before = nv;
+        base[g] = 0;
+        nonzero[g] = 0;
+        if (hi <= lo) continue;
+        int64_t hist[256];
+        memset(hist, 0, sizeof hist);
+        for (int64_t i = lo; i < hi; i++) hist[sym[i]]++;
+        uint8_t b0 = 0;
+        for (int v = 1; v < 256; v++)
+            if (hist[v] > hist[b0]) b0 = (uint8_t)v;
+        base[g] = b0;
+        for (int64_t i = lo; i < hi; i++) {
+            uint8_t s = sym[i];
+            if (s == b0) continue;
+            tokens[nt++] = run_token((uint64_t)(i - last), extra, &pos);
+            values[nv++] = s;
+            last = i + 1;
+        }
+        tokens[nt++] = run_token((uint64_t)(hi - last), extra, &pos);
+        nonzero[g] = nv - before;
+    }
+    *n_values = nv;
+    *extra_bits = pos;
+    return nt;
+}
+
+/* The inverse: fills out[0:bounds[groups]] from the tokens (nonzero[g] + 1 per non-empty
+ * group), the values, the bases and the extra bits. Returns 0, or 1 when the parts are
+ * inconsistent (a token out of range, runs that do not fill a group exactly, bits or values
+ * left over or missing, a value equal to its group's base). */
+CKZ_API int32_t ckz_rle_join(const uint8_t *tokens, int64_t n_tokens, const uint8_t *values,
+                             int64_t n_values, const uint8_t *extra, int64_t extra_bits,
+                             const int64_t *bounds, int32_t groups, const int64_t *nonzero,
+                             const uint8_t *base, uint8_t *out) {
+    int64_t t = 0, v = 0, pos = 0;
+    for (int32_t g = 0; g < groups; g++) {
+        int64_t lo = bounds[g], hi = bounds[g + 1], at = lo;
+        if (hi <= lo) {
+            if (nonzero[g]) return 1;
+            continue;
+        }
+        if (nonzero[g] < 0 || nonzero[g] > hi - lo) return 1;
+        for (int64_t j = 0; j <= nonzero[g]; j++) {
+            if (t >= n_tokens) return 1;
+            uint8_t k = tokens[t++];
+            uint64_t r = k;
+            if (k >= RLE_DIRECT) {
+                int b = k - RLE_DIRECT + RLE_DIRECT_BITS; /* bitlen(r), 5..63 */
+                if (b > 62 || pos + (b - 1) > extra_bits) return 1;
+                r = 0;
+                for (int q = 0; q < b - 1; q++, pos++)
+                    r |= (uint64_t)((extra[pos >> 3] >> (pos & 7)) & 1) << q;
+                r |= (uint64_t)1 << (b - 1);
+            }
+            if (r > (uint64_t)(hi - at)) return 1;
+            memset(out + at, base[g], (size_t)r);
+            at += (int64_t)r;
+            if (j < nonzero[g]) {
+                if (at >= hi || v >= n_values || values[v] == base[g]) return 1;
+                out[at++] = values[v++];
+            }
+        }
+        if (at != hi) return 1;
+    }
+    return (t == n_tokens && v == n_values && pos == extra_bits) ? 0 : 1;
+}
+
+/* groups[b] = #{i : prev[i] == b} for b < 256 (the rearranged stream's group sizes). */
+CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups) {
+    int64_t c[4][256];
+    memset(c, 0, sizeof c);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) { /* four tables: no store-to-load stall on equal bytes */
+        c[0][prev[i]]++;
+        c[1][prev[i + 1]]++;
+        c[2][prev[i + 2]]++;
+        c[3][prev[i + 3]]++;
+    }
+    for (; i < n; i++) c[0][prev[i]]++;
+    for (int b = 0; b < 256; b++) groups[b] = c[0][b] + c[1][b] + c[2][b] + c[3][b];
+}
