@@ -6,8 +6,12 @@ delta chain; every delta-coded tensor's parent and child indices are read back f
 files (``read_quantized``) and its rearranged differences coded by each back end:
 ``ans`` (one context per parent bin), ``rle+ans``, ``rle+lzma``, and the two choices, the
 smaller of ``ans`` and ``rle+lzma`` (the delta codec before ``rle+ans``) and the smaller of
-``ans`` and ``rle+ans`` (now). Bytes are payloads; times are the one-thread encode and decode
-of the differences (``bindiff.encode_delta`` / ``decode_delta``), summed over the tensors.
+``ans`` and ``rle+ans`` (now), and what ``bindiff.encode_smallest`` writes (``ans`` coded
+only where its size from the counts is within 1 % of ``rle+ans``). Bytes are payloads; times
+are the one-thread encode and decode of the differences (``bindiff.encode_delta`` /
+``decode_delta``), summed over the tensors. Also the smallest ratio of a tensor's full index
+encoding to its indices' order-0 entropy (the delta codec skips that comparison below
+``codecs.delta.FULL_TRIAL``).
 
 Run ``python benchmarks/delta_backends.py`` (about 3 minutes on one core); writes
 ``benchmarks/results/delta_backends.json``. Sizes are deterministic; times are not.
@@ -15,6 +19,7 @@ Run ``python benchmarks/delta_backends.py`` (about 3 minutes on one core); write
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import tempfile
@@ -35,9 +40,12 @@ from throughput import Run
 from ckptzip import CheckpointManager
 from ckptzip._types import QuantizedTensor
 from ckptzip.api import read_manifest, read_quantized
-from ckptzip.bindiff import decode_delta, encode_delta
+from ckptzip.bindiff import decode_delta, encode_delta, encode_smallest
+from ckptzip.codecs.quantized import encode_indices
+from ckptzip.entropy import order0_entropy_bits
 
 METHODS = ("ans", "rle+ans", "rle+lzma")
+CODEC = "encode_smallest (ans by its size estimate)"
 CHOICES = {"old choice (ans | rle+lzma)": ("ans", "rle+lzma"), "now (ans | rle+ans)": METHODS[:2]}
 
 
@@ -57,8 +65,8 @@ def _states(name: str) -> Iterator[dict[str, Any]]:
             return
 
 
-def _pairs(name: str, d: Path) -> list[tuple[np.ndarray, np.ndarray, int]]:
-    """(parent indices, child indices, bins) of every delta-coded tensor of the chain."""
+def _pairs(name: str, d: Path) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
+    """(parent indices, child indices, bins, the child's levels) of every delta-coded tensor."""
     with CheckpointManager(d, keyframe_every=10) as mgr:
         for step, state in enumerate(_states(name)):
             mgr.save(step, state)
@@ -72,7 +80,7 @@ def _pairs(name: str, d: Path) -> list[tuple[np.ndarray, np.ndarray, int]]:
             if e.meta.get("mode") == "delta" and isinstance(p, QuantizedTensor):
                 assert isinstance(c, QuantizedTensor)
                 bins = max(len(p.levels), len(c.levels))
-                out.append((p.indices.reshape(-1), c.indices.reshape(-1), bins))
+                out.append((p.indices.reshape(-1), c.indices.reshape(-1), bins, len(c.levels)))
     return out
 
 
@@ -83,10 +91,15 @@ def measure(name: str) -> dict[str, Any]:
     finally:
         shutil.rmtree(d, ignore_errors=True)
     size = dict.fromkeys(METHODS, 0)
-    enc = dict.fromkeys(METHODS, 0.0)
+    enc = dict.fromkeys([*METHODS, CODEC], 0.0)
     dec = dict.fromkeys(METHODS, 0.0)
-    chosen = dict.fromkeys(CHOICES, 0)
-    for prev, now, bins in pairs:
+    chosen = dict.fromkeys([*CHOICES, CODEC], 0)
+    full_ratio, delta_ratio = [], []
+    for prev, now, bins, levels in pairs:
+        # the full index encoding the codec compares against, over the order-0 entropy
+        entropy = order0_entropy_bits(now) / 8
+        full = len(encode_indices(now, levels, 3)[0])
+        full_ratio.append(full / entropy if entropy else math.inf)
         got = {}
         for m in METHODS:
             t0 = time.perf_counter()
@@ -101,12 +114,22 @@ def measure(name: str) -> dict[str, Any]:
             dec[m] += t2 - t1
         for label, methods in CHOICES.items():
             chosen[label] += min(got[m] for m in methods)
+        delta_ratio.append(min(got["ans"], got["rle+ans"]) / entropy if entropy else math.inf)
+        t0 = time.perf_counter()
+        chosen[CODEC] += encode_smallest(prev, now, bins).nbytes
+        enc[CODEC] += time.perf_counter() - t0
     return {
         "tensors": len(pairs),
-        "symbols": int(sum(p.size for p, _, _ in pairs)),
+        "symbols": int(sum(p[0].size for p in pairs)),
         "bytes": {**size, **chosen},
         "encode_s": enc,
         "decode_s": dec,
+        "full / entropy, min": min(full_ratio),
+        "delta / entropy, max": max(delta_ratio),
+        "delta / entropy where not smaller than full, min": min(
+            (d for d, f in zip(delta_ratio, full_ratio, strict=True) if d * 1.0 >= f),
+            default=None,
+        ),
     }
 
 
@@ -136,6 +159,10 @@ def main() -> None:
                 ("enc", "encode s", ".3f"),
                 ("dec", "decode s", ".3f"),
             ],
+        )
+        print(
+            f"full index encoding / order-0 entropy: min {r['full / entropy, min']:.3f}; "
+            f"delta / entropy: max {r['delta / entropy, max']:.3f}"
         )
     write_json(RESULTS / "delta_backends.json", out)
 

@@ -366,6 +366,31 @@ def test_codec_stores_small_changes_as_a_delta() -> None:
     assert sum(map(len, delta.chunks)) * 3 < sum(map(len, full.chunks))
 
 
+def test_a_delta_far_below_the_indices_entropy_is_kept_without_a_full_trial(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the comparison with the full encoding costs a second coding of every tensor; a delta a
+    # fraction of its indices' entropy cannot lose it (FULL_TRIAL)
+    import ckptzip.codecs.delta as delta_codec
+
+    calls = []
+    real = delta_codec.encode_quantized
+    monkeypatch.setattr(delta_codec, "encode_quantized", lambda *a: calls.append(1) or real(*a))
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(50_000, generator=g)
+    quant = QuantConfig(bins=16)
+    parent = _Parent({"w": quantize(base, quant)})
+    meta, encoded, decoded = _codec_round_trip(
+        base + 1e-4 * torch.randn(50_000, generator=g), parent, quant
+    )
+    assert meta["mode"] == "delta" and not calls
+    _same_quantized(encoded, decoded)
+    # an unrelated parent: the differences are noise, the full encoding is coded and kept
+    noise = _Parent({"w": quantize(torch.randn(50_000, generator=g), quant)})
+    meta, _, _ = _codec_round_trip(base, noise, quant)
+    assert meta["mode"] == "full" and calls
+
+
 @pytest.mark.parametrize(
     ("parent", "why"),
     [
@@ -534,9 +559,9 @@ def _smallest_by_trying_all(prev: np.ndarray, now: np.ndarray, bins: int) -> Del
 
 @pytest.mark.parametrize("changed", [0.0005, 0.02, 0.6])
 def test_encode_smallest_matches_trying_every_method(changed: float) -> None:
-    """Sparse changes (LZMA's estimate is skipped or close: every back end runs) and dense
-    ones (LZMA's sampled estimate is far above ANS: it is left out) give the payload that
-    trying every back end in full gives."""
+    """Sparse changes (rle+ans far smaller than ANS: ANS is left out by its size from the
+    counts), dense ones (ANS far smaller) and ones between give the payload that trying every
+    back end in full gives."""
     rng = np.random.default_rng(1)
     prev = rng.integers(0, 16, 1 << 21).astype(np.uint8)
     now = prev.copy()

@@ -62,6 +62,7 @@ from ckptzip.errors import ConfigError, CorruptCheckpointError
 __all__ = [
     "DEFAULT_METHOD",
     "DELTA_METHODS",
+    "ANS_MARGIN",
     "ESTIMATE_MARGIN",
     "DeltaPayload",
     "apply_difference",
@@ -159,8 +160,9 @@ DEFAULT_METHOD = "ans"
 """The default symbol back end of :func:`encode_delta` (see the module docstring)."""
 
 DELTA_METHODS = ("ans", "rle+ans")
-"""The back ends the delta codec tries, keeping the smaller payload: ANS wins on dense changes,
-``"rle+ans"`` on long runs of unchanged bins."""
+"""The back ends the delta codec tries, keeping the smaller payload: ``"rle+ans"`` wins on long
+runs of unchanged bins, ANS on dense changes; both are sized from their counts first, and the
+larger is coded only where that puts it within :data:`ANS_MARGIN` of the smaller."""
 
 _DEFAULT_LEVEL = 9
 
@@ -170,6 +172,12 @@ payload so far by more than this fraction (only the sampled back ends: LZMA, zst
 run-length forms; the ANS ones always run). LZMA's estimates run 1-8 % high, so a back end left
 out could have won by a few percent at most; on dense Adam-moment deltas LZMA's estimates were
 11-16 % above ANS's payload (and the full payloads 10-12 % above)."""
+
+
+ANS_MARGIN = 0.01
+""":func:`encode_smallest` codes ``"ans"`` or ``"rle+ans"`` in full unless its size from the
+symbol counts (within a fraction of a percent of what the coder writes) exceeds the best
+payload so far by more than this fraction."""
 
 
 # -- the payload ---------------------------------------------------------------------------
@@ -267,6 +275,17 @@ def _payload(
     return DeltaPayload(meta, chunks)
 
 
+def _estimate(
+    symbols: np.ndarray, groups: list[int] | None, method: str, level: int
+) -> tuple[float | None, float]:
+    """A back end's payload size before coding, and the margin that estimate needs."""
+    if method == "ans":
+        return entropy.ans_size(symbols, groups), ANS_MARGIN
+    if method == "rle+ans":
+        return entropy.rle_ans_size(symbols, groups), ANS_MARGIN
+    return entropy.estimate_symbols(symbols, method, level), ESTIMATE_MARGIN
+
+
 def encode_smallest(
     prev: np.ndarray,
     now: np.ndarray,
@@ -275,10 +294,13 @@ def encode_smallest(
     methods: Sequence[str] = DELTA_METHODS,
     level: int = _DEFAULT_LEVEL,
 ) -> DeltaPayload:
-    """The smallest :func:`encode_delta` payload over ``methods`` (the first on a tie), with
-    the symbols computed once; a back end after the first runs in full only where
-    :func:`ckptzip.entropy.estimate_symbols` puts it within :data:`ESTIMATE_MARGIN` of the
-    best so far.
+    """The smallest :func:`encode_delta` payload over ``methods``, with the symbols computed
+    once. ``"ans"`` and ``"rle+ans"`` are sized from their symbol counts first
+    (:func:`ckptzip.entropy.ans_size`, :func:`~ckptzip.entropy.rle_ans_size`) and coded
+    smallest first, the other back ends after them in the given order (the first of equal
+    payloads is kept); a back end after the first is coded only where its estimate
+    (:func:`ckptzip.entropy.estimate_symbols` for the sampled ones) is within
+    :data:`ANS_MARGIN` (:data:`ESTIMATE_MARGIN`) of the best payload so far.
 
     Examples
     --------
@@ -290,12 +312,14 @@ def encode_smallest(
     if not methods:
         raise ConfigError("methods must name at least one symbol back end")
     symbols, groups = _symbols(prev, now, bins, True)
+    estimates = {m: _estimate(symbols, groups, m, level) for m in methods}
+    # the back ends sized from their counts in the order of their sizes, the others after
+    order = sorted(methods, key=lambda m: (estimates[m][0] is None, estimates[m][0] or 0.0))
     best: DeltaPayload | None = None
-    for method in methods:
-        if best is not None:
-            estimate = entropy.estimate_symbols(symbols, method, level)
-            if estimate is not None and estimate > best.nbytes * (1 + ESTIMATE_MARGIN):
-                continue
+    for method in order:
+        estimate, margin = estimates[method]
+        if best is not None and estimate is not None and estimate > best.nbytes * (1 + margin):
+            continue
         payload = _payload(symbols, groups, bins, True, method, level)
         if best is None or payload.nbytes < best.nbytes:
             best = payload

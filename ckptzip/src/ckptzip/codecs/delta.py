@@ -6,7 +6,9 @@ parts (levels, protected positions and values, :class:`~ckptzip.codecs.quantized
 and, instead of its indices, a :mod:`ckptzip.bindiff` payload against the parent's indices at
 the same path. When the parent stored this path exactly or with another shape, or the delta is
 not smaller than the full encoding (the bin layout moved too much), the entry holds the
-``"quant"`` encoding unchanged, so a reader needs no parent for that tensor. A child keeps
+``"quant"`` encoding unchanged, so a reader needs no parent for that tensor (the full
+encoding is coded to compare only where the delta is not far below the indices' entropy:
+:data:`FULL_TRIAL`). A child keeps
 its parent's levels (requantized against them) when that gives no larger error than its own
 fresh levels, so indices stay comparable along the chain, except a tensor the search gave
 (``EncodeContext.quantized``): that one is stored exactly as the search evaluated it. The
@@ -44,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ckptzip import kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.bindiff import decode_delta, encode_smallest
 from ckptzip.codecs.base import (
@@ -107,6 +110,19 @@ def _keep_parent_levels(
     return r
 
 
+FULL_TRIAL = 0.4
+"""A delta payload below this fraction of its indices' order-0 entropy is kept without coding
+the tensor in full to compare: the full index encoding never came below 0.45 of that entropy
+on the deltas of ``benchmarks/delta_backends.py`` (its ``full / entropy`` column), so the
+comparison could only have picked the delta."""
+
+
+def _order0_bytes(indices: np.ndarray) -> float:
+    counts = kernels.bin_counts(np.ascontiguousarray(indices, dtype=np.uint8).reshape(-1))
+    c = counts[counts > 0].astype(np.float64)
+    return float(-(c * np.log2(c / c.sum())).sum()) / 8
+
+
 @register_codec
 class DeltaCodec(Codec):
     """Bin-index delta against the parent checkpoint; see the module docstring.
@@ -147,9 +163,10 @@ class DeltaCodec(Codec):
         payload = encode_smallest(prev.indices, q.indices, bins)
         side = encode_side(q, level)
         chunks = [side.levels, *payload.chunks, side.positions, side.values]
-        whole = full("delta not smaller")
-        if sum(map(len, chunks)) >= sum(map(len, whole.chunks)):
-            return whole
+        if payload.nbytes >= FULL_TRIAL * _order0_bytes(q.indices):
+            whole = full("delta not smaller")
+            if sum(map(len, chunks)) >= sum(map(len, whole.chunks)):
+                return whole
         meta = {**side.meta, "mode": "delta", "delta": payload.meta}
         meta["delta_chunks"] = len(payload.chunks)
         return Encoded(meta, chunks, q)

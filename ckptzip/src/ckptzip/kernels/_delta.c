@@ -42,6 +42,23 @@ static inline uint8_t run_token(uint64_t r, uint8_t *extra, int64_t *pos) {
     return (uint8_t)(RLE_DIRECT + b - RLE_DIRECT_BITS);
 }
 
+CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups);
+
+/* The first i' >= i below hi with sym[i'] != b (hi when none): eight bytes at a time. */
+static inline int64_t skip_base(const uint8_t *sym, int64_t i, int64_t hi, uint8_t b) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t pattern = 0x0101010101010101ULL * b;
+    for (; i + 8 <= hi; i += 8) {
+        uint64_t w;
+        memcpy(&w, sym + i, 8);
+        w ^= pattern;
+        if (w) return i + (__builtin_ctzll(w) >> 3); /* the lowest byte is the first */
+    }
+#endif
+    while (i < hi && sym[i] == b) i++;
+    return i;
+}
+
 /* Split sym (groups contexts at bounds) into tokens, the other values and extra bits.
  * base[g] receives the group's base symbol, nonzero[g] its count of other symbols. extra must hold n / 32 + 16 zeroed bytes
  * (sum of bitlen(r) - 1 over runs r >= 16 is at most n / 4). Returns the token count and
@@ -57,17 +74,16 @@ CKZ_API int64_t ckz_rle_split(const uint8_t *sym, const int64_t *bounds, int32_t
         nonzero[g] = 0;
         if (hi <= lo) continue;
         int64_t hist[256];
-        memset(hist, 0, sizeof hist);
-        for (int64_t i = lo; i < hi; i++) hist[sym[i]]++;
+        ckz_bin_counts(sym + lo, hi - lo, hist);
         uint8_t b0 = 0;
         for (int v = 1; v < 256; v++)
             if (hist[v] > hist[b0]) b0 = (uint8_t)v;
         base[g] = b0;
-        for (int64_t i = lo; i < hi; i++) {
-            uint8_t s = sym[i];
-            if (s == b0) continue;
+        for (int64_t i = lo;; i++) {
+            i = skip_base(sym, i, hi, b0);
+            if (i >= hi) break;
             tokens[nt++] = run_token((uint64_t)(i - last), extra, &pos);
-            values[nv++] = s;
+            values[nv++] = sym[i];
             last = i + 1;
         }
         tokens[nt++] = run_token((uint64_t)(hi - last), extra, &pos);

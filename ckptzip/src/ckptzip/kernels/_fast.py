@@ -350,6 +350,7 @@ def unpack_gather(raw: np.ndarray, bits: int, table: torch.Tensor, out: torch.Te
     tab = _table256(table)
     return int(_unpack_gather(_ptr(r), out.numel(), bits, _ptr(tab), out.element_size(), _ptr(out)))
 
+
 _rle_split = _fn("ckz_rle_split", _I64, _P, _P, _I32, _P, _P, _P, _P, _P, _P, _P)
 _rle_join = _fn("ckz_rle_join", _I32, _P, _I64, _P, _I64, _P, _I64, _P, _I32, _P, _P, _P)
 _bin_counts = _fn("ckz_bin_counts", None, _P, _I64, _P)

@@ -494,6 +494,7 @@ def ans_lanes_decode(
     out.copy_(gather(table, symbols))
     return None
 
+
 # -- run-length split of a rearranged delta stream (the "rle+ans" back end) -----------------
 
 _RLE_DIRECT = 16  # runs below this are their own token; longer ones a length class + bits
