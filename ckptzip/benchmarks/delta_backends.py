@@ -4,10 +4,12 @@ For ``gru`` and ``lm`` (``_workloads``: 5 checkpoints 20 steps apart) and the tr
 ``throughput.py --quick`` (4 consecutive training steps) a ``CheckpointManager`` saves a
 delta chain; every delta-coded tensor's parent and child indices are read back from the
 files (``read_quantized``) and its rearranged differences coded by each back end:
-``ans`` (one context per parent bin), ``rle+ans``, ``rle+lzma``, and the two choices, the
+``ans`` (one context per parent bin), ``rle+ans``, ``rle+lzma``, ``ans-lanes`` (ANS in
+independent lanes, the same contexts), and the two choices, the
 smaller of ``ans`` and ``rle+lzma`` (the delta codec before ``rle+ans``) and the smaller of
-``ans`` and ``rle+ans`` (now), and what ``bindiff.encode_smallest`` writes (``ans`` coded
-only where its size from the counts is within 1 % of ``rle+ans``). Bytes are payloads; times
+``ans`` and ``rle+ans``, and what ``bindiff.encode_smallest`` writes (``ans-lanes`` from 2^16
+symbols on, else ``ans``, or ``rle+ans``, each coded only where its size from the counts is
+within 1 % of the other's). Bytes are payloads; times
 are the one-thread encode and decode of the differences (``bindiff.encode_delta`` /
 ``decode_delta``), summed over the tensors. Also the smallest ratio of a tensor's full index
 encoding to its indices' order-0 entropy (the delta codec skips that comparison below
@@ -44,9 +46,9 @@ from ckptzip.bindiff import decode_delta, encode_delta, encode_smallest
 from ckptzip.codecs.quantized import encode_indices
 from ckptzip.entropy import order0_entropy_bits
 
-METHODS = ("ans", "rle+ans", "rle+lzma")
-CODEC = "encode_smallest (ans by its size estimate)"
-CHOICES = {"old choice (ans | rle+lzma)": ("ans", "rle+lzma"), "now (ans | rle+ans)": METHODS[:2]}
+METHODS = ("ans", "rle+ans", "rle+lzma", "ans-lanes")
+CODEC = "encode_smallest (the codec's choice)"
+CHOICES = {"old choice (ans | rle+lzma)": ("ans", "rle+lzma"), "ans | rle+ans": METHODS[:2]}
 
 
 def _states(name: str) -> Iterator[dict[str, Any]]:

@@ -321,6 +321,11 @@ def main() -> None:
         action="store_true",
         help="only torch.save and the manager saves with the search (for a tree before/after)",
     )
+    ap.add_argument(
+        "--manager-only",
+        action="store_true",
+        help="only torch.save/load, the manager delta saves and the chain restore (before/after)",
+    )
     ap.add_argument("--json", type=Path, default=RESULTS / "throughput.json")
     args = ap.parse_args()
     width, depth = (256, 4) if args.quick else (384, 8)
@@ -348,6 +353,25 @@ def main() -> None:
             res["load average after"] = os.getloadavg()[0]
             res["cpu s"] = cpu
             print({k: v for k, v in res.items() if "search" in k})
+            write_json(args.json, res)
+            return
+        if args.manager_only:
+            state = run.state()
+            pt = d / "s.pt"
+            fns = {
+                "torch.save": lambda: torch.save(state, pt),
+                "torch.load": lambda: torch.load(pt, weights_only=True),
+            }
+            res.update(interleaved(fns, args.repeat, cpu))
+            res.update(manager_times(run, d, args.repeat, args.keyframe_every))
+            # and torch's again after the chain: the load moves within a run
+            after = interleaved(fns, args.repeat, cpu)
+            for k in fns:
+                res[k] = min(res[k], after[k])
+            res["load average after"] = os.getloadavg()[0]
+            res["delta save x torch.save"] = res["manager delta save"] / res["torch.save"]
+            res["restore x torch.load"] = res["restore chain end"] / res["torch.load"]
+            print({k: v for k, v in res.items() if " x " in k or "ratio" in k})
             write_json(args.json, res)
             return
         res.update(save_load(run, d, args.repeat, cpu))
