@@ -458,6 +458,34 @@ def test_a_run_that_stepped_aside_saves_no_policy(
     assert first.stepped_aside and second.stepped_aside
 
 
+def test_a_run_that_ran_its_whole_small_domain_saves_no_policy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    db = DirectoryBasedExampleDatabase(tmp_path)
+
+    def run() -> Any:
+        # 12 inputs: the probe's 20 cases repeat (guided on), then the tree is exhausted.
+        @settings(backend="rlcheck", max_examples=100, database=db, **QUIET)
+        @given(st.sampled_from("abc"), st.integers(0, 3))
+        def small(c: str, n: int) -> None:
+            pass
+
+        with collect_stats() as collected:
+            small()
+        key = database_key(small)
+        del small  # the provider's last save, if any, runs now
+        gc.collect()
+        (only,) = collected.as_dict().values()
+        return only, key
+
+    first, key = run()
+    assert first.handed_back and not first.stepped_aside and first.cases >= 20
+    run()
+    assert key is not None
+    assert list(db.fetch(key + b".rlcheck-policy")) == []  # so the next run is not warm
+
+
 def test_a_strict_test_keeps_its_guidance(
     monkeypatch: pytest.MonkeyPatch, stats: BackendStats
 ) -> None:

@@ -522,15 +522,24 @@ class RLCheckProvider(PrimitiveProvider):
                     self._persistence.dirty = False
                     self._persistence.final = True  # the final save has nothing to add
                 raise BackendCannotProceed("exhausted")
-            hand_back = self._should_hand_back() or self._tree.exhausted
+            exhausted = self._tree.exhausted
+            hand_back = self._should_hand_back() or exhausted
             if hand_back or self._tail_reached():
                 # The rest of the run is Hypothesis's own backend's: a hand-back (recorded
                 # as such), or the planned tail. Nothing more is learned in this run: save
                 # now, not whenever the provider is collected.
                 if hand_back:
                     self._record(handed_back=True)
-                if self._persistence is not None:
-                    self._persistence.save(final=True)
+                persistence = self._persistence
+                if persistence is not None and exhausted and not self._warm:
+                    # Every choice sequence has been run (a small domain): the next run
+                    # enumerates it again, and a saved policy would only make that run
+                    # warm, loading it and never stepping aside (on attrs' suite, loads
+                    # and saves of such policies were most of the backend's time).
+                    persistence.dirty = False
+                    persistence.final = True
+                elif persistence is not None:
+                    persistence.save(final=True)
                 raise BackendCannotProceed("exhausted")
             self._state.reset()
             self._visits.clear()
