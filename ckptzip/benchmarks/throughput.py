@@ -16,9 +16,11 @@ interleaved, best of ``--repeat``, in one temp directory:
   of every float tensor, and decoding them back, in GB/s of fp32 input.
 
 Every time comes with the process's CPU time during that call (all threads), so a run on a
-loaded machine shows whether a second thread got a second core. ``python
-benchmarks/throughput.py`` (``--quick``: a 5M-parameter model); prints a table and writes
-``benchmarks/results/throughput.json`` (``--json``), with the load average before and after.
+loaded machine shows whether a second thread got a second core; a control (zlib, which
+releases the GIL, on one and on two threads) says how many cores the process could get at
+all. ``python benchmarks/throughput.py`` (``--quick``: a 5M-parameter model); prints a table
+and writes ``benchmarks/results/throughput.json`` (``--json``), with the load average before
+and after.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ import shutil
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +137,26 @@ def interleaved(
                 if cpu is not None:
                     cpu[name] = cpu_time() - c0
     return best
+
+
+def cores_available(repeat: int) -> dict[str, float]:
+    """CPU time / wall time of GIL-free work (zlib) on one and on two threads: the cores this
+    process gets, which bounds any thread scaling measured in the same run."""
+    data = os.urandom(1 << 20) * 4
+
+    def work(_: int) -> None:
+        zlib.compress(data, 6)
+
+    out = {}
+    for threads in (1, 2):
+        best = 0.0
+        for _ in range(repeat):
+            c0, t0 = cpu_time(), time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(work, range(4)))
+            best = max(best, (cpu_time() - c0) / (time.perf_counter() - t0))
+        out[f"control: cores used by zlib on {threads} thread(s)"] = best
+    return out
 
 
 def save_load(run: Run, d: Path, repeat: int, cpu: dict[str, float]) -> dict[str, Any]:
@@ -374,6 +398,7 @@ def main() -> None:
             print({k: v for k, v in res.items() if " x " in k or "ratio" in k})
             write_json(args.json, res)
             return
+        res.update(cores_available(args.repeat))
         res.update(save_load(run, d, args.repeat, cpu))
         res.update(tensor_rates(run, args.repeat))
         res.update(manager_times(run, d, args.repeat, args.keyframe_every))
@@ -427,6 +452,8 @@ def main() -> None:
         )
     before, after = res["load average before"], res["load average after"]
     print(f"load average {before:.1f} before, {after:.1f} after")
+    one, two = (res[f"control: cores used by zlib on {n} thread(s)"] for n in (1, 2))
+    print(f"cores this process got (zlib control): {one:.2f} on one thread, {two:.2f} on two")
     print(
         f"\nper core: quantize + encode {res['quantize+encode GB/s per core']:.3f} GB/s, "
         f"decode + dequantize {res['decode+dequantize GB/s per core']:.3f} GB/s"
