@@ -13,9 +13,8 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# setup.py and the C sources: a changed kernel is rebuilt by the editable install
-$(STAMP): ckptzip/pyproject.toml ckptzip/setup.py ckptzip/src/ckptzip/kernels/_native.c \
-		ckptzip/src/ckptzip/kernels/_entropy.c \
+# setup.py and every C source of the kernels: a changed kernel is rebuilt by the editable install
+$(STAMP): ckptzip/pyproject.toml ckptzip/setup.py $(wildcard ckptzip/src/ckptzip/kernels/*.c) \
 		rlcheck/pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
