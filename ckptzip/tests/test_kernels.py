@@ -426,6 +426,16 @@ def test_unpack_gather_matches(bits: int, n: int, seed: int) -> None:
         assert torch.equal(outs[0], ref.gather(table.to(dtype), idx))
 
 
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_unpack_gather_reports_indices_beyond_the_table_alike(impl: str) -> None:
+    # 10 levels in 4 bits: 15 addresses nothing; both report it for the caller to refuse
+    k = ref if impl == "reference" else fast
+    if k is None:
+        pytest.skip("the compiled kernels are not built here")
+    raw = np.frombuffer(ref.pack(np.full(100, 15, np.uint8), 4, 50), np.uint8)
+    assert k.unpack_gather(raw, 4, torch.zeros(10), torch.empty(100)) == 15
+
+
 # -- whole files: the implementation chosen at import writes the same bytes ---------------------
 
 _SAVE = textwrap.dedent(

@@ -293,8 +293,10 @@ def unpack(raw: np.ndarray, bits: int, n: int) -> np.ndarray:
 
 def unpack_gather(raw: np.ndarray, bits: int, table: torch.Tensor, out: torch.Tensor) -> int:
     idx = unpack(raw, bits, out.numel())
-    out.copy_(gather(table, idx))
-    return int(idx.max(initial=0))
+    top = int(idx.max(initial=0))
+    if top < table.numel():  # else the caller refuses the stream: nothing to gather
+        out.copy_(gather(table, idx))
+    return top
 
 
 # -- delta by parent bin ------------------------------------------------------------------------
