@@ -109,6 +109,124 @@ def test_sketch_codes_match_on_a_large_tensor() -> None:
     assert torch.equal(c_ref, c_fast) and np.array_equal(n_ref, n_fast)  # type: ignore[arg-type]
 
 
+# -- the quantizer's fused passes -----------------------------------------------------------------
+
+
+def _edge_values(table: object, seed: int) -> torch.Tensor:
+    """Thresholds and their float32 neighbours: where a key changes."""
+    t = table.thresholds[: table.size]  # type: ignore[attr-defined]
+    pick = t[torch.randint(0, t.numel(), (40,), generator=torch.Generator().manual_seed(seed))]
+    up = torch.nextafter(pick, torch.tensor(math.inf))
+    out = torch.cat([pick, up, -pick, -torch.nextafter(pick, torch.tensor(0.0))])
+    return out[torch.isfinite(out)]  # the table's top keys are above the float32 maximum
+
+
+@needs_fast
+@given(
+    st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=300),
+    st.sampled_from([0.01, 0.3, 0.002]),  # 0.002: several thresholds in one table slice
+    st.integers(0, 2**16),
+)
+@settings(max_examples=150, deadline=None)
+def test_key_scan_matches(values: list[float], alpha: float, seed: int) -> None:
+    from ckptzip.sketch import key_table
+
+    assert fast is not None
+    table = key_table(alpha, 2048)
+    assert table is not None
+    x = torch.cat(
+        [
+            torch.tensor(values, dtype=torch.float32),
+            _edge_values(table, seed),
+            torch.tensor([0.0, -0.0, 1e-45, -1e-45, 3.4e38, -3.4e38]),
+        ]
+    )
+    h_ref, lo_ref, hi_ref, fin_ref = ref.key_scan(x, table)
+    h_fast, lo_fast, hi_fast, fin_fast = fast.key_scan(x, table)
+    assert fin_ref and fin_fast
+    assert np.array_equal(h_ref, h_fast)
+    assert (lo_ref, hi_ref) == (lo_fast, hi_fast)
+    bad = torch.cat([x, torch.tensor([math.nan])])
+    assert not ref.key_scan(bad, table)[3] and not fast.key_scan(bad, table)[3]
+
+
+@needs_fast
+@given(st.integers(0, 2**32 - 1), st.integers(0, 5000), st.integers(1, 2))
+@settings(max_examples=80, deadline=None)
+def test_members_match(seed: int, n: int, k: int) -> None:
+    assert fast is not None
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    x[::7] = 0.0
+    edges = torch.rand(4, generator=g).sort().values.tolist()
+    ranges = (
+        [(-1.0, 0.0), (edges[0], edges[1]), (edges[2], edges[3])][:k]
+        if seed % 2
+        else [
+            (edges[0], edges[1]),
+            (edges[1], edges[3]),
+        ][:k]
+    )
+    ranges = [(float(np.float32(a)), float(np.float32(b))) for a, b in ranges]
+    for r, f in zip(ref.members(x, ranges), fast.members(x, ranges), strict=True):
+        assert torch.equal(r, f)
+
+
+@needs_fast
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 255),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+@settings(max_examples=100, deadline=None)
+def test_assign_fused_matches(
+    seed: int, n_cuts: int, log_domain: bool, protect: bool, prune: bool
+) -> None:
+    assert fast is not None
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 6000, (1,), generator=g))
+    x = torch.randn(n, generator=g) * 0.1
+    cuts = (torch.randn(n_cuts, generator=g) * 0.1).sort().values
+    if log_domain:
+        x, cuts = x.abs(), cuts.abs().sort().values
+        x[::5] = 0.0
+    x = torch.cat([x, cuts, torch.nextafter(cuts, torch.tensor(math.inf)), torch.tensor([0.0])])
+    if seed % 3 == 0:  # a cut at zero, and exact ties on it
+        cuts[0] = 0.0
+        cuts = cuts.sort().values
+    n = x.numel()
+    a = x.abs()
+    order = torch.sort(a, descending=True, stable=True).indices
+    k_prot = min(n, int(seed % 17)) if protect else 0
+    pt, pp = (float(a[order[k_prot - 1]]), int(order[k_prot - 1])) if k_prot else (math.inf, -1)
+    if k_prot:  # how many the rule takes, ties by position
+        k_prot = int(((a > pt) | ((a == pt) & (torch.arange(n) <= pp))).sum())
+    qt, qp = (float(a[n // 3]), n // 2) if prune else (-1.0, -1)
+    levels = np.sort(np.random.default_rng(seed).standard_normal(n_cuts + 1) * 0.1)
+    plan = kernels.Assignment(
+        cuts=cuts,
+        o2i=np.arange(n_cuts + 1, dtype=np.uint8),
+        zero_fix=int(seed % (n_cuts + 1)) if log_domain else -1,
+        protect=(pt, pp),
+        n_protected=k_prot,
+        prune=(qt, qp, int(seed % (n_cuts + 1))),
+        values=torch.from_numpy(levels).float(),
+    )
+    i_ref, p_ref, e_ref, m_ref = ref.assign_fused(x, plan)
+    i_fast, p_fast, e_fast, m_fast = fast.assign_fused(x, plan)
+    assert torch.equal(i_ref, i_fast)
+    assert torch.equal(p_ref, p_fast)
+    assert math.isclose(e_ref, e_fast, rel_tol=1e-12, abs_tol=1e-300)
+    assert math.isclose(m_ref, m_fast, rel_tol=1e-12)
+    want = torch.searchsorted(cuts, x)
+    if log_domain:
+        want = torch.where(x == 0, plan.zero_fix, want)
+    kept = ~torch.isin(torch.arange(n), p_ref) & ~((a < qt) | ((a == qt) & (torch.arange(n) <= qp)))
+    assert torch.equal(i_ref[kept].long(), want[kept])
+
+
 # -- assignment and its error ------------------------------------------------------------------
 
 

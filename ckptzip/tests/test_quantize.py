@@ -423,3 +423,59 @@ def test_blockwise_passes_give_the_whole_tensor_result(
     assert np.array_equal(whole.protected_positions, blocked.protected_positions)
     bits = _BITS[whole.protected_values.dtype]
     assert torch.equal(whole.protected_values.view(bits), blocked.protected_values.view(bits))
+
+
+# -- the sketched path: cuts read off the sketch, one assignment pass ------------------------
+
+
+@settings(deadline=None, max_examples=120)
+@given(_tensors(), _CONFIGS)
+def test_sketched_selection_is_the_ranking_selection(x: torch.Tensor, cfg: QuantConfig) -> None:
+    """Without scores, quantize cuts protect and prune off the sketch and applies them as
+    value-and-position rules in one pass; the ranking path (which the scores path keeps)
+    makes the same selections, levels, indices and error, ties included (both take tied
+    values by position)."""
+    from ckptzip import quantize as qmod
+    from ckptzip.sketch import scan
+
+    work = x.detach().reshape(-1).to(torch.float32)
+    work = work[torch.isfinite(work)]
+    if work.numel() == 0:
+        return
+    sk = scan(work)
+    assert sk is not None
+    got = qmod._quantize_sketched(work, cfg, x.dtype, sk)
+    want = qmod._quantize_finite(work, cfg, None, x.dtype)
+    assert np.array_equal(got.levels, want.levels)
+    assert torch.equal(got.indices, want.indices)
+    assert torch.equal(got.protected, want.protected)
+    assert got.rel_error == want.rel_error
+
+
+def test_tied_values_are_protected_and_pruned_by_position() -> None:
+    # every magnitude tied: protect takes the first positions, prune the next ones
+    x = torch.tensor([1.0, -1.0] * 500)
+    q = quantize(x, QuantConfig(bins=4, protect=0.01, prune=0.02))
+    assert q.protected_positions.tolist() == list(range(10))
+    zero = int(np.searchsorted(q.levels, 0.0))
+    assert np.flatnonzero(q.indices == zero).tolist() == list(range(10, 30))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [QuantConfig(), QuantConfig(bins=4, prune=0.3, protect=0.01), QuantConfig(bins=256)],
+)
+def test_a_reused_sketch_gives_the_same_result(cfg: QuantConfig) -> None:
+    from ckptzip.quantize import sketch_of
+
+    x = torch.randn(30_000, generator=torch.Generator().manual_seed(4)) * 0.02
+    sk = sketch_of(x)
+    assert sk is not None and sk.bounds == (float(x.min()), float(x.max()))
+    a, b = quantize(x, cfg), quantize(x, cfg, sketch=sk)
+    assert np.array_equal(a.levels, b.levels) and np.array_equal(a.indices, b.indices)
+    assert np.array_equal(a.protected_positions, b.protected_positions)
+    assert a.rel_error == b.rel_error
+    with pytest.raises(ConfigError, match="sketch_of"):
+        quantize(x[:100], cfg, sketch=sk)
+    assert sketch_of(x.double()) is None
+    assert sketch_of(torch.tensor([1.0, math.nan])) is None

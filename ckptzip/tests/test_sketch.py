@@ -110,3 +110,48 @@ def test_bad_arguments() -> None:
         LogSketch.from_tensor(torch.ones(3), max_buckets=0)
     with pytest.raises(ConfigError, match="q="):
         LogSketch.from_tensor(torch.ones(3)).quantile(1.5)
+
+
+# -- the one-pass sketch over a shared key table --------------------------------------------
+
+_F32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.lists(_F32, min_size=1, max_size=300), st.sampled_from([2048, 64, 1]))
+def test_scan_counts_what_build_sketch_counts(values: list[float], cap: int) -> None:
+    from ckptzip.sketch import scan
+
+    x = torch.tensor(values, dtype=torch.float32)
+    sk = scan(x, max_buckets=cap)
+    want, _ = build_sketch(x, max_buckets=cap)
+    assert sk is not None
+    assert sk.key_min == want.key_min
+    np.testing.assert_array_equal(sk.counts, want.counts)
+    assert sk.bounds == (float(x.min()), float(x.max()))
+
+
+@pytest.mark.parametrize("alpha", [DEFAULT_ALPHA, 0.3, 0.002])
+def test_key_table_holds_every_tensors_thresholds(alpha: float) -> None:
+    from ckptzip.sketch import _thresholds, key_offset, key_table
+
+    table = key_table(alpha, 2048)
+    assert table is not None and float(table.thresholds[0]) == 0.0
+    log_gamma = math.log((1 + alpha) / (1 - alpha))
+    # every key_min a float32 tensor can have: key_max = ceil(log_γ top), top a float32
+    lowest = math.ceil(math.log(2.0**-149) / log_gamma) - 2047
+    highest = math.ceil(math.log(3.4028234663852886e38) / log_gamma) - 2047
+    for key_min in (lowest, (lowest + highest) // 2, highest):
+        off = key_offset(table, key_min, 2048)
+        assert off is not None
+        want = _thresholds(key_min, 2048, alpha, torch.zeros(0))
+        assert torch.equal(table.thresholds[off : off + 2048], want)
+
+
+def test_scan_declines_what_it_does_not_cover() -> None:
+    from ckptzip.sketch import scan
+
+    assert scan(torch.tensor([1.0, math.inf])) is None
+    assert scan(torch.tensor([1.0, 2.0], dtype=torch.float64)) is None
+    empty = scan(torch.zeros(0))
+    assert empty is not None and empty.count == 0 and empty.bounds is None

@@ -49,9 +49,9 @@ from ckptzip import kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.config import QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedValueError
-from ckptzip.sketch import LogSketch, build_sketch, value_codes
+from ckptzip.sketch import LogSketch, build_sketch, scan, value_codes
 
-__all__ = ["SIGMA", "assign", "dequantize", "fit_levels", "quantize", "requantize"]
+__all__ = ["SIGMA", "assign", "dequantize", "fit_levels", "quantize", "requantize", "sketch_of"]
 
 SIGMA = 0.2
 """Weight of the (normalised) count against the (normalised) magnitude of a bucket in k-means."""
@@ -71,7 +71,11 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def quantize(
-    x: torch.Tensor, config: QuantConfig, *, scores: torch.Tensor | None = None
+    x: torch.Tensor,
+    config: QuantConfig,
+    *,
+    scores: torch.Tensor | None = None,
+    sketch: LogSketch | None = None,
 ) -> QuantizedTensor:
     """Quantize ``x`` to at most ``config.bins`` levels, protecting and pruning as configured.
 
@@ -85,6 +89,10 @@ def quantize(
         Optional per-element sensitivity ``|g·w|`` (same shape as ``x``); used for the
         sensitivity half of ``protect`` and, with ``prune_metric="sensitivity"``, for pruning.
         Non-finite scores count as zero (a gradient blow-up must not break a checkpoint).
+    sketch:
+        ``x``'s :func:`ckptzip.sketch.scan` (:func:`sketch_of`), when the caller quantizes
+        the same tensor several times (the configuration search's trials): its pass over the
+        values is then not repeated. The result is the same as without it.
 
     Returns
     -------
@@ -124,6 +132,21 @@ def quantize(
             nan=0.0,
             posinf=0.0,
         )
+    if sketch is not None and (
+        not isinstance(sketch, LogSketch) or sketch.bounds is None or sketch.count != n
+    ):
+        raise ConfigError(
+            f"sketch must be this tensor's sketch_of(x) ({n} values), got {sketch!r:.80}"
+        )
+    sk = sketch if s is None else None
+    if sk is None and s is None:
+        # one pass: the sketch, its bounds, and whether every value is finite
+        sk = sketch_of(work)
+    if sk is not None:
+        res = _quantize_sketched(work, config, dtype, sk)
+        indices = res.indices
+        protected = res.protected
+        return _assemble(shape, dtype, config, flat, res, indices, protected)
     lo_t, hi_t = torch.aminmax(work)  # NaN propagates, so this also tells "all finite"
     lo, hi = float(lo_t), float(hi_t)
     if math.isfinite(lo) and math.isfinite(hi):
@@ -136,13 +159,52 @@ def quantize(
         # QuantizedTensor contract asks, and are protected.
         finite = torch.isfinite(work)
         fpos = finite.nonzero().squeeze(1)
-        res = _quantize_finite(work[fpos], config, None if s is None else s[fpos], dtype)
+        part = work[fpos]
+        sk_part = sketch_of(part) if s is None and part.numel() else None
+        if sk_part is not None:
+            res = _quantize_sketched(part, config, dtype, sk_part)
+        else:
+            res = _quantize_finite(part, config, None if s is None else s[fpos], dtype)
         bad = (~finite).nonzero().squeeze(1)
         indices = torch.empty(n, dtype=torch.uint8, device=flat.device)
         indices[fpos] = res.indices
         special = torch.nan_to_num(work[bad], nan=0.0)
         indices[bad] = res.assign_values(special)
         protected = torch.cat([fpos[res.protected], bad]).sort().values
+    return _assemble(shape, dtype, config, flat, res, indices, protected)
+
+
+def sketch_of(x: torch.Tensor) -> LogSketch | None:
+    """The sketch :func:`quantize` makes of ``x``, to hand to several calls (``sketch=``).
+
+    ``None`` where quantize does not sketch that way: float64 values, NaN or ±inf among
+    them, or ``scores`` given (the sensitivity path ranks by its own sketch).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ckptzip.config import QuantConfig
+    >>> x = torch.randn(5000, generator=torch.Generator().manual_seed(0))
+    >>> sk = sketch_of(x)
+    >>> q4, q8 = (quantize(x, QuantConfig(bins=b), sketch=sk) for b in (4, 8))
+    >>> q8.rel_error < q4.rel_error
+    True
+    """
+    work = x.detach().reshape(-1)
+    if work.dtype == torch.float64:
+        return None
+    return scan(work)
+
+
+def _assemble(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    config: QuantConfig,
+    flat: torch.Tensor,
+    res: _Result,
+    indices: torch.Tensor,
+    protected: torch.Tensor,
+) -> QuantizedTensor:
     return QuantizedTensor(
         shape=shape,
         dtype=dtype,
@@ -314,16 +376,12 @@ class _Ranking:
         if self.excluded is not None:
             marker = -1 if largest else len(self.counts)
             self.rank.index_fill_(0, self.excluded, marker)
-        counts = self.counts[::-1] if largest else self.counts
-        csum = np.cumsum(counts)
-        j = int(np.searchsorted(csum, k, side="left"))
-        before = int(csum[j] - counts[j])
-        return (len(self.counts) - 1 - j if largest else j), k - before
+        return _cut_of(self.counts, k, largest=largest)
 
     def _pick(self, cand: torch.Tensor, need: int, *, largest: bool) -> torch.Tensor:
         if need == cand.numel():
             return cand
-        return cand[torch.topk(self.score(cand), need, largest=largest, sorted=False).indices]
+        return cand[_order(self.score(cand), largest=largest)[:need]]
 
     def top(self, k: int) -> torch.Tensor:
         """Sorted positions of the ``k`` non-excluded elements with the largest score."""
@@ -354,6 +412,21 @@ class _Ranking:
 
 
 _NO_TOP = 1 << 30  # above every rank: "at or above the cut"
+
+
+def _order(score: torch.Tensor, *, largest: bool) -> torch.Tensor:
+    """Positions into ``score`` by score (largest or smallest first), ties by position: the
+    one order every selection uses, so a cut is a value and a position."""
+    return torch.sort(score, descending=largest, stable=True).indices
+
+
+def _cut_of(counts: np.ndarray, k: int, *, largest: bool) -> tuple[int, int]:
+    """The rank a cut of ``k`` falls in (counts by rank), and how many to take from it."""
+    rev = counts[::-1] if largest else counts
+    csum = np.cumsum(rev)
+    j = int(np.searchsorted(csum, k, side="left"))
+    before = int(csum[j] - rev[j])
+    return (len(counts) - 1 - j if largest else j), k - before
 
 
 def _count(fraction: float, n: int) -> int:
@@ -440,6 +513,44 @@ def _quantize_finite(
             # and are never pruned.)
             counts[cap - cut + 1 : cap + cut] = 0
             counts -= torch.bincount(codes[inside], minlength=counts.size).cpu().numpy()
+    book = _codebook(v, sk, lambda: codes, counts, cfg, dtype, bounds)
+
+    # -- nearest-level assignment through the bucket codes
+    indices = _assign_by_codes(
+        v, sk, codes, book.thresholds, book.o2i, book.zero_index, book.levels, cfg.log_domain
+    )
+    if pruned is not None:
+        indices.masked_fill_(pruned, book.prune_index)
+    # measured on what decoding gives (levels in the tensor's dtype; pruned entries have the
+    # zero level, protected ones their exact value)
+    rel = _measure(v, indices, book.values, protected)
+    return _Result(book.levels, indices, protected, rel, book.thresholds, book.o2i, book.zero_index)
+
+
+@dataclass
+class _Codebook:
+    levels: np.ndarray
+    values: torch.Tensor  # what each level decodes to, in the tensor's dtype
+    thresholds: torch.Tensor  # value-space cut-offs between consecutive non-zero levels
+    o2i: torch.Tensor  # int64: ordinal among non-zero levels -> index in levels
+    zero_index: int  # the level standing for exact zero in log domain, or -1
+    prune_index: int  # the index a pruned entry gets
+
+
+def _codebook(
+    v: torch.Tensor,
+    sk: LogSketch,
+    codes: Callable[[], torch.Tensor],
+    counts: np.ndarray,
+    cfg: QuantConfig,
+    dtype: torch.dtype,
+    bounds: tuple[float, float],
+) -> _Codebook:
+    """The levels fitted to ``counts`` (the sketch of the entries left after protect and
+    prune) and the cut-offs between them; ``codes`` gives every value's bucket code, asked
+    for only where the levels may be the exact distinct values."""
+    device = v.device
+    cap = sk.cap
     zero_needed = cfg.prune > 0 or (cfg.log_domain and counts[cap] > 0)
     free = cfg.bins - (1 if zero_needed else 0)
     if cfg.log_domain:
@@ -470,23 +581,135 @@ def _quantize_finite(
         zero_index = -1
     thresholds = torch.as_tensor(thresholds_np).to(device=device, dtype=v.dtype)
     o2i = torch.as_tensor(ordinal_to_index, dtype=torch.int64).to(device)
-
-    # -- nearest-level assignment through the bucket codes
-    indices = _assign_by_codes(v, sk, codes, thresholds, o2i, zero_index, levels, cfg.log_domain)
-    if pruned is not None:
-        z = int(np.searchsorted(levels, 0.0)) if zero_index < 0 else zero_index
-        indices.masked_fill_(pruned, z)
-    # measured on what decoding gives (levels in the tensor's dtype; pruned entries have the
-    # zero level, protected ones their exact value)
+    prune_index = int(np.searchsorted(levels, 0.0)) if zero_index < 0 else zero_index
     values = _level_values(levels, cfg.log_domain, dtype, device)
-    rel = _measure(v, indices, values, protected)
-    return _Result(levels, indices, protected, rel, thresholds, o2i, zero_index)
+    return _Codebook(levels, values, thresholds, o2i, zero_index, prune_index)
+
+
+def _quantize_sketched(
+    v: torch.Tensor, cfg: QuantConfig, dtype: torch.dtype, sk: LogSketch
+) -> _Result:
+    """Quantize finite float32 values ``v`` (flat) by magnitude alone, from their sketch.
+
+    The selections are the same as :func:`_quantize_finite`'s without scores, made without a
+    per-element ranking: the cuts are read off the sketch's counts, only the (at most two)
+    buckets a cut falls in are looked at value by value (:func:`ckptzip.kernels.members`),
+    and each selection becomes a rule on value and position (``|x| > t``, or ``|x| == t``
+    at a position ``<= p``) that the one assignment pass applies
+    (:func:`ckptzip.kernels.assign_fused`), with the error measured in the same pass.
+    """
+    n = v.numel()
+    device = v.device
+    assert sk.bounds is not None
+    bounds = sk.bounds
+    if cfg.log_domain and bounds[0] < 0:
+        raise UnsupportedValueError(
+            f"log_domain=True needs non-negative values, got a minimum of {bounds[0]!r}; "
+            "use log_domain=False for signed tensors"
+        )
+    cap = sk.cap
+    counts = sk.counts.copy()
+    k_protect = _count(cfg.protect, n)
+    k_prune = min(_count(cfg.prune, n), n - k_protect)
+    mag = sk.magnitude_counts()
+    # -- the cuts, from the counts alone: protect's from the top, prune's from the bottom
+    # of what protect leaves; a cut that takes its whole bucket is a bucket edge
+    cut_p = need_p = cut_q = need_q = -1
+    whole_p = whole_q = False
+    if k_protect:
+        cut_p, need_p = _cut_of(mag, k_protect, largest=True)
+        whole_p = need_p == mag[cut_p]
+        mag[cut_p + 1 :] = 0
+        mag[cut_p] -= need_p
+    if k_prune:
+        cut_q, need_q = _cut_of(mag, k_prune, largest=False)
+        whole_q = need_q == mag[cut_q]
+    looked = sorted(
+        {r for r, whole in ((cut_p, whole_p), (cut_q, whole_q)) if r >= 0 and not whole}
+    )
+    found = dict(
+        zip(looked, kernels.members(v, [_bucket_range(sk, r) for r in looked]), strict=True)
+    )
+
+    def signs(pos: torch.Tensor) -> tuple[int, int]:
+        neg = int(torch.signbit(v[pos]).sum())
+        return neg, pos.numel() - neg
+
+    protect: tuple[float, int] = (math.inf, -1)
+    if k_protect:
+        counts[: cap - cut_p] = 0
+        counts[cap + cut_p + 1 :] = 0
+        if whole_p:  # |x| above the bucket's lower edge
+            protect = (_bucket_range(sk, cut_p)[0], -1)
+            _take(counts, cap, cut_p, None)
+        else:
+            cand = found[cut_p]
+            a = v[cand].abs()
+            pick = _order(a, largest=True)[:need_p]
+            last = int(pick[-1])
+            protect = (float(a[last]), int(cand[last]))
+            _take(counts, cap, cut_p, signs(cand[pick]))
+    prune: tuple[float, int] = (-1.0, -1)
+    if k_prune:
+        counts[cap - cut_q + 1 : cap + cut_q] = 0
+        if whole_q:  # |x| up to the bucket's upper edge, protected values aside
+            prune = (_bucket_range(sk, cut_q)[1], n)
+            _take(counts, cap, cut_q, None)
+        else:
+            cand = found[cut_q]
+            a = v[cand].abs()
+            if k_protect:  # the protected members of that bucket are not candidates
+                pt, pp = protect
+                free = ~((a > pt) | ((a == pt) & (cand <= pp)))
+                cand, a = cand[free], a[free]
+            pick = _order(a, largest=False)[:need_q]
+            last = int(pick[-1])
+            prune = (float(a[last]), int(cand[last]))
+            _take(counts, cap, cut_q, signs(cand[pick]))
+
+    book = _codebook(v, sk, lambda: value_codes(sk, v), counts, cfg, dtype, bounds)
+    plan = kernels.Assignment(
+        cuts=book.thresholds,
+        o2i=book.o2i.cpu().numpy().astype(np.uint8),
+        zero_fix=book.zero_index if cfg.log_domain else -1,
+        protect=protect,
+        n_protected=k_protect,
+        prune=(*prune, book.prune_index),
+        values=book.values,
+    )
+    indices, protected, err2, norm2 = kernels.assign_fused(v, plan)
+    protected = protected.to(device)
+    rel = _measure(v, indices, book.values, protected, (err2, norm2))
+    return _Result(book.levels, indices, protected, rel, book.thresholds, book.o2i, book.zero_index)
+
+
+def _bucket_range(sk: LogSketch, rank: int) -> tuple[float, float]:
+    """``(lo, hi)`` with ``lo < |x| <= hi`` exactly for the values of magnitude offset
+    ``rank``."""
+    if rank == 0:
+        return (-1.0, 0.0)
+    lo = 0.0 if rank == 1 else sk.threshold(rank - 1)
+    return (lo, sk.threshold(rank))
+
+
+def _take(counts: np.ndarray, cap: int, rank: int, signs: tuple[int, int] | None) -> None:
+    """Remove ``signs`` = (negative, other) picks of magnitude offset ``rank`` from counts
+    (``None``: what is left of both buckets)."""
+    if signs is None:
+        counts[cap - rank] = counts[cap + rank] = 0
+        return
+    neg, other = signs
+    if rank == 0:
+        counts[cap] -= neg + other
+    else:
+        counts[cap - rank] -= neg
+        counts[cap + rank] -= other
 
 
 def _levels_for(
     v: torch.Tensor,
     sk: LogSketch,
-    codes: torch.Tensor,
+    codes: Callable[[], torch.Tensor],
     counts: np.ndarray,
     free: int,
     log_domain: bool,
@@ -502,7 +725,7 @@ def _levels_for(
         empty = np.zeros(0, dtype=np.float64)
         return empty, empty, False
     if occupied.size <= free:
-        exact = _exact_values(v, codes, occupied, counts.size)
+        exact = _exact_values(v, codes(), occupied, counts.size)
         if exact is not None:
             return (np.log(exact) if log_domain else exact), exact, True
     centres = sk.centres()[occupied]
@@ -562,6 +785,22 @@ def _assign_by_codes(
     log_domain: bool,
 ) -> torch.Tensor:
     """Level indices (uint8) by a lookup on the bucket codes."""
+    lut, sentinel, zero_fix = _code_lut(sk, thresholds, o2i, zero_index, levels, log_domain)
+    return kernels.assign_codes(
+        codes, v, lut, sentinel, thresholds, o2i.cpu().numpy().astype(np.uint8), zero_fix
+    )
+
+
+def _code_lut(
+    sk: LogSketch,
+    thresholds: torch.Tensor,
+    o2i: torch.Tensor,
+    zero_index: int,
+    levels: np.ndarray,
+    log_domain: bool,
+) -> tuple[np.ndarray, int, int]:
+    """The level index of every bucket code (int16), the sentinel marking the buckets that
+    hold a cut-off (resolved value by value), and the index of exact zeros (or -1)."""
     n_codes = sk.counts.size
     cap = sk.cap
     # ordinal of each bucket = number of cut-offs in lower buckets; buckets holding a
@@ -579,18 +818,21 @@ def _assign_by_codes(
         straddle[cap] = False
     sentinel = levels.size  # not a valid index: marks straddling buckets
     lut = np.where(straddle, sentinel, index_lut).astype(np.int16)
-    return kernels.assign_codes(
-        codes, v, lut, sentinel, thresholds, o2i_np.astype(np.uint8), zero_fix
-    )
+    return lut, sentinel, zero_fix
 
 
 def _measure(
-    v: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, protected: torch.Tensor
+    v: torch.Tensor,
+    indices: torch.Tensor,
+    values: torch.Tensor,
+    protected: torch.Tensor,
+    sums: tuple[float, float] | None = None,
 ) -> float:
     """Relative L2 error of decoding ``indices`` to ``values`` (the levels in the tensor's
     dtype), the ``protected`` entries exact, against ``v``; non-finite entries (always
-    protected) are left out of both norms."""
-    err2, norm2 = kernels.squared_error(v, indices, values, protected)
+    protected) are left out of both norms. ``sums`` are ``(err2, norm2)`` when a pass
+    already measured them (:func:`ckptzip.kernels.assign_fused`)."""
+    err2, norm2 = sums if sums is not None else kernels.squared_error(v, indices, values, protected)
     if math.isfinite(err2) and math.isfinite(norm2):
         return _relative_error(err2, norm2)
     # non-finite entries, or values near the dtype's maximum that overflow a difference or

@@ -26,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -35,7 +36,14 @@ import torch
 from ckptzip import kernels
 from ckptzip.errors import ConfigError, UnsupportedValueError
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_MAX_BUCKETS", "LogSketch", "build_sketch", "value_codes"]
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_MAX_BUCKETS",
+    "LogSketch",
+    "build_sketch",
+    "scan",
+    "value_codes",
+]
 
 DEFAULT_ALPHA = 0.01
 """Relative accuracy of the sketch (bucket centres are within 1 % of their values)."""
@@ -57,11 +65,15 @@ class LogSketch:
     counts:
         ``int64`` array of length ``2 * max_buckets + 1`` indexed by bucket code (ascending
         value order: negative buckets, the zero bucket at ``max_buckets``, positive buckets).
+    bounds:
+        ``(min, max)`` of the values, where the sketch was made by :func:`scan` (else
+        ``None``).
     """
 
     alpha: float
     key_min: int
     counts: np.ndarray
+    bounds: tuple[float, float] | None = None
 
     @property
     def gamma(self) -> float:
@@ -93,6 +105,9 @@ class LogSketch:
         >>> LogSketch.from_tensor(torch.tensor([0.0, 1.0, -1.0, 2.0])).count
         4
         """
+        sk = scan(x, alpha=alpha, max_buckets=max_buckets)
+        if sk is not None:
+            return sk
         return build_sketch(x, alpha=alpha, max_buckets=max_buckets)[0]
 
     def centres(self) -> np.ndarray:
@@ -137,6 +152,26 @@ class LogSketch:
         code = int(np.searchsorted(np.cumsum(self.counts), rank, side="right"))
         return float(self.centres()[code])
 
+    def threshold(self, m: int) -> float:
+        """The upper edge of the buckets ``m`` above zero: ``|x| <= threshold(m)`` exactly
+        when the value's magnitude offset is at most ``m`` (``m >= 1``; ``inf`` at ``cap``).
+
+        Examples
+        --------
+        >>> import torch
+        >>> sk = LogSketch.from_tensor(torch.tensor([1.0, 3.0]))
+        >>> sk.threshold(sk.cap)
+        inf
+        """
+        cap = self.cap
+        if m >= cap:
+            return math.inf
+        table = key_table(self.alpha, cap)
+        off = key_offset(table, self.key_min, cap)
+        if table is not None and off is not None:
+            return float(table.thresholds[off + m])
+        return float(_thresholds(self.key_min, cap, self.alpha, torch.zeros(0))[m])
+
     def magnitude_counts(self) -> np.ndarray:
         """Counts by magnitude offset ``m = |code − cap|`` (``m = 0`` is the zero bucket)."""
         cap = self.cap
@@ -165,12 +200,7 @@ def build_sketch(
     >>> (codes - sk.cap).tolist()[1], bool(codes[0] < codes[1] < codes[2])
     (0, True)
     """
-    if not 0.0 < alpha < 1.0:
-        raise ConfigError(f"alpha={alpha!r} must lie in (0, 1)")
-    if not isinstance(max_buckets, int) or not 1 <= max_buckets <= 1 << 20:
-        raise ConfigError(f"max_buckets={max_buckets!r} must be an integer in [1, 2**20]")
-    if not x.is_floating_point():
-        raise UnsupportedValueError(f"can only sketch floating-point tensors, got {x.dtype}")
+    _check(alpha, max_buckets, x)
     work = x.detach().reshape(-1)
     if work.dtype != torch.float64:
         work = work.to(torch.float32)
@@ -200,6 +230,108 @@ def build_sketch(
     codes, counts = kernels.sketch_codes(work, _thresholds(key_min, cap, alpha, work), cap)
     assert counts is not None
     return LogSketch(alpha, key_min, counts), codes
+
+
+def scan(
+    x: torch.Tensor, *, alpha: float = DEFAULT_ALPHA, max_buckets: int = DEFAULT_MAX_BUCKETS
+) -> LogSketch | None:
+    """Sketch ``x`` in one pass that stores nothing per element (:func:`ckptzip.kernels.key_scan`),
+    with its ``bounds``; the counts are :func:`build_sketch`'s, bucket for bucket.
+
+    ``None`` where that pass does not apply: values that are not float32 once converted
+    (float64), or NaN / ±inf among them (:func:`build_sketch` says which).
+
+    Examples
+    --------
+    >>> import torch
+    >>> sk = scan(torch.tensor([-2.0, 0.0, 3.0]))
+    >>> sk.count, sk.bounds
+    (3, (-2.0, 3.0))
+    """
+    _check(alpha, max_buckets, x)
+    work = x.detach().reshape(-1)
+    if work.dtype == torch.float64:
+        return None
+    work = work.to(torch.float32)
+    table = key_table(alpha, max_buckets)
+    if table is None:
+        return None
+    hist, lo, hi, finite = kernels.key_scan(work, table)
+    if not finite:
+        return None
+    cap = max_buckets
+    counts = np.zeros(2 * cap + 1, dtype=np.int64)
+    n = work.numel()
+    if n == 0:
+        return LogSketch(alpha, 0, counts, None)
+    top = max(-lo, hi)
+    if top == 0.0:
+        counts[cap] = n
+        return LogSketch(alpha, 0, counts, (lo, hi))
+    key_max = math.ceil(math.log(top) / math.log((1.0 + alpha) / (1.0 - alpha)))
+    key_min = key_max - cap + 1
+    off = key_offset(table, key_min, cap)
+    if off is None:  # cannot happen for float32 values: the table covers them all
+        return None
+    neg, pos = _fold(hist[0], off, cap), _fold(hist[1], off, cap)
+    counts[:cap] = neg[:0:-1]
+    counts[cap] = neg[0] + pos[0]
+    counts[cap + 1 :] = pos[1:]
+    return LogSketch(alpha, key_min, counts, (lo, hi))
+
+
+def _fold(row: np.ndarray, off: int, cap: int) -> np.ndarray:
+    """Counts by magnitude offset ``m = clamp(key − off, 1, cap)`` (``m = 0``: key 0, zero)."""
+    out = np.zeros(cap + 1, dtype=np.int64)
+    out[0] = row[0]
+    if cap == 1:
+        out[1] = row[1:].sum()
+        return out
+    out[1] = row[1 : off + 2].sum()
+    out[2:cap] = row[off + 2 : off + cap]
+    out[cap] = row[off + cap :].sum()
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def key_table(alpha: float, max_buckets: int) -> kernels.KeyTable | None:
+    """The float32 thresholds ``γ^k`` for every key any float32 tensor's sketch can use.
+
+    The same numbers as :func:`_thresholds` gives each tensor (``γ^k`` computed in float64
+    for integer ``k``, rounded to float32), so a key read off this table is the tensor's
+    bucket offset up to a shift: ``m = clamp(key − key_offset(key_min), 1, cap)``. From
+    below every subnormal's reach (the first threshold is 0.0 in float32) to above the
+    float32 maximum. ``None`` where that is more than ``2**22`` thresholds (tiny ``alpha``).
+    """
+    log_gamma = math.log((1.0 + alpha) / (1.0 - alpha))
+    inv = 1.0 / log_gamma
+    lowest_key_max = math.ceil(math.log(2.0**-149) * inv)
+    k_lo = min(lowest_key_max - max_buckets - 1, math.floor(math.log(2.0**-150) * inv) - 1)
+    k_hi = math.ceil(math.log(float(torch.finfo(torch.float32).max)) * inv) + 1
+    size = k_hi - k_lo + 1
+    if size > 1 << 22:
+        return None
+    logs = (np.arange(size, dtype=np.float64) + k_lo) * log_gamma
+    edges = torch.from_numpy(np.exp(np.minimum(logs, 709.0))).to(torch.float32)
+    return kernels.KeyTable.build(k_lo, edges)
+
+
+def key_offset(table: kernels.KeyTable | None, key_min: int, cap: int) -> int | None:
+    """``off`` of a sketch with ``key_min`` and ``cap`` on ``table``: its threshold ``j`` is
+    the table's ``off + j``; ``None`` where its thresholds are not all on the table."""
+    if table is None:
+        return None
+    off = key_min - 1 - table.k_lo
+    return off if off >= 0 and off + cap <= table.size else None
+
+
+def _check(alpha: float, max_buckets: int, x: torch.Tensor) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"alpha={alpha!r} must lie in (0, 1)")
+    if not isinstance(max_buckets, int) or not 1 <= max_buckets <= 1 << 20:
+        raise ConfigError(f"max_buckets={max_buckets!r} must be an integer in [1, 2**20]")
+    if not x.is_floating_point():
+        raise UnsupportedValueError(f"can only sketch floating-point tensors, got {x.dtype}")
 
 
 def _thresholds(key_min: int, cap: int, alpha: float, like: torch.Tensor) -> torch.Tensor:
@@ -233,5 +365,17 @@ def value_codes(sketch: LogSketch, values: torch.Tensor) -> torch.Tensor:
     work = values.detach().reshape(-1)
     if work.dtype != torch.float64:
         work = work.to(torch.float32)
-    thresholds = _thresholds(sketch.key_min, sketch.cap, sketch.alpha, work)
-    return kernels.sketch_codes(work, thresholds, sketch.cap, histogram=False)[0]
+    cap = sketch.cap
+    table = key_table(sketch.alpha, cap) if work.dtype == torch.float32 else None
+    off = key_offset(table, sketch.key_min, cap)
+    if table is not None and off is not None and work.numel() <= _FEW:
+        # a few values (cut-offs): their keys off the shared table, no per-call table
+        t = table.thresholds[: table.size].to(work.device)
+        key = torch.searchsorted(t, work.abs()).to(torch.int32)
+        m = torch.where(key == 0, 0, (key - off).clamp_(1, cap))
+        return torch.where(torch.signbit(work), cap - m, cap + m).to(torch.int32)
+    thresholds = _thresholds(sketch.key_min, cap, sketch.alpha, work)
+    return kernels.sketch_codes(work, thresholds, cap, histogram=False)[0]
+
+
+_FEW = 4096

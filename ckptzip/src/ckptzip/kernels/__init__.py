@@ -24,6 +24,20 @@ The functions (flat 1-D inputs throughout):
     Bucket code of every value: ``m = #{j : thresholds[j] < |x|}`` (raised to 1 for any
     non-zero ``x``), code ``cap ± m`` by the sign of ``x``; ``codes`` int32 on the device,
     ``counts`` the int64 histogram over ``2·cap + 1`` codes (or ``None``) — one pass.
+``key_scan(work, table) -> (hist, lo, hi, finite)``
+    The quantizer's sketch pass, which stores nothing per element: every value's key
+    ``#{table.thresholds < |x|}`` (:class:`KeyTable`, one table of float32 bucket edges for
+    every tensor) counted by sign (``hist[0]`` values with the sign bit set, ``hist[1]`` the
+    others; key 0 is zero), with ``min`` and ``max``; ``finite`` is false when a NaN or inf
+    was seen (``hist``, ``lo``, ``hi`` are then undefined).
+``members(work, ranges) -> positions``
+    For each ``(lo, hi)`` of ``ranges`` (at most two), the ascending int64 positions with
+    ``lo < |x| <= hi``: the sketch buckets a protect or prune cut-off falls in.
+``assign_fused(v, plan) -> (indices, protected, err2, norm2)``
+    One pass for what :class:`Assignment` ``plan`` describes: the level index of every value
+    (``o2i[#{cuts < v}]``, ``zero_fix`` for exact zeros when >= 0), the protected positions
+    (ascending: ``|x| > t``, or ``|x| == t`` at a position ``<= p``), pruned values set to
+    their index, and the squared error as :func:`squared_error` measures it.
 ``assign_codes(codes, v, lut, sentinel, cuts, o2i, zero_fix) -> indices``
     Level index (uint8) of every value: ``lut[code]``, or for buckets marked ``sentinel``
     ``o2i[#{cuts < v}]`` (``zero_fix`` for exact zeros when it is >= 0).
@@ -94,6 +108,11 @@ from ckptzip.kernels import _reference as reference
 
 __all__ = [
     "IMPLEMENTATION",
+    "Assignment",
+    "KeyTable",
+    "assign_fused",
+    "key_scan",
+    "members",
     "ans_counts",
     "ans_decode",
     "ans_encode",
@@ -139,6 +158,11 @@ IMPLEMENTATION: str = _active.NAME
 """``"fast"`` or ``"reference"``: the implementation this process runs."""
 
 # The public names are the active implementation's functions, bound once at import.
+KeyTable = reference.KeyTable
+Assignment = reference.Assignment
+key_scan = _active.key_scan
+members = _active.members
+assign_fused = _active.assign_fused
 sketch_codes = _active.sketch_codes
 assign_codes = _active.assign_codes
 squared_error = _active.squared_error

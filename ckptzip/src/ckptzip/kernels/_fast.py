@@ -8,6 +8,7 @@ check. Importing this module raises :class:`ImportError` where the library was n
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 3
+_ABI_VERSION = 4
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -69,6 +70,14 @@ _lanes_dec = _fn(
     "ckz_ans_lanes_decode", _I32, _P, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P,
     _I32, _P,
 )  # fmt: skip
+# the quantizer's fused passes
+_F32 = ctypes.c_float
+_key_scan = _fn("ckz_key_scan", _I32, _P, _I64, _P, _P, _I32, _P, _P)
+_members = _fn("ckz_members", None, _P, _I64, _P, _P, _I32, _P, _P, _P)
+_assign_fused = _fn(
+    "ckz_assign_fused", _I64, _P, _I64, _P, _I32, _P, _I32, _F32, _I64, _F32, _I64, _I32, _P,
+    _P, _P, _I64, _P,
+)  # fmt: skip
 
 
 def _ptr(a: np.ndarray | torch.Tensor) -> int:
@@ -84,6 +93,8 @@ def _contig(a: np.ndarray, dtype: Any) -> np.ndarray:
 
 
 # the passes the compiled code does not change stay NumPy/torch
+KeyTable = ref.KeyTable
+Assignment = ref.Assignment
 blocks = ref.blocks
 block_size = ref.block_size
 bucket_extremes = ref.bucket_extremes
@@ -100,6 +111,68 @@ def sketch_codes(
     counts = np.zeros(2 * cap + 1, dtype=np.int64)
     _sketch(_ptr(w), w.numel(), _ptr(t), cap, _ptr(codes), _ptr(counts))
     return codes, (counts if histogram else None)
+
+
+def key_scan(work: torch.Tensor, table: ref.KeyTable) -> tuple[np.ndarray, float, float, bool]:
+    if not _host_f32(work):
+        return ref.key_scan(work, table)
+    w = work.contiguous()
+    size = table.size
+    hist = np.zeros((2, size + 1), dtype=np.int64)
+    bounds = np.zeros(2, dtype=np.float32)
+    bad = _key_scan(
+        _ptr(w), w.numel(), _ptr(table.prefix), _ptr(table.thresholds), size, _ptr(hist),
+        _ptr(bounds),
+    )  # fmt: skip
+    if bad or w.numel() == 0:
+        return hist, math.nan, math.nan, not bad
+    return hist, float(bounds[0]), float(bounds[1]), True
+
+
+def members(work: torch.Tensor, ranges: list[tuple[float, float]]) -> list[torch.Tensor]:
+    if not _host_f32(work) or not 1 <= len(ranges) <= 2:
+        return ref.members(work, ranges)
+    w = work.contiguous()
+    n = w.numel()
+    lo = np.array([r[0] for r in ranges], dtype=np.float32)
+    hi = np.array([r[1] for r in ranges], dtype=np.float32)
+    if not (
+        np.array_equal(lo, [r[0] for r in ranges]) and np.array_equal(hi, [r[1] for r in ranges])
+    ):
+        return ref.members(work, ranges)  # bounds that are not float32 values
+    outs = [np.empty(n + 1, dtype=np.int64) for _ in range(2)]
+    found = np.zeros(2, dtype=np.int64)
+    _members(_ptr(w), n, _ptr(lo), _ptr(hi), len(ranges), _ptr(outs[0]), _ptr(outs[1]), _ptr(found))
+    return [torch.from_numpy(outs[r][: found[r]].copy()) for r in range(len(ranges))]
+
+
+def assign_fused(
+    v: torch.Tensor, plan: ref.Assignment
+) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+    pt, pp = plan.protect
+    qt, qp, qidx = plan.prune
+    # float32 inputs whose rules are float32 values; anything else is the reference's
+    if not _host_f32(v, plan.cuts) or np.float32(pt) != pt or np.float32(qt) != qt:
+        return ref.assign_fused(v, plan)
+    x = v.contiguous()
+    n = x.numel()
+    cuts = plan.cuts.contiguous()
+    o2i = _contig(plan.o2i, np.uint8)
+    levels = np.zeros(256, dtype=np.float32)
+    levels[: plan.values.numel()] = plan.values.to(torch.float32).cpu().numpy()
+    out = torch.empty(n, dtype=torch.uint8)
+    max_prot = plan.n_protected
+    prot = np.empty(max_prot + 1, dtype=np.int64)
+    err = np.zeros(2, dtype=np.float64)
+    k = _assign_fused(
+        _ptr(x), n, _ptr(cuts), cuts.numel(), _ptr(o2i), plan.zero_fix, pt, pp, qt, qp, qidx,
+        _ptr(levels), _ptr(out), _ptr(prot), max_prot, _ptr(err),
+    )  # fmt: skip
+    if k == -2:
+        raise MemoryError("assignment table")
+    if k < 0:  # the caller's count from the sketch was wrong: a bug, not bad input
+        raise RuntimeError(f"more than the {max_prot} protected positions counted")
+    return out, torch.from_numpy(prot[:k].copy()), float(err[0]), float(err[1])
 
 
 def magnitude_rank(codes: torch.Tensor, cap: int) -> torch.Tensor:

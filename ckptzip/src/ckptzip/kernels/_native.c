@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #if defined(_WIN32)
 #define CKZ_API __declspec(dllexport)
@@ -23,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 3 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 4 /* also covers _entropy.c's and _delta.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -569,6 +570,202 @@ CKZ_API int32_t ckz_ans_decode(const uint32_t *words, int64_t nw, const int64_t 
         }
     }
     return state == 0 ? 0 : 1;
+}
+
+/* == the quantizer's fused passes ========================================================
+ *
+ * Three passes over a tensor's values, none of which stores a per-element bucket code:
+ *   ckz_key_scan     the sketch: every value's key (#{T < |x|} over one table of float32
+ *                    thresholds T = gamma^k for every k a float32 can need, the same for all
+ *                    tensors) counted by sign, with min, max and a non-finite flag;
+ *   ckz_members      the positions of the (at most two) buckets a protect or prune cut-off
+ *                    falls in, so the picks inside them are made on few values;
+ *   ckz_assign_fused each value's level index (a lookup by its bucket code, computed again
+ *                    from the bits, and a search among the cut-offs only in the buckets that
+ *                    hold one), the protect and prune decisions (by value and position, as
+ *                    the caller derived them from the sketch), and the measured error.
+ *
+ * The key of a value: lut[top 15 bits of |x|] is #{T < the smallest float with those bits};
+ * one comparison finishes it where a slice of the float line holds at most one threshold
+ * (every normal float at the default accuracy); a negative entry (-lower - 1) marks a slice
+ * that holds more (subnormals), finished by a loop. T is padded with +inf.
+ */
+static inline int32_t ckz_key(const int32_t *lut, const float *t, uint32_t mag) {
+    float ax = bits_to_float(mag);
+    int32_t e = lut[mag >> PREFIX_SHIFT];
+    if (e >= 0) return e + (t[e] < ax);
+    e = -e - 1;
+    while (t[e] < ax) e++;
+    return e;
+}
+
+/* hist: 2 x (len + 1) int64, row 0 the negative values by key, row 1 the others (zeros have
+ * key 0: T[0] is 0.0). out: lo, hi (NaN ignored); returns 1 when a NaN or inf was seen. */
+CKZ_API int32_t ckz_key_scan(const float *x, int64_t n, const int32_t *lut, const float *t,
+                             int32_t len, int64_t *hist, float *out) {
+    float lo = bits_to_float(0x7f800000u), hi = -lo;
+    uint32_t top = 0;
+    int64_t row = (int64_t)len + 1;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        uint32_t mag = b & 0x7fffffffu;
+        int32_t k = ckz_key(lut, t, mag);
+        /* the row by the sign bit without a branch: signs are random, a branch mispredicts */
+        hist[(int64_t)(1u - (b >> 31)) * row + k]++;
+        float v = x[i];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        top = mag > top ? mag : top;
+    }
+    out[0] = lo;
+    out[1] = hi;
+    return top >= 0x7f800000u;
+}
+
+/* Positions i (ascending) with lo[r] < |x[i]| <= hi[r], for ranges r = 0, 1 (n_ranges of
+ * them), into out[r] (each with room for its count + 1); counts written to found[r]. A block
+ * is first tested as a whole (a branch-free OR the compiler vectorises): the two buckets
+ * hold a few values in a thousand. */
+CKZ_API void ckz_members(const float *x, int64_t n, const float *lo, const float *hi,
+                         int32_t n_ranges, int64_t *out0, int64_t *out1, int64_t *found) {
+    int64_t k0 = 0, k1 = 0;
+    float l0 = lo[0], h0 = hi[0];
+    float l1 = n_ranges > 1 ? lo[1] : 0.0f, h1 = n_ranges > 1 ? hi[1] : -1.0f;
+    for (int64_t start = 0; start < n; start += 256) {
+        int64_t stop = start + 256 < n ? start + 256 : n;
+        int any = 0;
+        for (int64_t i = start; i < stop; i++) {
+            float a = fabsf(x[i]);
+            any |= ((a > l0) & (a <= h0)) | ((a > l1) & (a <= h1));
+        }
+        if (!any) continue;
+        for (int64_t i = start; i < stop; i++) {
+            float a = fabsf(x[i]);
+            int in0 = (a > l0) & (a <= h0);
+            int in1 = (a > l1) & (a <= h1);
+            out0[k0] = i;
+            k0 += in0;
+            out1[k1] = i;
+            k1 += in1;
+        }
+    }
+    found[0] = k0;
+    found[1] = k1;
+}
+
+/* The level index of every float32 value by a table over its top 16 bits (sign, exponent,
+ * 7 mantissa bits): #{cuts < v} is the same for every value of a slice that holds no
+ * cut-off, so lut[slice] = o2i[that count]; CKZ_RESOLVE marks the (at most one per cut-off)
+ * slices that hold one, and the zero slices where exact zeros have their own index; those
+ * values are resolved one by one. Filled slice range by slice range, a cut-off at a time. */
+#define CKZ_RESOLVE 255
+
+static uint8_t ckz_resolve_index(float v, const float *cuts, int32_t n_cuts, const uint8_t *o2i,
+                                 int32_t zero_fix) {
+    int32_t l = 0, h = n_cuts;
+    while (l < h) {
+        int32_t mid = (l + h) >> 1;
+        if (cuts[mid] < v)
+            l = mid + 1;
+        else
+            h = mid;
+    }
+    if (zero_fix >= 0 && v == 0.0f) return (uint8_t)zero_fix;
+    return o2i[l];
+}
+
+static inline uint32_t ckz_slice(float c) { /* the magnitude slice of a value */
+    uint32_t b;
+    memcpy(&b, &c, sizeof b);
+    return (b & 0x7fffffffu) >> 16;
+}
+
+static void ckz_level_table(const float *cuts, int32_t n_cuts, const uint8_t *o2i,
+                            int32_t zero_fix, uint8_t *lut) {
+    /* non-negative values: slices ascend with the value; j = #{cuts < the slice's lowest} */
+    int32_t j = 0;
+    while (j < n_cuts && cuts[j] < 0.0f) j++;
+    uint32_t p = 0;
+    while (p < 32768u) {
+        if (j == n_cuts) {
+            memset(lut + p, o2i[j], 32768u - p);
+            break;
+        }
+        uint32_t q = ckz_slice(cuts[j]); /* cuts[j] >= the slice's lowest value */
+        if (q > p) memset(lut + p, o2i[j], q - p);
+        lut[q] = CKZ_RESOLVE;
+        while (j < n_cuts && ckz_slice(cuts[j]) <= q) j++;
+        p = q + 1;
+    }
+    /* negative values: slices descend with the value; j = #{cuts < -(the slice's lowest)} */
+    uint8_t *neg = lut + 32768;
+    j = 0;
+    while (j < n_cuts && cuts[j] < 0.0f) j++;
+    p = 0;
+    while (p < 32768u) {
+        if (j == 0) {
+            memset(neg + p, o2i[0], 32768u - p);
+            break;
+        }
+        uint32_t q = ckz_slice(cuts[j - 1]); /* the largest cut below the slice, < 0 */
+        if (q > p) memset(neg + p, o2i[j], q - p);
+        neg[q] = CKZ_RESOLVE;
+        while (j > 0 && ckz_slice(cuts[j - 1]) <= q) j--;
+        p = q + 1;
+    }
+    if (zero_fix >= 0) lut[0] = neg[0] = CKZ_RESOLVE;
+}
+
+/* The level index of every value, the protect / prune decisions and the measured error.
+ *
+ * Index: o2i[#{cuts < x}] (zero_fix for x = 0 when >= 0), by the slice table above.
+ * Protected: |x| > pt, or |x| == pt and i <= pp; their positions go to prot (ascending; room
+ * for max_prot) and they add nothing to the error. Pruned (not protected): |x| < qt, or
+ * |x| == qt and i <= qp: index qidx. err[0] = sum of (levels[idx] - x)^2 over the others
+ * (difference in float32, sum in double), err[1] = sum of x^2 over all. Returns the number
+ * of protected positions, -1 when there were more than max_prot, -2 without memory. */
+CKZ_API int64_t ckz_assign_fused(const float *x, int64_t n, const float *cuts, int32_t n_cuts,
+                                 const uint8_t *o2i, int32_t zero_fix, float pt, int64_t pp,
+                                 float qt, int64_t qp, int32_t qidx, const float *levels,
+                                 uint8_t *out, int64_t *prot, int64_t max_prot, double *err) {
+    uint8_t *lut = (uint8_t *)malloc(65536);
+    if (lut == NULL) return -2;
+    ckz_level_table(cuts, n_cuts, o2i, zero_fix, lut);
+    double e_all = 0.0, m_all = 0.0;
+    int64_t np_ = 0;
+    for (int64_t lo = 0; lo < n; lo += 4096) {
+        int64_t hi = lo + 4096 < n ? lo + 4096 : n;
+        double e = 0.0, m = 0.0;
+        for (int64_t i = lo; i < hi; i++) {
+            uint32_t b;
+            float v = x[i];
+            memcpy(&b, &v, sizeof b);
+            uint8_t k = lut[b >> 16];
+            if (k == CKZ_RESOLVE) k = ckz_resolve_index(v, cuts, n_cuts, o2i, zero_fix);
+            float a = bits_to_float(b & 0x7fffffffu);
+            m += (double)v * (double)v;
+            if (a > pt || (a == pt && i <= pp)) {
+                if (np_ >= max_prot) {
+                    free(lut);
+                    return -1;
+                }
+                prot[np_++] = i;
+                out[i] = k;
+                continue;
+            }
+            if (a < qt || (a == qt && i <= qp)) k = (uint8_t)qidx;
+            out[i] = k;
+            float d = levels[k] - v;
+            e += (double)d * (double)d;
+        }
+        e_all += e;
+        m_all += m;
+    }
+    free(lut);
+    err[0] = e_all;
+    err[1] = m_all;
+    return np_;
 }
 
 static struct PyModuleDef native_module = {

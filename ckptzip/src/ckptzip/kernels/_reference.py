@@ -6,8 +6,10 @@ must produce bit for bit; the signatures are documented once, in :mod:`ckptzip.k
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -105,6 +107,136 @@ def positions(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     xn = x.numpy()
     parts = [np.flatnonzero((xn[a:b] >= lo) & (xn[a:b] <= hi)) + a for a, b in blocks(xn.size, x)]
     return torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+
+
+# -- the quantizer's fused passes ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class KeyTable:
+    """One table of float32 bucket thresholds for every key a float32 value can need.
+
+    ``thresholds[i]`` is ``γ^(k_lo + i)`` rounded to float32 (ascending; ``thresholds[0]`` is
+    ``0.0``), and a value's *key* is ``#{i : thresholds[i] < |x|}``: ``0`` for zero only.
+    ``prefix`` is a derived acceleration, the same for both implementations: for each value
+    of the top 15 bits of ``|x|`` (exponent and 7 mantissa bits), the key of the smallest
+    float with those bits, or ``-key - 1`` where that slice of the float line holds more than
+    one threshold (one comparison finishes a key everywhere else).
+    """
+
+    k_lo: int
+    thresholds: torch.Tensor
+    prefix: np.ndarray
+
+    @classmethod
+    def build(cls, k_lo: int, thresholds: torch.Tensor) -> KeyTable:
+        t = thresholds.to(device="cpu", dtype=torch.float32).contiguous()
+        if t.numel() == 0 or float(t[0]) != 0.0:
+            raise ValueError("a key table starts with a threshold that is 0.0 in float32")
+        lowest = (np.arange(1 << (31 - _PREFIX_SHIFT), dtype=np.uint32) << _PREFIX_SHIFT).view(
+            np.float32
+        )
+        keys = np.searchsorted(t.numpy(), lowest, side="left").astype(np.int64)
+        upper = np.append(keys[1:], t.numel())
+        multi = upper - keys > 1
+        prefix = np.where(multi, -keys - 1, keys).astype(np.int32)
+        padded = torch.cat([t, torch.full((1,), math.inf)])
+        return cls(k_lo, padded, prefix)
+
+    @property
+    def size(self) -> int:
+        """Number of thresholds (keys run from 0 to ``size``)."""
+        return self.thresholds.numel() - 1
+
+
+def key_scan(work: torch.Tensor, table: KeyTable) -> tuple[np.ndarray, float, float, bool]:
+    n = work.numel()
+    size = table.size
+    t = table.thresholds[:size].to(work.device)
+    hist = torch.zeros((2, size + 1), dtype=torch.int64, device=work.device)
+    finite = True
+    for lo, hi in blocks(n, work):
+        w = work[lo:hi]
+        if not bool(torch.isfinite(w).all()):
+            finite = False
+            break
+        key = torch.searchsorted(t, w.abs())
+        neg = torch.signbit(w)
+        hist[0] += torch.bincount(key[neg], minlength=size + 1)
+        hist[1] += torch.bincount(key[~neg], minlength=size + 1)
+    if not finite or n == 0:
+        return hist.cpu().numpy(), math.nan, math.nan, finite
+    lo_t, hi_t = torch.aminmax(work)
+    return hist.cpu().numpy(), float(lo_t), float(hi_t), True
+
+
+def members(work: torch.Tensor, ranges: list[tuple[float, float]]) -> list[torch.Tensor]:
+    out: list[list[torch.Tensor]] = [[] for _ in ranges]
+    for lo, hi in blocks(work.numel(), work):
+        a = work[lo:hi].abs()
+        for r, (low, high) in enumerate(ranges):
+            out[r].append(((a > low) & (a <= high)).nonzero().squeeze(1) + lo)
+    return [
+        torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=work.device)
+        for parts in out
+    ]
+
+
+@dataclass(frozen=True, eq=False)
+class Assignment:
+    """What :func:`assign_fused` does to each value: its nearest level, protect and prune.
+
+    Index ``o2i[#{cuts < x}]`` (``zero_fix`` for an exact zero when it is >= 0); protected
+    where ``|x| > t`` or ``|x| == t`` at a position ``<= p`` (``protect = (t, p)``; exactly
+    ``n_protected`` values, as the caller counted them from the sketch); pruned (when not
+    protected) where ``|x| < t`` or ``|x| == t`` at a position ``<= p``
+    (``prune = (t, p, index)``): the index given. ``values`` is what each level decodes to,
+    in the tensor's dtype.
+    """
+
+    cuts: torch.Tensor
+    o2i: np.ndarray
+    zero_fix: int
+    protect: tuple[float, int]
+    n_protected: int
+    prune: tuple[float, int, int]
+    values: torch.Tensor
+
+
+def assign_fused(
+    v: torch.Tensor, plan: Assignment
+) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+    n = v.numel()
+    device = v.device
+    cuts = plan.cuts.to(device=device, dtype=v.dtype)
+    o2i = torch.as_tensor(plan.o2i.astype(np.int64), device=device)
+    lv = plan.values.to(device=device, dtype=v.dtype)
+    pt, pp = plan.protect
+    qt, qp, qidx = plan.prune
+    indices = torch.empty(n, dtype=torch.uint8, device=device)
+    protected: list[torch.Tensor] = []
+    err = 0.0
+    norm = 0.0
+    for lo, hi in blocks(n, v):
+        w = v[lo:hi]
+        a = w.abs()
+        pos = torch.arange(lo, hi, device=device)
+        idx = o2i.index_select(0, torch.searchsorted(cuts, w))
+        if plan.zero_fix >= 0:
+            idx = torch.where(w == 0, plan.zero_fix, idx)
+        prot = (a > pt) | ((a == pt) & (pos <= pp))
+        pruned = ~prot & ((a < qt) | ((a == qt) & (pos <= qp)))
+        idx = torch.where(pruned, qidx, idx)
+        indices[lo:hi] = idx.to(torch.uint8)
+        d = lv.index_select(0, idx).sub_(w).double()
+        d.masked_fill_(prot, 0.0)
+        err += float(d.square_().sum())
+        norm += float(w.double().square().sum())
+        protected.append(pos[prot])
+    prot_all = (
+        torch.cat(protected) if protected else torch.zeros(0, dtype=torch.int64, device=device)
+    )
+    return indices, prot_all, err, norm
 
 
 # -- quantize ----------------------------------------------------------------------------------
