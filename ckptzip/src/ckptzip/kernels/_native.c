@@ -345,16 +345,28 @@ static int64_t count_le(const double *pts, int64_t n, double v) { /* #{pts <= v}
     return lo;
 }
 
+/* pts[#{cdf < r * total}]: cdf is non-decreasing (weights >= 0), so a binary search
+ * counts what the reference's comparison of every entry counts */
+static double draw_from(const double *pts, const double *cdf, int64_t n, double r) {
+    double u = r * cdf[n - 1];
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + ((hi - lo) >> 1);
+        if (cdf[mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return pts[lo < n - 1 ? lo : n - 1];
+}
+
 static double draw(const double *pts, const double *p, int64_t n, double *cdf, double r) {
     double acc = 0.0;
     for (int64_t i = 0; i < n; i++) {
         acc = i == 0 ? p[0] : acc + p[i];
         cdf[i] = acc;
     }
-    double u = r * cdf[n - 1];
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++) count += cdf[i] < u;
-    return pts[count < n - 1 ? count : n - 1];
+    return draw_from(pts, cdf, n, r);
 }
 
 CKZ_API int32_t ckz_kmeans(const double *pts, const double *w, int64_t n, int32_t k,
@@ -386,13 +398,16 @@ CKZ_API int32_t ckz_kmeans(const double *pts, const double *w, int64_t n, int32_
     for (int32_t j = 1; j < k; j++) {
         for (int32_t row = 0; row < n_init; row++) {
             double *dr = d2 + (size_t)row * (size_t)n;
-            int any = 0;
+            double acc = 0.0; /* the cumulative sum of w * D^2, in the reference's order */
             for (int64_t i = 0; i < n; i++) {
-                p[i] = w[i] * dr[i];
-                any |= p[i] > 0.0;
+                double pi = w[i] * dr[i];
+                acc = i == 0 ? pi : acc + pi;
+                cdf[i] = acc;
             }
-            /* a row whose points are all taken repeats a centre (merged later) */
-            double cj = draw(pts, any ? p : w, n, cdf, rand[(size_t)j * n_init + row]);
+            /* a row whose points are all taken (every w * D^2 is 0, so is their sum)
+             * repeats a centre (merged later) */
+            double r = rand[(size_t)j * n_init + row];
+            double cj = acc > 0.0 ? draw_from(pts, cdf, n, r) : draw(pts, w, n, cdf, r);
             c[(size_t)row * k + j] = cj;
             for (int64_t i = 0; i < n; i++) {
                 double t = pts[i] - cj;
@@ -604,23 +619,30 @@ static inline int32_t ckz_key(const int32_t *lut, const float *t, uint32_t mag) 
 CKZ_API int32_t ckz_key_scan(const float *x, int64_t n, const int32_t *lut, const float *t,
                              int32_t len, int64_t *hist, float *out) {
     float lo = bits_to_float(0x7f800000u), hi = -lo;
-    uint32_t top = 0;
+    uint32_t bad = 0;
     int64_t row = (int64_t)len + 1;
+    int64_t zeros[2] = {0, 0};
     for (int64_t i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, &x[i], sizeof b);
         uint32_t mag = b & 0x7fffffffu;
-        int32_t k = ckz_key(lut, t, mag);
-        /* the row by the sign bit without a branch: signs are random, a branch mispredicts */
-        hist[(int64_t)(1u - (b >> 31)) * row + k]++;
         float v = x[i];
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
-        top = mag > top ? mag : top;
+        bad |= mag >= 0x7f800000u;
+        if (mag == 0) { /* counted apart: a run of zeros would chain the same counter */
+            zeros[b >> 31]++;
+            continue;
+        }
+        int32_t k = ckz_key(lut, t, mag);
+        /* the row by the sign bit without a branch: signs are random, a branch mispredicts */
+        hist[(int64_t)(1u - (b >> 31)) * row + k]++;
     }
+    hist[0] += zeros[1];
+    hist[row] += zeros[0];
     out[0] = lo;
     out[1] = hi;
-    return top >= 0x7f800000u;
+    return bad != 0;
 }
 
 /* Positions i (ascending) with lo[r] < |x[i]| <= hi[r], for ranges r = 0, 1 (n_ranges of
@@ -736,7 +758,10 @@ CKZ_API int64_t ckz_assign_fused(const float *x, int64_t n, const float *cuts, i
     int64_t np_ = 0;
     for (int64_t lo = 0; lo < n; lo += 4096) {
         int64_t hi = lo + 4096 < n ? lo + 4096 : n;
-        double e = 0.0, m = 0.0;
+        /* four sums each, element i into sum i % 4: one chain of additions would bound the
+         * loop by the adder's latency (the recorded error is rounded to 8 digits, so the
+         * order of the sums cannot change a file) */
+        double e[4] = {0.0, 0.0, 0.0, 0.0}, m[4] = {0.0, 0.0, 0.0, 0.0};
         for (int64_t i = lo; i < hi; i++) {
             uint32_t b;
             float v = x[i];
@@ -744,7 +769,7 @@ CKZ_API int64_t ckz_assign_fused(const float *x, int64_t n, const float *cuts, i
             uint8_t k = lut[b >> 16];
             if (k == CKZ_RESOLVE) k = ckz_resolve_index(v, cuts, n_cuts, o2i, zero_fix);
             float a = bits_to_float(b & 0x7fffffffu);
-            m += (double)v * (double)v;
+            m[i & 3] += (double)v * (double)v;
             if (a > pt || (a == pt && i <= pp)) {
                 if (np_ >= max_prot) {
                     free(lut);
@@ -757,10 +782,10 @@ CKZ_API int64_t ckz_assign_fused(const float *x, int64_t n, const float *cuts, i
             if (a < qt || (a == qt && i <= qp)) k = (uint8_t)qidx;
             out[i] = k;
             float d = levels[k] - v;
-            e += (double)d * (double)d;
+            e[i & 3] += (double)d * (double)d;
         }
-        e_all += e;
-        m_all += m;
+        e_all += (e[0] + e[1]) + (e[2] + e[3]);
+        m_all += (m[0] + m[1]) + (m[2] + m[3]);
     }
     free(lut);
     err[0] = e_all;
