@@ -603,3 +603,45 @@ def test_reference_and_fast_kernels_write_byte_identical_files(tmp_path: Path) -
     got = _saved(tmp_path, "fast")
     assert len(want) >= 3
     assert got == want
+
+
+_QUANTIZE = textwrap.dedent(
+    """
+    import hashlib, torch
+    from ckptzip.config import QuantConfig
+    from ckptzip.quantize import quantize
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(300_007, generator=g) * 0.02
+    w[::11] = 0.0
+    sq = w.square()
+    h = hashlib.sha256()
+    for x, cfg in [
+        (w, QuantConfig()),
+        (w, QuantConfig(bins=4, prune=0.3, protect=0.01)),
+        (w, QuantConfig(bins=256, prune=0.05)),
+        (sq, QuantConfig(log_domain=True)),
+        (sq, QuantConfig(log_domain=True, bins=64, prune=0.2)),
+    ]:
+        q = quantize(x, cfg)
+        h.update(q.indices.tobytes() + q.protected_positions.tobytes() + q.levels.tobytes())
+        h.update(repr(q.rel_error).encode())
+    print(h.hexdigest())
+    """
+)
+
+
+@needs_fast
+def test_the_scalar_assignment_writes_what_the_vector_one_writes() -> None:
+    # x86-64 runs the fused assignment eight values at a time (AVX2) where the processor
+    # has it; CKPTZIP_NO_AVX2 makes the same process take the scalar loop other machines run
+    runs = []
+    for no_avx2 in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "CKPTZIP_NO_AVX2"}
+        if no_avx2:
+            env["CKPTZIP_NO_AVX2"] = "1"
+        done = subprocess.run(
+            [sys.executable, "-c", _QUANTIZE], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        runs.append(done.stdout.strip())
+    assert runs[0] == runs[1]

@@ -10,21 +10,29 @@ The method:
    exactly. NaN and ±inf are always protected, on top of the fraction.
 3. **Prune** the bottom ``prune`` fraction, by magnitude or (with scores) by sensitivity,
    among the entries not protected: they become exactly zero, and ``0.0`` is one of the levels.
+   Entries tied on the score are taken in position order (lowest positions first), in every
+   selection.
 4. **Fit the levels** with weighted k-means (k-means++ init, fixed seed) on the bucket centres
    of the entries left: bucket weight ``σ·count/Σcount + (1−σ)·|centre|/Σ|centre|`` with
    ``σ = 0.2``, which pulls levels away from the dense region near zero. In ``log_domain``
    the k-means runs on ``log|centre|`` with count weights (a relative error in Adam's
    ``exp_avg_sq`` matters the same at every scale) and zeros stay exact. When the entries left
    have no more distinct values than free levels, the levels are those values, exactly.
-5. **Assign** every entry its nearest level. The cut-offs between levels are placed in sketch
-   buckets; each bucket's level is read from a small lookup table by the bucket code computed
-   in step 1, and only the entries in the (at most ``bins − 1``) buckets that contain a
-   cut-off are compared one by one (``searchsorted``). This is exact nearest-level assignment,
-   because the bucket code is a monotone function of the value.
+5. **Assign** every entry its nearest level: ``#{cut-offs < x}`` over the cut-offs between
+   levels, an exact nearest-level assignment.
 
-Everything that touches all elements is a torch op on the tensor's own device; only the
-k-means over at most a few thousand bucket centres runs in NumPy. ``rel_error`` is measured
-from the dequantized tensor, never estimated.
+The passes over the elements (:mod:`ckptzip.kernels`). Without scores, and for float32 work
+(float16 and bfloat16 are converted), there are three, and none stores anything per element
+but the indices: the sketch (:func:`ckptzip.sketch.scan`: counts, minimum, maximum, whether
+all is finite); the members of the (at most two) buckets a protect or prune cut falls in,
+read off the sketch's counts, skipped where a cut takes its whole bucket; and one pass that
+assigns every level, applies both selections as rules on value and position (``|x| > t``, or
+``|x| == t`` at a position ``<= p``) and measures the error. With scores (or float64 values)
+the sketch also gives each element's bucket code, selections rank by those codes, and each
+bucket's level is read from a lookup table by its code; the results are the same as the
+rule-based passes' for the same selections. Only the k-means over at most a few thousand
+bucket centres runs apart from the elements. ``rel_error`` is measured from what decoding
+gives, never estimated.
 
 >>> import torch
 >>> from ckptzip.config import QuantConfig

@@ -747,50 +747,166 @@ static void ckz_level_table(const float *cuts, int32_t n_cuts, const uint8_t *o2
  * |x| == qt and i <= qp: index qidx. err[0] = sum of (levels[idx] - x)^2 over the others
  * (difference in float32, sum in double), err[1] = sum of x^2 over all. Returns the number
  * of protected positions, -1 when there were more than max_prot, -2 without memory. */
+typedef struct {
+    const float *x;
+    const float *cuts;
+    int32_t n_cuts;
+    const uint8_t *o2i;
+    int32_t zero_fix;
+    float pt, qt;
+    int64_t pp, qp;
+    uint8_t qidx;
+    const float *levels;
+    const uint8_t *lut;
+    uint8_t *out;
+    int64_t *prot;
+    int64_t max_prot, np;
+} ckz_assign_ctx;
+
+/* One value: its index, the two rules, its share of the sums. 0, or -1 when there are more
+ * protected positions than counted. The AVX2 path below runs this for every group of 8
+ * values it does not settle itself, so both paths write the same indices and positions. */
+static inline int ckz_assign_one(ckz_assign_ctx *c, int64_t i, double *e, double *m) {
+    uint32_t b;
+    float v = c->x[i];
+    memcpy(&b, &v, sizeof b);
+    uint8_t k = c->lut[b >> 16];
+    if (k == CKZ_RESOLVE) k = ckz_resolve_index(v, c->cuts, c->n_cuts, c->o2i, c->zero_fix);
+    float a = bits_to_float(b & 0x7fffffffu);
+    *m += (double)v * (double)v;
+    if (a > c->pt || (a == c->pt && i <= c->pp)) {
+        if (c->np >= c->max_prot) return -1;
+        c->prot[c->np++] = i;
+        c->out[i] = k;
+        return 0;
+    }
+    int pruned = (a < c->qt) | ((a == c->qt) & (i <= c->qp)); /* no branch: prune 30 % */
+    k = pruned ? c->qidx : k;
+    c->out[i] = k;
+    float d = c->levels[k] - v;
+    *e += (double)d * (double)d;
+    return 0;
+}
+
+/* Elements [lo, hi): four sums each, element i into sum i % 4 (one chain of additions would
+ * bound the loop by the adder's latency; the recorded error is rounded to 8 digits, so the
+ * order of the sums cannot change a file). */
+static int ckz_assign_scalar(ckz_assign_ctx *c, int64_t lo, int64_t hi, double *err) {
+    double e[4] = {0.0, 0.0, 0.0, 0.0}, m[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int64_t i = lo; i < hi; i++)
+        if (ckz_assign_one(c, i, &e[i & 3], &m[i & 3])) return -1;
+    err[0] += (e[0] + e[1]) + (e[2] + e[3]);
+    err[1] += (m[0] + m[1]) + (m[2] + m[3]);
+    return 0;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define CKZ_HAVE_AVX2_PATH 1
+/* Eight values at a time: the slice table and the level values gathered, the prune rule a
+ * blend, the sums in double lanes (products and sums as separate instructions, no fused
+ * multiply-add, as the scalar code). A group holding a value the vector code does not settle
+ * (a slice to resolve, a protect candidate |x| >= pt, a tie |x| == qt) goes to
+ * ckz_assign_one value by value. */
+__attribute__((target("avx2"))) static int ckz_assign_avx2(ckz_assign_ctx *c, int64_t lo,
+                                                           int64_t hi, double *err) {
+    const __m256i byte = _mm256_set1_epi32(0xff), resolve = _mm256_set1_epi32(CKZ_RESOLVE);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 vpt = _mm256_set1_ps(c->pt), vqt = _mm256_set1_ps(c->qt);
+    const __m256i vq = _mm256_set1_epi32(c->qidx);
+    /* a slice to resolve: #{cuts < v} counted in the lanes, for up to 32 cut-offs */
+    uint8_t o2i[256 + 4] = {0};
+    memcpy(o2i, c->o2i, (size_t)c->n_cuts + 1);
+    const int lanes_resolve = c->n_cuts <= 32;
+    const __m256i vzero_fix = _mm256_set1_epi32(c->zero_fix);
+    __m256d e0 = _mm256_setzero_pd(), e1 = e0, m0 = e0, m1 = e0;
+    double es[4] = {0.0, 0.0, 0.0, 0.0}, ms[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+        __m256 v = _mm256_loadu_ps(c->x + i);
+        __m256i slice = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+        __m256i k = _mm256_and_si256(
+            _mm256_i32gather_epi32((const int *)c->lut, slice, 1), byte); /* lut: 3 spare */
+        __m256 a = _mm256_and_ps(v, absmask);
+        __m256 odd = _mm256_or_ps(_mm256_cmp_ps(a, vpt, _CMP_GE_OQ),
+                                  _mm256_cmp_ps(a, vqt, _CMP_EQ_OQ));
+        __m256i res = _mm256_cmpeq_epi32(k, resolve);
+        int any = _mm256_movemask_ps(odd);
+        if (_mm256_movemask_epi8(res)) {
+            if (lanes_resolve) {
+                __m256i cnt = _mm256_setzero_si256();
+                for (int32_t j = 0; j < c->n_cuts; j++) /* a true compare is -1 */
+                    cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(_mm256_cmp_ps(
+                                                    _mm256_set1_ps(c->cuts[j]), v, _CMP_LT_OQ)));
+                __m256i kr =
+                    _mm256_and_si256(_mm256_i32gather_epi32((const int *)o2i, cnt, 1), byte);
+                if (c->zero_fix >= 0) {
+                    __m256 zero = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_EQ_OQ);
+                    kr = _mm256_blendv_epi8(kr, vzero_fix, _mm256_castps_si256(zero));
+                }
+                k = _mm256_blendv_epi8(k, kr, res);
+            } else {
+                any = 1;
+            }
+        }
+        if (any) {
+            for (int64_t j = i; j < i + 8; j++)
+                if (ckz_assign_one(c, j, &es[j & 3], &ms[j & 3])) return -1;
+            continue;
+        }
+        k = _mm256_blendv_epi8(k, vq, _mm256_castps_si256(_mm256_cmp_ps(a, vqt, _CMP_LT_OQ)));
+        __m128i k16 = _mm_packus_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+        _mm_storel_epi64((__m128i *)(c->out + i), _mm_packus_epi16(k16, k16));
+        __m256 d = _mm256_sub_ps(_mm256_i32gather_ps(c->levels, k, 4), v);
+        __m256d dl = _mm256_cvtps_pd(_mm256_castps256_ps128(d));
+        __m256d dh = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
+        e0 = _mm256_add_pd(e0, _mm256_mul_pd(dl, dl));
+        e1 = _mm256_add_pd(e1, _mm256_mul_pd(dh, dh));
+        __m256d vl = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+        __m256d vh = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        m0 = _mm256_add_pd(m0, _mm256_mul_pd(vl, vl));
+        m1 = _mm256_add_pd(m1, _mm256_mul_pd(vh, vh));
+    }
+    for (; i < hi; i++)
+        if (ckz_assign_one(c, i, &es[i & 3], &ms[i & 3])) return -1;
+    double ev[4], mv[4];
+    _mm256_storeu_pd(ev, _mm256_add_pd(e0, e1));
+    _mm256_storeu_pd(mv, _mm256_add_pd(m0, m1));
+    err[0] += ((ev[0] + ev[1]) + (ev[2] + ev[3])) + ((es[0] + es[1]) + (es[2] + es[3]));
+    err[1] += ((mv[0] + mv[1]) + (mv[2] + mv[3])) + ((ms[0] + ms[1]) + (ms[2] + ms[3]));
+    return 0;
+}
+#endif
+
 CKZ_API int64_t ckz_assign_fused(const float *x, int64_t n, const float *cuts, int32_t n_cuts,
                                  const uint8_t *o2i, int32_t zero_fix, float pt, int64_t pp,
                                  float qt, int64_t qp, int32_t qidx, const float *levels,
                                  uint8_t *out, int64_t *prot, int64_t max_prot, double *err) {
-    uint8_t *lut = (uint8_t *)malloc(65536);
+    uint8_t *lut = (uint8_t *)calloc(65536 + 4, 1); /* + 4: the 32-bit gathers read past */
     if (lut == NULL) return -2;
     ckz_level_table(cuts, n_cuts, o2i, zero_fix, lut);
-    double e_all = 0.0, m_all = 0.0;
-    int64_t np_ = 0;
+    ckz_assign_ctx c = {x,  cuts,   n_cuts, o2i, zero_fix, pt,  qt,       pp,
+                        qp, (uint8_t)qidx, levels, lut, out, prot, max_prot, 0};
+    int (*pass)(ckz_assign_ctx *, int64_t, int64_t, double *) = ckz_assign_scalar;
+#ifdef CKZ_HAVE_AVX2_PATH
+    if (__builtin_cpu_supports("avx2") && getenv("CKPTZIP_NO_AVX2") == NULL)
+        pass = ckz_assign_avx2;
+#endif
+    double sums[2] = {0.0, 0.0};
     for (int64_t lo = 0; lo < n; lo += 4096) {
         int64_t hi = lo + 4096 < n ? lo + 4096 : n;
-        /* four sums each, element i into sum i % 4: one chain of additions would bound the
-         * loop by the adder's latency (the recorded error is rounded to 8 digits, so the
-         * order of the sums cannot change a file) */
-        double e[4] = {0.0, 0.0, 0.0, 0.0}, m[4] = {0.0, 0.0, 0.0, 0.0};
-        for (int64_t i = lo; i < hi; i++) {
-            uint32_t b;
-            float v = x[i];
-            memcpy(&b, &v, sizeof b);
-            uint8_t k = lut[b >> 16];
-            if (k == CKZ_RESOLVE) k = ckz_resolve_index(v, cuts, n_cuts, o2i, zero_fix);
-            float a = bits_to_float(b & 0x7fffffffu);
-            m[i & 3] += (double)v * (double)v;
-            if (a > pt || (a == pt && i <= pp)) {
-                if (np_ >= max_prot) {
-                    free(lut);
-                    return -1;
-                }
-                prot[np_++] = i;
-                out[i] = k;
-                continue;
-            }
-            if (a < qt || (a == qt && i <= qp)) k = (uint8_t)qidx;
-            out[i] = k;
-            float d = levels[k] - v;
-            e[i & 3] += (double)d * (double)d;
+        double block[2] = {0.0, 0.0};
+        if (pass(&c, lo, hi, block)) {
+            free(lut);
+            return -1;
         }
-        e_all += (e[0] + e[1]) + (e[2] + e[3]);
-        m_all += (m[0] + m[1]) + (m[2] + m[3]);
+        sums[0] += block[0];
+        sums[1] += block[1];
     }
     free(lut);
-    err[0] = e_all;
-    err[1] = m_all;
-    return np_;
+    err[0] = sums[0];
+    err[1] = sums[1];
+    return c.np;
 }
 
 static struct PyModuleDef native_module = {
