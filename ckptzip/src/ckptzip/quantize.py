@@ -653,9 +653,7 @@ def _quantize_sketched(
         else:
             cand = found[cut_p]
             a = v[cand].abs()
-            pick = _order(a, largest=True)[:need_p]
-            last = int(pick[-1])
-            protect = (float(a[last]), int(cand[last]))
+            protect, pick = _rule(cand, a, need_p, largest=True)
             _take(counts, cap, cut_p, signs(cand[pick]))
     prune: tuple[float, int] = (-1.0, -1)
     if k_prune:
@@ -670,9 +668,7 @@ def _quantize_sketched(
                 pt, pp = protect
                 free = ~((a > pt) | ((a == pt) & (cand <= pp)))
                 cand, a = cand[free], a[free]
-            pick = _order(a, largest=False)[:need_q]
-            last = int(pick[-1])
-            prune = (float(a[last]), int(cand[last]))
+            prune, pick = _rule(cand, a, need_q, largest=False)
             _take(counts, cap, cut_q, signs(cand[pick]))
 
     book = _codebook(v, sk, lambda: value_codes(sk, v), counts, cfg, dtype, bounds)
@@ -689,6 +685,23 @@ def _quantize_sketched(
     protected = protected.to(device)
     rel = _measure(v, indices, book.values, protected, (err2, norm2))
     return _Result(book.levels, indices, protected, rel, book.thresholds, book.o2i, book.zero_index)
+
+
+def _rule(
+    cand: torch.Tensor, a: torch.Tensor, need: int, *, largest: bool
+) -> tuple[tuple[float, int], torch.Tensor]:
+    """The ``need`` largest (or smallest) of ``a`` (candidates at ascending positions
+    ``cand``), ties by position, as a rule ``(t, p)`` (``a`` beyond ``t``, or ``a == t`` at a
+    position ``<= p``) and the mask of the picks: what :func:`_order` takes, found by a
+    selection (linear) instead of a sort."""
+    m = a.numel()
+    t = a.kthvalue(m - need + 1 if largest else need).values
+    beyond = a > t if largest else a < t
+    tied = (a == t).nonzero().squeeze(1)
+    last = int(tied[need - int(beyond.sum()) - 1])  # the last tie taken, in position order
+    pick = beyond.clone()
+    pick[tied[tied <= last]] = True
+    return (float(t), int(cand[last])), pick
 
 
 def _bucket_range(sk: LogSketch, rank: int) -> tuple[float, float]:
