@@ -29,10 +29,10 @@ delta codec codes both and keeps the smaller per tensor (:func:`encode_smallest`
 :data:`DELTA_METHODS`). Earlier versions tried run-length + LZMA instead of ``"rle+ans"``;
 ``benchmarks/delta_backends.py`` codes the deltas a ``CheckpointManager`` writes (``gru``,
 ``lm``: 5 checkpoints 20 steps apart; ``throughput.py --quick``'s transformer: 4 consecutive
-steps) both ways: the smaller of ANS and ``"rle+ans"`` is 0.1 % larger on ``gru``, 0.3 %
-smaller on ``lm`` and 1.2 % larger on the transformer (whose token embedding changes by rows,
-which LZMA's matches model) than the smaller of ANS and LZMA, and ``"rle+ans"`` encodes 6-9x
-faster than run-length + LZMA (a full LZMA pass cost about ten times ANS's). zstd's
+steps) both ways: the codec's choice is 0.13 % larger on ``gru``, 0.13 % smaller on ``lm``
+and 1.2 % larger on the transformer (whose token embedding changes by rows,
+which LZMA's matches model) than the smaller of ANS and LZMA, and ``"rle+ans"`` encodes
+5-10x faster than run-length + LZMA (a full LZMA pass cost about ten times ANS's). zstd's
 long-distance matching gained nothing (no long matches in these streams), so it is not
 offered. The method used is recorded in the payload's metadata, so any of them decodes.
 
@@ -171,8 +171,8 @@ def delta_methods(n: int) -> tuple[str, ...]:
     """The back ends :func:`encode_smallest` tries for a stream of ``n`` differences: ANS in
     lanes (``"ans-lanes"``: independent coders, so decoding runs several symbols at once and
     a large tensor on several threads) from :data:`ckptzip.entropy.ANS_LANES_MIN` symbols on,
-    plain ``"ans"`` below, and ``"rle+ans"``. The lanes cost 0.1-0.2 % more bytes than one
-    coder on the dense deltas of ``benchmarks/delta_backends.py`` and decode 1.7x faster.
+    plain ``"ans"`` below, and ``"rle+ans"``. The lanes cost 0.1-0.4 % more bytes than one
+    coder on the deltas of ``benchmarks/delta_backends.py`` and decoded 1.3-1.6x faster.
 
     Examples
     --------
