@@ -21,7 +21,7 @@ from ckptzip.codecs.base import available_codecs, get_codec
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import ConfigError, UnsupportedFormatError
 from ckptzip.plan import ALMOST_ALL_ZEROS, MomentPolicy, Planner, keep_zeros
-from ckptzip.search import search
+from ckptzip.search import moment_ladder, search
 
 
 def _adam_model(*, amsgrad: bool = False) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -58,7 +58,8 @@ def test_almost_zero_first_moments_get_one_treatment_with_and_without_search(
     planned, reason = Planner(CompressionConfig(quant=QuantConfig(protect=protect))).quant_for(
         "optimizer/state/0/exp_avg", m
     )
-    searched = MomentPolicy(protect=protect).first(QuantConfig(bins=4), zeros)
+    # the zeros rule alone (the search's own pruning, first_prune, would add to it)
+    searched = MomentPolicy(protect=protect, first_prune=0.0).first(QuantConfig(bins=4), zeros)
     exact = zeros + protect >= ALMOST_ALL_ZEROS
     assert (planned is None) == (searched is None) == exact
     assert (reason is not None) == exact
@@ -116,6 +117,22 @@ def test_first_prune_zeros_the_smallest_first_moments_and_never_a_second_moment(
     assert bool((restored[m == 0] == 0).all())
     with pytest.raises(ckptzip.ConfigError, match="first_prune"):
         MomentPolicy(first_prune=0.95)
+
+
+def test_a_pruned_first_moment_keeps_a_level_on_each_side_of_zero() -> None:
+    # two levels with a pruned zero level hold one sign only (0 and one more level): refused,
+    # and the probe's ladder from a pruning policy stops at three
+    with pytest.raises(ckptzip.ConfigError, match="one sign"):
+        MomentPolicy(first_bins=2, first_prune=0.5)
+    assert MomentPolicy(first_bins=2).first_bins == 2  # unpruned: two levels, both signs
+    compact = MomentPolicy(3, second_bins=8, first_prune=0.5)
+    assert min(m.first_bins for m in moment_ladder(compact)) == 3
+    assert min(m.first_bins for m in moment_ladder(MomentPolicy())) == 2
+    m = torch.randn(10_000) * 1e-4
+    cfg = compact.first(QuantConfig(), 0.0)
+    assert cfg is not None
+    q = ckptzip.quantize.quantize(m, cfg)
+    assert q.levels.min() < 0 < q.levels.max() and 0.0 in q.levels.tolist()
 
 
 def test_keep_zeros_never_lowers_the_asked_prune() -> None:

@@ -375,7 +375,8 @@ def test_optimizer_paths_get_moment_configs_and_the_rest_stays_exact() -> None:
     m = result.config.quant_for("optimizer/state/2/exp_avg")
     v = result.config.quant_for("optimizer/state/2/exp_avg_sq")
     zeros = float((opt.state[model[2].weight]["exp_avg"] == 0).float().mean())
-    assert m is not None and m.prune == pytest.approx(zeros) and not m.log_domain
+    pruned = max(zeros, MomentPolicy().first_prune)  # its own smallest, and its exact zeros
+    assert m is not None and m.prune == pytest.approx(pruned) and not m.log_domain
     assert v is not None and v.log_domain and v.prune == 0
     assert result.config.quant_for("optimizer/state/2/step") is None
     # a 128-element bias: exact (below min_numel), and by default so are its moments
@@ -486,16 +487,18 @@ def test_search_config_round_trips_through_json() -> None:
         elements=st.floats(-1.0, 1.0, width=32, allow_subnormal=False),
     ),
     zero_every=st.integers(2, 9),
-    bins=st.sampled_from([2, 4, 8, 16]),
+    bins=st.sampled_from([2, 3, 4, 8, 16]),
+    first_prune=st.sampled_from([0.0, 0.5]),
 )
 def test_moment_policy_keeps_zero_moments_exact(
-    values: np.ndarray, zero_every: int, bins: int
+    values: np.ndarray, zero_every: int, bins: int, first_prune: float
 ) -> None:
     """Whatever the values, a first moment's exact zeros come back exactly zero."""
     m = torch.from_numpy(values.copy()) * 1e-3  # first moments are small
     m[::zero_every] = 0.0
     zeros = float((m == 0).float().mean())
-    cfg = MomentPolicy(first_bins=bins).first(QuantConfig(bins=4), zeros)
+    prune = first_prune if bins >= 3 else 0.0  # two levels cannot prune (test_plan)
+    cfg = MomentPolicy(first_bins=bins, first_prune=prune).first(QuantConfig(bins=4), zeros)
     if cfg is None:  # (almost) all zeros: stored exactly, the plan's one threshold
         assert zeros + MomentPolicy().protect >= ALMOST_ALL_ZEROS
         return

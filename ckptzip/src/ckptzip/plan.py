@@ -133,7 +133,11 @@ class MomentPolicy:
     README): training after a restore is what was compared, not reconstruction error. With
     8 and 16 levels the training loss after a restore stayed within 0.5 % of resuming with
     exact moments at every step (``mlp``, ``lm``), for about 10-12x on the optimizer state;
-    4 and 8 levels gave 14-20x within 1.7 %; zeroed moments cost 30 %.
+    4 and 8 levels gave 14-20x within 1.7 %; zeroed moments cost 30 %. The compact policy
+    ``MomentPolicy(3, second_bins=8, first_prune=0.5)`` (about 90 % of each first moment on
+    its exact zero, one level per sign for the rest) took ``llm``'s moments from 30x to 73x
+    over 10 restores, its final loss 0.05-3.6 points further from the exact run's (README,
+    "A compact moment policy"): an option, not the default.
 
     Parameters
     ----------
@@ -154,7 +158,9 @@ class MomentPolicy:
     first_prune:
         Fraction of each first moment, smallest by its own magnitude, set to exact zeros
         (zeros the moment already has count towards it; never a second moment). Off by
-        default: what it costs training after a restore is measured in the README.
+        default: what it costs training after a restore is measured in the README. With a
+        fraction, ``first_bins`` must be at least 3: two levels, one of them the exact zero,
+        would leave one sign for everything else.
 
     Examples
     --------
@@ -182,6 +188,12 @@ class MomentPolicy:
             raise ConfigError(f"protect={self.protect!r} must lie in [0, 0.5)")
         if not 0.0 <= self.first_prune < 0.9:
             raise ConfigError(f"first_prune={self.first_prune!r} must lie in [0, 0.9)")
+        if self.first_prune > 0 and self.first_bins < 3:
+            raise ConfigError(
+                f"first_bins={self.first_bins!r} with first_prune={self.first_prune!r} leaves "
+                "one level beside the exact zero, so one sign for every other entry: use "
+                "first_bins >= 3, or first_prune=0.0 for two levels"
+            )
 
     def first(self, weight: QuantConfig, zeros: float = 0.0) -> QuantConfig | None:
         """The first moment's config given its weight's and its own fraction of exact zeros.

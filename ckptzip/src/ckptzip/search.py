@@ -670,12 +670,17 @@ def moment_ladder(policy: MomentPolicy) -> tuple[MomentPolicy, ...]:
     --------
     >>> [(m.first_bins, m.second_bins) for m in moment_ladder(MomentPolicy())]
     [(8, 16), (6, 12), (4, 8), (3, 6), (2, 4)]
+    >>> compact = MomentPolicy(3, second_bins=8, first_prune=0.5)
+    >>> [(m.first_bins, m.second_bins) for m in moment_ladder(compact)]
+    [(3, 8), (3, 6), (3, 4), (3, 3), (3, 2)]
     """
     out: list[MomentPolicy] = []
+    # a pruned first moment needs a level on each side of its exact zero
+    first_floor = 3 if policy.first_prune > 0 else 2
     for scale in _LADDER_SCALES:
         rung = replace(
             policy,
-            first_bins=max(2, round(policy.first_bins * scale)),
+            first_bins=max(first_floor, round(policy.first_bins * scale)),
             second_bins=max(2, round(policy.second_bins * scale)),
         )
         if not out or rung != out[-1]:
