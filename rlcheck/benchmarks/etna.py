@@ -81,19 +81,19 @@ def _variant(name: str, base: str = "RLCheckProvider", **options: Any) -> None:
 
 
 # Registered at import, so worker processes have them too: the guidance's parts alone and
-# together, each fixing every option it measures.
-_variant("rlcheck-tail0", default_share=0.0, default_tail=0.0)
+# together, each fixing every option it measures (README: what each part pays).
+# "rlcheck-nomutate": the default without mutation (policy, choice tree, default's tail);
+# "rlcheck-tail0": the policy and the choice tree alone; "rlcheck-m<op>": the default with
+# that mutation operator alone (rlcheck.mutation.OPERATORS); "rlcheck-tail0-mall": the
+# default without the tail (the whole budget guided).
+_variant("rlcheck-nomutate", mutate_share=0.0)
+_variant("rlcheck-tail0", default_share=0.0, default_tail=0.0, mutate_share=0.0)
+for _op in ("change", "boundary", "copy", "simplest", "small"):
+    _variant(f"rlcheck-m{_op}", mutate_share=0.5, mutate_operators={_op: 1.0})
+_variant("rlcheck-tail0-mall", default_tail=0.0)
+_variant("rlcheck-adaptive", mutate_adaptive=True)  # operators weighted by new valid rates
 # the fast variant before its patience became 1 (README: "rlcheck-fast")
 _variant("rlcheck-fast-p30", "FastRLCheckProvider", default_patience=30)
-_variant("rlcheck-mutate", default_share=0.0, default_tail=0.0, mutate_share=0.5)
-_variant(
-    "rlcheck-mutate-boundary",
-    default_share=0.0,
-    default_tail=0.0,
-    mutate_share=0.5,
-    boundary_share=0.5,
-)
-_variant("rlcheck-tail-mutate", default_share=0.0, default_tail=0.5, mutate_share=0.5)
 
 
 class _Stop(BaseException):

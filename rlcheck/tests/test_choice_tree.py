@@ -152,3 +152,20 @@ def test_any_small_generator_is_enumerated_without_repeats(
         assert word not in seen
         seen.add(word)
     assert len(seen) == _count_words(max_len, alphabet)
+
+
+def test_repeats_says_whether_given_steps_lead_only_to_cases_run() -> None:
+    tree = ChoiceTree()
+    for first, second in ((0, 0), (0, 1), (1, 0)):
+        tree.begin()
+        tree.step("a", 2, first)
+        tree.step("b", 2, second)
+        tree.finish()
+    tree.begin()
+    assert tree.repeats([("a", 2, 0, True)])  # both continuations of a=0 were run
+    assert not tree.repeats([("a", 2, 1, True)])  # a=1, b=1 is still new
+    assert tree.repeats([("a", 2, 1, True), ("b", 2, 0, True)])
+    assert not tree.repeats([("a", 2, 1, True), ("b", 2, 1, True)])
+    assert not tree.repeats([("a", 2, 0, False)])  # inexact: the tree cannot tell
+    assert not tree.repeats([("z", 3, 0, True)])  # another choice than the one met here
+    assert tree.allowed("a", 2) == [1]  # nothing was recorded by asking

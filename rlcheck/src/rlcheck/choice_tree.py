@@ -43,7 +43,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 from rlcheck.errors import InvalidArgument
 
@@ -135,6 +135,27 @@ class ChoiceTree:
             self.nodes += 1
         self._path.append(child)
         self._node = child
+
+    def repeats(self, steps: Iterable[tuple[Hashable, int, int, bool]]) -> bool:
+        """Whether taking ``steps`` (``(point, n, action, exact)``, as :meth:`step` takes
+        them) from the current choice could only repeat sequences already run; nothing
+        is recorded. A value chosen by something else than the guide (a replayed or
+        mutated one) is checked here before it is taken, then stepped along."""
+        node = self._node
+        if node is None or node.exhausted:
+            return False  # not tracked, or nothing left to avoid here
+        for point, n, action, exact in steps:
+            if node.point is not None and (node.point != point or node.n != n):
+                return False
+            if not exact:
+                return False
+            child = node.children.get(action)
+            if child is None:
+                return False
+            if child.exhausted:
+                return True
+            node = child
+        return False
 
     def finish(self) -> None:
         """The current case ran to its end: its sequence is done; propagate exhaustion."""

@@ -1,24 +1,41 @@
-"""Mutation of earlier valid cases: replay a valid test case's draws with one changed.
+"""Mutation of earlier valid cases: replay a valid test case's draws with some changed.
 
 Where validity is strict, a fresh input is mostly invalid, but a valid input with one
 choice changed is often still valid and is a *different* valid input: the neighbourhood of
 what already passed is where inputs that are both valid and new are dense (Zest's insight,
 and part of Hypothesis's own engine). :class:`CasePool` keeps the draws of recent valid
-cases that were new; :meth:`CasePool.plan` picks one and a position to change, and the
-:class:`Plan` answers each draw of the next case:
+cases that were new; :meth:`CasePool.plan` picks one, an operator and a position, and the
+:class:`Plan` answers each draw of the next case. The operators (:data:`OPERATORS`), each a
+habit of Hypothesis's own engine:
 
-* before the position, the recorded value (while the draws line up: the same kind of draw
-  with the same constraints, so the value is permitted);
-* at the position, :data:`FRESH`: the front end draws a value other than the recorded
-  one (:meth:`Plan.changed`): the other boolean, another integer (a boundary value, a
-  bound or the recorded value's neighbour, when :attr:`Plan.boundary`), a fresh draw;
-* after it, the recorded values again while the draws still line up (a point mutation),
-  and :data:`FRESH` from the first draw that does not (the changed choice moved the rest:
-  the case goes on as a fresh one from a valid prefix).
+* ``"change"``: the draw at the position takes another value (:data:`FRESH`: the front
+  end draws one, other than the recorded one where it can: :meth:`Plan.changed`);
+* ``"boundary"``: it takes a boundary value: one of the simplest values of the draw in
+  Hypothesis's order (``0``, ``""``, ``False``...), a bound, the recorded value's
+  neighbour (the front end computes the candidates; :attr:`Plan.pick` chooses one);
+* ``"copy"``: it takes the value of another draw of the same case with the same
+  constraints (Hypothesis copies one span of a case onto another with the same label:
+  equal parts are what comparisons get wrong, and rarely happen by chance);
+* ``"simplest"``: every draw from the position on takes its simplest value
+  (:data:`SIMPLEST`), as Hypothesis's engine runs the simplest extension of each new
+  prefix: a valid prefix with everything after it as small as it goes;
+* ``"small"``: every draw from the position on takes one of its few simplest values
+  (:meth:`Plan.small_index`: the simplest one half the time): small inputs, the ones
+  exhaustive small-scope testing (SmallCheck) relies on, at random.
+
+Before the position, a draw gets the recorded value while the draws line up (the same kind
+of draw with the same constraints, so the value is permitted); after it, the recorded
+values again while they still line up (a point mutation), and :data:`FRESH` from the first
+draw that does not (the change moved the rest: the case goes on as a fresh one from a valid
+prefix).
+
+The operators but ``"change"`` are deterministic given the case, the position and the pick:
+the pool remembers which of those plans it made (bounded) and does not make one twice, so
+a mutation does not run an input it ran before through them.
 
 Front-end neutral: a draw is named by a hashable ``key`` that holds its constraints, its
 value is whatever the front end returns. Memory is bounded by ``size`` cases of at most
-``max_draws`` draws each.
+``max_draws`` draws each, and ``max_tried`` plans remembered.
 
 Examples
 --------
@@ -27,52 +44,97 @@ Examples
 >>> plan = pool.plan(position=1)
 >>> plan.next(("i", 0, 9)), plan.next(("i", 0, 9)) is FRESH
 (3, True)
+>>> plan = pool.plan(position=0, operator="copy")
+>>> plan.next(("i", 0, 9)), plan.next(("i", 0, 9))
+(5, 5)
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from rlcheck.errors import InvalidArgument
 
-__all__ = ["FRESH", "CasePool", "Plan", "boundary_integer", "other_integer"]
+__all__ = [
+    "FRESH",
+    "OPERATORS",
+    "SIMPLEST",
+    "CasePool",
+    "Plan",
+    "other_integer",
+]
 
 
-class _Fresh:
-    __slots__ = ()
+class _Sentinel:
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
 
     def __repr__(self) -> str:
-        return "FRESH"
+        return self._name
 
 
-FRESH: Any = _Fresh()
+FRESH: Any = _Sentinel("FRESH")
 """What :meth:`Plan.next` returns for a draw the guide must make itself."""
+SIMPLEST: Any = _Sentinel("SIMPLEST")
+"""What :meth:`Plan.next` returns for a draw that takes its simplest value."""
+
+OPERATORS = ("change", "boundary", "copy", "simplest", "small")
+"""The mutation operators (see the module docstring)."""
 
 Draw = tuple[Hashable, Any]
 
 
 class Plan:
-    """The draws of one mutated case (see the module docstring)."""
+    """The draws of one mutated case (see the module docstring).
 
-    __slots__ = ("_at", "_boundary", "_draws", "_i", "_lined_up")
+    ``pick`` chooses among the front end's boundary candidates (``"boundary"``);
+    ``source`` is the draw whose value a ``"copy"`` takes.
+    """
 
-    def __init__(self, draws: tuple[Draw, ...], at: int, *, boundary: bool = False) -> None:
+    __slots__ = ("_at", "_draws", "_i", "_lined_up", "_rng", "operator", "pick", "source")
+
+    def __init__(
+        self,
+        draws: tuple[Draw, ...],
+        at: int,
+        *,
+        operator: str = "change",
+        pick: int = 0,
+        source: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if operator not in OPERATORS:
+            raise InvalidArgument(f"operator={operator!r} must be one of {OPERATORS}")
+        if operator == "copy" and (source is None or draws[source][0] != draws[at][0]):
+            raise InvalidArgument(f"source={source!r} must be a draw like draw {at}")
         self._draws = draws
         self._at = at
         self._i = 0
         self._lined_up = True
-        self._boundary = boundary
+        self.operator = operator
+        self.pick = pick
+        self.source = source
+        self._rng = random.Random(seed) if operator == "small" else None
 
     @property
     def position(self) -> int:
         return self._at
 
+    @property
+    def boundary(self) -> bool:
+        """Whether the changed draw should take a boundary value."""
+        return self.operator == "boundary"
+
     def next(self, key: Hashable) -> Any:
-        """The value for the next draw (named ``key``), or :data:`FRESH`."""
+        """The value for the next draw (named ``key``), :data:`FRESH` or :data:`SIMPLEST`."""
         i = self._i
         self._i += 1
+        if i >= self._at and self.operator in _SUFFIX:
+            return SIMPLEST
         if not self._lined_up or i >= len(self._draws):
             return FRESH
         recorded_key, value = self._draws[i]
@@ -80,20 +142,31 @@ class Plan:
             self._lined_up = False
             return FRESH
         if i == self._at:
+            if self.operator == "copy":
+                assert self.source is not None
+                return self._draws[self.source][1]
             return FRESH
         return value
 
-    @property
-    def boundary(self) -> bool:
-        """Whether the changed draw, an integer one, should take a boundary value."""
-        return self._boundary
+    def small_index(self) -> int:
+        """After :meth:`next` answered :data:`SIMPLEST`: which of the draw's simplest values
+        to take (0: the simplest; ``"small"`` plans take 1-3 half the time)."""
+        rng = self._rng
+        if rng is None or rng.random() < 0.5:
+            return 0
+        return rng.randint(1, 3)
 
     def changed(self) -> Any:
-        """Right after :meth:`next` answered the changed draw: its recorded value (the
-        one to move away from); :data:`FRESH` at any other draw."""
-        if not self._lined_up or self._i - 1 != self._at:
+        """Right after :meth:`next` answered the changed draw of a ``"change"`` or
+        ``"boundary"`` plan with :data:`FRESH`: its recorded value (the one to move away
+        from); :data:`FRESH` at any other draw."""
+        if not self._lined_up or self._i - 1 != self._at or self.operator not in _CHANGING:
             return FRESH
         return self._draws[self._at][1]
+
+
+_CHANGING = frozenset(("change", "boundary"))
+_SUFFIX = frozenset(("simplest", "small"))
 
 
 class CasePool:
@@ -106,31 +179,69 @@ class CasePool:
         old and recent cases alike).
     max_draws:
         Longer cases are not kept (they would cost memory and rarely line up).
-    boundary:
-        Share of plans whose changed draw, when it is an integer draw, takes a boundary
-        value (:func:`boundary_integer`) instead of a fresh one.
+    operators:
+        Weight of each operator (:data:`OPERATORS`) in the plans; the default: ``"change"``
+        alone.
+    picks:
+        Boundary candidates a ``"boundary"`` plan chooses among (:attr:`Plan.pick` lies
+        in ``range(picks)``; the front end takes it modulo its candidates).
+    max_tried:
+        Deterministic plans remembered, so as not to make one twice.
+    adaptive:
+        Scale each operator's weight by its rate of new valid inputs so far
+        (:meth:`credit`); off: the weights alone.
     seed:
-        Seed of the pool's randomness (which case, which position).
+        Seed of the pool's randomness (which case, which operator, which position).
     """
 
-    __slots__ = ("_cases", "_rng", "added", "boundary", "max_draws", "size")
+    __slots__ = (
+        "_cases",
+        "_gains",
+        "_names",
+        "_rng",
+        "_tried",
+        "_tries",
+        "_weights",
+        "adaptive",
+        "added",
+        "max_draws",
+        "max_tried",
+        "picks",
+        "size",
+    )
 
     def __init__(
         self,
         *,
         size: int = 256,
         max_draws: int = 512,
-        boundary: float = 0.0,
+        operators: Mapping[str, float] | None = None,
+        picks: int = 8,
+        max_tried: int = 1 << 16,
+        adaptive: bool = True,
         seed: int | None = None,
     ) -> None:
         if size < 1:
             raise InvalidArgument(f"size={size!r} must be at least 1")
-        if not 0.0 <= boundary <= 1.0:
-            raise InvalidArgument(f"boundary={boundary!r} must lie in [0, 1]")
+        weights = dict(operators) if operators is not None else {"change": 1.0}
+        unknown = sorted(set(weights) - set(OPERATORS))
+        if unknown:
+            raise InvalidArgument(f"operators={weights!r}: {unknown} not in {OPERATORS}")
+        if any(not w >= 0 for w in weights.values()) or not sum(weights.values()) > 0:
+            raise InvalidArgument(f"operators={weights!r} must have weights >= 0, some > 0")
+        if picks < 1:
+            raise InvalidArgument(f"picks={picks!r} must be at least 1")
         self.size = size
         self.max_draws = max_draws
-        self.boundary = boundary
+        self.picks = picks
+        self.max_tried = max_tried
+        self.adaptive = adaptive
+        self._names = [name for name in OPERATORS if weights.get(name, 0.0) > 0]
+        self._weights = [weights[name] for name in self._names]
+        self._tries = dict.fromkeys(self._names, 0)
+        self._gains = dict.fromkeys(self._names, 0)
         self._cases: list[tuple[Draw, ...]] = []
+        self._tried: set[int] = set()
         self._rng = random.Random(seed)
         self.added = 0
 
@@ -150,20 +261,71 @@ class CasePool:
         else:
             self._cases[self._rng.randrange(self.size)] = draws
 
-    def plan(self, *, position: int | None = None) -> Plan | None:
-        """A plan for the next case: one kept case with one draw to change."""
+    def plan(
+        self, *, position: int | None = None, operator: str | None = None, tries: int = 8
+    ) -> Plan | None:
+        """A plan for the next case: a kept case, an operator, a position; ``None`` when
+        every one of ``tries`` attempts drew a deterministic plan made before."""
         if not self._cases:
             return None
-        draws = self._cases[self._rng.randrange(len(self._cases))]
-        at = self._rng.randrange(len(draws)) if position is None else position
-        return Plan(draws, at, boundary=self._rng.random() < self.boundary)
+        rng = self._rng
+        for _ in range(tries):
+            draws = self._cases[rng.randrange(len(self._cases))]
+            name = operator or self._operator()
+            at = rng.randrange(len(draws)) if position is None else position
+            pick, source = 0, None
+            if name == "copy":
+                key, value = draws[at]
+                sources = [
+                    j for j, (k, v) in enumerate(draws) if j != at and k == key and v != value
+                ]
+                if not sources:
+                    name = "change"  # nothing to copy from: change the draw instead
+                else:
+                    source = sources[rng.randrange(len(sources))]
+            elif name == "boundary":
+                pick = rng.randrange(self.picks)
+            if name == "change":
+                return Plan(draws, at)
+            if name == "small":
+                return Plan(draws, at, operator=name, seed=rng.getrandbits(32))
+            if name == "simplest":
+                # the outcome depends only on the replayed prefix
+                signature = hash((name, draws[:at]))
+            else:
+                signature = hash((name, draws, at, pick, source))
+            if signature in self._tried:
+                continue
+            if len(self._tried) >= self.max_tried:
+                self._tried.clear()
+            self._tried.add(signature)
+            return Plan(draws, at, operator=name, pick=pick, source=source)
+        return None
 
+    def credit(self, operator: str, new_valid: bool) -> None:
+        """The outcome of a case made by a plan of ``operator``: whether it was a new valid
+        input (see :meth:`_operator`)."""
+        if self.adaptive and operator in self._tries:
+            self._tries[operator] += 1
+            self._gains[operator] += new_valid
 
-def boundary_integer(rng: random.Random, lo: int, hi: int, recorded: int) -> int:
-    """A boundary value of ``[lo, hi]`` other than ``recorded`` where there is one: a
-    bound, or a neighbour of ``recorded``."""
-    options = [v for v in (lo, hi, recorded - 1, recorded + 1) if lo <= v <= hi and v != recorded]
-    return options[rng.randrange(len(options))] if options else recorded
+    def _operator(self) -> str:
+        """An operator, by its weight times its rate of new valid inputs in this run so far
+        (a Laplace estimate, so an untried operator starts at one half): one that mostly
+        repeats inputs run before, or breaks validity, on this test is made less often."""
+        names = self._names
+        if len(names) == 1:
+            return names[0]
+        scores = [
+            w * (self._gains[n] + 1) / (self._tries[n] + 2)
+            for n, w in zip(names, self._weights, strict=True)
+        ]
+        x = self._rng.random() * sum(scores)
+        for name, score in zip(names, scores, strict=True):
+            x -= score
+            if x < 0:
+                return name
+        return names[-1]
 
 
 def other_integer(rng: random.Random, lo: int, hi: int, recorded: int) -> int:

@@ -16,6 +16,9 @@ internal access                           public alternative (used where it exis
 ``choice_permitted``,                     none: the float constraints' meaning
 ``make_float_clamper``,                   (``smallest_nonzero_magnitude``, signed zeros)
 ``next_up``/``next_down``                 as Hypothesis checks it
+``choice_from_index``                     none: Hypothesis's order of a draw's values
+                                          (its simplest first), which its engine uses
+                                          for the simplest extension of a prefix
 ``IntervalSet`` (``draw_string``'s        none: it is the type of the argument
 argument)
 ``_current_build_context``                none for the running test and its random
@@ -62,7 +65,7 @@ from typing import Any
 
 import hypothesis
 from hypothesis.errors import BackendCannotProceed, StopTest, UnsatisfiedAssumption
-from hypothesis.internal.conjecture.choice import choice_permitted
+from hypothesis.internal.conjecture.choice import choice_from_index, choice_permitted
 from hypothesis.internal.conjecture.providers import (
     AVAILABLE_PROVIDERS,
     COLLECTION_DEFAULT_MAX_SIZE,
@@ -85,6 +88,7 @@ __all__ = [
     "PrimitiveProvider",
     "check_compat",
     "choice_permitted",
+    "simplest_choices",
     "current_test",
     "default_provider",
     "bounded_fetch",
@@ -375,6 +379,33 @@ def run_statistics(callback: Callable[[dict[str, Any]], None]) -> Iterator[None]
         yield
 
 
+def simplest_choices(choice_type: str, constraints: dict[str, Any], count: int) -> list[Any]:
+    """Up to ``count`` of the simplest values a draw permits, in Hypothesis's order (the
+    first is what its engine's ``ChoiceTemplate("simplest")`` takes), without repeats.
+
+    >>> simplest_choices("integer", {"min_value": 3, "max_value": 4, "weights": None,
+    ...                              "shrink_towards": 0}, 3)
+    [3, 4]
+    >>> simplest_choices("boolean", {"p": 0.5}, 5)
+    [False, True]
+    """
+    out: list[Any] = []
+    seen: set[Any] = set()
+    for index in range(2 * count):  # a few of the first indices, past the range, repeat
+        try:
+            value = choice_from_index(index, choice_type, constraints)  # type: ignore[arg-type]
+        except Exception:  # past the last value of a small domain: Hypothesis asserts
+            break
+        key = (type(value), repr(value))  # 0.0 and -0.0 apart, NaN equal to itself
+        if key in seen or not choice_permitted(value, constraints):  # type: ignore[arg-type]
+            continue
+        seen.add(key)
+        out.append(value)
+        if len(out) >= count:
+            break
+    return out
+
+
 def check_compat() -> dict[str, bool]:
     """Whether the installed Hypothesis is in :data:`SUPPORTED_RANGE` and each access
     above resolves (names → ``True``/``False``).
@@ -414,6 +445,7 @@ def check_compat() -> dict[str, bool]:
         "float helpers": all(
             map(callable, (choice_permitted, make_float_clamper, next_up, next_down))
         ),
+        "choice_from_index": simplest_choices("boolean", {"p": 0.5}, 2) == [False, True],
     }
 
 

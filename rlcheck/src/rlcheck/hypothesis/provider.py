@@ -44,6 +44,11 @@ Every strategy draws its values through the five primitive draws of a
   after it ran (``realize`` raises ``BackendCannotProceed("discard_test_case")``), so it
   does not count toward ``max_examples``; at most as often as Hypothesis tolerates
   without switching backends (:data:`_DISCARD_SHARE`).
+* **Mutation of earlier valid cases** (:mod:`rlcheck.mutation`): a share of the learned
+  cases (:attr:`RLCheckProvider.mutate_share`) replay a new valid case run before with
+  draws changed by one of its operators (another value, a boundary value, a copy of a like
+  draw, the simplest or small values from one draw on), each replayed value placed in the
+  choice tree like a learned one and replaced where it could only repeat a case.
 
 Hypothesis facts the design leans on (read in ``hypothesis/internal/conjecture/engine.py``;
 every access to Hypothesis internals is in :mod:`rlcheck.hypothesis.compat`): a run
@@ -77,11 +82,12 @@ import time
 import warnings
 import weakref
 import zlib
-from collections.abc import Container, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Container, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 from hypothesis import settings as hypothesis_settings
@@ -107,10 +113,11 @@ from rlcheck.hypothesis.compat import (
     default_provider,
     make_float_clamper,
     run_random,
+    simplest_choices,
 )
 from rlcheck.learner import Policy, Visit
 from rlcheck.ledger import Counts, Ledger, Outcome
-from rlcheck.mutation import FRESH, CasePool, boundary_integer, other_integer
+from rlcheck.mutation import FRESH, OPERATORS, SIMPLEST, CasePool, other_integer
 from rlcheck.policy_store import DatabasePolicy
 from rlcheck.state import SpanState
 
@@ -411,12 +418,22 @@ class RLCheckProvider(PrimitiveProvider):
     #: test rejects (or repeats) too few inputs for learning to raise the rate.
     step_aside_rate: ClassVar[float] = 0.8
     #: Share of the learned cases that mutate an earlier new valid case instead of
-    #: drawing afresh (:mod:`rlcheck.mutation`: its draws replayed with one changed).
-    #: Off by default (measured on ``benchmarks/etna.py``: README).
-    mutate_share: ClassVar[float] = 0.0
-    #: Share of those mutations whose changed draw, an integer one, takes a boundary
-    #: value (a bound, or the recorded value's neighbour) instead of another value.
-    boundary_share: ClassVar[float] = 0.0
+    #: drawing afresh (:mod:`rlcheck.mutation`: its draws replayed with some changed).
+    #: The valid cases of the probe (Hypothesis's own provider's) are mutated too. Half:
+    #: measured on ``benchmarks/etna.py`` (README: what each part of the guidance pays).
+    mutate_share: ClassVar[float] = 0.5
+    #: Weights of the mutation operators (:data:`rlcheck.mutation.OPERATORS`): another
+    #: value for one draw, a boundary value for it (the draw's simplest values in
+    #: Hypothesis's order, its bounds, the recorded value's neighbours), a copy of a like
+    #: draw of the same case, the simplest or small values from one draw on.
+    mutate_operators: ClassVar[Mapping[str, float]] = MappingProxyType(
+        dict.fromkeys(OPERATORS, 1.0)
+    )
+    #: Scale the operators' weights, within a run, by their rates of new valid inputs.
+    #: Off: a new valid input is not a found bug; on ``benchmarks/etna.py``'s semver the
+    #: operators that find its bugs (small values) make fewer new valid inputs, and the
+    #: adaptive weights took 2x their tests to failure (README).
+    mutate_adaptive: ClassVar[bool] = False
     #: Valid cases per case of the first :attr:`probe_cases` (Hypothesis's own
     #: provider's) below which :attr:`default_tail`'s share is interleaved instead of
     #: handed to Hypothesis's engine at the end (:meth:`_tail_unaffordable`), where
@@ -474,9 +491,11 @@ class RLCheckProvider(PrimitiveProvider):
         self._default_valid = 0  # valid cases of the default provider's share
         self._default_streak = 0  # its invalid cases in a row
         self._warm = False  # a learned policy was loaded: guidance paid in an earlier run
-        # mutation of earlier valid cases (off unless mutate_share > 0)
+        # mutation of earlier valid cases (mutate_share > 0)
         self._tracing = type(self).mutate_share > 0
-        self._pool = CasePool(boundary=type(self).boundary_share, seed=seed)
+        self._pool = CasePool(
+            operators=type(self).mutate_operators, adaptive=type(self).mutate_adaptive, seed=seed
+        )
         self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
         self._trace: list[tuple[Hashable, Any]] = []  # this case's (draw key, value)s
         self._probe_rate: float | None = None  # valid per case of the probe (the default's)
@@ -557,10 +576,10 @@ class RLCheckProvider(PrimitiveProvider):
                 and self._rng.random() < type(self).mutate_share
             ):
                 self._plan = self._pool.plan()
-            if self._delegate is None and self._plan is None:
-                self._tree.begin()
+            if self._delegate is None:
+                self._tree.begin()  # a mutated case's values are placed in it too
             else:
-                # not our choices, or replayed ones the tree cannot place: nothing to record
+                # not our choices: nothing to record
                 self._tree.abandon()
         except BackendCannotProceed:
             raise
@@ -669,7 +688,9 @@ class RLCheckProvider(PrimitiveProvider):
             if outcome == "valid" and not new:
                 allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
                 self._discard = self._discards + 1 <= allowed
-            if self._tracing and new and outcome == "valid" and self._delegate is None:
+            if self._plan is not None:
+                self._pool.credit(self._plan.operator, new and outcome == "valid")
+            if self._tracing and new and outcome == "valid":
                 self._pool.add(*self._trace)
             self._policy.learn_rows(
                 self._visits, Ledger.reward(outcome, new), bonus=type(self).count_bonus
@@ -839,16 +860,13 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            key = ("b", p)
             if self._delegate is not None:
-                return self._delegated(self._delegate.draw_boolean(p))
+                return self._delegated(key, self._delegate.draw_boolean(p))
             if self._plan is not None:
-                replayed = self._plan.next(("b", p))
-                if replayed is FRESH:
-                    replayed = self._plan.changed()
-                    if replayed is not FRESH:  # the changed draw: the other value
-                        replayed = not replayed
-                if replayed is not FRESH:
-                    return self._replayed(("b", p), replayed)
+                planned = self._planned(key, "boolean", {"p": p})
+                if planned is not FRESH:
+                    return bool(planned)
             if p < 0.02 or p > 0.98:
                 # Rare-event switches inside Hypothesis's strategies: learning them would
                 # make the rare branch common under a fresh (uniform) policy. Not learned,
@@ -861,7 +879,7 @@ class RLCheckProvider(PrimitiveProvider):
                 value = self._choose(("b", round(p, 3)), 2, (1.0 - p, 1.0)) == 1
             self._choices.append(value)
             if self._tracing:
-                self._trace.append((("b", p), value))
+                self._trace.append((key, value))
             return value
         except Exception as exc:
             raise self._guarded(exc) from exc
@@ -877,27 +895,22 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            key = ("i", min_value, max_value)
             if self._delegate is not None:
                 value = self._delegate.draw_integer(
                     min_value, max_value, weights=weights, shrink_towards=shrink_towards
                 )
-                return self._delegated(value)
-            key = ("i", min_value, max_value)
-            plan = self._plan
-            if plan is not None:
-                replayed = plan.next(key)
-                if replayed is not FRESH:
-                    return self._replayed(key, replayed)
-                recorded = plan.changed()
-                if recorded is not FRESH:  # the changed draw: another value
-                    lo, hi = buckets.integer_bounds(min_value, max_value)
-                    if plan.boundary:
-                        value = boundary_integer(self._rng, lo, hi, recorded)
-                    else:
-                        value = self._draw_integer(min_value, max_value)
-                        if value == recorded:
-                            value = other_integer(self._rng, lo, hi, recorded)
-                    return self._replayed(key, value)
+                return self._delegated(key, value)
+            if self._plan is not None:
+                constraints = {
+                    "min_value": min_value,
+                    "max_value": max_value,
+                    "weights": weights,
+                    "shrink_towards": shrink_towards,
+                }
+                planned = self._planned(key, "integer", constraints)
+                if planned is not FRESH:
+                    return int(planned)
             value = self._draw_integer(min_value, max_value)
             self._choices.append(value)
             if self._tracing:
@@ -941,6 +954,7 @@ class RLCheckProvider(PrimitiveProvider):
                 "allow_nan": allow_nan,
                 "smallest_nonzero_magnitude": smallest_nonzero_magnitude,
             }
+            key = ("f", min_value, max_value, allow_nan, smallest_nonzero_magnitude)
             if self._delegate is not None:
                 value = self._delegate.draw_float(
                     min_value=min_value,
@@ -948,14 +962,12 @@ class RLCheckProvider(PrimitiveProvider):
                     allow_nan=allow_nan,
                     smallest_nonzero_magnitude=smallest_nonzero_magnitude,
                 )
-                return self._delegated(self._permitted_float(value, constraints))
-            key = ("f", min_value, max_value, allow_nan, smallest_nonzero_magnitude)
+                return self._delegated(key, self._permitted_float(value, constraints))
             if self._plan is not None:
-                replayed = self._plan.next(key)
-                if replayed is not FRESH:
-                    return self._replayed(key, self._permitted_float(replayed, constraints))
+                planned = self._planned(key, "float", constraints)
+                if planned is not FRESH:
+                    return planned
             lo_key, hi_key = buckets.float_key(min_value), buckets.float_key(max_value)
-            key = ("fb", lo_key, hi_key, allow_nan, smallest_nonzero_magnitude)
             specials, ranges = self._float_buckets(constraints)
             n = len(ranges) + (1 if specials else 0)
             # Float ranges always hold many values; the specials are one action.
@@ -983,17 +995,18 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            key = ("s", intervals, min_size, max_size)
             if self._delegate is not None:
                 value = self._delegate.draw_string(intervals, min_size=min_size, max_size=max_size)
-                return self._delegated(value)
+                return self._delegated(key, value)
             if len(intervals) == 0:
                 self._choices.append("")
                 return ""
-            key = ("s", intervals, min_size, max_size)
             if self._plan is not None:
-                replayed = self._plan.next(key)
-                if replayed is not FRESH:
-                    return self._replayed(key, replayed)
+                constraints = {"intervals": intervals, "min_size": min_size, "max_size": max_size}
+                planned = self._planned(key, "string", constraints)
+                if planned is not FRESH:
+                    return planned
             classes, prior = self._cached(("sc", intervals), lambda: _char_domain(intervals))
             point = ("c", len(intervals), len(classes))
             wide = self._cached(("sc+", intervals), lambda: _wide((0, len(c) - 1) for c in classes))
@@ -1017,14 +1030,14 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            key = ("y", min_size, max_size)
             if self._delegate is not None:
                 value = self._delegate.draw_bytes(min_size, max_size)
-                return self._delegated(value)
-            key = ("y", min_size, max_size)
+                return self._delegated(key, value)
             if self._plan is not None:
-                replayed = self._plan.next(key)
-                if replayed is not FRESH:
-                    return self._replayed(key, replayed)
+                planned = self._planned(key, "bytes", {"min_size": min_size, "max_size": max_size})
+                if planned is not FRESH:
+                    return planned
             out = bytearray()
             for _ in self._sizes(min_size, max_size, "y"):
                 n = len(buckets.BYTE_CLASSES)
@@ -1039,6 +1052,120 @@ class RLCheckProvider(PrimitiveProvider):
             return value
         except Exception as exc:
             raise self._guarded(exc) from exc
+
+    def _planned(self, key: Hashable, kind: str, constraints: dict[str, Any]) -> Any:
+        """This draw's value from the case's mutation plan (:mod:`rlcheck.mutation`), or
+        :data:`~rlcheck.mutation.FRESH` where the draw is made as usual.
+
+        The plan's value, and its alternatives where it has some (the other simplest
+        values, the other boundary values), are checked against the choice tree as the
+        guide's own choices are: the first that can still lead to a new case is taken
+        and stepped along; where none can, the draw is made afresh, steered by the tree
+        (so a mutated case does not repeat a case run before through exact choices).
+        """
+        plan = self._plan
+        value = plan.next(key)
+        if value is SIMPLEST:
+            index = plan.small_index()
+            candidates = simplest_choices(kind, constraints, 4)
+            if index:
+                candidates.insert(0, candidates.pop(min(index, len(candidates) - 1)))
+        elif value is FRESH:
+            recorded = plan.changed()
+            if recorded is FRESH:
+                return FRESH
+            candidates = self._changed_values(kind, constraints, recorded, plan)
+        else:
+            if kind == "float":
+                value = self._permitted_float(value, constraints)
+            candidates = [value]
+        for value in candidates:
+            path = self._tree_path(kind, constraints, value)
+            if path is None or not self._tree.repeats(path):
+                self._follow(path)
+                return self._replayed(key, value)
+        return FRESH
+
+    def _changed_values(
+        self, kind: str, constraints: dict[str, Any], recorded: Any, plan: Any
+    ) -> list[Any]:
+        """Values for a mutated draw, other than ``recorded`` where it can: the boundary
+        values (:func:`_boundary_values`, from the plan's pick on), else another value
+        (another boolean, a uniform other integer; none for the other kinds: a fresh
+        draw)."""
+        if plan.boundary:
+            candidates = _boundary_values(kind, constraints, recorded)
+            if candidates:
+                pick = plan.pick % len(candidates)
+                return candidates[pick:] + candidates[:pick]
+        if kind == "boolean":
+            return [not recorded]
+        if kind == "integer":
+            lo, hi = buckets.integer_bounds(constraints["min_value"], constraints["max_value"])
+            return [other_integer(self._rng, lo, hi, recorded)]
+        return []
+
+    def _tree_path(
+        self, kind: str, constraints: dict[str, Any], value: Any
+    ) -> list[tuple[Hashable, int, int, bool]] | None:
+        """The choice-tree steps the learned draw takes to make ``value`` (``(point, n,
+        action, exact)``, as :meth:`_choose` steps them), up to the first inexact one;
+        ``None`` where it could not make it (a string past the soft size cap)."""
+        if kind == "boolean":
+            p = constraints["p"]
+            point: Hashable = ("B", round(p, 6)) if p < 0.02 or p > 0.98 else ("b", round(p, 3))
+            return [(point, 2, int(value), True)]
+        if kind == "integer":
+            lo_v, hi_v = constraints["min_value"], constraints["max_value"]
+            if lo_v is not None and hi_v is not None and hi_v - lo_v < buckets.SMALL_DOMAIN:
+                return [(("i", lo_v, hi_v), hi_v - lo_v + 1, value - lo_v, True)]
+            lo, hi = buckets.integer_bounds(lo_v, hi_v)
+            ranges = self._cached(("ib", lo, hi), lambda: buckets.integer_buckets(lo, hi))
+            for index, (a, b) in enumerate(ranges):
+                if a <= value <= b:
+                    return [(("I", lo_v, hi_v), len(ranges), index, a == b)]
+            return None
+        if kind == "float":
+            lo_key = buckets.float_key(constraints["min_value"])
+            hi_key = buckets.float_key(constraints["max_value"])
+            specials, ranges = self._float_buckets(constraints)
+            n = len(ranges) + (1 if specials else 0)
+            return [(("f", lo_key, hi_key), n, 0, False)]  # buckets of many values: opens
+        size_kind = "s" if kind == "string" else "y"
+        if kind == "string":
+            intervals = constraints["intervals"]
+            classes, _ = self._cached(("sc", intervals), lambda: _char_domain(intervals))
+            point = ("c", len(intervals), len(classes))
+        else:
+            classes, point = _BYTE_CLASS_SETS, ("y",)
+        min_size, max_size = constraints["min_size"], constraints["max_size"]
+        cap = min(max_size, min_size + _SOFT_SIZE_CAP)
+        if len(value) > cap:
+            return None
+        steps: list[tuple[Hashable, int, int, bool]] = []
+        for n, element in enumerate(value):
+            if n >= min_size:
+                steps.append((("more", size_kind), 2, 1, True))
+            code = ord(element) if kind == "string" else element
+            found = next((i for i, c in enumerate(classes) if code in c), None)
+            if found is None:
+                return None
+            exact = len(classes[found]) == 1
+            steps.append((point, len(classes), found, exact))
+            if not exact:
+                return steps  # the tree opens here: nothing after it is recorded
+        if len(value) < cap:
+            steps.append((("more", size_kind), 2, 0, True))
+        return steps
+
+    def _follow(self, path: list[tuple[Hashable, int, int, bool]] | None) -> None:
+        """Step the choice tree along a value the guide did not choose."""
+        tree = self._tree
+        if path is None:
+            tree.abandon()
+            return
+        for point, n, action, exact in path:
+            tree.step(point, n, action, exact=exact)
 
     def realize(self, value: Any, *, for_failure: bool = False) -> Any:
         """Discards a valid case that repeated an earlier one (see the module docstring).
@@ -1101,8 +1228,11 @@ class RLCheckProvider(PrimitiveProvider):
         specials, _ = self._float_buckets(constraints)
         return specials[0] if specials else clamped
 
-    def _delegated(self, value: Any) -> Any:
+    def _delegated(self, key: Hashable, value: Any) -> Any:
+        """A value from Hypothesis's own provider (kept as a case to mutate, if valid)."""
         self._choices.append(value)
+        if self._tracing:
+            self._trace.append((key, value))
         return value
 
     def _replayed(self, key: Hashable, value: Any) -> Any:
@@ -1155,6 +1285,28 @@ class FastRLCheckProvider(RLCheckProvider):
     default_tail: ClassVar[float] = 0.0
 
 
+def _boundary_values(kind: str, constraints: dict[str, Any], recorded: Any) -> list[Any]:
+    """A draw's boundary values other than ``recorded``: its simplest values in
+    Hypothesis's order (``0``, ``1``, ``-1``...; ``""``, ``"a"``...), and for numbers its
+    finite bounds (and an integer's neighbours of ``recorded``)."""
+    values = simplest_choices(kind, constraints, 4)
+    if kind == "integer":
+        values += [v for v in (constraints["min_value"], constraints["max_value"]) if v is not None]
+        values += [recorded - 1, recorded + 1]
+    elif kind == "float":
+        values += [
+            v for v in (constraints["min_value"], constraints["max_value"]) if math.isfinite(v)
+        ]
+    out: list[Any] = []
+    seen = {(type(recorded), repr(recorded))}
+    for value in values:
+        key = (type(value), repr(value))  # 0.0 and -0.0 apart
+        if key not in seen and choice_permitted(value, constraints):  # type: ignore[arg-type]
+            seen.add(key)
+            out.append(value)
+    return out
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -1188,6 +1340,7 @@ def _wide(ranges: Iterable[tuple[int, int]]) -> frozenset[int]:
 
 
 _WIDE_BYTE_CLASSES = _wide(buckets.BYTE_CLASSES)
+_BYTE_CLASS_SETS = tuple(range(a, b + 1) for a, b in buckets.BYTE_CLASSES)
 
 
 @dataclass(frozen=True)
