@@ -84,14 +84,17 @@ def _variant(name: str, base: str = "RLCheckProvider", **options: Any) -> None:
 # together, each fixing every option it measures (README: what each part pays).
 # "rlcheck-nomutate": the default without mutation (policy, choice tree, default's tail);
 # "rlcheck-tail0": the policy and the choice tree alone; "rlcheck-m<op>": the default with
-# that mutation operator alone (rlcheck.mutation.OPERATORS); "rlcheck-tail0-mall": the
-# default without the tail (the whole budget guided).
+# that mutation operator alone (rlcheck.mutation.OPERATORS; the default: small values);
+# "rlcheck-mall": all five; "rlcheck-tail0-mall": those without the tail (the whole budget
+# guided).
 _variant("rlcheck-nomutate", mutate_share=0.0)
 _variant("rlcheck-tail0", default_share=0.0, default_tail=0.0, mutate_share=0.0)
 for _op in ("change", "boundary", "copy", "simplest", "small"):
     _variant(f"rlcheck-m{_op}", mutate_share=0.5, mutate_operators={_op: 1.0})
-_variant("rlcheck-tail0-mall", default_tail=0.0)
-_variant("rlcheck-adaptive", mutate_adaptive=True)  # operators weighted by new valid rates
+_ALL = {"change": 1.0, "boundary": 1.0, "copy": 1.0, "simplest": 1.0, "small": 1.0}
+_variant("rlcheck-mall", mutate_operators=_ALL)  # the five operators, equally weighted
+_variant("rlcheck-tail0-mall", default_tail=0.0, mutate_operators=_ALL)
+_variant("rlcheck-adaptive", mutate_operators=_ALL, mutate_adaptive=True)  # weights by new valids
 # the fast variant before its patience became 1 (README: "rlcheck-fast")
 _variant("rlcheck-fast-p30", "FastRLCheckProvider", default_patience=30)
 

@@ -446,6 +446,8 @@ def test_failures_are_written_without_the_input_object(tmp_path: Path) -> None:
         "rlcheck.learner",
         "rlcheck.ledger",
         "rlcheck.pytest_plugin",
+        "rlcheck.mutation",
+        "rlcheck.choice_tree",
     ],
 )
 def test_docstring_examples_run(module: str) -> None:

@@ -78,3 +78,19 @@ def test_a_quick_run_writes_its_table_and_json(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert {r["backend"] for r in data["rows"]} == {"hypothesis", "rlcheck", etna.WARM}
     assert all(d["outcome"] in ("found", "passed", "budget") for d in data["details"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hypothesis", "rlcheck"])
+def test_a_replayed_run_fails_where_the_real_run_does(backend: str) -> None:
+    # etna_replay's premise: up to its first failure a run on a mutant makes the same
+    # inputs as on the unmutated library, so the recorded inputs give its tests to failure.
+    import etna_replay
+
+    name = "jsonpointer"
+    mutant = etna.load_mutants()[name][0]
+    real = etna.run_once(WORKLOADS[name], mutant, backend, 200, 30.0, 1)
+    inputs = etna_replay.record(name, backend, 200, 30.0, 1)
+    replayed = etna_replay.first_failure(name, mutant, inputs)
+    assert real["outcome"] == "found" and replayed is not None
+    assert replayed[0] == real["tests_to_failure"]

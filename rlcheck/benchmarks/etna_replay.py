@@ -1,0 +1,230 @@
+"""Etna's mutants, replayed: tests to failure of many backends from one run each per seed.
+
+A run of a backend is the same, test for test, on the unmutated library and on a mutant up
+to the mutant's first failure (the backend sees only valid, invalid and failed cases, and
+none has failed yet). So one run per (workload, backend, seed) on the unmutated library,
+recording every input it generated, gives the tests to failure of every mutant at once:
+the index of the first recorded input on which the mutant's property fails. That is fast
+enough to measure each part of the guidance alone (``benchmarks/etna.py``'s variants), and
+its tests to failure do not depend on the machine's load (its seconds do: they are taken
+from the recorded run, a missed mutant counting as ``--seconds``).
+
+It also shows what each backend generates (``--show``): the first inputs of a run, the
+share valid and distinct, and the input that killed each mutant.
+
+Usage::
+
+    python benchmarks/etna_replay.py --seeds 5 --backends hypothesis rlcheck rlcheck-nomutate
+    python benchmarks/etna_replay.py --only semver --seeds 1 --show 60
+
+Results go to ``benchmarks/results/etna_replay.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis.errors import UnsatisfiedAssumption
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import etna  # the variants register on import
+from _etna_suite import WORKLOADS
+
+STRICT = [name for name, w in WORKLOADS.items() if w.strict]
+
+
+def record(name: str, backend: str, budget: int, seconds: float, run_seed: int) -> list[Any]:
+    """Every input of one run on the unmutated library: ``(value, valid, seconds)``."""
+    workload = WORKLOADS[name]
+    lib = etna._library(workload, None)
+    inputs: list[Any] = []
+    start = time.perf_counter()
+
+    def probe(value: Any) -> None:
+        elapsed = time.perf_counter() - start
+        if elapsed > seconds:
+            raise etna._Stop
+        try:
+            workload.check(lib, value)
+        except UnsatisfiedAssumption:
+            inputs.append((value, False, elapsed))
+            raise
+        inputs.append((value, True, elapsed))
+
+    probe._hypothesis_internal_add_digest = name.encode()  # type: ignore[attr-defined]
+    test = settings(
+        backend=backend,
+        max_examples=budget,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )(seed(run_seed)(given(workload.strategy)(probe)))
+    with contextlib.suppress(etna._Stop):
+        test()
+    return inputs
+
+
+def first_failure(name: str, mutant: Any, inputs: list[Any]) -> tuple[int, float, str] | None:
+    """The first recorded input on which the mutant fails: (tests, seconds, input)."""
+    workload = WORKLOADS[name]
+    lib = etna._library(workload, mutant)
+    previous = signal.signal(signal.SIGALRM, etna._on_alarm)
+    try:
+        for i, (value, _valid, elapsed) in enumerate(inputs):
+            signal.setitimer(signal.ITIMER_REAL, etna._HANG_S)
+            try:
+                workload.check(lib, value)
+            except UnsatisfiedAssumption:
+                pass
+            except Exception:
+                return i + 1, elapsed, repr(value)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return None
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=STRICT, help="workloads (the strict ones)")
+    parser.add_argument("--backends", nargs="*", default=["hypothesis", "rlcheck"])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--budget", type=int, default=500, help="max_examples")
+    parser.add_argument("--seconds", type=float, default=5.0, help="time cap of a run")
+    parser.add_argument("--show", type=int, default=0, help="print a run's first N inputs")
+    parser.add_argument("--json", type=Path, default=etna.RESULTS / "etna_replay.json")
+    args = parser.parse_args(argv)
+    mutants = etna.load_mutants()
+    start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    for name in args.only:
+        for backend in args.backends:
+            for run_seed in range(args.seeds):
+                inputs = record(name, backend, args.budget, args.seconds, run_seed)
+                valid = [repr(v) for v, ok, _ in inputs if ok]
+                kills = {}
+                for m in mutants.get(name, []):
+                    found = first_failure(name, m, inputs)
+                    kills[f"{m.function}:{m.index}"] = found
+                rows.append(
+                    {
+                        "workload": name,
+                        "backend": backend,
+                        "seed": run_seed,
+                        "tests": len(inputs),
+                        "valid": len(valid),
+                        "distinct_valid": len(set(valid)),
+                        "kills": kills,
+                    }
+                )
+                if args.show:
+                    print(
+                        f"{name} {backend} seed {run_seed}: {len(inputs)} tests, "
+                        f"{len(valid)} valid, {len(set(valid))} distinct"
+                    )
+                    for i, (v, ok, _) in enumerate(inputs[: args.show]):
+                        print(f"  {i + 1:>4} {'valid  ' if ok else 'invalid'} {v!r}")
+                    for k, found in kills.items():
+                        print(f"  {k}: {'missed' if found is None else found}")
+    summary = _summarize(rows, args.backends, args.seconds)
+    for line in _table(summary, args.backends):
+        print(line)
+    elapsed = time.perf_counter() - start
+    load = os.getloadavg()[0]
+    print(f"({elapsed:.0f} s; load {load:.1f}; tests are load-independent, seconds are not)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps(
+            {
+                "budget": args.budget,
+                "seconds_cap": args.seconds,
+                "seeds": args.seeds,
+                "load_average": round(load, 2),
+                "summary": summary,
+                "runs": rows,
+            },
+            indent=1,
+        )
+    )
+    print(f"wrote {args.json}")
+    return 0
+
+
+def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> dict[str, Any]:
+    """Per workload and backend: mutants killed (in most seeds), and the geometric mean
+    over mutants of the median tests (seconds) to failure over the default's."""
+    out: dict[str, Any] = {}
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((r["workload"], r["backend"]), []).append(r)
+    names = [*dict.fromkeys(r["workload"] for r in rows), "strict, all"]
+    medians: dict[tuple[str, str], dict[str, tuple[float, float, int]]] = {}
+    for (name, backend), runs in by.items():
+        per: dict[str, tuple[float, float, int]] = {}
+        for key in runs[0]["kills"]:
+            found = [r["kills"][key] for r in runs]
+            tests = [f[0] if f else r["tests"] for f, r in zip(found, runs, strict=True)]
+            secs = [f[1] if f else cap for f in found]
+            per[key] = (statistics.median(tests), statistics.median(secs), sum(map(bool, found)))
+        medians[(name, backend)] = per
+    for name in names:
+        workloads = [n for n in names[:-1] if name in (n, "strict, all")]
+        out[name] = {}
+        for backend in backends:
+            t_ratios, s_ratios, killed, mutants = [], [], 0, 0
+            for n in workloads:
+                base, ours = medians.get((n, backends[0]), {}), medians.get((n, backend), {})
+                for key, (tests, secs, found) in ours.items():
+                    b_tests, b_secs, b_found = base[key]
+                    runs = len(by[(n, backend)])
+                    mutants += 1
+                    killed += 2 * found > runs
+                    if found or b_found:
+                        t_ratios.append(max(tests, 1) / max(b_tests, 1))
+                        s_ratios.append(max(secs, 1e-4) / max(b_secs, 1e-4))
+            out[name][backend] = {
+                "killed": killed,
+                "mutants": mutants,
+                "tests_ratio": _geomean(t_ratios),
+                "seconds_ratio": _geomean(s_ratios),
+            }
+    return out
+
+
+def _table(summary: dict[str, Any], backends: list[str]) -> list[str]:
+    width = max(24, *(len(b) + 2 for b in backends))
+    lines = [
+        f"{'workload':<14}" + "".join(f"{b:>{width}}" for b in backends),
+        f"{'':<14}" + "".join(f"{'kill  x tests  x s':>{width}}" for _ in backends),
+    ]
+    for name, cells in summary.items():
+        row = f"{name:<14}"
+        for b in backends:
+            c = cells[b]
+            t = "-" if c["tests_ratio"] is None else f"{c['tests_ratio']:.2f}"
+            s = "-" if c["seconds_ratio"] is None else f"{c['seconds_ratio']:.2f}"
+            cell = f"{c['killed']}/{c['mutants']} {t:>7} {s:>5}"
+            row += f"{cell:>{width}}"
+        lines.append(row)
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
