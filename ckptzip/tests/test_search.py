@@ -267,6 +267,25 @@ def test_trials_quantize_on_the_encoding_threads_with_the_same_result(
         assert np.array_equal(mine.levels, pre.quantized.levels)
 
 
+def test_a_quantization_evicted_by_the_error_ranking_is_made_again() -> None:
+    # The neighbourhood ranks its steps back by weight error, quantizing several configs per
+    # tensor; that evicted the quantizer's output of a config whose dequantized tensor was
+    # still cached, and accepting that point then raised KeyError (lm, benchmarks/search.py).
+    from ckptzip.search import _Evaluator, _Point
+
+    model, _, eval_fn = _task(1)
+    params = {n: ("linear", p) for n, p in model.named_parameters() if p.dim() == 2}
+    ev = _Evaluator(model, params, eval_fn, {})
+    point = _Point((("linear", (3, 2, 1), "magnitude"),))
+    ev.quality(point)  # dequantized tensors cached for point
+    backs = [point.with_level("linear", axis, 1) for axis in ("bins", "prune", "protect")]
+    ev.squared_errors([point, *backs])  # more configs per tensor than the caches keep
+    ev.accept(point)
+    for n, (k, p) in params.items():
+        q = ev.quantized(n, point.config(k))
+        assert np.array_equal(q.indices, quantize(p.detach(), point.config(k)).indices)
+
+
 def test_nothing_feasible_keeps_weights_exact() -> None:
     model, _, _ = _task(5)
     x = torch.randn(64, 32)

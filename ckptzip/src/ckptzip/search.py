@@ -459,8 +459,8 @@ class _Evaluator:
     def quantized(self, name: str, cfg: QuantConfig) -> QuantizedTensor:
         """``name`` quantized with ``cfg``: from the caches, or quantized now."""
         q = self._cached(name, cfg)
-        if q is None:
-            self._prepare([(name, cfg)], keep=False)
+        if q is None:  # its statistics or dequantized tensor may be cached, the output not
+            self._prepare([(name, cfg)], keep=False, force=True)
             q = self._recent[name][cfg]
         return q
 
@@ -474,12 +474,20 @@ class _Evaluator:
             for n, (k, _) in self.params.items()
         }
 
-    def _prepare(self, wanted: Iterable[tuple[str, QuantConfig]], *, keep: bool) -> None:
+    def _prepare(
+        self, wanted: Iterable[tuple[str, QuantConfig]], *, keep: bool, force: bool = False
+    ) -> None:
         """Quantize every ``(name, config)`` in ``wanted`` whose statistics (``keep``: whose
-        dequantized tensor) are not cached yet, on the encoding threads, and cache them."""
+        dequantized tensor; ``force``: whose quantizer output) are not cached yet, on the
+        encoding threads, and cache them."""
         jobs: dict[tuple[str, QuantConfig], QuantizedTensor | None] = {}
         for name, cfg in wanted:
-            done = cfg in self._tensors.get(name, {}) if keep else (name, cfg) in self._stats
+            if force:
+                done = self._cached(name, cfg) is not None
+            elif keep:
+                done = cfg in self._tensors.get(name, {})
+            else:
+                done = (name, cfg) in self._stats
             if not done and (name, cfg) not in jobs:
                 jobs[name, cfg] = self._cached(name, cfg)
 
