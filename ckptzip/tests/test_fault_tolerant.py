@@ -119,3 +119,28 @@ def test_the_llm_workload_is_shaped_like_an_llm() -> None:
     small = sum(p.numel() for p in params if p.dim() < 2)
     assert small / sum(p.numel() for p in params) < 0.001  # norms, no biases
     assert isinstance(w.train_step(0), float) and isinstance(w.eval_fn(model), float)
+
+
+def test_restore_exact_keeps_the_named_parts_and_measures_the_restores_own_gap(
+    tmp_path: Path,
+) -> None:
+    w = _trained()
+    method = ft.make_method("ckptzip", tmp_path, every=1, restore_exact=("weights",))
+    method.attach(w)
+    method.save(3, w)
+    live = {k: v.clone() for k, v in w.model.state_dict().items()}
+    moments = {i: s["exp_avg"].clone() for i, s in w.optimizer.state_dict()["state"].items()}
+    fresh = _workloads.make("mlp", 1)
+    method.attach(fresh)
+    assert method.restore(fresh) == 3
+    method.close()
+    for k, v in fresh.model.state_dict().items():
+        assert torch.equal(v, live[k]), k  # the weights as they were saved from
+    quantized = [
+        not torch.equal(s["exp_avg"], moments[i])
+        for i, s in fresh.optimizer.state_dict()["state"].items()
+        if s["exp_avg"].numel() >= ft.MIN_NUMEL
+    ]
+    assert quantized and all(quantized)  # the first moments still came from the file
+    gap = method.restore_info["own_gap"]
+    assert isinstance(gap, float) and abs(gap) < 0.5
