@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     state = copy.deepcopy(w.state())
 
     def resume(st: Any) -> tuple[float, float, list[float]]:
+        # a copy: the optimizer's load_state_dict keeps the given tensors, which its steps
+        # then update in place
+        st = copy.deepcopy(st)
         x = _workloads.make(args.model, args.seed)
         x.model.load_state_dict(st["model"])
         x.optimizer.load_state_dict(st["optimizer"])

@@ -289,6 +289,9 @@ def test_manager_misuse_is_rejected(tmp_path: Path) -> None:
         CheckpointManager(tmp_path, model="nope")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="tolerance"):
         CheckpointManager(tmp_path, model=model, tolerance=-1.0)
+    for bad in (0.0, 1.0, True):
+        with pytest.raises(ConfigError, match="error_budget"):
+            CheckpointManager(tmp_path, model=model, error_budget=bad)  # type: ignore[arg-type]
     plain = CheckpointManager(tmp_path)
     with pytest.raises(ConfigError, match="model="):
         plain.save(0)

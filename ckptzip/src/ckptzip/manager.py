@@ -249,6 +249,11 @@ class CheckpointManager:
         saves (after :meth:`restore`, since the restored step), so that a restore costs less
         than the training between two checkpoints (``earlier=`` of
         :func:`ckptzip.search.search`; ``report.search.limit`` is the value applied).
+    error_budget:
+        The largest relative L2 error ``||ŵ − w|| / ||w||`` of any searched weight, with or
+        without ``eval_fn`` (see :func:`ckptzip.search.search`): a restore's perturbation
+        costs training more than ``eval_fn`` right after quantizing shows. Raise it for
+        smaller files at that risk.
     window:
         Steps before each save during which a :class:`~ckptzip.SensitivityTracker` keeps
         ``|g·w|`` for the search (the next save is expected one save interval after the last,
@@ -329,6 +334,7 @@ class CheckpointManager:
         moments: MomentPolicy | None = None,
         research_every: int | None = None,
         max_bytes: int | None = None,
+        error_budget: float = 0.1,
     ) -> None:
         if config is not None and not isinstance(config, CompressionConfig):
             raise ConfigError(f"config={config!r} must be a CompressionConfig")
@@ -345,6 +351,8 @@ class CheckpointManager:
             optimizer=optimizer,
             probe_fn=probe_fn,
         )
+        if isinstance(error_budget, bool) or not 0 < error_budget < 1:
+            raise ConfigError(f"error_budget={error_budget!r} must lie in (0, 1)")
         if if_busy not in ("wait", "raise"):
             raise ConfigError(f"if_busy={if_busy!r} must be 'wait' or 'raise'")
         if research_every is not None and (
@@ -367,6 +375,7 @@ class CheckpointManager:
         self._cache = _RecentFiles(2)
         self.model, self.optimizer, self.eval_fn = model, optimizer, eval_fn
         self.tolerance = tolerance
+        self.error_budget = error_budget
         self.if_busy = if_busy
         self.probe_fn = probe_fn
         self.moments = moments if moments is not None else MomentPolicy()
@@ -662,6 +671,7 @@ class CheckpointManager:
                     probe_fn=probe,
                     earlier=tuple(self._baselines),
                     context=f"checkpoint step {step}",
+                    error_budget=self.error_budget,
                 )
             if ex is not None:
                 obj["extra"] = ex
