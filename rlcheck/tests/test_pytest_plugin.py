@@ -202,11 +202,14 @@ def test_a_test_with_nothing_to_learn_is_marked_stepped_aside(pytester: pytest.P
 from hypothesis import given, settings, strategies as st
 
 @settings(max_examples=100, database=None)
-@given(st.lists(st.integers()))
+@given(st.binary(min_size=8))
 def test_easy(xs):
     pass
 """
     )
+    # Inputs that rarely repeat: the probe counts new valid inputs, and Hypothesis's
+    # provider repeats short lists of integers ([], [0]) often enough that about 1 run in
+    # 9 kept guiding (a cost, not a failure), which made this test flaky.
     result = pytester.runpytest("--rlcheck", "-p", "no:randomly")
     result.assert_outcomes(passed=1)
     row = next(line for line in result.stdout.lines if "test_easy.py::test_easy" in line)
