@@ -406,27 +406,9 @@ class ByteLLM(nn.Module):
 
 def _llm(seed: int) -> Workload:
     torch.manual_seed(seed)
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    raw = b"\n".join((stdlib / n).read_bytes() for n in _LLM_FILES if (stdlib / n).exists())
-    if len(raw) < 100_000:
-        raise RuntimeError(f"too little standard-library source found under {stdlib}")
-    data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
-    split = int(len(data) * 0.9)
-    train_data, test_data = data[:split], data[split:]
-
-    def sample(src: torch.Tensor, g: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(0, len(src) - _LLM_CTX - 1, (n,), generator=g).tolist()
-        x = torch.stack([src[s : s + _LLM_CTX] for s in starts])
-        y = torch.stack([src[s + 1 : s + _LLM_CTX + 1] for s in starts])
-        return x, y
-
-    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample(train_data, _gen(seed, step), 8)
-
+    batch, heldout, val = _byte_stream(seed, 8, 64, _LLM_CTX, files=_LLM_FILES)
     model = ByteLLM()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    heldout = [sample(test_data, _gen(seed, 10_000_000 + i), 64) for i in range(3)]
-    val = [sample(test_data, _gen(seed, 20_000_000 + i), 64) for i in range(2)]
     return Workload("llm", model, opt, batch, _lm_loss, heldout, val)
 
 
@@ -443,16 +425,16 @@ _BYTE_CTX = 64
 
 
 def _byte_stream(
-    seed: int, n_train: int, n_eval: int, ctx: int
+    seed: int, n_train: int, n_eval: int, ctx: int, *, files: tuple[str, ...] = _HELD_OUT_FILES
 ) -> tuple[
     Callable[[int], tuple[torch.Tensor, torch.Tensor]],
     list[tuple[torch.Tensor, torch.Tensor]],
     list[tuple[torch.Tensor, torch.Tensor]],
 ]:
-    """Training batches, held-out and val batches of bytes of standard-library files that no
-    other workload reads."""
+    """Training batches, held-out and val batches of bytes of standard-library ``files`` (by
+    default ones that only the held-out workloads read; ``llm`` passes its own)."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    raw = b"\n".join((stdlib / n).read_bytes() for n in _HELD_OUT_FILES if (stdlib / n).exists())
+    raw = b"\n".join((stdlib / n).read_bytes() for n in files if (stdlib / n).exists())
     if len(raw) < 100_000:
         raise RuntimeError(f"too little standard-library source found under {stdlib}")
     data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
