@@ -41,6 +41,7 @@ from rlcheck.policy_store import DatabasePolicy
 port, prefix, max_runs = int(sys.argv[1]), sys.argv[2].encode(), int(sys.argv[3])
 RLCheckProvider.default_share = 0.0  # every case from the learned policy
 RLCheckProvider.default_tail = 0.0
+RLCheckProvider.mutate_share = 0.0  # (mutating earlier valid cases is not the policy's)
 db = RedisExampleDatabase(redis.Redis(port=port), key_prefix=prefix)
 loads = []
 original = DatabasePolicy.load
