@@ -183,6 +183,9 @@ def test_hook_overhead_outside_window_is_under_one_percent() -> None:
             with_hooks = _median_block_time(bare_backward, 9, 10)
         return (with_hooks - without) / n_leaves
 
-    hook_cost = statistics.median(per_hook() for _ in range(5)) * len(list(model.parameters()))
+    # Median of 11 measurements (was 5): each is a difference of two noisy medians, and the
+    # true ratio on this machine sits near the bound (1.15 % was seen once in a CI run that
+    # passed before and after), so more of them, not a looser bound.
+    hook_cost = statistics.median(per_hook() for _ in range(11)) * len(list(model.parameters()))
     print(f"hook cost {hook_cost * 1e6:.1f} us, step {step_time * 1e6:.0f} us")
     assert hook_cost / step_time < 0.01, (hook_cost, step_time)
