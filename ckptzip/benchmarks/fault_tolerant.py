@@ -46,7 +46,13 @@ comparison points, not library features):
   exact (``CompressionConfig(exact=("optimizer/*",))``): searched weights + delta chains;
 * ``ckptzip``: the same manager at its defaults: the whole checkpoint, moments included;
 * ``ckptzip-probe``: the same with a ``probe_fn`` (``Workload.probe``: a few steps on fixed
-  training batches the run never draws) choosing how coarse the moments can be.
+  training batches the run never draws) choosing how coarse the moments can be;
+* ``feedback`` (a prototype, only when named in ``--methods``): error feedback along the
+  chain, with ckptzip's quantizer and index coder and no search: a keyframe quantizes each
+  weight in full (16 levels), every other checkpoint the residual against the parent's
+  reconstruction (4 levels), so the error one checkpoint leaves is corrected by the next;
+  the optimizer state exact (zstd), as for ``cnr``. ``error_feedback.py`` measures the
+  same scheme on a chain without restores.
 
 Every method compresses the same tensors: floating-point tensors of at least 4096 elements
 (ckptzip's ``min_numel``); smaller ones and everything else stay exact. After a failure the
@@ -71,8 +77,13 @@ workload and torch only) instead of training it again.
 
 An ablation, ``--restore-exact weights exp_avg exp_avg_sq`` (any of them): at every restore
 of the ckptzip methods the named parts come from the live state the checkpoint was saved
-from, so the run shows what the other parts cost. ``--tolerance`` and ``--error-budget`` set
-the manager's.
+from, so the run shows what the other parts cost. A control, ``--restore-noise``: every
+restore's weights are the live ones plus random noise of the same norm as that restore's
+quantization error (per tensor), so the run shows what an error of that size costs without
+its direction. Every ckptzip restore also reports the shape of its weight error (restored −
+live, all compressed weights as one vector): its relative size, its cosine with the weights
+(negative: pulled towards zero) and with the previous restore's error (positive: successive
+errors pile up in one direction). ``--tolerance`` and ``--error-budget`` set the manager's.
 
 Run ``python benchmarks/fault_tolerant.py`` (full, 3 seeds; ~1 h on a shared 2-core machine)
 or ``--quick`` (one seed, short runs, < 3 min). Writes ``benchmarks/results/
@@ -110,8 +121,12 @@ import _report
 import _workloads
 
 import ckptzip
+from ckptzip._types import QuantizedTensor
 from ckptzip.api import read_manifest
+from ckptzip.codecs.quantized import decode_indices, encode_indices
+from ckptzip.config import QuantConfig
 from ckptzip.plan import moment_kind
+from ckptzip.quantize import dequantize, quantize
 
 RESULTS = _report.RESULTS
 MIN_NUMEL = 4096  # the same rule for every method: smaller float tensors stay exact
@@ -139,6 +154,7 @@ SEEDS = {"quick": (0,), "full": (0, 1, 2)}
 TOLERANCE = 0.05  # CheckpointManager's defaults: the benchmark measures the defaults
 ERROR_BUDGET = 0.1
 METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckptzip-probe")
+OPT_IN = ("feedback",)  # prototypes, run only when named in --methods
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
 
@@ -550,6 +566,109 @@ class ExCP(Method):
         return chain[0]
 
 
+# -- error feedback along the chain: residuals against the quantized parent (a prototype) ----
+
+FEEDBACK_KEYFRAME = QuantConfig(bins=16, protect=0.005)  # what the search picks for lm's keyframes
+FEEDBACK_RESIDUAL = QuantConfig(bins=4, protect=0.0005)  # error_feedback.py: about today's bytes
+
+
+class Feedback(Method):
+    """Error feedback along a chain (``error_feedback.py`` in the protocol): a keyframe
+    quantizes each weight in full (:data:`FEEDBACK_KEYFRAME`); every other checkpoint stores
+    the residual against the parent's reconstruction, quantized (:data:`FEEDBACK_RESIDUAL`),
+    so what one checkpoint's quantization leaves is corrected by the next and errors do not
+    pile up. ckptzip's quantizer and index coder; the optimizer state exact (zstd), as for
+    ``cnr``, and no search: fixed configurations, to see what feedback itself does."""
+
+    name = "feedback"
+
+    def __init__(
+        self, directory: Path, every: int, residual: QuantConfig = FEEDBACK_RESIDUAL
+    ) -> None:
+        super().__init__(directory, every)
+        self.residual = residual
+        self.zstd = zstandard.ZstdCompressor(level=3)
+        self.recon: dict[str, torch.Tensor] = {}  # the last checkpoint's reconstruction
+        self.chain = 0
+
+    @staticmethod
+    def _parts(name: str, q: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        payload, meta = encode_indices(q.indices, len(q.levels), 3)
+        arrays = {
+            f"{name}/levels": np.asarray(q.levels, dtype=np.float64),
+            f"{name}/idx": np.frombuffer(payload, np.uint8),
+            f"{name}/pos": np.asarray(q.protected_positions, dtype=np.int64),
+            f"{name}/val": q.protected_values.float().numpy(),
+        }
+        return arrays, {"index": meta, "config": q.config.to_json(), "shape": list(q.shape)}
+
+    @staticmethod
+    def _decode(name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> torch.Tensor:
+        levels = arrays[f"{name}/levels"]
+        n = int(np.prod(meta["shape"]))
+        idx = decode_indices(meta["index"], arrays[f"{name}/idx"].tobytes(), n, levels.size)
+        q = QuantizedTensor(
+            shape=tuple(meta["shape"]),
+            dtype=torch.float32,
+            config=QuantConfig.from_json(meta["config"]),
+            levels=levels.copy(),
+            indices=idx,
+            protected_positions=arrays[f"{name}/pos"].copy(),
+            protected_values=torch.from_numpy(arrays[f"{name}/val"].copy()),
+            rel_error=0.0,
+        )
+        return dequantize(q)
+
+    def save(self, step: int, w: _workloads.Workload) -> SaveStat:
+        t0 = time.perf_counter()
+        state = _state(w)
+        model = dict(state["model"])
+        keyframe = self.chain % KEYFRAME_EVERY == 0 or not self.recon
+        arrays: dict[str, np.ndarray] = {}
+        metas: dict[str, Any] = {}
+        big = [k for k, t in model.items() if _big(t)]
+        for k in big:
+            x = model.pop(k).detach().float()
+            target = x if keyframe else x - self.recon[k]
+            q = quantize(target, FEEDBACK_KEYFRAME if keyframe else self.residual)
+            parts, metas[k] = self._parts(k, q)
+            arrays.update(parts)
+            back = dequantize(q).reshape(x.shape)
+            self.recon[k] = back if keyframe else self.recon[k] + back
+        weights = _pack(arrays, {})
+        rest = _report.torch_save_raw({"model": model, "optimizer": state["optimizer"]})
+        arrays["rest"] = np.frombuffer(rest, np.uint8)
+        meta = {"big": metas, "parent": None if keyframe else self._files()[-1]}
+        packed = self.zstd.compress(_pack(arrays, meta))
+        _write(self._path(step), packed)
+        self.chain = 1 if keyframe else self.chain + 1
+        seconds = time.perf_counter() - t0
+        wb = len(self.zstd.compress(weights)) + len(json.dumps(metas))
+        nbytes = sum(t.numel() * t.element_size() for t in state["model"].values() if _big(t))
+        return SaveStat(step, len(_report.torch_save_raw(state)), len(packed), nbytes, wb, seconds)
+
+    def restore(self, w: _workloads.Workload) -> int:
+        unz = zstandard.ZstdDecompressor()
+        chain = [self._files()[-1]]
+        while True:
+            _, meta = _unpack(unz.decompress(self._path(chain[-1]).read_bytes()))
+            if meta["parent"] is None:
+                break
+            chain.append(meta["parent"])
+        self.recon = {}
+        for s in reversed(chain):
+            arrays, meta = _unpack(unz.decompress(self._path(s).read_bytes()))
+            for k, m in meta["big"].items():
+                back = self._decode(k, arrays, m)
+                self.recon[k] = back if meta["parent"] is None else self.recon[k] + back
+        rest = torch.load(io.BytesIO(arrays["rest"].tobytes()), weights_only=True)
+        for k, x in self.recon.items():
+            rest["model"][k] = x.clone()
+        _load_state(w, rest)
+        self.chain = len(chain)
+        return chain[0]
+
+
 # -- ckptzip through CheckpointManager --------------------------------------------------------
 
 KINDS = ("weights", "exp_avg", "exp_avg_sq", "other")
@@ -606,9 +725,15 @@ class Ckptzip(Method):
         tolerance: float = TOLERANCE,
         restore_exact: tuple[str, ...] = (),
         error_budget: float = ERROR_BUDGET,
+        restore_noise: bool = False,
     ) -> None:
         super().__init__(directory, every)
         self.error_budget = error_budget
+        # a control: every restore's weights are the live ones plus random noise of the same
+        # norm as that restore's quantization error, per tensor (what the error's size costs,
+        # without its direction)
+        self.restore_noise = restore_noise
+        self.last_error: torch.Tensor | None = None  # the previous restore's weight error
         self.name = "ckptzip-w" if weights_only else "ckptzip-probe" if probe else "ckptzip"
         # an ablation: these parts of every restore come from the live state the checkpoint
         # was saved from (RESTORE_EXACT), so the run shows what the rest costs
@@ -681,9 +806,12 @@ class Ckptzip(Method):
         live = self.saved[1]
         twin = copy.deepcopy(w.model)
         twin.load_state_dict(live["model"])
+        if self.restore_noise:
+            w.model.load_state_dict(_noisy(live["model"], w.model.state_dict(), step))
         # what this restore alone cost: the restored state against the state it was saved
         # from, on the held-out batches, before any training
         self.restore_info = {"own_gap": _gap(w.eval_fn(w.model), w.eval_fn(twin))}
+        self.restore_info.update(self._error_shape(w.model.state_dict(), live["model"]))
         if "weights" in self.restore_exact:
             w.model.load_state_dict(live["model"])
         moments = [k for k in ("exp_avg", "exp_avg_sq") if k in self.restore_exact]
@@ -696,10 +824,52 @@ class Ckptzip(Method):
             w.optimizer.load_state_dict(state)
         return step
 
+    def _error_shape(
+        self, restored: dict[str, torch.Tensor], live: dict[str, torch.Tensor]
+    ) -> dict[str, float]:
+        """The shape of this restore's weight error ``e`` (restored − live, every compressed
+        weight as one vector): its size ``||e|| / ||w||``, its cosine with the weights
+        (negative: pulled towards zero) and with the previous restore's error (positive:
+        the errors of successive restores pile up in one direction)."""
+        names = [k for k, t in live.items() if _big(t)]
+        if not names:
+            return {}
+        x = torch.cat([live[k].detach().double().reshape(-1) for k in names])
+        e = torch.cat([restored[k].detach().double().reshape(-1) for k in names]) - x
+        info = {
+            "weight_error": float(e.norm() / x.norm().clamp_min(1e-300)),
+            "error_cos_weights": _cos(e, x),
+        }
+        if self.last_error is not None and self.last_error.shape == e.shape:
+            info["error_cos_previous"] = _cos(e, self.last_error)
+        self.last_error = e
+        return info
+
     def close(self) -> None:
         if self.mgr is not None:
             self.mgr.close()
             self.mgr = None
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    n = float(a.norm() * b.norm())
+    return float(a @ b) / n if n > 0 else 0.0
+
+
+def _noisy(
+    live: dict[str, torch.Tensor], restored: dict[str, torch.Tensor], step: int
+) -> dict[str, torch.Tensor]:
+    """``live`` with every compressed weight moved by Gaussian noise of the same norm as its
+    error in ``restored`` (seeded by the step): an error of that size in a random direction."""
+    out = dict(restored)
+    gen = torch.Generator().manual_seed(1_000_003 + step)
+    for k, x in live.items():
+        if not _big(x):
+            continue
+        norm = float((restored[k].double() - x.double()).norm())
+        z = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+        out[k] = (x.double() + z * (norm / float(z.norm().clamp_min(1e-300)))).to(x.dtype)
+    return out
 
 
 def make_method(
@@ -711,6 +881,8 @@ def make_method(
     tolerance: float = TOLERANCE,
     restore_exact: tuple[str, ...] = (),
     error_budget: float = ERROR_BUDGET,
+    restore_noise: bool = False,
+    feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -718,6 +890,8 @@ def make_method(
         return CheckNRun(directory, every)
     if name == "excp":
         return ExCP(directory, every)
+    if name == "feedback":
+        return Feedback(directory, every, feedback_residual)
     if name in ("ckptzip", "ckptzip-w", "ckptzip-probe"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
         return Ckptzip(
@@ -729,8 +903,9 @@ def make_method(
             tolerance=tolerance,
             restore_exact=restore_exact,
             error_budget=error_budget,
+            restore_noise=restore_noise,
         )
-    raise ValueError(f"method {name!r} unknown; choose from {METHODS}")
+    raise ValueError(f"method {name!r} unknown; choose from {METHODS + OPT_IN}")
 
 
 # -- the protocol -----------------------------------------------------------------------------
@@ -746,6 +921,8 @@ def run(
     tolerance: float = TOLERANCE,
     restore_exact: tuple[str, ...] = (),
     error_budget: float = ERROR_BUDGET,
+    restore_noise: bool = False,
+    feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol."""
     steps, every, failures = plan
@@ -759,6 +936,8 @@ def run(
             tolerance=tolerance,
             restore_exact=restore_exact,
             error_budget=error_budget,
+            restore_noise=restore_noise,
+            feedback_residual=feedback_residual,
         )
         w = _workloads.make(model, seed)
         method.attach(w)
@@ -913,6 +1092,9 @@ def _total_breakdown(saves: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
+# per restore (Ckptzip._error_shape): the weight error's size, its cosine with the weights and
+# with the previous restore's error
+ERROR_SHAPE = ("weight_error", "error_cos_weights", "error_cos_previous")
 
 
 def moments_ratio(saves: list[dict[str, Any]]) -> float | None:
@@ -943,7 +1125,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         losses = [r["final_loss"] for r in exact.values()]
         floor = (max(losses) - min(losses)) / statistics.median(losses)
         rows = {}
-        for method in METHODS:
+        for method in METHODS + OPT_IN:
             mine = [r for r in runs if r["model"] == model and r["method"] == method]
             if not mine:
                 continue
@@ -978,6 +1160,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 own = [[x.get("own_gap") for x in r["restores"]] for r in mine]
                 if own and all(g is not None for o in own for g in o):
                     row["own_gaps"] = [_spread(list(g)) for g in zip(*own, strict=True)]
+                for key in ERROR_SHAPE:
+                    cols = [[x.get(key) for x in r["restores"]] for r in mine]
+                    per = [[v for v in c if v is not None] for c in zip(*cols, strict=True)]
+                    if any(per):
+                        row[key] = [_spread(v) if v else None for v in per]
                 row["run_time_vs_exact"] = _spread(
                     [r["run_seconds"] / exact[r["seed"]]["run_seconds"] for r in mine]
                 )
@@ -1085,6 +1272,16 @@ def print_table(summary: dict[str, Any], dropped: dict[str, str] | None = None) 
                         "saved from (what that restore alone cost): "
                         + " ".join(_fmt_spread(j, "+.2f", pct=True) for j in r["own_gaps"])
                     )
+                for key, what in (
+                    ("weight_error", "relative L2 error of the weights"),
+                    ("error_cos_weights", "cosine of that error with the weights"),
+                    ("error_cos_previous", "cosine with the previous restore's error"),
+                ):
+                    if r.get(key):
+                        print(
+                            f"  {what}, restores 1 … {len(r[key])}: "
+                            + " ".join("—" if j is None else _fmt_spread(j, "+.3f") for j in r[key])
+                        )
                 for gap, what in (
                     ("weight_gap", "eval_fn gap of the searched weights right after quantizing"),
                     ("probe_gap", "eval_fn gap of the chosen state after the probe"),
@@ -1215,7 +1412,21 @@ def main(argv: list[str] | None = None) -> int:
         default=ERROR_BUDGET,
         help=f"the ckptzip methods' error_budget (default {ERROR_BUDGET}, the manager's)",
     )
+    ap.add_argument(
+        "--restore-noise",
+        action="store_true",
+        help="a control: at every restore of the ckptzip methods, the weights are the live "
+        "ones plus random noise of the same norm as that restore's quantization error",
+    )
+    ap.add_argument(
+        "--feedback-residual",
+        default="4,0",
+        metavar="BINS,PRUNE",
+        help="the feedback method's residual quantizer: levels and pruned fraction (default 4,0)",
+    )
     args = ap.parse_args(argv)
+    bins, prune = args.feedback_residual.split(",")
+    residual = dataclasses.replace(FEEDBACK_RESIDUAL, bins=int(bins), prune=float(prune))
     moments = None
     if args.moments:
         m, v, p = args.moments.split(",")
@@ -1249,6 +1460,8 @@ def main(argv: list[str] | None = None) -> int:
         "tolerance": args.tolerance,
         "restore_exact": args.restore_exact,
         "error_budget": args.error_budget,
+        "restore_noise": args.restore_noise,
+        "feedback_residual": residual.to_json() if "feedback" in methods else None,
     }
     if "exact" in methods and (why := zipnn_unusable()) is not None:
         meta["dropped"] = {"zipnn": why}
@@ -1271,6 +1484,8 @@ def main(argv: list[str] | None = None) -> int:
                         tolerance=args.tolerance,
                         restore_exact=tuple(args.restore_exact),
                         error_budget=args.error_budget,
+                        restore_noise=args.restore_noise,
+                        feedback_residual=residual,
                     )
                 runs.append(r)
                 if method == "exact":

@@ -21,7 +21,7 @@ def _trained(seed: int = 0) -> _workloads.Workload:
     return w
 
 
-@pytest.mark.parametrize("name", ["exact", "cnr", "excp"])
+@pytest.mark.parametrize("name", ["exact", "cnr", "excp", "feedback"])
 def test_a_chain_of_baseline_checkpoints_restores_the_last_one(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -36,8 +36,10 @@ def test_a_chain_of_baseline_checkpoints_restores_the_last_one(
     assert method.restore(fresh) == 5
     for k, v in fresh.model.state_dict().items():
         err = float((v - live[k]).norm() / live[k].norm())
-        # exact is exact; 8-bit rows stay under 1 %; ExCP's pruned 4-bit residuals drift more
-        assert err <= {"exact": 0.0, "cnr": 0.01, "excp": 0.5}[name], (name, k, err)
+        # exact is exact; 8-bit rows stay under 1 %; ExCP's pruned 4-bit residuals drift more;
+        # feedback's 4-level residuals stay well under the 16-level keyframe's error
+        limit = {"exact": 0.0, "cnr": 0.01, "excp": 0.5, "feedback": 0.05}[name]
+        assert err <= limit, (name, k, err)
     assert all(s.bytes_out > 0 for s in stats)
     state = fresh.optimizer.state_dict()["state"]
     assert all(int(s["step"]) == 6 for s in state.values())  # step counters stay exact
@@ -144,3 +146,48 @@ def test_restore_exact_keeps_the_named_parts_and_measures_the_restores_own_gap(
     assert quantized and all(quantized)  # the first moments still came from the file
     gap = method.restore_info["own_gap"]
     assert isinstance(gap, float) and abs(gap) < 0.5
+
+
+def test_restore_noise_moves_the_weights_as_far_as_the_quantizer_in_a_random_direction(
+    tmp_path: Path,
+) -> None:
+    w = _trained()
+    runs = {}
+    for noise in (False, True):
+        method = ft.make_method("ckptzip", tmp_path / str(noise), every=1, restore_noise=noise)
+        method.attach(w)
+        method.save(3, w)
+        fresh = _workloads.make("mlp", 1)
+        method.attach(fresh)
+        assert method.restore(fresh) == 3
+        method.close()
+        runs[noise] = (method.restore_info, fresh.model.state_dict())
+    (quant, quant_sd), (noisy, noisy_sd) = runs[False], runs[True]
+    assert 0 < quant["weight_error"] < 0.5
+    # the same size of error per tensor, so the same overall size, in another direction
+    assert noisy["weight_error"] == pytest.approx(quant["weight_error"], rel=1e-6)
+    assert abs(noisy["error_cos_weights"]) < 0.1
+    big = [k for k, v in quant_sd.items() if ft._big(v)]
+    assert big and all(not torch.equal(quant_sd[k], noisy_sd[k]) for k in big)
+    assert "error_cos_previous" not in quant  # the first restore has no earlier error
+
+
+def test_the_summary_reports_the_shape_of_every_restores_error() -> None:
+    def run(method: str, restores: list[dict]) -> dict:
+        saves = [{"bytes_in": 10, "bytes_out": 5, "ratio": 2.0, "weights_ratio": None,
+                  "seconds": 0.0, "step": 1}]  # fmt: skip
+        return {"model": "m", "seed": 0, "method": method, "final_loss": 1.0,
+                "final_accuracy": 0.5, "run_seconds": 1.0, "saves": saves,
+                "restores": restores}  # fmt: skip
+
+    shaped = [
+        {"seconds": 0.0, "loss": 1.0, "weight_error": 0.1, "error_cos_weights": -0.2},
+        {"seconds": 0.0, "loss": 1.0, "weight_error": 0.05, "error_cos_weights": 0.0,
+         "error_cos_previous": 0.3},
+    ]  # fmt: skip
+    plain = [{"seconds": 0.0, "loss": 1.0}] * 2
+    row = ft.summarize([run("exact", plain), run("cnr", shaped)])["m"]["methods"]
+    assert [x["median"] for x in row["cnr"]["weight_error"]] == [0.1, 0.05]
+    assert row["cnr"]["error_cos_previous"][0] is None
+    assert row["cnr"]["error_cos_previous"][1]["median"] == 0.3
+    assert "weight_error" not in row["exact"]
