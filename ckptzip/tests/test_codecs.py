@@ -219,6 +219,63 @@ def test_index_layouts_round_trip(n: int) -> None:
     assert np.array_equal(decode_indices(meta, raw, n, 11), idx)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 16),
+    st.integers(1, 3000),
+    st.integers(1, 400),
+    st.integers(0, 2**32 - 1),
+)
+def test_index_choice_is_never_worse_than_packed_or_ans(
+    levels: int, runs: int, run_max: int, seed: int
+) -> None:
+    # the ANS pass is skipped only below the order-0 floor: the kept payload is never larger
+    # than either the packed stream or the ANS coding of the same indices
+    from ckptzip import entropy
+    from ckptzip.codecs.quantized import encode_indices
+    from ckptzip.packing import bits_for, pack_indices
+
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(levels))
+    idx = np.repeat(
+        rng.choice(levels, runs, p=p).astype(np.uint8), rng.integers(1, run_max + 1, runs)
+    )
+    payload, meta = encode_indices(idx, levels, 3)
+    packed, _ = entropy.encode(pack_indices(idx, bits_for(levels)), 3)
+    method = "ans-lanes" if idx.size >= entropy.ANS_LANES_MIN else "ans"
+    (coded,), _ = entropy.encode_symbols(idx, method)
+    assert len(payload) <= min(len(packed), len(coded))
+    from ckptzip.codecs.quantized import decode_indices
+
+    assert np.array_equal(decode_indices(meta, payload, idx.size, levels), idx)
+
+
+def test_index_choice_skips_the_passes_that_cannot_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptzip import entropy
+    from ckptzip.codecs import quantized
+
+    calls: list[str] = []
+    symbols, compress = entropy.encode_symbols, entropy.compress
+    monkeypatch.setattr(
+        entropy, "encode_symbols", lambda *a, **k: calls.append("ans") or symbols(*a, **k)
+    )
+    monkeypatch.setattr(
+        entropy, "compress", lambda d, *a: calls.append(f"zstd {len(d)}") or compress(d, *a)
+    )
+    # long runs: zstd on the packed stream is far below the order-0 entropy, so no ANS pass
+    runs = np.repeat(np.arange(200_000, dtype=np.uint8) % 16, 20)
+    _, meta = quantized.encode_indices(runs, 16, 3)
+    assert meta["index_layout"] == "packed" and "ans" not in calls
+    # unequally used levels without runs: ANS wins, and at 4 bits the one-byte layout
+    # (zstd over a sample, then over all 400 000 bytes) is not tried
+    calls.clear()
+    rng = np.random.default_rng(0)
+    skewed = rng.choice(16, 400_000, p=rng.dirichlet(np.ones(16))).astype(np.uint8)
+    _, meta = quantized.encode_indices(skewed, 16, 3)
+    assert meta["index_layout"] == "ans-lanes" and "ans" in calls
+    assert all(int(c.split()[1]) <= skewed.size // 2 for c in calls if c.startswith("zstd"))
+
+
 class _Parent:
     """A ParentView holding one quantized tensor at path "t"."""
 

@@ -864,7 +864,7 @@ def order0_entropy_bits(symbols: np.ndarray) -> float:
     s = np.asarray(symbols).reshape(-1)
     if s.size == 0:
         return 0.0
-    counts = np.bincount(s.astype(np.int64))
+    counts = kernels.bin_counts(s) if s.dtype == np.uint8 else np.bincount(s.astype(np.int64))
     counts = counts[counts > 0].astype(np.float64)
     p = counts / s.size
     return float(-(counts * np.log2(p)).sum()) + 0.0  # + 0.0 turns -0.0 into 0.0

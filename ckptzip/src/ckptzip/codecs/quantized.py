@@ -89,6 +89,12 @@ def _sample(indices: np.ndarray) -> np.ndarray:
 def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[bytes, dict[str, Any]]:
     """The smallest of packed+zstd, bytes+zstd and ANS for an index stream, with its meta.
 
+    Each candidate costs a pass, so two are skipped where they cannot win or never did:
+    ANS when the packed stream is already below the order-0 entropy (no ANS coding can come
+    under it), and the one-byte layout when ANS beat the packed stream and ``bits`` divides 8
+    (then every run of equal indices is a run of equal packed bytes too, and zstd found no
+    such structure worth more than ANS's order-0 coding).
+
     Examples
     --------
     >>> payload, meta = encode_indices(np.arange(1000, dtype=np.uint8) % 4, 4, 3)
@@ -102,14 +108,16 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     # ANS reaches the indices' order-0 entropy (k-means levels are far from equally used, and
     # Adam moments' much less); zstd can beat it on runs (heavily pruned tensors), so both
     # are tried: the ANS pass costs a few ms per million indices.
-    if flat.size:
+    ans_won = False
+    if flat.size and len(packed) >= _ans_floor(flat):
         # long streams in independent lanes and blocks (decoded several symbols at a time,
         # on as many threads as there are), short ones as one stream (no per-lane cost)
         method = "ans-lanes" if flat.size >= entropy.ANS_LANES_MIN else "ans"
         (coded,), ans_info = entropy.encode_symbols(flat, method)
         if len(coded) < len(packed):
             best = (coded, {"bits": bits, "index_layout": method, "index_stage": ans_info})
-    if bits == 8:
+            ans_won = True
+    if bits == 8 or (ans_won and 8 % bits == 0):
         return best
     if flat.size >= _SAMPLE_MIN:
         sample = _sample(flat)
@@ -121,6 +129,16 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     if len(whole) < len(best[0]):
         best = (whole, {"bits": bits, "index_layout": "bytes", "index_stage": whole_info})
     return best
+
+
+def _ans_floor(flat: np.ndarray) -> float:
+    """Bytes under which no ANS coding of ``flat`` (one context) comes: its order-0 entropy,
+    less the 8 bytes of final state each lane may save against it, and 1 % for the float
+    sums. A model's cross-entropy is never below the entropy, and each coder step adds at
+    least its symbol's information to the state, so a stream coded smaller by zstd than this
+    is one ANS cannot beat."""
+    streams = entropy.ANS_LANES * -(-flat.size // entropy.ANS_BLOCK)
+    return 0.99 * entropy.order0_entropy_bits(flat) / 8 - 8 * streams
 
 
 def decode_indices(meta: dict[str, Any], payload: bytes, n: int, n_levels: int) -> np.ndarray:
