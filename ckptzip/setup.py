@@ -31,6 +31,9 @@ setup(
                 "src/ckptzip/kernels/_entropy.c",
                 "src/ckptzip/kernels/_delta.c",
             ],
+            # the ANS model both coders share; listed so a change rebuilds the library and
+            # the sdist carries it
+            depends=["src/ckptzip/kernels/_ans.h"],
             optional=True,
         )
     ],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -34,6 +35,21 @@ def test_the_active_implementation_is_the_compiled_one_where_it_is_built() -> No
     if os.environ.get("CKPTZIP_KERNELS") == "reference":
         want = "reference"
     assert want == kernels.IMPLEMENTATION
+
+
+def test_the_coders_share_one_ans_model_and_the_sdist_carries_it() -> None:
+    # the two C coders (one stream, lanes) must model a context alike, or files written by
+    # one would not decode with the other: one definition, in a header; an sdist carries an
+    # Extension's sources and depends only, so a header missing from depends is missing from
+    # the sdist (the build then fails on a user's machine) and a change to it rebuilds nothing
+    root = Path(__file__).resolve().parents[1]
+    sources = {c.name: c.read_text() for c in (root / "src/ckptzip/kernels").glob("*.c")}
+    included = {h for text in sources.values() for h in re.findall(r'#include "([^"]+)"', text)}
+    assert "_ans.h" in included
+    setup = (root / "setup.py").read_text()
+    assert all(f"src/ckptzip/kernels/{h}" in setup for h in included)
+    defined = [n for n, text in sources.items() if "Categorical" in text and "(2^24 -" in text]
+    assert defined == []  # the model's definition lives in _ans.h alone
 
 
 @needs_fast

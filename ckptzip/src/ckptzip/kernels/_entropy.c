@@ -24,24 +24,13 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define PRECISION 24
-#define TOTAL (1u << PRECISION)
+#include "_ans.h" /* ckz_ans_model: the model _native.c codes with */
+
+#define PRECISION ANS_PRECISION
+#define TOTAL ANS_TOTAL
 #define SLOT_BITS 12
 #define MAX_LANES 64
 #define CHUNK 4096 /* symbols decoded into a cache-resident buffer, then gathered */
-
-/* constriction's Categorical(counts, perfect=False): the same as ans_model in _native.c */
-static void model(const uint32_t *counts, int32_t alphabet, uint32_t *left) {
-    double norm = 0.0;
-    for (int32_t s = 0; s < alphabet; s++) norm += (double)counts[s];
-    double scale = (double)(TOTAL - (uint32_t)alphabet) / norm;
-    double cum = 0.0;
-    for (int32_t s = 0; s < alphabet; s++) {
-        left[s] = (uint32_t)(cum * scale) + (uint32_t)s;
-        cum += (double)counts[s];
-    }
-    left[alphabet] = TOTAL;
-}
 
 /* -1 when the context holds two or more distinct symbols, else its one symbol (0 if none) */
 static int32_t only_symbol(const uint32_t *counts, int32_t alphabet) {
@@ -100,7 +89,7 @@ CKZ_API int32_t ckz_ans_lanes_encode(const uint8_t *sym, int64_t n, const int64_
                     i = run_lo - 1;
                     continue;
                 }
-                model(row, alphabet, left);
+                ckz_ans_model(row, alphabet, left);
                 int32_t l = (int32_t)((i - lo) % lanes);
                 for (; i >= run_lo; i--) {
                     uint32_t s = sym[i];
@@ -211,7 +200,7 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
                 i = run_hi;
                 continue;
             }
-            model(row, alphabet, left);
+            ckz_ans_model(row, alphabet, left);
             int32_t y = 0;
             for (uint32_t k = 0; k < (1u << SLOT_BITS); k++) {
                 uint32_t q = k << (PRECISION - SLOT_BITS);

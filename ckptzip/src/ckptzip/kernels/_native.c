@@ -476,24 +476,11 @@ CKZ_API int32_t ckz_kmeans(const double *pts, const double *w, int64_t n, int32_
 /* -- ANS: a stack coder word-for-word compatible with constriction's AnsCoder -----------
  *
  * 32-bit words, 64-bit state, 24-bit precision; the model of a context is constriction's
- * Categorical(counts, perfect=False): left[i] = trunc(cum_i * scale) + i with
- * scale = (2^24 - alphabet) / sum(counts), in double, in order. The compressed words are the
- * bulk, then the state's low word and (when non-zero) its high word.
+ * Categorical(counts, perfect=False), defined once in _ans.h for this coder and the lanes of
+ * _entropy.c. The compressed words are the bulk, then the state's low word and (when
+ * non-zero) its high word.
  */
-#define ANS_PRECISION 24
-#define ANS_TOTAL (1u << ANS_PRECISION)
-
-static void ans_model(const uint32_t *counts, int32_t alphabet, uint32_t *left) {
-    double norm = 0.0;
-    for (int32_t s = 0; s < alphabet; s++) norm += (double)counts[s];
-    double scale = (double)(ANS_TOTAL - (uint32_t)alphabet) / norm;
-    double cum = 0.0;
-    for (int32_t s = 0; s < alphabet; s++) {
-        left[s] = (uint32_t)(cum * scale) + (uint32_t)s;
-        cum += (double)counts[s];
-    }
-    left[alphabet] = ANS_TOTAL;
-}
+#include "_ans.h" /* ANS_PRECISION, ANS_TOTAL, ckz_ans_model */
 
 static int distinct(const uint32_t *counts, int32_t alphabet) {
     int k = 0;
@@ -522,7 +509,7 @@ CKZ_API int64_t ckz_ans_encode(const uint8_t *sym, const int64_t *bounds, int32_
     for (int32_t c = contexts - 1; c >= 0; c--) {
         const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
         if (distinct(row, alphabet) <= 1) continue;
-        ans_model(row, alphabet, left);
+        ckz_ans_model(row, alphabet, left);
         for (int64_t i = bounds[c + 1] - 1; i >= bounds[c]; i--) {
             uint32_t s = sym[i];
             uint64_t prob = (uint64_t)(left[s + 1] - left[s]);
@@ -567,7 +554,7 @@ CKZ_API int32_t ckz_ans_decode(const uint32_t *words, int64_t nw, const int64_t 
             memset(out + lo, only, (size_t)(hi - lo));
             continue;
         }
-        ans_model(row, alphabet, left);
+        ckz_ans_model(row, alphabet, left);
         int32_t s = 0;
         for (uint32_t k = 0; k < 4096; k++) {
             uint32_t q = k << (ANS_PRECISION - 12);
