@@ -584,8 +584,9 @@ def _ans_lanes_encode(
         "block": ANS_BLOCK,
         "lanes": ANS_LANES,
     }
-    body = lengths.astype("<u4").tobytes() + words.astype("<u4", copy=False).tobytes()
-    return [table + body], meta
+    # one copy of the words into the chunk (each + of bytes would copy the payload again)
+    body = b"".join((table, lengths.astype("<u4").tobytes(), words.astype("<u4", copy=False)))
+    return [body], meta
 
 
 @dataclass(frozen=True)

@@ -364,8 +364,9 @@ def ans_lanes_encode(
     if any(ref.over_blocks(run, blocks, threads)):  # cannot happen: the bound above holds
         raise RuntimeError("ANS output exceeded its bound")
     rows = scratch.reshape(blocks * lanes, cap)
-    keep = np.arange(cap)[None, :] < lengths[:, None]
-    return lengths, rows[keep]
+    # each lane's words are a prefix of its row: slices, not a mask over the whole scratch
+    parts = [r[:k] for r, k in zip(rows, lengths.tolist(), strict=True)]
+    return lengths, np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
 
 
 def ans_lanes_decode(
