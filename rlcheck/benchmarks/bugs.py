@@ -70,6 +70,7 @@ _variant("rlcheck-tail50", default_share=0.0, default_tail=0.5)
 _variant("rlcheck-share50-tail50", default_share=0.5, default_patience=30, default_tail=0.5)
 _variant("rlcheck-tail25", default_share=0.0, default_tail=0.25)
 _variant("rlcheck-nomutate", mutate_share=0.0)  # the default, without mutation
+_variant("rlcheck-noconstants", draw_constants=False)  # without Hypothesis's constants
 
 BY_NAME = {p.name: p for p in SUITE}
 

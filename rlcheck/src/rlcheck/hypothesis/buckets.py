@@ -4,7 +4,10 @@ A tabular learner needs small action sets, so a draw over a large domain is lear
 through a coarse choice and the rest drawn at random:
 
 * wide integers: a magnitude bucket (offsets 0, 1, 2-3, 4-7, ... from zero, or from the
-  bound nearest to it), with a prior shaped like Hypothesis's own integers;
+  bound nearest to it), with Hypothesis's own distribution of integers: each bucket's
+  prior is its mass under that distribution, and a value inside it is drawn from the
+  distribution restricted to it (:func:`integer_masses`), so a cold policy draws
+  integers as Hypothesis does;
 * floats: a magnitude bucket per sign (log-uniform inside), plus the special values the
   constraints permit (zeros, infinities, NaN, the bounds and their neighbours);
 * strings: a character class (digits, ASCII letters, punctuation, control, the rest of
@@ -26,7 +29,13 @@ import random
 import struct
 from typing import Any
 
-from rlcheck.hypothesis.compat import IntervalSet, choice_permitted, next_down, next_up
+from rlcheck.hypothesis.compat import (
+    IntervalSet,
+    choice_permitted,
+    integer_distribution,
+    next_down,
+    next_up,
+)
 
 __all__ = [
     "BYTE_CLASSES",
@@ -38,7 +47,9 @@ __all__ = [
     "float_key",
     "integer_bounds",
     "integer_buckets",
+    "integer_masses",
     "integer_prior",
+    "sample_integer",
     "sample_range",
 ]
 
@@ -173,10 +184,59 @@ def char_classes(intervals: IntervalSet) -> tuple[list[IntervalSet], list[float]
     return classes, weights
 
 
+_MIN_MASS = 1e-13  # Hypothesis draws uniformly where its cdf's span is below this
+
+
+def integer_masses(buckets: list[tuple[int, int]]) -> list[tuple[float, float]] | None:
+    """Each bucket's span of Hypothesis's integer distribution: ``(cdf(a - 0.5),
+    cdf(b + 0.5))``, as its provider draws a value in ``[a, b]``; ``None`` where the
+    installed Hypothesis has no such distribution or the range's span is too small to
+    sample in (Hypothesis then draws uniformly, and so does :func:`sample_integer`)."""
+    dist = integer_distribution()
+    if dist is None or not buckets:
+        return None
+    try:
+        spans = [(dist.cdf(a - 0.5), dist.cdf(b + 0.5)) for a, b in buckets]
+    except OverflowError:
+        return None
+    if max(s[1] for s in spans) - min(s[0] for s in spans) < _MIN_MASS:
+        return None
+    return spans
+
+
+def sample_integer(
+    rng: random.Random, a: int, b: int, span: tuple[float, float] | None = None
+) -> int:
+    """A value of ``[a, b]``: from Hypothesis's integer distribution restricted to it
+    (``span``: :func:`integer_masses`'s), else uniform.
+
+    >>> sample_integer(random.Random(0), 3, 3)
+    3
+    """
+    if a == b:
+        return a
+    if span is not None and span[1] - span[0] >= _MIN_MASS:
+        dist = integer_distribution()
+        if dist is not None:
+            u = span[0] + rng.random() * (span[1] - span[0])
+            if 0.0 < u < 1.0:
+                return min(max(round(dist.inverse_cdf(u)), a), b)
+    return rng.randint(a, b)
+
+
 def integer_prior(buckets: list[tuple[int, int]], lo: int, hi: int) -> list[float]:
-    """Prior weights of magnitude buckets, shaped like Hypothesis's integers: about 80 %
-    uniform within 256 of the origin (zero, or the bound nearest to it), the rest spread
-    over the wider buckets."""
+    """Prior weights of magnitude buckets: their mass under Hypothesis's distribution of
+    integers (:func:`integer_masses`), by size where it draws uniformly; on versions
+    without that distribution, about 80 % uniform within 256 of the origin (zero, or the
+    bound nearest to it) and the rest spread over the wider buckets, as they drew."""
+    if integer_distribution() is not None:
+        spans = integer_masses(buckets)
+        if spans is None:  # uniform over the range
+            sizes = [b - a + 1 for a, b in buckets]
+            count = sum(sizes)
+            return [max(s / count, 1e-6) for s in sizes]
+        mass = sum(y - x for x, y in spans) or 1.0
+        return [max((y - x) / mass, 1e-6) for x, y in spans]  # every bucket reachable
     origin = 0 if lo < 0 < hi else (lo if lo >= 0 else hi)
     core = [max(0, min(b, origin + 256) - max(a, origin - 256) + 1) for a, b in buckets]
     outer = [i for i, w in enumerate(core) if w == 0]

@@ -51,6 +51,12 @@ health-check limits (10 valid /           none: local constants of
 ``HypothesisProvider`` bound to the       none: the default backend's own draws
 running test case's ``data``              (boundary values, constants of the code under
                                           test) for a share of the backend's cases
+``HypothesisProvider._maybe_draw_constant``  none: the default's constants (its global
+(:class:`ConstantSource`)                 pool and the literals of the code under test)
+                                          at its rates, from rlcheck's random stream
+``INTEGERS_DISTRIBUTION``                 none: the default's distribution of integer
+(:func:`integer_distribution`)            draws (``cdf``/``inverse_cdf``), absent before
+                                          its piecewise form (then ``None``)
 ========================================  ==============================================
 """
 
@@ -83,7 +89,9 @@ __all__ = [
     "PASS_THROUGH",
     "REJECTIONS",
     "SUPPORTED_RANGE",
+    "CONSTANT_RATES",
     "BackendCannotProceed",
+    "ConstantSource",
     "IntervalSet",
     "PrimitiveProvider",
     "check_compat",
@@ -94,6 +102,7 @@ __all__ = [
     "bounded_fetch",
     "database_directory",
     "database_key",
+    "integer_distribution",
     "make_float_clamper",
     "next_down",
     "next_up",
@@ -379,6 +388,52 @@ def run_statistics(callback: Callable[[dict[str, Any]], None]) -> Iterator[None]
         yield
 
 
+CONSTANT_RATES = {"integer": 0.05, "float": 0.15, "string": 0.05, "bytes": 0.05}
+"""How often Hypothesis's own provider answers a draw of each kind with a constant
+(``HypothesisProvider.draw_*``'s ``_maybe_draw_constant(..., p=...)``)."""
+
+
+class ConstantSource:
+    """Hypothesis's constants for a draw, at its rates (:data:`CONSTANT_RATES`), chosen
+    with ``rng``: the values its own provider mixes into every kind of draw but booleans,
+    half from its global pool (``"__dict__"``, ``"NaN"``, ``2**63 - 1``, ``1e-308``...),
+    half from the literals of the code under test (``HypothesisProvider.
+    _maybe_draw_constant``; no public alternative). Where the installed version has no
+    constants, :meth:`draw` always returns ``None``.
+
+    >>> source = ConstantSource(random.Random(0))
+    >>> values = [source.draw("string", {"intervals": IntervalSet(((97, 122),)),
+    ...                                  "min_size": 0, "max_size": 10}) for _ in range(400)]
+    >>> 5 <= sum(v is not None for v in values) <= 40
+    True
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        from hypothesis.internal.conjecture.providers import HypothesisProvider
+
+        provider = HypothesisProvider(None)
+        provider._random = rng  # its own draws take the running case's stream
+        self._draw = getattr(provider, "_maybe_draw_constant", None)
+
+    def draw(self, choice_type: str, constraints: dict[str, Any]) -> Any:
+        """A constant the draw permits, or ``None`` (most of the time)."""
+        if self._draw is None:
+            return None
+        return self._draw(choice_type, constraints, p=CONSTANT_RATES[choice_type])
+
+
+def integer_distribution() -> Any:
+    """Hypothesis's distribution of integer draws (``cdf`` and ``inverse_cdf`` over the
+    reals; a draw rounds ``inverse_cdf`` of a uniform between the cdf of its bounds ±
+    0.5), or ``None`` on versions that draw integers otherwise."""
+    from hypothesis.internal.conjecture import providers
+
+    dist = getattr(providers, "INTEGERS_DISTRIBUTION", None)
+    if callable(getattr(dist, "cdf", None)) and callable(getattr(dist, "inverse_cdf", None)):
+        return dist
+    return None
+
+
 def simplest_choices(choice_type: str, constraints: dict[str, Any], count: int) -> list[Any]:
     """Up to ``count`` of the simplest values a draw permits, in Hypothesis's order (the
     first is what its engine's ``ChoiceTemplate("simplest")`` takes), without repeats.
@@ -446,6 +501,8 @@ def check_compat() -> dict[str, bool]:
             map(callable, (choice_permitted, make_float_clamper, next_up, next_down))
         ),
         "choice_from_index": simplest_choices("boolean", {"p": 0.5}, 2) == [False, True],
+        "_maybe_draw_constant": ConstantSource(random.Random(0))._draw is not None,
+        # INTEGERS_DISTRIBUTION is optional (absent on 6.140: buckets keeps its own prior)
     }
 
 

@@ -27,6 +27,11 @@ Every strategy draws its values through the five primitive draws of a
   random: a magnitude bucket for wide integers and floats, a continue/stop decision per
   element plus a character class (or the character itself, for alphabets of at most 16
   characters) for strings and bytes.
+* **The default's corner cases**: a wide integer's buckets are weighted, and sampled
+  inside, by Hypothesis's own distribution of integers (:func:`buckets.integer_masses`),
+  and wide integers, floats, strings and bytes take one of Hypothesis's constants at its
+  rates (:attr:`RLCheckProvider.draw_constants`), so a cold policy draws as Hypothesis's
+  provider does, and the learned cases keep the boundary values it finds bugs with.
 * **Episode** = one test case, closed in :meth:`RLCheckProvider.per_test_case_context_manager`
   and counted by the episode ledger (:mod:`rlcheck.ledger`, shared with ``rlcheck.run``):
   an ``assume()`` or ``.filter()`` rejection (or an overrun) is invalid (reward −1); a
@@ -103,6 +108,7 @@ from rlcheck.hypothesis.compat import (
     PASS_THROUGH,
     REJECTIONS,
     BackendCannotProceed,
+    ConstantSource,
     IntervalSet,
     PrimitiveProvider,
     bounded_fetch,
@@ -441,6 +447,15 @@ class RLCheckProvider(PrimitiveProvider):
     #: hypothesis_assume.py`` took 28 000 cases for the tail's 250 valid cases). 3 of 20:
     #: a rate of 1 in 20 is too often seen in 20 cases of a test at 1 in 100.
     tail_min_valid_rate: ClassVar[float] = 0.15
+    #: Mix Hypothesis's constants into the learned draws of integers outside small
+    #: ranges, floats, strings and bytes, at its own rates (5 %, floats 15 %:
+    #: :class:`rlcheck.hypothesis.compat.ConstantSource`): its global pool
+    #: (``"__dict__"``, ``"NaN"``, ``2**63 - 1``, subnormals...) and the literals of the
+    #: code under test. Not learned; placed in the choice tree like a learned value.
+    #: Without them the learned half missed what the default finds by them
+    #: (``benchmarks/bugs.py``'s identifier: the default found 0 of 20 with its constants
+    #: off, 20 of 20 with them; README).
+    draw_constants: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -499,6 +514,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
         self._trace: list[tuple[Hashable, Any]] = []  # this case's (draw key, value)s
         self._probe_rate: float | None = None  # valid per case of the probe (the default's)
+        self._constants = ConstantSource(self._rng) if type(self).draw_constants else None
 
     # -- episodes -------------------------------------------------------------------
 
@@ -911,6 +927,16 @@ class RLCheckProvider(PrimitiveProvider):
                 planned = self._planned(key, "integer", constraints)
                 if planned is not FRESH:
                     return int(planned)
+            if self._constants is not None and not _small_range(min_value, max_value):
+                constraints = {
+                    "min_value": min_value,
+                    "max_value": max_value,
+                    "weights": weights,
+                    "shrink_towards": shrink_towards,
+                }
+                constant = self._constant("integer", constraints)
+                if constant is not FRESH:
+                    return self._delegated(key, int(constant))
             value = self._draw_integer(min_value, max_value)
             self._choices.append(value)
             if self._tracing:
@@ -920,11 +946,8 @@ class RLCheckProvider(PrimitiveProvider):
             raise self._guarded(exc) from exc
 
     def _draw_integer(self, min_value: int | None, max_value: int | None) -> int:
-        if (
-            min_value is not None
-            and max_value is not None
-            and max_value - min_value < buckets.SMALL_DOMAIN
-        ):
+        if _small_range(min_value, max_value):
+            assert min_value is not None and max_value is not None
             n = max_value - min_value + 1
             return min_value + self._choose(("i", min_value, max_value), n, None)
         lo, hi = buckets.integer_bounds(min_value, max_value)
@@ -933,9 +956,11 @@ class RLCheckProvider(PrimitiveProvider):
             ("iw", lo, hi), lambda: _cumulative(buckets.integer_prior(ranges, lo, hi))
         )
         wide = self._cached(("iw+", lo, hi), lambda: _wide(ranges))
+        spans = self._cached(("im", lo, hi), lambda: (buckets.integer_masses(ranges),))[0]
         point = ("I", min_value, max_value)
-        a, b = ranges[self._choose(point, len(ranges), prior, inexact=wide)]
-        return self._rng.randint(a, b)
+        action = self._choose(point, len(ranges), prior, inexact=wide)
+        a, b = ranges[action]
+        return buckets.sample_integer(self._rng, a, b, None if spans is None else spans[action])
 
     def draw_float(
         self,
@@ -967,6 +992,9 @@ class RLCheckProvider(PrimitiveProvider):
                 planned = self._planned(key, "float", constraints)
                 if planned is not FRESH:
                     return planned
+            constant = self._constant("float", constraints)
+            if constant is not FRESH:
+                return self._delegated(key, self._permitted_float(constant, constraints))
             lo_key, hi_key = buckets.float_key(min_value), buckets.float_key(max_value)
             specials, ranges = self._float_buckets(constraints)
             n = len(ranges) + (1 if specials else 0)
@@ -1007,6 +1035,11 @@ class RLCheckProvider(PrimitiveProvider):
                 planned = self._planned(key, "string", constraints)
                 if planned is not FRESH:
                     return planned
+            constant = self._constant(
+                "string", {"intervals": intervals, "min_size": min_size, "max_size": max_size}
+            )
+            if constant is not FRESH:
+                return self._delegated(key, constant)
             classes, prior = self._cached(("sc", intervals), lambda: _char_domain(intervals))
             point = ("c", len(intervals), len(classes))
             wide = self._cached(("sc+", intervals), lambda: _wide((0, len(c) - 1) for c in classes))
@@ -1038,6 +1071,9 @@ class RLCheckProvider(PrimitiveProvider):
                 planned = self._planned(key, "bytes", {"min_size": min_size, "max_size": max_size})
                 if planned is not FRESH:
                     return planned
+            constant = self._constant("bytes", {"min_size": min_size, "max_size": max_size})
+            if constant is not FRESH:
+                return self._delegated(key, constant)
             out = bytearray()
             for _ in self._sizes(min_size, max_size, "y"):
                 n = len(buckets.BYTE_CLASSES)
@@ -1085,6 +1121,22 @@ class RLCheckProvider(PrimitiveProvider):
                 self._follow(path)
                 return self._replayed(key, value)
         return FRESH
+
+    def _constant(self, kind: str, constraints: dict[str, Any]) -> Any:
+        """One of Hypothesis's constants for this draw, at its rate (:attr:`draw_constants`),
+        or :data:`~rlcheck.mutation.FRESH`: most of the time, and where the constant could
+        only repeat a case run before through exact choices (then it is drawn as usual)."""
+        source = self._constants
+        if source is None:
+            return FRESH
+        value = source.draw(kind, constraints)
+        if value is None:
+            return FRESH
+        path = self._tree_path(kind, constraints, value)
+        if path is not None and self._tree.repeats(path):
+            return FRESH
+        self._follow(path)
+        return value
 
     def _changed_values(
         self, kind: str, constraints: dict[str, Any], recorded: Any, plan: Any
@@ -1229,7 +1281,8 @@ class RLCheckProvider(PrimitiveProvider):
         return specials[0] if specials else clamped
 
     def _delegated(self, key: Hashable, value: Any) -> Any:
-        """A value from Hypothesis's own provider (kept as a case to mutate, if valid)."""
+        """A value from Hypothesis's own provider or its constants (kept as a case to
+        mutate, if valid)."""
         self._choices.append(value)
         if self._tracing:
             self._trace.append((key, value))
@@ -1309,6 +1362,15 @@ def _boundary_values(kind: str, constraints: dict[str, Any], recorded: Any) -> l
             seen.add(key)
             out.append(value)
     return out
+
+
+def _small_range(min_value: int | None, max_value: int | None) -> bool:
+    """Whether an integer draw is learned value by value (:data:`buckets.SMALL_DOMAIN`)."""
+    return (
+        min_value is not None
+        and max_value is not None
+        and max_value - min_value < buckets.SMALL_DOMAIN
+    )
 
 
 def _describe(exc: BaseException) -> str:
