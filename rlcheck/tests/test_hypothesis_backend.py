@@ -644,6 +644,46 @@ def test_policy_is_saved_and_loaded_by_the_next_run(tmp_path: Path) -> None:
     assert visits(second) > visits(first)  # the second run's visits were added
 
 
+def _first_inputs(db: Any, run_seed: int, n: int) -> tuple[list[tuple[list[int], bool]], Any]:
+    """The first ``n`` inputs (and whether each was valid) of one run with seed
+    ``run_seed`` on ``db``, and the run's test (every call: the same database key)."""
+    inputs: list[tuple[list[int], bool]] = []
+
+    # settings outermost, as benchmarks/etna.py does (the seed leaves the database on)
+    @settings(backend="rlcheck", max_examples=40, database=db, **QUIET)
+    @seed(run_seed)
+    @given(st.lists(st.integers(0, 9)))
+    def inner(xs: list[int]) -> None:
+        ok = len(xs) >= 2 and _strictly_increasing(xs)
+        if len(inputs) < n:
+            inputs.append((xs, ok))
+        assume(ok)
+
+    inner()
+    return inputs, inner
+
+
+def test_a_loaded_policy_changes_generation_from_its_first_cases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A warm run (the policy an earlier run saved) is guided from its first cases, with
+    # the earlier probe's valid rate: it does not run the probe again. Before, its first
+    # 20 cases were the probe's (Hypothesis's own provider's), as in a cold run with the
+    # same seed, so a mutant killed in them was killed at the same test warm or cold.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    trained = InMemoryExampleDatabase()
+    _, test = _first_inputs(trained, 0, 0)  # learns; saves its policy and probe rate
+    stored = Policy()
+    DatabasePolicy(trained, database_key(test), meta=provider_module._POLICY_META).load(stored)
+    assert stored.table(provider_module._PROBE_POINT).value((), 0)[1] == 20
+    assert stored.n_states() > 1
+    warm, _ = _first_inputs(trained, 0, 20)
+    cold, _ = _first_inputs(InMemoryExampleDatabase(), 0, 20)
+    again, _ = _first_inputs(InMemoryExampleDatabase(), 0, 20)
+    assert cold == again  # the seed fixes a cold run's inputs
+    assert warm != cold  # the loaded policy changed them, from the first cases on
+
+
 @pytest.mark.parametrize(
     "make_db",
     [

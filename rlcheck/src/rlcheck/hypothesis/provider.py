@@ -66,6 +66,8 @@ Hence:
   + ``b".rlcheck-policy"``, as contributions that the next run merges
   (:class:`rlcheck.policy_store.DatabasePolicy`), so learning accumulates across runs,
   processes and machines sharing a database, on any database (read-only ones are read);
+  a run that loads one is guided from its first case (the probe's valid rate is saved
+  with it, so the probe does not run again);
 * when invalid cases reach half of Hypothesis's give-up threshold, the provider hands
   the rest of the run to Hypothesis's own backend (``BackendCannotProceed("exhausted")``),
   so a test the default backend can run never becomes ``Unsatisfiable`` here;
@@ -163,6 +165,10 @@ _MAX_SEEN = 1 << 20  # choice-sequence fingerprints kept per run (bounds memory)
 _DISCARD_FREE, _DISCARD_SHARE = 10, 0.15
 _LABEL_MASK = (1 << 32) - 1  # span labels are 64-bit; 32 bits keep saved files small
 _POLICY_META = {"kind": "rlcheck-hypothesis-backend", "layout": 1}
+# The probe's valid rate, kept in the policy as a one-action table whose Monte Carlo mean
+# over the probe's cases (return 1 valid or failed, 0 invalid) is that rate; merged across
+# runs by the same rule as every value, so a warm run knows it without a probe of its own.
+_PROBE_POINT = ("probe-valid",)
 
 
 @dataclass(frozen=True)
@@ -418,7 +424,9 @@ class RLCheckProvider(PrimitiveProvider):
     #: ``rl-hypothesis-novelty`` row turns it on).
     count_bonus: ClassVar[float] = 0.0
     #: Cases a run makes before judging whether guidance can pay here
-    #: (:meth:`_guidance_pays`); 0: never step aside.
+    #: (:meth:`_guidance_pays`); 0: never step aside. Their valid rate is saved with
+    #: the policy: a run that loads a policy holding it for as many cases runs no probe
+    #: (its cases are learned from the first one on).
     probe_cases: ClassVar[int] = 20
     #: Valid cases (and failures) per case of the probe at or above which guidance has
     #: nothing to gain: the test rejects too few inputs for learning to raise the rate.
@@ -614,7 +622,11 @@ class RLCheckProvider(PrimitiveProvider):
         ``default_patience`` invalid ones in a row, the learned policy gets a case (a
         default that rarely makes a valid input must not stall the run).
         """
-        if self._in_test and self._ledger.cases < type(self).probe_cases:
+        if (
+            self._in_test
+            and self._probe_rate is None
+            and self._ledger.cases < type(self).probe_cases
+        ):
             return True  # the probe: what Hypothesis's own provider makes of this test
         share = type(self).default_share
         if share <= 0 and self._tail_unaffordable():
@@ -650,6 +662,8 @@ class RLCheckProvider(PrimitiveProvider):
         ledger = self._ledger
         if ledger.cases != probe or probe <= 0 or not self._in_test:
             return True
+        if self._probe_rate is not None:
+            return True  # warm: the stored probe's rate (_configure), no probe of its own
         self._probe_rate = (ledger.valid + ledger.failures) / probe
         return self._warm or self._probe_rate < type(self).step_aside_rate
 
@@ -706,6 +720,8 @@ class RLCheckProvider(PrimitiveProvider):
                 else:
                     self._default_valid += 1
                     self._default_streak = 0
+                if self._probe_rate is None and self._ledger.cases <= type(self).probe_cases:
+                    self._policy.learn([(_PROBE_POINT, (), 0)], float(outcome != "invalid"))
             if outcome == "valid" and not new:
                 allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
                 self._discard = self._discards + 1 <= allowed
@@ -782,6 +798,13 @@ class RLCheckProvider(PrimitiveProvider):
                 self._persistence = _Persistence(current.database, key, self._policy)
                 self._warm = self._persistence.load()
                 weakref.finalize(self, self._persistence.final_save)
+                if self._warm and self._in_test:
+                    # Guidance paid in earlier runs: learned cases from the first one on,
+                    # with the earlier probes' valid rate (for the tail), where they ran
+                    # enough of them; else the probe runs (and the run never steps aside).
+                    rate, probed = self._policy.table(_PROBE_POINT).value((), 0)
+                    if probed >= type(self).probe_cases > 0:
+                        self._probe_rate = rate
 
     def _record(
         self,
