@@ -7,13 +7,14 @@ route when the private one is gone.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import pickle
 from typing import IO, Any, cast
 
 import torch
 
-__all__ = ["dcp_memory_format_encoding", "torch_save_size"]
+__all__ = ["dcp_memory_format_encoding", "release_post_accumulate_grad_hooks", "torch_save_size"]
 
 
 class _CountingSink:
@@ -81,3 +82,20 @@ def dcp_memory_format_encoding() -> type:
     if isinstance(enum, type):
         return enum
     return type(metadata.TensorProperties().__getstate__()[3])
+
+
+def release_post_accumulate_grad_hooks(param: torch.Tensor) -> None:
+    """Let autograd forget ``param``'s post-accumulate-grad hooks once the last is removed.
+
+    Removing every ``register_post_accumulate_grad_hook`` handle leaves an empty dict that
+    autograd still enters after each gradient accumulation (with the GIL taken): measured at
+    about 0.75 us per parameter per backward, nearly what a hook returning at once costs.
+    Private route: ``Tensor._post_accumulate_grad_hooks`` set back to ``None``, as it is
+    before the first hook (torch 2.1-2.13). Public alternative (the fallback): none; the
+    handles' ``remove()`` alone, which leaves that cost. A dict that still holds someone
+    else's hook is left alone.
+    """
+    hooks = getattr(param, "_post_accumulate_grad_hooks", None)
+    if isinstance(hooks, dict) and not hooks:
+        with contextlib.suppress(AttributeError, TypeError, RuntimeError):
+            param._post_accumulate_grad_hooks = None  # type: ignore[assignment]

@@ -10,10 +10,11 @@ freshly accumulated ``.grad`` into the average
     ``ema ← alpha · grad + (1 − alpha) · ema``     (``alpha = 0.9``: the weight of the *new*
     gradient, as the method prescribes; the first gradient of a window initialises ``ema``)
 
-but only during the ``window`` optimisation steps before a scheduled checkpoint. Outside the
-window every hook returns after reading one boolean, so the overhead is a Python call per
-parameter per backward pass (measured in ``tests/test_sensitivity.py``: well under 1 % of a
-step).
+but only during the ``window`` optimisation steps before a scheduled checkpoint: the
+per-parameter hooks are registered when a window opens and removed when it closes. Outside
+the window the one hook that counts steps is all that runs, one Python call per step whatever
+the number of parameters (it was one call per parameter per backward pass while every hook
+stayed registered: close to 1 % of a small MLP's step, ``tests/test_sensitivity.py``).
 
 Steps are counted by an ``optimizer.register_step_post_hook`` when an optimizer is given (exact,
 and right under gradient accumulation), otherwise by counting backward passes (one hook, on the
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ckptzip._compat import release_post_accumulate_grad_hooks
 from ckptzip.errors import ConfigError
 
 __all__ = ["SensitivityTracker"]
@@ -97,19 +99,21 @@ class SensitivityTracker:
         self._named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self._named:
             raise ConfigError("the model has no trainable parameters to track")
-        self._handles: list[Any] = []
-        for name, param in self._named:
-            self._handles.append(param.register_post_accumulate_grad_hook(self._hook_for(name)))
+        self._handles: list[Any] = []  # the step counter's, for the tracker's lifetime
+        self._recording: list[Any] = []  # the per-parameter hooks, inside a window only
+        self._counts_backward = optimizer is None
         if optimizer is not None:
             self._handles.append(optimizer.register_step_post_hook(self._on_optimizer_step))
         else:
             # Autograd fills the first-registered parameter last (it sits at the input end of
-            # the graph in a plain feed-forward model), so its hook marks the end of a backward.
+            # the graph in a plain feed-forward model), so its hook marks the end of a backward
+            # (and records that parameter's gradient inside a window).
             first = self._named[0][1]
             self._handles.append(first.register_post_accumulate_grad_hook(self._on_backward))
-        self._active = self._in_window()
+        self._active = False
         self._closed = False
         self._paused = False
+        self._update_active()
 
     # -- schedule ----------------------------------------------------------------------------
 
@@ -149,11 +153,30 @@ class SensitivityTracker:
         return left is not None and left <= self.window
 
     def _update_active(self) -> None:
+        if self._closed:
+            return
         active = self._in_window()
         if active and not self._active:
             # A new window starts from scratch: gradients from an earlier window are stale.
             self._ema.clear()
+            self._start_recording()
+        elif self._active and not active:
+            self._stop_recording()
         self._active = active
+
+    def _start_recording(self) -> None:
+        # in the backward-counting mode the first parameter's counting hook records it too
+        # (and its hook dict is the one autograd may be walking right now: left unchanged)
+        named = self._named[1:] if self._counts_backward else self._named
+        for name, param in named:
+            self._recording.append(param.register_post_accumulate_grad_hook(self._hook_for(name)))
+
+    def _stop_recording(self) -> None:
+        for handle in self._recording:
+            handle.remove()
+        self._recording.clear()
+        for _, param in self._named:
+            release_post_accumulate_grad_hooks(param)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -177,25 +200,29 @@ class SensitivityTracker:
         self._advance()
 
     def _on_backward(self, param: torch.Tensor) -> None:
+        if self._active:
+            self._record(self._named[0][0], param)
         self._advance()
 
     # -- recording ---------------------------------------------------------------------------
 
     def _hook_for(self, name: str) -> Callable[[torch.Tensor], None]:
         def hook(param: torch.Tensor) -> None:
-            if not self._active:  # the whole cost outside the window
-                return
-            grad = param.grad
-            if grad is None or grad.is_sparse:
-                return
-            with torch.no_grad():
-                ema = self._ema.get(name)
-                if ema is None:
-                    self._ema[name] = grad.detach().clone()
-                else:
-                    ema.mul_(1.0 - self.alpha).add_(grad, alpha=self.alpha)
+            if self._active:  # False while paused
+                self._record(name, param)
 
         return hook
+
+    def _record(self, name: str, param: torch.Tensor) -> None:
+        grad = param.grad
+        if grad is None or grad.is_sparse:
+            return
+        with torch.no_grad():
+            ema = self._ema.get(name)
+            if ema is None:
+                self._ema[name] = grad.detach().clone()
+            else:
+                ema.mul_(1.0 - self.alpha).add_(grad, alpha=self.alpha)
 
     # -- results -----------------------------------------------------------------------------
 
@@ -236,9 +263,11 @@ class SensitivityTracker:
 
     def close(self) -> None:
         """Remove every hook and release the averages. Idempotent."""
+        self._stop_recording()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        release_post_accumulate_grad_hooks(self._named[0][1])
         self._ema.clear()
         self._active = False
         self._closed = True
