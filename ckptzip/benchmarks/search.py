@@ -11,7 +11,8 @@ twice, with the same data order:
   the latest checkpoint file (the steps since are redone);
 * **exact**: the identical protocol with exact in-memory checkpoints.
 
-Per checkpoint it records the chosen configuration per layer type, trials, the search time
+Per checkpoint it records the chosen configuration per layer type, trials, the ``eval_fn``
+calls (the exact weights' baseline included) and the search's CPU seconds, the search time
 as a fraction of the training time since the previous checkpoint (target ≤ 5 %), the held-out
 loss of the restored weights against the live exact weights (the quality change), and the
 weights-only and whole-checkpoint ratios side by side (``torch.save`` bytes / bytes written;
@@ -61,18 +62,29 @@ PLANS = {
 }
 
 
-def _subset_eval(w: _workloads.Workload, batches: int) -> Any:
-    held = w.heldout[:batches] if batches > 0 else w.heldout
+class _Counted:
+    """The search's ``eval_fn``, counting its calls and their wall seconds."""
+
+    def __init__(self, w: _workloads.Workload, batches: int) -> None:
+        self.held = w.heldout[:batches] if batches > 0 else w.heldout
+        self.loss_fn = w.loss_fn
+        self.calls = 0
+        self.seconds = 0.0
 
     @torch.no_grad()
-    def eval_fn(model: nn.Module) -> float:
+    def __call__(self, model: nn.Module) -> float:
+        t0 = time.perf_counter()
         was = model.training
         model.eval()
-        total = sum(float(w.loss_fn(model, x, y)) for x, y in held)
+        total = sum(float(self.loss_fn(model, x, y)) for x, y in self.held)
         model.train(was)
-        return total / len(held)
+        self.calls += 1
+        self.seconds += time.perf_counter() - t0
+        return total / len(self.held)
 
-    return eval_fn
+
+def _subset_eval(w: _workloads.Workload, batches: int) -> _Counted:
+    return _Counted(w, batches)
 
 
 def _restore(w: _workloads.Workload, state: dict[str, Any]) -> None:
@@ -150,6 +162,8 @@ def run_protocol(
             continue
         assert tracker is not None
         scores = tracker.scores()
+        calls, eval_seconds = search_eval.calls, search_eval.seconds
+        cpu0 = time.process_time()
         result = search(
             w.model,
             eval_fn=search_eval,
@@ -158,6 +172,7 @@ def run_protocol(
             previous=previous,
             optimizer=w.optimizer,
         )
+        search_cpu = time.process_time() - cpu0
         previous = result
         path = os.path.join(directory, f"{name}-{step:07d}.ckz")
         report = ckptzip.save(
@@ -182,6 +197,9 @@ def run_protocol(
                 "search_seconds": result.seconds,
                 "train_seconds_since_previous": since_checkpoint,
                 "search_fraction": result.seconds / since_checkpoint,
+                "search_cpu_seconds": search_cpu,
+                "eval_calls": search_eval.calls - calls,
+                "eval_seconds": search_eval.seconds - eval_seconds,
                 "search_quality": result.quality,
                 "search_baseline": result.baseline,
                 "heldout_exact": exact_loss,
@@ -243,6 +261,14 @@ def run(mode: str, names: list[str], *, seed: int, tolerance: float, batches: in
             "median_ratio_weights": statistics.median(c["ratio_weights"] for c in cps),
             "median_ratio_whole": statistics.median(c["ratio_whole"] for c in cps),
             "median_search_fraction": statistics.median(c["search_fraction"] for c in cps),
+            "eval_calls_first": cps[0]["eval_calls"],
+            "median_eval_calls_after_first": statistics.median(
+                [c["eval_calls"] for c in cps[1:]] or [0]
+            ),
+            "search_cpu_seconds_first": cps[0]["search_cpu_seconds"],
+            "median_search_cpu_seconds_after_first": statistics.median(
+                [c["search_cpu_seconds"] for c in cps[1:]] or [0.0]
+            ),
             "max_search_fraction": max(c["search_fraction"] for c in cps),
             "max_search_fraction_after_first": max(
                 (c["search_fraction"] for c in cps[1:]), default=None
@@ -390,12 +416,13 @@ def _print(name: str, s: dict[str, Any], cps: list[dict[str, Any]]) -> None:
         f"\n== {name}: {s['steps']} steps, checkpoint every {s['every']}, {s['failures']} failures"
     )
     print(
-        f"{'step':>6} {'strategy':>13} {'trials':>6} {'search%':>8} {'dQ%':>7} "
-        f"{'w-ratio':>8} {'opt-ratio':>9} {'whole':>7}  config"
+        f"{'step':>6} {'strategy':>13} {'trials':>6} {'evals':>5} {'cpu s':>6} {'search%':>8} "
+        f"{'dQ%':>7} {'w-ratio':>8} {'opt-ratio':>9} {'whole':>7}  config"
     )
     for c in cps:
         print(
-            f"{c['step']:>6} {c['strategy']:>13} {c['trials']:>6} "
+            f"{c['step']:>6} {c['strategy']:>13} {c['trials']:>6} {c['eval_calls']:>5} "
+            f"{c['search_cpu_seconds']:>6.2f} "
             f"{100 * c['search_fraction']:>7.1f}% {100 * c['quality_change']:>6.2f}% "
             f"{c['ratio_weights']:>8.1f} {c['ratio_optimizer']:>9.1f} {c['ratio_whole']:>7.1f}  "
             f"{_fmt_cfg(c['layer_configs'])}"

@@ -36,6 +36,15 @@ So a model with ``t`` searched layer types costs at most ``3 + 12t`` evaluations
 bisection steps on the axes, the metric trial and up to 2 more prune steps after it),
 typically about ``3 + 5t``, plus one evaluation of the exact weights.
 
+*Budget first.* With ``eval_fn``, the walk above is first made by the error budget alone
+(every point decided by quantizing, none evaluated); its end point is then evaluated once,
+and when it passes it is the answer: the walk with evaluations takes the same path wherever
+``eval_fn`` holds at every point it passes, so it would have ended there too. Only when that
+end point fails does the walk with evaluations run (the budget's verdicts are known by then).
+So the usual first checkpoint costs 1 trial (on ``benchmarks/throughput.py --quick``:
+4 before), at most one more than the walk with evaluations alone. A point's budget check
+stops at the first tensor over the budget.
+
 **Neighbourhood search** (later checkpoints, given ``previous``): never more aggressive than the
 previous choice. The previous configuration is tried first (1 trial, the usual outcome); when
 it fails, the two single-axis steps back toward precision that leave the least total squared
