@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -153,14 +155,30 @@ class CompressionConfig:
 
     def is_exact(self, path: str) -> bool:
         """Whether ``path`` matches one of the ``exact`` patterns."""
-        return any(fnmatch.fnmatchcase(path, pat) for pat in self.exact)
+        literal, globs = self._exact_matcher
+        return path in literal or any(fnmatch.fnmatchcase(path, pat) for _, pat in globs)
 
     def override_for(self, path: str) -> QuantConfig | None:
         """The first override whose pattern matches ``path``, if any."""
-        for pat, cfg in self.overrides:
+        literal, globs = self._override_matcher
+        first = literal.get(path)
+        for i, pat in globs:
+            if first is not None and i > first:
+                break
             if fnmatch.fnmatchcase(path, pat):
-                return cfg
-        return None
+                return self.overrides[i][1]
+        return None if first is None else self.overrides[first][1]
+
+    # A searched config names every tensor by its own pattern (one per path), so matching
+    # every path against every pattern grew with the square of the tensors: literal patterns
+    # are looked up instead, the others matched in order, first match still winning.
+    @functools.cached_property
+    def _exact_matcher(self) -> tuple[dict[str, int], list[tuple[int, str]]]:
+        return _split_patterns(self.exact)
+
+    @functools.cached_property
+    def _override_matcher(self) -> tuple[dict[str, int], list[tuple[int, str]]]:
+        return _split_patterns([pat for pat, _ in self.overrides])
 
     def quant_for(self, path: str) -> QuantConfig | None:
         """The configured QuantConfig for ``path``: ``None`` when it matches ``exact``, else
@@ -206,3 +224,37 @@ class CompressionConfig:
 def _optional_int(value: Any) -> int | None:
     """``None`` stays ``None`` (and an older config without the key reads as ``None``)."""
     return None if value is None else int(value)
+
+
+def _literal(pattern: str) -> str | None:
+    """The one path ``pattern`` matches when it has no wildcard (a character class of one of
+    ``[]*?``, as in ``"[*]"``, is that character), else ``None``."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c in "*?":
+            return None
+        if c == "[":
+            if i + 2 < len(pattern) and pattern[i + 1] in "[]*?" and pattern[i + 2] == "]":
+                out.append(pattern[i + 1])
+                i += 3
+                continue
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _split_patterns(patterns: Sequence[str]) -> tuple[dict[str, int], list[tuple[int, str]]]:
+    """Literal patterns (path -> position of the first one) and the others (position,
+    pattern), in order."""
+    literal: dict[str, int] = {}
+    globs: list[tuple[int, str]] = []
+    for i, pat in enumerate(patterns):
+        path = _literal(pat)
+        if path is None:
+            globs.append((i, pat))
+        else:
+            literal.setdefault(path, i)
+    return literal, globs
