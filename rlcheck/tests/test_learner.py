@@ -222,3 +222,14 @@ def test_non_finite_values_in_a_snapshot_are_rejected() -> None:
     data = {"format": "rlcheck-policy", "version": 1, "tables": [[1, [["s", [float("nan"), 1.0]]]]]}
     with pytest.raises(PolicyFileError, match="malformed"):
         Policy().load_dict(data)
+
+
+@pytest.mark.parametrize("row", [[10**400, 1], [1.0, 10**400], [10**400, 10**400]])
+def test_an_integer_too_large_for_a_float_in_a_snapshot_is_rejected(row: list[int]) -> None:
+    # JSON holds integers of any size: a stored row with one must be refused as malformed
+    # (a skipped value), not raise OverflowError out of the policy store's load.
+    data = {"format": "rlcheck-policy", "version": 1, "tables": [[1, [["s", row]]]]}
+    with pytest.raises(PolicyFileError, match="malformed"):
+        Policy().merge_dict(data)
+    with pytest.raises(PolicyFileError, match="malformed"):
+        Policy().load_dict(data)

@@ -924,13 +924,21 @@ _MAX_COUNT = float(2**53)
 _NUMBER = (int, float)
 
 
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past float's range
+        return False
+
+
 def _checked_row(row: Any) -> list[float]:
     """A stored row ``[q_0, n_0, q_1, n_1, ...]`` as floats, or :class:`PolicyFileError`."""
     if not isinstance(row, list) or len(row) % 2:
         raise PolicyFileError("malformed Q-table row: not a list of (Q, count) pairs")
     for i, v in enumerate(row):
-        # bool is an int subclass: refused, as are strings that float() would accept.
-        if type(v) not in _NUMBER or not math.isfinite(v):
+        # bool is an int subclass: refused, as are strings that float() would accept;
+        # JSON's integers have no size limit, so a finite check may overflow.
+        if type(v) not in _NUMBER or not _finite(v):
             raise PolicyFileError(f"malformed Q-table row: value {v!r} is not a finite number")
         if i % 2 and not (0 <= v <= _MAX_COUNT and v == int(v)):
             raise PolicyFileError(f"malformed Q-table row: visit count {v!r}")
