@@ -359,6 +359,48 @@ def test_delta_by_parent_bin_matches(bins: int, n: int, rearrange: bool, seed: i
     assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange), now)
 
 
+@needs_fast
+@given(st.integers(0, 2**32 - 1), st.integers(0, 9000), st.integers(1, 40), st.integers(0, 2))
+@settings(max_examples=100, deadline=None)
+def test_requantize_pass_matches(seed: int, n: int, n_levels: int, zeros: int) -> None:
+    # zeros: 0 none kept, 1 some kept with a zero level, 2 some kept without one (None)
+    assert fast is not None
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    x = torch.randn(n, generator=g) * 3
+    x[rng.random(n) < 0.05] = 0.0
+    lv = np.sort(rng.normal(size=n_levels) * 3)
+    zero_at = -1 if zeros != 1 else int(rng.integers(0, n_levels))
+    if zero_at >= 0:
+        lv[zero_at] = 0.0
+        lv = np.sort(lv)
+        zero_at = int(np.flatnonzero(lv == 0.0)[0])
+    own = torch.zeros(16, dtype=torch.bool)
+    if zeros:
+        own[3] = True
+    qidx = rng.integers(0, 16, n).astype(np.uint8)
+    prot = torch.from_numpy(np.flatnonzero(rng.random(n) < 0.02).astype(np.int64))
+    lv_t = torch.as_tensor(lv)
+    mids = ((lv_t[1:] + lv_t[:-1]) / 2).to(torch.float32)
+    values = lv_t.to(torch.float32)
+    got = fast.requantize(x, qidx, own, prot, mids, zero_at, values)
+    want = ref.requantize(x, qidx, own, prot, mids, zero_at, values)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    assert torch.equal(got[0], want[0])
+    assert got[1:] == pytest.approx(want[1:], rel=1e-9, abs=1e-12)
+    # the one pass is the separate passes it replaces
+    idx = fast.nearest(x, mids)
+    zero = own[torch.from_numpy(qidx).long()]
+    zero[prot] = False
+    if zero_at >= 0:
+        idx.masked_fill_(zero, zero_at)
+    assert torch.equal(got[0], idx)
+    assert got[1:] == fast.squared_error(x, idx, values, prot)
+
+
 def _runs_stream(seed: int, n: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """A symbol stream in ``groups`` contexts: runs of one symbol (often 0) between others."""
     rng = np.random.default_rng(seed)

@@ -927,6 +927,8 @@ def requantize(x: torch.Tensor, q: QuantizedTensor, levels: np.ndarray) -> Quant
     work = flat if flat.dtype == torch.float64 else flat.to(torch.float32)
     # entries q decoded to exactly zero, read off its levels (no dequantized copy)
     own = _level_values(q.levels, cfg.log_domain, q.dtype, work.device) == 0
+    if not cfg.log_domain:  # the zeros, the nearest levels and the error in one pass
+        return _requantize_linear(work, q, lv, own)
     zero = own.index_select(0, torch.from_numpy(q.indices.reshape(-1)).to(work.device).long())
     if q.protected_positions.size:
         zero[torch.from_numpy(q.protected_positions)] = False
@@ -958,6 +960,35 @@ def requantize(x: torch.Tensor, q: QuantizedTensor, levels: np.ndarray) -> Quant
         protected_positions=q.protected_positions,
         protected_values=q.protected_values,
         rel_error=err,
+    )
+
+
+def _requantize_linear(
+    work: torch.Tensor, q: QuantizedTensor, lv: np.ndarray, own: torch.Tensor
+) -> QuantizedTensor | None:
+    """:func:`requantize` of a linear-domain tensor by :func:`ckptzip.kernels.requantize`:
+    the indices :func:`assign` gives, the kept zeros and the measured error, in one pass."""
+    zero_at = np.flatnonzero(lv == 0.0)
+    lv_t = torch.as_tensor(lv)
+    mids = ((lv_t[1:] + lv_t[:-1]) / 2).to(device=work.device, dtype=work.dtype)
+    values = _level_values(lv, False, q.dtype, work.device)
+    pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions)).to(work.device)
+    qidx = np.ascontiguousarray(q.indices).reshape(-1)
+    got = kernels.requantize(
+        work, qidx, own, pos, mids, int(zero_at[0]) if zero_at.size else -1, values
+    )
+    if got is None:
+        return None
+    idx, err2, norm2 = got
+    return QuantizedTensor(
+        shape=q.shape,
+        dtype=q.dtype,
+        config=q.config,
+        levels=lv.copy(),
+        indices=idx.cpu().numpy(),
+        protected_positions=q.protected_positions,
+        protected_values=q.protected_values,
+        rel_error=_measure(work, idx, values, pos, (err2, norm2)),
     )
 
 

@@ -90,6 +90,12 @@ The functions (flat 1-D inputs throughout):
     longer one the token ``11 + bitlen(r)`` and the ``bitlen(r) - 1`` bits of ``r`` under its
     leading one LSB first in ``extra``; the other symbols in order. ``rle_join`` raises
     :class:`~ckptzip.errors.CorruptCheckpointError` on parts that do not fit.
+``requantize(work, qidx, own_zero, protected, mids, zero_at, values) -> (indices, err2, norm2)``
+    :func:`ckptzip.quantize.requantize`'s pass over a linear-domain tensor: the nearest of
+    the new levels (``#{mids < v}``), ``zero_at`` where the first quantization gave exact
+    zero (``own_zero[qidx]``, protected entries aside), and :func:`squared_error` of the
+    result, in one pass (C in ``_delta.c``); ``None`` when a zero is to be kept but
+    ``zero_at < 0`` (no zero level).
 ``bin_counts(prev) -> counts``
     ``np.bincount(prev, minlength=256)`` of uint8 indices (int64): the group sizes of a
     rearranged delta stream.
@@ -134,6 +140,7 @@ __all__ = [
     "pack",
     "positions",
     "reference",
+    "requantize",
     "rle_join",
     "rle_split",
     "sketch_codes",
@@ -188,3 +195,4 @@ ans_lanes_decode = _active.ans_lanes_decode
 rle_split = _active.rle_split
 rle_join = _active.rle_join
 bin_counts = _active.bin_counts
+requantize = _active.requantize

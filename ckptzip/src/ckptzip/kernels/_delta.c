@@ -1,6 +1,7 @@
 /* ckptzip's compiled kernels, delta part: the run-length split of rearranged bin
- * differences (the "rle+ans" symbol back end of ckptzip.entropy) and its inverse, each the
- * exact twin of a reference in ckptzip/kernels/_reference.py.
+ * differences (the "rle+ans" symbol back end of ckptzip.entropy) and its inverse, and the
+ * requantization of a tensor against its parent's codebook, each the exact twin of a
+ * reference in ckptzip/kernels/_reference.py.
  *
  * Linked into the same library as _native.c (one extension, one ABI version: CKZ_ABI_VERSION
  * there); plain C99 over caller-owned buffers, called through ctypes, which releases the GIL.
@@ -148,4 +149,97 @@ CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups) {
     }
     for (; i < n; i++) c[0][prev[i]]++;
     for (int b = 0; b < 256; b++) groups[b] = c[0][b] + c[1][b] + c[2][b] + c[3][b];
+}
+
+/* -- requantizing against the parent's codebook, in one pass -------------------------------
+ *
+ * ckptzip.quantize.requantize for a linear-domain float32 tensor: every entry takes the
+ * nearest of the new levels (#{mids < v}, as ckz_nearest), except the entries the first
+ * quantization set to exactly zero (own_zero[its index], protected entries aside), which
+ * take zero_at; the squared error of the result is summed as ckz_squared_error sums it
+ * (blocks of 4096, float32 differences, double sums), so the measured error is the same
+ * to the bit. Returns 1, having written nothing meaningful, when a zero entry needs a zero
+ * level and zero_at < 0; else 0. */
+/* out[i] = #{j : mids[j] < v[i]} for a block of at most 4096 values, a level at a time over
+ * the block, so the compare and the add vectorise (AVX2 where the processor has it: the
+ * same exact comparisons, so the same counts). */
+static inline void count_below_any(const float *v, int64_t k, const float *mids,
+                                   int32_t n_mids, uint8_t *out) {
+    int32_t cnt[4096];
+    for (int64_t i = 0; i < k; i++) cnt[i] = 0;
+    for (int32_t j = 0; j < n_mids; j++) {
+        float t = mids[j];
+        for (int64_t i = 0; i < k; i++) cnt[i] += t < v[i];
+    }
+    for (int64_t i = 0; i < k; i++) out[i] = (uint8_t)cnt[i];
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"))) static void count_below_avx2(const float *v, int64_t k,
+                                                             const float *mids, int32_t n_mids,
+                                                             uint8_t *out) {
+    count_below_any(v, k, mids, n_mids, out);
+}
+#endif
+
+static void count_below(const float *v, int64_t k, const float *mids, int32_t n_mids,
+                        uint8_t *out) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2")) {
+        count_below_avx2(v, k, mids, n_mids, out);
+        return;
+    }
+#endif
+    count_below_any(v, k, mids, n_mids, out);
+}
+
+CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
+                               const uint8_t *own_zero, const int64_t *prot, int64_t n_prot,
+                               const float *mids, int32_t n_mids, int32_t zero_at,
+                               const float *levels, uint8_t *out, double *sums) {
+    double err = 0.0, norm = 0.0;
+    int64_t next = 0;
+    int64_t stop = n_prot > 0 ? prot[0] : n;
+    for (int64_t lo = 0; lo < n; lo += 4096) {
+        int64_t hi = lo + 4096 < n ? lo + 4096 : n;
+        /* the indices of the block first, a level at a time over the block (the compare
+         * and add vectorise); many levels by binary search */
+        if (n_mids <= 32) {
+            count_below(v + lo, hi - lo, mids, n_mids, out + lo);
+        } else {
+            for (int64_t i = lo; i < hi; i++) {
+                float value = v[i];
+                int32_t a = 0, b = n_mids;
+                while (a < b) {
+                    int32_t mid = (a + b) >> 1;
+                    if (mids[mid] < value)
+                        a = mid + 1;
+                    else
+                        b = mid;
+                }
+                out[i] = (uint8_t)a;
+            }
+        }
+        double e = 0.0, m = 0.0;
+        for (int64_t i = lo; i < hi; i++) {
+            float x = v[i];
+            m += (double)x * (double)x;
+            if (i == stop) {
+                next++;
+                stop = next < n_prot ? prot[next] : n;
+                continue;
+            }
+            if (own_zero[qidx[i]]) {
+                if (zero_at < 0) return 1;
+                out[i] = (uint8_t)zero_at;
+            }
+            float d = levels[out[i]] - x;
+            e += (double)d * (double)d;
+        }
+        err += e;
+        norm += m;
+    }
+    sums[0] = err;
+    sums[1] = norm;
+    return 0;
 }

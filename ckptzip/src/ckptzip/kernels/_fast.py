@@ -480,3 +480,33 @@ def bin_counts(prev: np.ndarray) -> np.ndarray:
     out = np.empty(256, dtype=np.int64)
     _bin_counts(_ptr(p), p.size, _ptr(out))
     return out
+
+
+_requantize = _fn("ckz_requantize", _I32, _P, _I64, _P, _P, _P, _I64, _P, _I32, _I32, _P, _P, _P)
+
+
+def requantize(
+    work: torch.Tensor,
+    qidx: np.ndarray,
+    own_zero: torch.Tensor,
+    protected: torch.Tensor,
+    mids: torch.Tensor,
+    zero_at: int,
+    values: torch.Tensor,
+) -> tuple[torch.Tensor, float, float] | None:
+    if not _host_f32(work, mids) or own_zero.numel() > 256:
+        return ref.requantize(work, qidx, own_zero, protected, mids, zero_at, values)
+    x, m = work.contiguous(), mids.contiguous()
+    q = _contig(qidx, np.uint8)
+    own = np.zeros(256, dtype=np.uint8)
+    own[: own_zero.numel()] = own_zero.cpu().numpy()
+    prot = protected.to(torch.int64).contiguous()
+    lv = values.to(torch.float32).contiguous()
+    out = torch.empty(x.numel(), dtype=torch.uint8)
+    sums = np.zeros(2, dtype=np.float64)
+    if _requantize(
+        _ptr(x), x.numel(), _ptr(q), _ptr(own), _ptr(prot), prot.numel(), _ptr(m), m.numel(),
+        zero_at, _ptr(lv), _ptr(out), _ptr(sums),
+    ):  # fmt: skip
+        return None
+    return out, float(sums[0]), float(sums[1])

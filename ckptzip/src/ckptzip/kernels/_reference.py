@@ -716,3 +716,23 @@ def rle_join(
 
 def bin_counts(prev: np.ndarray) -> np.ndarray:
     return np.bincount(prev, minlength=256).astype(np.int64)
+
+
+def requantize(
+    work: torch.Tensor,
+    qidx: np.ndarray,
+    own_zero: torch.Tensor,
+    protected: torch.Tensor,
+    mids: torch.Tensor,
+    zero_at: int,
+    values: torch.Tensor,
+) -> tuple[torch.Tensor, float, float] | None:
+    zero = own_zero.index_select(0, torch.from_numpy(qidx).to(work.device).long())
+    if protected.numel():
+        zero[protected] = False
+    if zero_at < 0 and bool(zero.any()):
+        return None
+    idx = nearest(work, mids)
+    if zero_at >= 0:
+        idx.masked_fill_(zero, zero_at)
+    return (idx, *squared_error(work, idx, values, protected))
