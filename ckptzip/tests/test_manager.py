@@ -415,6 +415,30 @@ def test_a_damaged_newest_step_never_stops_later_saves(tmp_path: Path, where: st
         assert torch.equal(back["counter"], _state(4)["counter"])
 
 
+def test_a_chain_restore_decodes_the_exact_entries_of_its_last_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a child's delta refers to its parent's quantized tensors alone: the parents' exact
+    # entries (checked whole by the sha256 each child records) are never decoded
+    mgr = CheckpointManager(tmp_path, keyframe_every=5, config=CONFIG)
+    for step in range(4):
+        mgr.save(step, _state(step))
+    decoded: list[str] = []
+    codec = ckptzip.codecs.get_codec("exact")
+    real = type(codec).decode
+
+    def decode(self: Any, meta: Any, chunks: Any, ctx: Any) -> Any:
+        decoded.append(ctx.path)
+        return real(self, meta, chunks, ctx)
+
+    monkeypatch.setattr(type(codec), "decode", decode)
+    back = CheckpointManager(tmp_path).load(3)
+    exact = [e.path for e in ckptzip.api.read_manifest(mgr.path(3)).tensors if e.codec == "exact"]
+    assert sorted(decoded) == sorted(exact) and exact
+    assert torch.equal(back["counter"], _state(3)["counter"])
+    assert torch.equal(back["model"]["b"], _state(3)["model"]["b"])
+
+
 @pytest.mark.parametrize("keyframe_every", [1, 3])
 def test_a_file_vanishing_under_a_reader_means_list_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keyframe_every: int

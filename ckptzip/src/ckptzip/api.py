@@ -241,12 +241,20 @@ def _parent_view(
     links: Sequence[chains.Link],
     cache: DecodedCache | None = None,
     max_bytes: int | None = None,
+    *,
+    vouched: bool = False,
 ) -> _FileParent:
     """The decoded last link of a chain (keyframe first), decoded from the links' own bytes.
 
     Decoding starts after the newest link found in ``cache``, so consecutive steps of a
     chain decode one file each; it goes forwards in a loop, so any allowed chain length
-    decodes in any process.
+    decodes in any process. Only the lossy entries are decoded: a child's delta refers to
+    its parent's quantized tensors alone, so the exact ones (most of a state's entries:
+    biases, norms, step counters) would be decoded for nothing. Their bytes are still
+    checked: every link but the last was checked whole against the sha256 its child
+    records (``chains.resolve_parents``), and so was the last one when ``vouched`` (the
+    caller decodes its child); otherwise the last link's exact chunks are read and checked
+    against their own sha256, so a damaged parent is never delta-coded against.
     """
     start, view = 0, None
     if cache is not None:
@@ -255,9 +263,14 @@ def _parent_view(
             if cached is not None:
                 start, view = i + 1, _FileParent(links[i].sha256, cached)
                 break
-    for link in links[start:]:
+    for i in range(start, len(links)):
+        link = links[i]
         reader = Reader(io.BytesIO(link.data), name=repr(link.name))
-        decoded = _decode_entries(reader, view, None, max_bytes)
+        decoded = _decode_entries(reader, view, None, max_bytes, lossy_only=True)
+        if i == len(links) - 1 and not vouched:
+            for entry in reader.manifest.tensors:
+                if entry.path not in decoded:
+                    reader.tensor_chunks(entry)
         table = {p: d.value() for p, d in decoded.items()}
         if cache is not None:
             cache[link.sha256] = table
@@ -839,7 +852,7 @@ def _decode_file(
                     "next to the file: load it by its path, not from a file object"
                 )
             links = _chain_above(os.fspath(path), m)  # type: ignore[arg-type]
-            parent = _parent_view(links, max_bytes=max_bytes)
+            parent = _parent_view(links, max_bytes=max_bytes, vouched=True)
         return m, _decode_entries(
             reader, parent, progress, max_bytes, values=values, threads=threads
         )
@@ -859,12 +872,17 @@ def _decode_entries(
     *,
     values: bool = False,
     threads: int | None = None,
+    lossy_only: bool = False,
 ) -> dict[str, Decoded]:
+    """Decode the reader's entries (``lossy_only``: those of lossy codecs, what a parent
+    is needed for)."""
     _check_sizes(reader, max_bytes)
     out: dict[str, Decoded] = {}
     total, done = reader.decoded_bytes, 0
     path = ""
     entries = reader.manifest.tensors
+    if lossy_only:
+        entries = tuple(e for e in entries if get_codec(e.codec).lossy)
     lock = threading.Lock()  # the reader is one file position: chunks are read in turn
 
     workers = max(1, _threads(threads, len(entries)))
@@ -951,7 +969,7 @@ def decode_chain(
     ``max_bytes`` is :func:`load`'s read limit, applied to every file.
     """
     top = links[-1]
-    parent = _parent_view(links[:-1], cache, max_bytes) if len(links) > 1 else None
+    parent = _parent_view(links[:-1], cache, max_bytes, vouched=True) if len(links) > 1 else None
     reader = Reader(io.BytesIO(top.data), name=repr(top.name))
     out = _decode_entries(reader, parent, progress, max_bytes, threads=threads)
     if cache is not None:
