@@ -262,6 +262,28 @@ class Method:
         pass
 
     restore_info: dict[str, Any] = {}  # noqa: RUF012 - measurements of the last restore
+    last_error: torch.Tensor | None = None  # the previous restore's weight error
+
+    def _error_shape(
+        self, restored: dict[str, torch.Tensor], live: dict[str, torch.Tensor]
+    ) -> dict[str, float]:
+        """The shape of this restore's weight error ``e`` (restored − live, every compressed
+        weight as one vector): its size ``||e|| / ||w||``, its cosine with the weights
+        (negative: pulled towards zero) and with the previous restore's error (positive:
+        the errors of successive restores pile up in one direction)."""
+        names = [k for k, t in live.items() if _big(t)]
+        if not names:
+            return {}
+        x = torch.cat([live[k].detach().double().reshape(-1) for k in names])
+        e = torch.cat([restored[k].detach().double().reshape(-1) for k in names]) - x
+        info = {
+            "weight_error": float(e.norm() / x.norm().clamp_min(1e-300)),
+            "error_cos_weights": _cos(e, x),
+        }
+        if self.last_error is not None and self.last_error.shape == e.shape:
+            info["error_cos_previous"] = _cos(e, self.last_error)
+        self.last_error = e
+        return info
 
     def _files(self) -> list[int]:
         return sorted(int(p.stem) for p in self.directory.glob("*.ckpt"))
@@ -590,6 +612,7 @@ class Feedback(Method):
         self.zstd = zstandard.ZstdCompressor(level=3)
         self.recon: dict[str, torch.Tensor] = {}  # the last checkpoint's reconstruction
         self.chain = 0
+        self.saved: tuple[int, dict[str, torch.Tensor]] | None = None  # the last save's live
 
     @staticmethod
     def _parts(name: str, q: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -643,6 +666,7 @@ class Feedback(Method):
         _write(self._path(step), packed)
         self.chain = 1 if keyframe else self.chain + 1
         seconds = time.perf_counter() - t0
+        self.saved = (step, copy.deepcopy(state["model"]))  # measurement only
         wb = len(self.zstd.compress(weights)) + len(json.dumps(metas))
         nbytes = sum(t.numel() * t.element_size() for t in state["model"].values() if _big(t))
         return SaveStat(step, len(_report.torch_save_raw(state)), len(packed), nbytes, wb, seconds)
@@ -666,6 +690,11 @@ class Feedback(Method):
             rest["model"][k] = x.clone()
         _load_state(w, rest)
         self.chain = len(chain)
+        if self.saved is not None and self.saved[0] == chain[0]:
+            twin = copy.deepcopy(w.model)
+            twin.load_state_dict(self.saved[1])
+            self.restore_info = {"own_gap": _gap(w.eval_fn(w.model), w.eval_fn(twin))}
+            self.restore_info.update(self._error_shape(w.model.state_dict(), self.saved[1]))
         return chain[0]
 
 
@@ -733,7 +762,6 @@ class Ckptzip(Method):
         # norm as that restore's quantization error, per tensor (what the error's size costs,
         # without its direction)
         self.restore_noise = restore_noise
-        self.last_error: torch.Tensor | None = None  # the previous restore's weight error
         self.name = "ckptzip-w" if weights_only else "ckptzip-probe" if probe else "ckptzip"
         # an ablation: these parts of every restore come from the live state the checkpoint
         # was saved from (RESTORE_EXACT), so the run shows what the rest costs
@@ -823,27 +851,6 @@ class Ckptzip(Method):
                         row[key] = live["optimizer"]["state"][i][key].clone()
             w.optimizer.load_state_dict(state)
         return step
-
-    def _error_shape(
-        self, restored: dict[str, torch.Tensor], live: dict[str, torch.Tensor]
-    ) -> dict[str, float]:
-        """The shape of this restore's weight error ``e`` (restored − live, every compressed
-        weight as one vector): its size ``||e|| / ||w||``, its cosine with the weights
-        (negative: pulled towards zero) and with the previous restore's error (positive:
-        the errors of successive restores pile up in one direction)."""
-        names = [k for k, t in live.items() if _big(t)]
-        if not names:
-            return {}
-        x = torch.cat([live[k].detach().double().reshape(-1) for k in names])
-        e = torch.cat([restored[k].detach().double().reshape(-1) for k in names]) - x
-        info = {
-            "weight_error": float(e.norm() / x.norm().clamp_min(1e-300)),
-            "error_cos_weights": _cos(e, x),
-        }
-        if self.last_error is not None and self.last_error.shape == e.shape:
-            info["error_cos_previous"] = _cos(e, self.last_error)
-        self.last_error = e
-        return info
 
     def close(self) -> None:
         if self.mgr is not None:
@@ -1092,7 +1099,7 @@ def _total_breakdown(saves: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
-# per restore (Ckptzip._error_shape): the weight error's size, its cosine with the weights and
+# per restore (Method._error_shape): the weight error's size, its cosine with the weights and
 # with the previous restore's error
 ERROR_SHAPE = ("weight_error", "error_cos_weights", "error_cos_previous")
 

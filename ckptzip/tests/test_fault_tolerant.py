@@ -191,3 +191,19 @@ def test_the_summary_reports_the_shape_of_every_restores_error() -> None:
     assert row["cnr"]["error_cos_previous"][0] is None
     assert row["cnr"]["error_cos_previous"][1]["median"] == 0.3
     assert "weight_error" not in row["exact"]
+
+
+def test_feedback_measures_what_each_restore_cost_and_its_error_shape(tmp_path: Path) -> None:
+    w = _trained()
+    method = ft.make_method("feedback", tmp_path, every=1)
+    method.attach(w)
+    for s in (3, 4):
+        w.train_step(s)
+        method.save(s, w)
+    fresh = _workloads.make("mlp", 1)
+    method.attach(fresh)
+    assert method.restore(fresh) == 4
+    info = method.restore_info
+    assert isinstance(info["own_gap"], float) and abs(info["own_gap"]) < 0.5
+    assert 0 < info["weight_error"] < 0.05  # a residual checkpoint: far under a keyframe's
+    assert "error_cos_previous" not in info
