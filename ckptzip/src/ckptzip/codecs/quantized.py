@@ -107,7 +107,7 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     best = (packed, {"bits": bits, "index_layout": "packed", "index_stage": packed_info})
     # ANS reaches the indices' order-0 entropy (k-means levels are far from equally used, and
     # Adam moments' much less); zstd can beat it on runs (heavily pruned tensors), so both
-    # are tried: the ANS pass costs a few ms per million indices.
+    # are tried, unless zstd is already under what ANS could reach.
     ans_won = False
     if flat.size and len(packed) >= _ans_floor(flat):
         # long streams in independent lanes and blocks (decoded several symbols at a time,
