@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
@@ -107,8 +108,13 @@ def worker(rank: int, port: int, root: str, plan: tuple[int, int, int]) -> None:
     if rank == 0:
         print(f"final loss {loss:.4f} with a crash and a restore, {exact:.4f} without")
         print_cost(costs, "FileSystemWriter")
-    dist.barrier()  # leave together: gloo can abort a rank whose peer left mid-teardown
+    dist.barrier()
     dist.destroy_process_group()
+    # FSDP2's DTensors keep the gloo group's threads alive past destroy_process_group, and
+    # their teardown inside the interpreter's exit now and then aborted a rank (SIGABRT,
+    # "terminate called without an active exception"): with nothing left to do, leave now
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
