@@ -288,6 +288,24 @@ def test_single_process_round_trip_with_byte_items(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_reader_threads_decode_the_same_values(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    state = {f"w{i}": torch.randn(256, 512) for i in range(3)}
+    dcp.save(state, storage_writer=Writer(tmp_path, config=CONFIG, threads=2), no_dist=True)
+    loaded = []
+    for threads in (None, 1, 3):
+        out = {k: torch.zeros_like(v) for k, v in state.items()}
+        dcp.load(out, storage_reader=Reader(tmp_path, threads=threads), no_dist=True)
+        loaded.append(out)
+    for out in loaded[1:]:
+        assert all(torch.equal(out[k], loaded[0][k]) for k in state)
+    assert not torch.equal(loaded[0]["w0"], torch.zeros(256, 512))
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ckptzip.ConfigError, match="threads"):
+            Reader(tmp_path, threads=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_strict_bytes_refuses_pickled_objects(tmp_path: Path) -> None:
     state = {"obj": io.BytesIO(pickle.dumps(_Evil()))}
     dcp.save(state, storage_writer=Writer(tmp_path / "c"), no_dist=True)

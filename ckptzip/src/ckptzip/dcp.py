@@ -909,6 +909,10 @@ class Reader(StorageReader):
     max_metadata_bytes:
         Refuse a larger ``.metadata`` before parsing it (default :data:`MAX_METADATA_BYTES`,
         the most the writer writes).
+    threads:
+        Decoding threads per rank (default: one per core, at most 8), as
+        :func:`ckptzip.load`'s ``threads``; with several ranks on one machine, about
+        ``cores // ranks_per_machine``.
 
     Each rank decodes only the files its load plan reads from, each once per ``read_data``.
     """
@@ -920,8 +924,10 @@ class Reader(StorageReader):
         strict_bytes: bool = True,
         allow_pickled_metadata: bool = False,
         max_metadata_bytes: int = MAX_METADATA_BYTES,
+        threads: int | None = None,
     ) -> None:
         super().__init__()
+        api._threads(threads, 0)  # a bad value is refused here, not inside dcp.load
         if isinstance(max_metadata_bytes, bool) or not isinstance(max_metadata_bytes, int):
             raise ConfigError(f"max_metadata_bytes={max_metadata_bytes!r} must be an int >= 1")
         if max_metadata_bytes < 1:
@@ -930,6 +936,7 @@ class Reader(StorageReader):
         self.strict_bytes = strict_bytes
         self.allow_pickled_metadata = allow_pickled_metadata
         self.max_metadata_bytes = max_metadata_bytes
+        self.threads = threads
         self.storage_data: dict[MetadataIndex, tuple[str, str]] = {}
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
@@ -1006,7 +1013,7 @@ class Reader(StorageReader):
         for name, items in by_file.items():
             if os.path.basename(name) != name or name in ("", ".", ".."):
                 raise CorruptCheckpointError(f"{self.path!r}: item file {name!r} is not a name")
-            decoded = api.load(_join(self.path, name), map_location="cpu")
+            decoded = api.load(_join(self.path, name), map_location="cpu", threads=self.threads)
             for item in items:
                 key = self.storage_data[item.storage_index][1]
                 value = decoded.get(key) if isinstance(decoded, dict) else None
