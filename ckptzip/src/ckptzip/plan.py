@@ -135,9 +135,11 @@ class MomentPolicy:
     exact moments at every step (``mlp``, ``lm``), for about 10-12x on the optimizer state;
     4 and 8 levels gave 14-20x within 1.7 %; zeroed moments cost 30 %. The compact policy
     ``MomentPolicy(3, second_bins=8, first_prune=0.5)`` (about 90 % of each first moment on
-    its exact zero, one level per sign for the rest) took ``llm``'s moments from 30x to 73x
-    over 10 restores, its final loss 0.05-3.6 points further from the exact run's (README,
-    "A compact moment policy"): an option, not the default.
+    its exact zero, one level per sign for the rest) took ``llm``'s whole checkpoint from
+    27.9x to 49.5x over 10 restores (3 seeds, at the error-budget defaults), its final loss
+    1.5-2.9 points further from the exact run's on every seed; the same first moment with 16
+    second-moment levels, 43.3x and 1.2-3.0 points (README, "`llm` at the error-budget
+    defaults"): options, not the default.
 
     Parameters
     ----------
