@@ -370,6 +370,34 @@ def test_the_walk_with_evaluations_runs_when_the_budget_walks_end_fails() -> Non
     assert result.quality == 1.0 and result.layer_configs["linear"] is not None
 
 
+def test_a_points_budget_check_stops_at_the_first_tensor_over_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ckptzip.search as search_module
+    from ckptzip._parallel import default_threads
+    from ckptzip.search import _Evaluator, _Point
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(8)])
+    params = {n: ("linear", p) for n, p in model.named_parameters() if p.dim() == 2}
+    calls: list[int] = []
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return quantize(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search_module, "quantize", counting)
+    corner = _Point((("linear", (8, 5, 2), "magnitude"),))  # 4 bins, prune 0.5: far over 0.1
+    ev = _Evaluator(model, params, None, {})
+    assert ev.max_error(corner, over=0.1) > 0.1
+    assert len(calls) == min(default_threads(), len(params)) < len(params)
+    full = ev.max_error(corner)  # without a bound every tensor is measured
+    assert len(calls) == len(params) and full >= 0.1
+    mild = _Point((("linear", (0, 0, 0), "magnitude"),))
+    assert ev.max_error(mild, over=0.1) <= 0.1  # within the budget: every tensor measured
+    assert len(calls) == 2 * len(params)
+
+
 def test_a_quantization_evicted_by_the_error_ranking_is_made_again() -> None:
     # The neighbourhood ranks its steps back by weight error, quantizing several configs per
     # tensor; that evicted the quantizer's output of a config whose dequantized tensor was

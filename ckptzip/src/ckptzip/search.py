@@ -614,9 +614,9 @@ class _Evaluator:
         """The largest relative L2 error of a searched tensor at ``point`` (no evaluation).
 
         With ``over``, stop as soon as one tensor's error exceeds it (the point is decided)
-        and return that error: the tensors not quantized yet go in rounds, a round per
-        encoding thread, the likeliest to exceed first (largest error at their type's
-        configuration tried last, then largest).
+        and return that error: the tensors likeliest to exceed (largest error at their
+        latest quantization, then largest) are quantized first, one per encoding thread,
+        and the rest together only when none of those exceeded.
         """
         items = self._point_items(point)
         known = [self._stats[item] for item in items if item in self._stats]
@@ -628,13 +628,12 @@ class _Evaluator:
             self._prepare(todo, keep=False)
             return max(worst, *(self._stats[item] for item in todo))
         todo.sort(key=lambda item: (-self._last_error.get(item[0], 0.0), -self._numel(item[0])))
-        per_round = max(1, default_threads())
-        for i in range(0, len(todo), per_round):
-            chunk = todo[i : i + per_round]
+        first = max(1, default_threads())
+        for chunk in (todo[:first], todo[first:]):
+            if not chunk or worst > over:
+                break
             self._prepare(chunk, keep=False)
             worst = max(worst, *(self._stats[item] for item in chunk))
-            if worst > over:
-                break
         return worst
 
     def quality(self, point: _Point, *, over: float = math.inf) -> float:
