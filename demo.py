@@ -81,9 +81,7 @@ def _measured_quality_cost() -> None:
     feedback = [
         (f"fault_tolerant-{m}-feedback.json", "3 seeds", "feedback")
         for m in ("gru-digits", "lm")
-    ] + [
-        ("fault_tolerant-chargru-seed0-feedback.json", "one seed, held out", "feedback")
-    ]
+    ] + [("fault_tolerant-chargru-feedback.json", "3 seeds, held out", "feedback")]
     print("Measured on the full protocol (10 restores) at the defaults:")
     _measured(runs)
     print(
