@@ -11,7 +11,10 @@ many steps (pruning half of each weight), and training does not win it back quic
 
 Variants (comma-separated ``--variants``): ``m`` / ``v`` (``exp_avg`` / ``exp_avg_sq`` at
 :class:`ckptzip.MomentPolicy`'s defaults), ``bBpP`` (every weight the search may touch at
-``B`` bins with ``P``/10 pruned by magnitude, e.g. ``b8p5``), ``mv`` (both moments).
+``B`` bins with ``P``/10 pruned by magnitude, e.g. ``b8p5``), ``mv`` (both moments),
+``mBpP`` (``exp_avg`` alone at ``B`` levels with ``P``/10 of it pruned: the policy's
+``first_bins`` / ``first_prune``, e.g. ``m3p5``; ``m0`` sets it to zero) and ``vB``
+(``exp_avg_sq`` alone at ``B`` log-domain levels).
 
 Run ``python benchmarks/restore_cost.py --model lm --at 140 --steps 25`` (about 3 minutes on
 a shared 2-core machine). Writes ``benchmarks/results/restore_cost-<model>-<at>.json``.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,9 @@ MIN_NUMEL = 4096  # the manager's min_numel: smaller tensors stay exact
 DEFAULT_VARIANTS = "v,m,mv,b8p5,b256p5,b8p0,b16p0,b32p0,b64p0"
 
 
+_MOMENT = re.compile(r"([mv])(\d+)(?:p(\d))?$")
+
+
 def _variant(state: dict[str, Any], model: torch.nn.Module, name: str) -> tuple[Any, float]:
     """``state`` with the parts ``name`` asks for quantized; the largest weight error."""
     st = copy.deepcopy(state)
@@ -49,6 +56,13 @@ def _variant(state: dict[str, Any], model: torch.nn.Module, name: str) -> tuple[
     if name.startswith("b"):
         bins, prune = name[1:].split("p")
         weight = QuantConfig(bins=int(bins), prune=int(prune) / 10)
+    elif (one := _MOMENT.match(name)) is not None:  # one moment at the given levels
+        kind, levels, prune = one[1], int(one[2]), int(one[3] or 0) / 10
+        if kind == "m" and levels > 0:
+            policy = MomentPolicy(levels, first_prune=prune)
+        elif kind == "v":
+            policy = MomentPolicy(second_bins=levels)
+        name = kind if levels > 0 else "m0"
     for i, (pname, p) in enumerate(model.named_parameters()):
         if p.numel() < MIN_NUMEL:
             continue
@@ -57,7 +71,9 @@ def _variant(state: dict[str, Any], model: torch.nn.Module, name: str) -> tuple[
             st["model"][pname] = dequantize(q).reshape(p.shape)
             worst = max(worst, q.rel_error)
         row = st["optimizer"]["state"][i]
-        if "m" in name and not name.startswith("b"):
+        if name == "m0":
+            row["exp_avg"] = torch.zeros_like(row["exp_avg"])
+        elif "m" in name and not name.startswith("b"):
             m = row["exp_avg"]
             cfg = policy.first(QuantConfig(), float((m == 0).float().mean()))
             if cfg is not None:
