@@ -71,6 +71,7 @@ _variant("rlcheck-share50-tail50", default_share=0.5, default_patience=30, defau
 _variant("rlcheck-tail25", default_share=0.0, default_tail=0.25)
 _variant("rlcheck-nomutate", mutate_share=0.0)  # the default, without mutation
 _variant("rlcheck-noconstants", draw_constants=False)  # without Hypothesis's constants
+_variant("rlcheck-smallprobe", small_probe_cases=10)  # engine-like small probe cases
 
 BY_NAME = {p.name: p for p in SUITE}
 

@@ -553,6 +553,44 @@ def test_the_default_tail_is_kept_only_where_hypothesis_can_afford_it(
     assert 20 <= _stats_of(stats, half).valid <= 40  # the tail: the last half is not ours
 
 
+def test_the_tail_goes_to_the_engine_where_its_small_cases_are_valid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pyrsistent's stateful tests: 50 random steps rarely pass every assume(), so the
+    # probe (Hypothesis's provider alone) says the tail is unaffordable, while the
+    # engine's first cases (a short prefix, then the simplest steps) pass.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)  # as shipped
+    monkeypatch.setattr(RLCheckProvider, "small_probe_cases", 10)  # an option, off
+    provider = RLCheckProvider(None, seed=0, persist=False)
+    probe, small = RLCheckProvider.probe_cases, RLCheckProvider.small_probe_cases
+    for i in range(probe):
+        provider._ledger.record("valid" if i == 0 else "invalid", (i,))
+    provider._probe_rate = 1 / probe
+    assert provider._probe_end() == probe + small
+    assert provider._tail_unaffordable()  # until the small cases have run
+    for i in range(small):
+        provider._ledger.record("valid", (probe + i,))
+    provider._small_valid = small - 2
+    assert not provider._tail_unaffordable()
+    provider._small_valid = 2  # strict tests: small cases fail too
+    assert provider._tail_unaffordable()
+    monkeypatch.setattr(RLCheckProvider, "small_probe_cases", 0)  # the default
+    assert provider._probe_end() == probe and provider._tail_unaffordable()
+
+
+def test_small_probe_cases_are_a_prefix_then_the_simplest_values() -> None:
+    class Sevens:
+        def draw_integer(self, *args: Any, **kwargs: Any) -> int:
+            return 7
+
+        def draw_boolean(self, p: float = 0.5) -> bool:
+            return True
+
+    small = provider_module._SimplestAfter(Sevens(), 2)  # type: ignore[arg-type]
+    drawn = [small.draw_integer(3, 10), small.draw_boolean(0.5), small.draw_integer(3, 10)]
+    assert drawn == [7, True, 3] and small.draw_boolean(0.5) is False
+
+
 def test_a_run_with_a_learned_policy_never_steps_aside(
     monkeypatch: pytest.MonkeyPatch, stats: BackendStats, tmp_path: Path
 ) -> None:
@@ -838,8 +876,10 @@ def test_no_persistence_without_a_database() -> None:
 
 
 @pytest.mark.usefixtures("learned_only")  # a learned case must run before the failure
-def test_database_key_matches_hypothesis(tmp_path: Path) -> None:
+def test_database_key_matches_hypothesis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The key rlcheck files the policy under is the one Hypothesis files examples under.
+    # No constants: a failing first case that is one learns nothing, and saves no policy.
+    monkeypatch.setattr(RLCheckProvider, "draw_constants", False)
     db = DirectoryBasedExampleDatabase(tmp_path)
 
     @settings(backend="rlcheck", database=db, max_examples=200, **QUIET)
