@@ -44,6 +44,8 @@ static inline uint8_t run_token(uint64_t r, uint8_t *extra, int64_t *pos) {
 }
 
 CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups);
+CKZ_API void ckz_nearest(const float *v, int64_t n, const float *mids, int32_t n_mids,
+                         uint8_t *out);
 
 /* The first i' >= i below hi with sym[i'] != b (hi when none): eight bytes at a time. */
 static inline int64_t skip_base(const uint8_t *sym, int64_t i, int64_t hi, uint8_t b) {
@@ -203,23 +205,11 @@ CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
     for (int64_t lo = 0; lo < n; lo += 4096) {
         int64_t hi = lo + 4096 < n ? lo + 4096 : n;
         /* the indices of the block first, a level at a time over the block (the compare
-         * and add vectorise); many levels by binary search */
-        if (n_mids <= 32) {
+         * and add vectorise); many levels by _native.c's nearest (binary search) */
+        if (n_mids <= 32)
             count_below(v + lo, hi - lo, mids, n_mids, out + lo);
-        } else {
-            for (int64_t i = lo; i < hi; i++) {
-                float value = v[i];
-                int32_t a = 0, b = n_mids;
-                while (a < b) {
-                    int32_t mid = (a + b) >> 1;
-                    if (mids[mid] < value)
-                        a = mid + 1;
-                    else
-                        b = mid;
-                }
-                out[i] = (uint8_t)a;
-            }
-        }
+        else
+            ckz_nearest(v + lo, hi - lo, mids, n_mids, out + lo);
         double e = 0.0, m = 0.0;
         for (int64_t i = lo; i < hi; i++) {
             float x = v[i];
