@@ -106,6 +106,9 @@ class Workload:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
 
+_Batch = tuple[torch.Tensor, torch.Tensor]  # inputs, targets
+
+
 def _gen(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
@@ -233,23 +236,34 @@ def _lm(seed: int) -> Workload:
     chars = sorted(set(text))
     lookup = {c: i for i, c in enumerate(chars)}
     data = torch.tensor([lookup[c] for c in text], dtype=torch.long)
+    batch, heldout, val = _token_stream(data, seed, 32, 64, _CTX)
+    model = TinyLM(len(chars))
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
+    return Workload("lm", model, opt, batch, _lm_loss, heldout, val)
+
+
+def _token_stream(
+    data: torch.Tensor, seed: int, n_train: int, n_eval: int, ctx: int
+) -> tuple[Callable[[int], _Batch], list[_Batch], list[_Batch]]:
+    """The language models' data from one token sequence ``data``: the first 90 % trains,
+    the rest is held out. Returns ``batch(step)`` (``n_train`` windows of ``ctx`` tokens and
+    the next token of each position, drawn from ``(seed, step)``), 3 held-out and 2 val
+    batches of ``n_eval`` windows each (disjoint step numbers: 10M+ and 20M+)."""
     split = int(len(data) * 0.9)
     train_data, test_data = data[:split], data[split:]
 
-    def sample(src: torch.Tensor, g: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(0, len(src) - _CTX - 1, (n,), generator=g)
-        x = torch.stack([src[s : s + _CTX] for s in starts.tolist()])
-        y = torch.stack([src[s + 1 : s + _CTX + 1] for s in starts.tolist()])
+    def sample(src: torch.Tensor, g: torch.Generator, n: int) -> _Batch:
+        starts = torch.randint(0, len(src) - ctx - 1, (n,), generator=g).tolist()
+        x = torch.stack([src[s : s + ctx] for s in starts])
+        y = torch.stack([src[s + 1 : s + ctx + 1] for s in starts])
         return x, y
 
-    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample(train_data, _gen(seed, step), 32)
+    def batch(step: int) -> _Batch:
+        return sample(train_data, _gen(seed, step), n_train)
 
-    model = TinyLM(len(chars))
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-    heldout = [sample(test_data, _gen(seed, 10_000_000 + i), 64) for i in range(3)]
-    val = [sample(test_data, _gen(seed, 20_000_000 + i), 64) for i in range(2)]
-    return Workload("lm", model, opt, batch, _lm_loss, heldout, val)
+    heldout = [sample(test_data, _gen(seed, 10_000_000 + i), n_eval) for i in range(3)]
+    val = [sample(test_data, _gen(seed, 20_000_000 + i), n_eval) for i in range(2)]
+    return batch, heldout, val
 
 
 def _lm_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -331,22 +345,9 @@ def _gru(seed: int) -> Workload:
     common = [t for t, _ in collections.Counter(tokens).most_common(_GRU_VOCAB - 1)]
     lookup = {t: i + 1 for i, t in enumerate(common)}  # 0: any rarer word
     data = torch.tensor([lookup.get(t, 0) for t in tokens], dtype=torch.long)
-    split = int(len(data) * 0.9)
-    train_data, test_data = data[:split], data[split:]
-
-    def sample(src: torch.Tensor, g: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(0, len(src) - _GRU_CTX - 1, (n,), generator=g).tolist()
-        x = torch.stack([src[s : s + _GRU_CTX] for s in starts])
-        y = torch.stack([src[s + 1 : s + _GRU_CTX + 1] for s in starts])
-        return x, y
-
-    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample(train_data, _gen(seed, step), 32)
-
+    batch, heldout, val = _token_stream(data, seed, 32, 128, _GRU_CTX)
     model = GRULM(_GRU_VOCAB)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    heldout = [sample(test_data, _gen(seed, 10_000_000 + i), 128) for i in range(3)]
-    val = [sample(test_data, _gen(seed, 20_000_000 + i), 128) for i in range(2)]
     return Workload("gru", model, opt, batch, _lm_loss, heldout, val)
 
 
@@ -382,26 +383,52 @@ class _Block(nn.Module):
         return h + self.down(F.gelu(self.up(self.norm2(h))))  # type: ignore[no-any-return]
 
 
-class ByteLLM(nn.Module):
+class _TiedByteDecoder(nn.Module):
+    """A decoder over bytes whose output head is its embedding table (tied): the byte
+    embedding (normal, std 0.02), learned positions (``ctx`` of them, normal with std
+    ``pos_std``), ``layers`` blocks ``block(d, heads)``, a final ``norm(d)``, the head.
+    Built in that order (the order the initialisation draws from torch's generator in);
+    ``forward`` runs each block through :meth:`_run`, which a subclass may override."""
+
+    def __init__(
+        self,
+        d: int,
+        layers: int,
+        heads: int,
+        *,
+        ctx: int,
+        pos_std: float,
+        block: Callable[[int, int], nn.Module],
+        norm: Callable[[int], nn.Module],
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(256, d)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.pos = nn.Parameter(torch.randn(ctx, d) * pos_std)
+        self.blocks = nn.ModuleList(block(d, heads) for _ in range(layers))
+        self.norm = norm(d)
+        self.head = nn.Linear(d, 256, bias=False)
+        self.head.weight = self.embed.weight  # tied
+
+    def _run(self, block: nn.Module, h: torch.Tensor) -> torch.Tensor:
+        return block(h)  # type: ignore[no-any-return]
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.embed(idx) + self.pos[: idx.shape[1]]
+        for block in self.blocks:
+            h = self._run(block, h)
+        return self.head(self.norm(h))  # type: ignore[no-any-return]
+
+
+class ByteLLM(_TiedByteDecoder):
     """A decoder-only transformer over bytes shaped like an LLM: the output head is the
     embedding table (tied), RMSNorm without biases, so norms are under 0.1 % of the
     parameters."""
 
     def __init__(self, d: int = 192, layers: int = 3, heads: int = 4) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(256, d)
-        nn.init.normal_(self.embed.weight, std=0.02)
-        self.pos = nn.Parameter(torch.randn(_LLM_CTX, d) * 0.02)
-        self.blocks = nn.ModuleList(_Block(d, heads) for _ in range(layers))
-        self.norm = nn.RMSNorm(d)
-        self.head = nn.Linear(d, 256, bias=False)
-        self.head.weight = self.embed.weight  # tied
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        h = self.embed(idx) + self.pos[: idx.shape[1]]
-        for block in self.blocks:
-            h = block(h)
-        return self.head(self.norm(h))  # type: ignore[no-any-return]
+        super().__init__(
+            d, layers, heads, ctx=_LLM_CTX, pos_std=0.02, block=_Block, norm=nn.RMSNorm
+        )
 
 
 def _llm(seed: int) -> Workload:
@@ -426,33 +453,15 @@ _BYTE_CTX = 64
 
 def _byte_stream(
     seed: int, n_train: int, n_eval: int, ctx: int, *, files: tuple[str, ...] = _HELD_OUT_FILES
-) -> tuple[
-    Callable[[int], tuple[torch.Tensor, torch.Tensor]],
-    list[tuple[torch.Tensor, torch.Tensor]],
-    list[tuple[torch.Tensor, torch.Tensor]],
-]:
-    """Training batches, held-out and val batches of bytes of standard-library ``files`` (by
-    default ones that only the held-out workloads read; ``llm`` passes its own)."""
+) -> tuple[Callable[[int], _Batch], list[_Batch], list[_Batch]]:
+    """:func:`_token_stream` over the bytes of standard-library ``files`` (by default ones
+    that only the held-out workloads read; ``llm`` passes its own)."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     raw = b"\n".join((stdlib / n).read_bytes() for n in files if (stdlib / n).exists())
     if len(raw) < 100_000:
         raise RuntimeError(f"too little standard-library source found under {stdlib}")
     data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
-    split = int(len(data) * 0.9)
-    train_data, test_data = data[:split], data[split:]
-
-    def sample(src: torch.Tensor, g: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(0, len(src) - ctx - 1, (n,), generator=g).tolist()
-        x = torch.stack([src[s : s + ctx] for s in starts])
-        y = torch.stack([src[s + 1 : s + ctx + 1] for s in starts])
-        return x, y
-
-    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample(train_data, _gen(seed, step), n_train)
-
-    heldout = [sample(test_data, _gen(seed, 10_000_000 + i), n_eval) for i in range(3)]
-    val = [sample(test_data, _gen(seed, 20_000_000 + i), n_eval) for i in range(2)]
-    return batch, heldout, val
+    return _token_stream(data, seed, n_train, n_eval, ctx)
 
 
 class CharGRU(nn.Module):
@@ -484,28 +493,20 @@ class _LayerNormBlock(nn.Module):
         return h + self.fc2(F.gelu(self.fc1(self.ln2(h))))  # type: ignore[no-any-return]
 
 
-class ByteTransformer(nn.Module):
+class ByteTransformer(_TiedByteDecoder):
     """Four pre-norm LayerNorm blocks with biases, learned positions, the output head tied to
     the byte embedding."""
 
     def __init__(self, d: int = 128, layers: int = 4, heads: int = 4) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(256, d)
-        nn.init.normal_(self.embed.weight, std=0.02)
-        self.pos = nn.Parameter(torch.randn(_BYTE_CTX, d) * 0.01)
-        self.blocks = nn.ModuleList(_LayerNormBlock(d, heads) for _ in range(layers))
-        self.norm = nn.LayerNorm(d)
-        self.head = nn.Linear(d, 256, bias=False)
-        self.head.weight = self.embed.weight  # tied
+        super().__init__(
+            d, layers, heads, ctx=_BYTE_CTX, pos_std=0.01, block=_LayerNormBlock, norm=nn.LayerNorm
+        )
         mask = torch.triu(torch.full((_BYTE_CTX, _BYTE_CTX), float("-inf")), diagonal=1)
         self.register_buffer("mask", mask, persistent=False)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.shape[1]
-        h = self.embed(idx) + self.pos[:t]
-        for block in self.blocks:
-            h = block(h, self.mask[:t, :t])
-        return self.head(self.norm(h))  # type: ignore[no-any-return]
+    def _run(self, block: nn.Module, h: torch.Tensor) -> torch.Tensor:
+        t = h.shape[1]
+        return block(h, self.mask[:t, :t])  # type: ignore[no-any-return]
 
 
 def _chargru(seed: int) -> Workload:
