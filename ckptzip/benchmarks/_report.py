@@ -4,7 +4,8 @@
 * :func:`torch_save_bytes` / :func:`torch_save_raw`: what ``torch.save`` writes for an object
   (the size is the numerator of every "ratio", as ``ckptzip.api.RATIO`` defines it);
 * :func:`print_table`: rows of dicts as an aligned text table;
-* :func:`write_json`: the results file under :data:`RESULTS`, with the machine it ran on.
+* :func:`write_json`: the results file under :data:`RESULTS`, with the machine it ran on;
+  :func:`results_path`: where it goes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "best_of",
     "machine",
     "print_table",
+    "results_path",
     "torch_save_bytes",
     "torch_save_raw",
     "write_json",
@@ -91,6 +93,12 @@ def print_table(
         padded = [c.rjust(w) for c, w in zip(row, widths, strict=True)]
         padded[0] = row[0].ljust(widths[0])
         print("  ".join(padded))
+
+
+def results_path(out: str | None, name: str) -> Path:
+    """Where a benchmark writes its JSON: ``out`` (its ``--out``) where given, else ``name``
+    under :data:`RESULTS`."""
+    return Path(out) if out else RESULTS / name
 
 
 def write_json(path: Path, result: dict[str, Any]) -> None:

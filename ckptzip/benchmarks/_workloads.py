@@ -16,7 +16,9 @@ True
 
 from __future__ import annotations
 
+import argparse
 import collections
+import copy
 import re
 import sysconfig
 from collections.abc import Callable, Iterator
@@ -28,7 +30,17 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["HELD_OUT", "PROBE_STEPS", "WORKLOADS", "Workload", "failure_steps", "make", "train"]
+__all__ = [
+    "HELD_OUT",
+    "PROBE_STEPS",
+    "WORKLOADS",
+    "Workload",
+    "failure_steps",
+    "make",
+    "offline_parser",
+    "states_at",
+    "train",
+]
 
 PROBE_STEPS = 5  # optimisation steps of Workload.probe
 PROBE_FIRST_STEP = 30_000_000  # its batches' step numbers: beyond any run, and the held-out's
@@ -563,6 +575,44 @@ def train(
         done = step + 1
         if done % every == 0:
             yield done, _clone(workload.state())
+
+
+def states_at(name: str, seed: int, steps: list[int]) -> tuple[Workload, list[dict[str, Any]]]:
+    """Build the workload ``name`` from ``seed``, train it exactly from step 0 to the last of
+    ``steps`` (increasing step counts) and return it with a deep copy of its state (what
+    :meth:`Workload.state` gives) after each of them: the starting points of the offline
+    benchmarks (``moment_codings.py``, ``restore_cost.py``)."""
+    w = make(name, seed)
+    states = []
+    for step in range(steps[-1]):
+        w.train_step(step)
+        if step + 1 in steps:
+            states.append(copy.deepcopy(w.state()))
+    return w, states
+
+
+def offline_parser(
+    description: str,
+    *,
+    model: str,
+    at: tuple[int, str],
+    then: tuple[str, int, str],
+    variants: str,
+) -> argparse.ArgumentParser:
+    """The command line of the offline benchmarks (``moment_codings.py``,
+    ``restore_cost.py``), in this order: ``--model`` (one of :data:`WORKLOADS`, default
+    ``model``), ``--seed`` (default 0), ``--at`` (exact training steps to the state they
+    measure: ``(default, help)``), their second step count ``then`` (``(flag, default,
+    help)``), ``--variants`` (comma-separated, default ``variants``) and ``--out`` (the
+    results JSON, default ``None``: :func:`_report.results_path` picks it)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--model", default=model, choices=sorted(WORKLOADS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--at", type=int, default=at[0], help=at[1])
+    ap.add_argument(then[0], type=int, default=then[1], help=then[2])
+    ap.add_argument("--variants", default=variants)
+    ap.add_argument("--out", default=None)
+    return ap
 
 
 def failure_steps(steps: int, every: int, failures: int) -> list[int]:

@@ -27,7 +27,6 @@ machine). Writes ``benchmarks/results/moment_codings-<model>-<at>.json``.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import re
@@ -147,21 +146,15 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="llm", choices=sorted(_workloads.WORKLOADS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--at", type=int, default=100, help="exact training steps to the keyframe")
-    ap.add_argument("--every", type=int, default=10, help="steps from the keyframe to the delta")
-    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    args = _workloads.offline_parser(
+        __doc__.split("\n")[0],
+        model="llm",
+        at=(100, "exact training steps to the keyframe"),
+        then=("--every", 10, "steps from the keyframe to the delta"),
+        variants=DEFAULT_VARIANTS,
+    ).parse_args(argv)
     torch.set_num_threads(1)
-    w = _workloads.make(args.model, args.seed)
-    states = []
-    for step in range(args.at + args.every):
-        w.train_step(step)
-        if step + 1 in (args.at, args.at + args.every):
-            states.append(copy.deepcopy(w.state()))
+    w, states = _workloads.states_at(args.model, args.seed, [args.at, args.at + args.every])
     group = w.optimizer.param_groups[0]
     rows = []
     for variant in args.variants.split(","):
@@ -174,11 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             f"m error {r['m_error']:.3f}  v error {r['v_error']:.3f}",
             flush=True,
         )
-    out = (
-        Path(args.out)
-        if args.out
-        else _report.RESULTS / f"moment_codings-{args.model}-{args.at}.json"
-    )
+    out = _report.results_path(args.out, f"moment_codings-{args.model}-{args.at}.json")
     _report.write_json(out, {"meta": vars(args), "rows": rows})
     return 0
 

@@ -22,7 +22,6 @@ a shared 2-core machine). Writes ``benchmarks/results/restore_cost-<model>-<at>.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import re
 import sys
@@ -85,19 +84,15 @@ def _variant(state: dict[str, Any], model: torch.nn.Module, name: str) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="lm", choices=sorted(_workloads.WORKLOADS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--at", type=int, default=140, help="exact training steps before")
-    ap.add_argument("--steps", type=int, default=25, help="steps resumed after")
-    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    args = _workloads.offline_parser(
+        __doc__.split("\n")[0],
+        model="lm",
+        at=(140, "exact training steps before"),
+        then=("--steps", 25, "steps resumed after"),
+        variants=DEFAULT_VARIANTS,
+    ).parse_args(argv)
     torch.set_num_threads(1)
-    w = _workloads.make(args.model, args.seed)
-    for step in range(args.at):
-        w.train_step(step)
-    state = copy.deepcopy(w.state())
+    w, (state,) = _workloads.states_at(args.model, args.seed, [args.at])
 
     def resume(st: Any) -> tuple[float, float, list[float]]:
         # a copy: the optimizer's load_state_dict keeps the given tensors, which its steps
@@ -133,11 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{gaps[0]:+.2%}, mean {r['train_gap_mean']:+.2%}",
             flush=True,
         )
-    out = (
-        Path(args.out)
-        if args.out
-        else _report.RESULTS / f"restore_cost-{args.model}-{args.at}.json"
-    )
+    out = _report.results_path(args.out, f"restore_cost-{args.model}-{args.at}.json")
     _report.write_json(out, {"meta": vars(args), "exact_heldout": ref_after, "rows": rows})
     print(f"wrote {out}")
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 
@@ -18,13 +17,8 @@ from ckptzip.errors import ConfigError
 
 
 def _states() -> tuple[dict, dict]:
-    w = _workloads.make("mlp", 0)
-    states = []
-    for step in range(6):
-        w.train_step(step)
-        if step in (3, 5):
-            states.append(copy.deepcopy(w.state()))
-    return states[0], states[1]
+    _, (first, second) = _workloads.states_at("mlp", 0, [4, 6])
+    return first, second
 
 
 def test_a_variant_names_a_moment_policy_and_the_prototypes() -> None:
