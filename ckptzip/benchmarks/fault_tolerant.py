@@ -106,7 +106,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,6 +236,12 @@ def _unpack(data: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return out, header["meta"]
 
 
+def _rest(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A baseline checkpoint's ``"rest"`` array loaded back: the ``torch.save`` bytes of the
+    ``{"model", "optimizer"}`` parts the method kept exact."""
+    return torch.load(io.BytesIO(arrays["rest"].tobytes()), weights_only=True)
+
+
 class Method:
     """A checkpointing method under the protocol.
 
@@ -285,11 +291,54 @@ class Method:
         self.last_error = e
         return info
 
+    def _measure_restore(self, w: _workloads.Workload, live: dict[str, torch.Tensor]) -> None:
+        """Set :attr:`restore_info` for the restore just made into ``w``: its own gap (the
+        held-out loss of ``w.model`` against the same model with ``live``, the weights its
+        checkpoint was saved from) and the shape of its weight error (:meth:`_error_shape`)."""
+        twin = copy.deepcopy(w.model)
+        twin.load_state_dict(live)
+        self.restore_info = {"own_gap": _gap(w.eval_fn(w.model), w.eval_fn(twin))}
+        self.restore_info.update(self._error_shape(w.model.state_dict(), live))
+
     def _files(self) -> list[int]:
         return sorted(int(p.stem) for p in self.directory.glob("*.ckpt"))
 
     def _path(self, step: int) -> Path:
         return self.directory / f"{step:08d}.ckpt"
+
+    # the delta baselines' files: _pack bytes, compressed; their meta's "parent" is the step
+    # of the checkpoint they are a delta against (None: stands alone)
+
+    def _write_packed(
+        self,
+        step: int,
+        arrays: dict[str, np.ndarray],
+        rest: dict[str, Any],
+        meta: dict[str, Any],
+        compress: Callable[[bytes], bytes],
+    ) -> bytes:
+        """Write the checkpoint at ``step``: ``arrays`` and, last, ``arrays["rest"]`` (set
+        here: the ``torch.save`` bytes of ``rest``, what stays exact), packed with ``meta``
+        and compressed; returns the bytes written."""
+        arrays["rest"] = np.frombuffer(_report.torch_save_raw(rest), np.uint8)
+        packed = compress(_pack(arrays, meta))
+        _write(self._path(step), packed)
+        return packed
+
+    def _read(
+        self, step: int, decompress: Callable[[bytes], bytes]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The arrays and meta of the checkpoint at ``step``."""
+        return _unpack(decompress(self._path(step).read_bytes()))
+
+    def _chain(self, decompress: Callable[[bytes], bytes]) -> list[int]:
+        """The steps of the latest checkpoint and of its ancestors, newest first, back to the
+        one that stands alone (meta ``"parent"`` ``None``); a restore replays them in
+        reverse."""
+        chain = [self._files()[-1]]
+        while (parent := self._read(chain[-1], decompress)[1]["parent"]) is not None:
+            chain.append(parent)
+        return chain
 
 
 # -- exact, with the lossless codecs measured on its checkpoints ------------------------------
@@ -382,17 +431,66 @@ class Exact(Method):
         return step
 
 
-# -- Check-N-Run: per-row uniform 8-bit, incremental rows -------------------------------------
-
-
-class CheckNRun(Method):
-    name = "cnr"
+class _Keyframed(Method):
+    """A baseline whose checkpoints are deltas against the one before (zstd, level 3), with a
+    keyframe, which stands alone, every :data:`KEYFRAME_EVERY` saves (``cnr``,
+    ``feedback``). A save asks :meth:`_keyframe` whether it is one and writes through
+    :meth:`_save_chained` and reports it with :meth:`_stat`; a restore reads the files
+    :meth:`_replay` gives."""
 
     def __init__(self, directory: Path, every: int) -> None:
         super().__init__(directory, every)
         self.zstd = zstandard.ZstdCompressor(level=3)
-        self.prev: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.chain = 0  # saves since the last keyframe
+
+    def _keyframe(self, have_base: bool) -> bool:
+        """Whether this save is a keyframe: every :data:`KEYFRAME_EVERY` saves, and whenever
+        there is nothing to be a delta against (``have_base`` false)."""
+        return self.chain % KEYFRAME_EVERY == 0 or not have_base
+
+    def _save_chained(
+        self,
+        step: int,
+        arrays: dict[str, np.ndarray],
+        rest: dict[str, Any],
+        big: Any,
+        keyframe: bool,
+    ) -> bytes:
+        """:meth:`~Method._write_packed` with meta ``{"big": big, "parent": ...}`` (the
+        latest checkpoint, or ``None`` for a keyframe); returns the bytes written."""
+        meta = {"big": big, "parent": None if keyframe else self._files()[-1]}
+        packed = self._write_packed(step, arrays, rest, meta, self.zstd.compress)
+        self.chain = 1 if keyframe else self.chain + 1
+        return packed
+
+    def _stat(
+        self, step: int, state: dict[str, Any], packed: bytes, wb: int, seconds: float
+    ) -> SaveStat:
+        """The :class:`SaveStat` of a save of ``state`` that wrote ``packed`` in ``seconds``
+        (``wb``: the bytes its compressed weights take alone)."""
+        model = state["model"]
+        nbytes = sum(t.numel() * t.element_size() for t in model.values() if _big(t))
+        return SaveStat(step, len(_report.torch_save_raw(state)), len(packed), nbytes, wb, seconds)
+
+    def _replay(self) -> tuple[int, Iterator[tuple[dict[str, np.ndarray], dict[str, Any]]]]:
+        """The latest checkpoint's step (what a restore returns) and the arrays and meta of
+        each file of its chain, read one by one from the keyframe to it; sets :attr:`chain`
+        to their number, as if they had just been saved."""
+        unz = zstandard.ZstdDecompressor().decompress
+        chain = self._chain(unz)
+        self.chain = len(chain)
+        return chain[0], (self._read(s, unz) for s in reversed(chain))
+
+
+# -- Check-N-Run: per-row uniform 8-bit, incremental rows -------------------------------------
+
+
+class CheckNRun(_Keyframed):
+    name = "cnr"
+
+    def __init__(self, directory: Path, every: int) -> None:
+        super().__init__(directory, every)
+        self.prev: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @staticmethod
     def _quantize(t: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -406,7 +504,7 @@ class CheckNRun(Method):
         t0 = time.perf_counter()
         state = _state(w)
         model = dict(state["model"])
-        keyframe = self.chain % KEYFRAME_EVERY == 0 or not self.prev
+        keyframe = self._keyframe(bool(self.prev))
         arrays: dict[str, np.ndarray] = {}
         big = [k for k, t in model.items() if _big(t)]
         for k in big:
@@ -423,29 +521,16 @@ class CheckNRun(Method):
                 st[rows],
             )
             self.prev[k] = (codes, lo, st)
-        rest = _report.torch_save_raw({"model": model, "optimizer": state["optimizer"]})
-        arrays["rest"] = np.frombuffer(rest, np.uint8)
-        meta = {"big": big, "parent": None if keyframe else self._files()[-1]}
-        body = _pack(arrays, meta)
-        packed = self.zstd.compress(body)
-        _write(self._path(step), packed)
-        self.chain = 1 if keyframe else self.chain + 1
+        rest = {"model": model, "optimizer": state["optimizer"]}
+        packed = self._save_chained(step, arrays, rest, big, keyframe)
         seconds = time.perf_counter() - t0
         wb = len(self.zstd.compress(_pack({k: v for k, v in arrays.items() if k != "rest"}, {})))
-        nbytes = sum(t.numel() * t.element_size() for t in state["model"].values() if _big(t))
-        return SaveStat(step, len(_report.torch_save_raw(state)), len(packed), nbytes, wb, seconds)
+        return self._stat(step, state, packed, wb, seconds)
 
     def restore(self, w: _workloads.Workload) -> int:
-        unz = zstandard.ZstdDecompressor()
-        chain = [self._files()[-1]]
-        while True:
-            arrays, meta = _unpack(unz.decompress(self._path(chain[-1]).read_bytes()))
-            if meta["parent"] is None:
-                break
-            chain.append(meta["parent"])
         self.prev = {}
-        for s in reversed(chain):
-            arrays, meta = _unpack(unz.decompress(self._path(s).read_bytes()))
+        latest, files = self._replay()
+        for arrays, meta in files:
             for k in meta["big"]:
                 parts = [arrays[f"{k}/{p}"] for p in ("codes", "lo", "step")]
                 if meta["parent"] is None:
@@ -454,14 +539,13 @@ class CheckNRun(Method):
                 codes, lo, st = self.prev[k]
                 rows = np.unpackbits(arrays[f"{k}/rows"], count=len(lo)).astype(bool)
                 codes[rows], lo[rows], st[rows] = parts
-        rest = torch.load(io.BytesIO(arrays["rest"].tobytes()), weights_only=True)
+        rest = _rest(arrays)
         shapes = {k: t.shape for k, t in w.model.state_dict().items()}
         for k, (codes, lo, st) in self.prev.items():
             x = lo[:, None] + codes.astype(np.float32) * st[:, None]
             rest["model"][k] = torch.from_numpy(x.reshape(shapes[k]).copy())
         _load_state(w, rest)
-        self.chain = len(chain)
-        return chain[0]
+        return latest
 
 
 # -- ExCP: residuals, weight-momentum joint pruning, 4-bit k-means ---------------------------
@@ -548,10 +632,9 @@ class ExCP(Method):
                     recon = _excp_dequantize(q, wt.size)
                     self.base[name] = self.base.get(name, np.zeros_like(wt)) + recon
         opt = {**opt, "state": opt_state}
-        rest = _report.torch_save_raw({"model": model, "optimizer": opt})
         meta = {"big": big, "parent": self._files()[-1] if self._files() else None}
-        packed = lzma.compress(_pack({**arrays, "rest": np.frombuffer(rest, np.uint8)}, meta))
-        _write(self._path(step), packed)
+        rest = {"model": model, "optimizer": opt}
+        packed = self._write_packed(step, arrays, rest, meta, lzma.compress)
         seconds = time.perf_counter() - t0
         w_arrays = {k: a for k, a in arrays.items() if "/w/" in k}
         wb = len(lzma.compress(_pack(w_arrays, {})))
@@ -559,23 +642,18 @@ class ExCP(Method):
         return SaveStat(step, len(_report.torch_save_raw(state)), len(packed), nbytes, wb, seconds)
 
     def restore(self, w: _workloads.Workload) -> int:
-        chain = [self._files()[-1]]
-        while True:
-            _, meta = _unpack(lzma.decompress(self._path(chain[-1]).read_bytes()))
-            if meta["parent"] is None:
-                break
-            chain.append(meta["parent"])
+        chain = self._chain(lzma.decompress)
         sd = w.model.state_dict()
         self.base = {}
         for s in reversed(chain):
-            arrays, meta = _unpack(lzma.decompress(self._path(s).read_bytes()))
+            arrays, meta = self._read(s, lzma.decompress)
             for name, _ in meta["big"]:
                 parts = {
                     k.rsplit("/", 1)[1]: a for k, a in arrays.items() if k.startswith(f"{name}/w/")
                 }
                 delta = _excp_dequantize(parts, sd[name].numel())
                 self.base[name] = self.base.get(name, np.zeros_like(delta)) + delta
-        rest = torch.load(io.BytesIO(arrays["rest"].tobytes()), weights_only=True)
+        rest = _rest(arrays)
         for name, i in meta["big"]:
             shape = sd[name].shape
             rest["model"][name] = torch.from_numpy(self.base[name].reshape(shape).copy())
@@ -594,7 +672,7 @@ FEEDBACK_KEYFRAME = QuantConfig(bins=16, protect=0.005)  # what the search picks
 FEEDBACK_RESIDUAL = QuantConfig(bins=4, protect=0.0005)  # error_feedback.py: about today's bytes
 
 
-class Feedback(Method):
+class Feedback(_Keyframed):
     """Error feedback along a chain (``error_feedback.py`` in the protocol): a keyframe
     quantizes each weight in full (:data:`FEEDBACK_KEYFRAME`); every other checkpoint stores
     the residual against the parent's reconstruction, quantized (:data:`FEEDBACK_RESIDUAL`),
@@ -609,9 +687,7 @@ class Feedback(Method):
     ) -> None:
         super().__init__(directory, every)
         self.residual = residual
-        self.zstd = zstandard.ZstdCompressor(level=3)
         self.recon: dict[str, torch.Tensor] = {}  # the last checkpoint's reconstruction
-        self.chain = 0
         self.saved: tuple[int, dict[str, torch.Tensor]] | None = None  # the last save's live
 
     @staticmethod
@@ -646,7 +722,7 @@ class Feedback(Method):
         t0 = time.perf_counter()
         state = _state(w)
         model = dict(state["model"])
-        keyframe = self.chain % KEYFRAME_EVERY == 0 or not self.recon
+        keyframe = self._keyframe(bool(self.recon))
         arrays: dict[str, np.ndarray] = {}
         metas: dict[str, Any] = {}
         big = [k for k, t in model.items() if _big(t)]
@@ -659,43 +735,27 @@ class Feedback(Method):
             back = dequantize(q).reshape(x.shape)
             self.recon[k] = back if keyframe else self.recon[k] + back
         weights = _pack(arrays, {})
-        rest = _report.torch_save_raw({"model": model, "optimizer": state["optimizer"]})
-        arrays["rest"] = np.frombuffer(rest, np.uint8)
-        meta = {"big": metas, "parent": None if keyframe else self._files()[-1]}
-        packed = self.zstd.compress(_pack(arrays, meta))
-        _write(self._path(step), packed)
-        self.chain = 1 if keyframe else self.chain + 1
+        rest = {"model": model, "optimizer": state["optimizer"]}
+        packed = self._save_chained(step, arrays, rest, metas, keyframe)
         seconds = time.perf_counter() - t0
         self.saved = (step, copy.deepcopy(state["model"]))  # measurement only
         wb = len(self.zstd.compress(weights)) + len(json.dumps(metas))
-        nbytes = sum(t.numel() * t.element_size() for t in state["model"].values() if _big(t))
-        return SaveStat(step, len(_report.torch_save_raw(state)), len(packed), nbytes, wb, seconds)
+        return self._stat(step, state, packed, wb, seconds)
 
     def restore(self, w: _workloads.Workload) -> int:
-        unz = zstandard.ZstdDecompressor()
-        chain = [self._files()[-1]]
-        while True:
-            _, meta = _unpack(unz.decompress(self._path(chain[-1]).read_bytes()))
-            if meta["parent"] is None:
-                break
-            chain.append(meta["parent"])
         self.recon = {}
-        for s in reversed(chain):
-            arrays, meta = _unpack(unz.decompress(self._path(s).read_bytes()))
+        latest, files = self._replay()
+        for arrays, meta in files:
             for k, m in meta["big"].items():
                 back = self._decode(k, arrays, m)
                 self.recon[k] = back if meta["parent"] is None else self.recon[k] + back
-        rest = torch.load(io.BytesIO(arrays["rest"].tobytes()), weights_only=True)
+        rest = _rest(arrays)
         for k, x in self.recon.items():
             rest["model"][k] = x.clone()
         _load_state(w, rest)
-        self.chain = len(chain)
-        if self.saved is not None and self.saved[0] == chain[0]:
-            twin = copy.deepcopy(w.model)
-            twin.load_state_dict(self.saved[1])
-            self.restore_info = {"own_gap": _gap(w.eval_fn(w.model), w.eval_fn(twin))}
-            self.restore_info.update(self._error_shape(w.model.state_dict(), self.saved[1]))
-        return chain[0]
+        if self.saved is not None and self.saved[0] == latest:
+            self._measure_restore(w, self.saved[1])
+        return latest
 
 
 # -- ckptzip through CheckpointManager --------------------------------------------------------
@@ -832,14 +892,11 @@ class Ckptzip(Method):
         step = self.mgr.restore()
         assert self.saved is not None and self.saved[0] == step
         live = self.saved[1]
-        twin = copy.deepcopy(w.model)
-        twin.load_state_dict(live["model"])
         if self.restore_noise:
             w.model.load_state_dict(_noisy(live["model"], w.model.state_dict(), step))
         # what this restore alone cost: the restored state against the state it was saved
         # from, on the held-out batches, before any training
-        self.restore_info = {"own_gap": _gap(w.eval_fn(w.model), w.eval_fn(twin))}
-        self.restore_info.update(self._error_shape(w.model.state_dict(), live["model"]))
+        self._measure_restore(w, live["model"])
         if "weights" in self.restore_exact:
             w.model.load_state_dict(live["model"])
         moments = [k for k in ("exp_avg", "exp_avg_sq") if k in self.restore_exact]
@@ -1450,10 +1507,8 @@ def main(argv: list[str] | None = None) -> int:
         methods.insert(0, "exact")  # the reference of every ratio and degradation
     seeds = args.seeds if args.seeds is not None else list(SEEDS[mode])
     subset = "" if args.models is None else "-" + "-".join(models)
-    out = (
-        Path(args.out)
-        if args.out
-        else RESULTS / f"fault_tolerant{'-quick' if args.quick else ''}{subset}.json"
+    out = _report.results_path(
+        args.out, f"fault_tolerant{'-quick' if args.quick else ''}{subset}.json"
     )
     meta: dict[str, Any] = {
         "mode": mode,
