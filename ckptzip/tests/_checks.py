@@ -1,8 +1,11 @@
-"""Assertions shared by the test modules."""
+"""Assertions and small helpers shared by the test modules."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -27,6 +30,28 @@ def assert_same(a: Any, b: Any) -> None:
         assert isinstance(b, float) and math.isnan(b)
     else:
         assert type(a) is type(b) and a == b
+
+
+@contextlib.contextmanager
+def writer_lock_held(store: Any) -> Iterator[None]:
+    """Run the block while another thread of this process holds ``store``'s writer lock
+    (``store.writing()``, as a save in progress does): taken before the block starts,
+    released when it ends (the thread gives it up after 30 s in any case)."""
+    held, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with store.writing():
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert held.wait(30)
+        yield
+    finally:
+        release.set()
+        t.join()
 
 
 def use_kernels(monkeypatch: Any, implementation: Any) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+from _checks import writer_lock_held
 
 import ckptzip
 from ckptzip import CheckpointManager, CompressionConfig, QuantConfig, storage
@@ -254,23 +255,10 @@ def test_readers_never_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def test_loading_while_a_writer_holds_the_lock(tmp_path: Path) -> None:
     mgr = CheckpointManager(tmp_path, keyframe_every=3, config=CONFIG)
     mgr.save(1, _state(1))
-    held, release = threading.Event(), threading.Event()
-
-    def writer() -> None:
-        with mgr.store.writing():
-            held.set()
-            release.wait(30)
-
-    t = threading.Thread(target=writer)
-    t.start()
-    try:
-        assert held.wait(30)
+    with writer_lock_held(mgr.store):
         t0 = time.perf_counter()
         assert CheckpointManager(tmp_path).load()["step"] == 1
         assert time.perf_counter() - t0 < 10  # not waiting for the writer
-    finally:
-        release.set()
-        t.join()
 
 
 def test_swapped_step_files_are_refused(tmp_path: Path) -> None:

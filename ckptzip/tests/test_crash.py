@@ -14,7 +14,6 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 from _attack import scaled
+from _checks import writer_lock_held
 
 from ckptzip import CheckpointManager, CompressionConfig, QuantConfig, storage
 from ckptzip.errors import StorageError
@@ -58,11 +58,28 @@ def _check_directory(directory: Path) -> int | None:
     return steps[-1] if steps else None
 
 
-class _DieMidWrite:
+class _FileWrapper:
+    """A file object ``f`` with its ``write`` replaced by a subclass's: everything else, the
+    context manager closing it included, is ``f``'s."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _FileWrapper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+
+class _DieMidWrite(_FileWrapper):
     """A file whose ``write`` writes part of its data, then SIGKILLs the process."""
 
     def __init__(self, f: Any, fraction: float) -> None:
-        self._f = f
+        super().__init__(f)
         self._fraction = fraction
 
     def write(self, data: bytes) -> int:
@@ -71,15 +88,6 @@ class _DieMidWrite:
         self._f.flush()
         os.kill(os.getpid(), signal.SIGKILL)
         raise AssertionError("unreachable")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._f, name)
-
-    def __enter__(self) -> _DieMidWrite:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._f.close()
 
 
 def _saver(
@@ -172,11 +180,11 @@ def test_sigkill_during_saves_never_leaves_a_half_checkpoint(
     print(f"{kills} kills, {landed_mid_save} mid-write, reached step {latest}", file=sys.stderr)
 
 
-class _FullDisk:
+class _FullDisk(_FileWrapper):
     """A file object that accepts ``budget`` bytes, then fails like a full disk."""
 
     def __init__(self, f: Any, budget: int) -> None:
-        self._f = f
+        super().__init__(f)
         self._budget = budget
 
     def write(self, data: bytes) -> int:
@@ -185,15 +193,6 @@ class _FullDisk:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         self._budget -= n
         return int(self._f.write(data))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._f, name)
-
-    def __enter__(self) -> _FullDisk:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._f.close()
 
 
 @pytest.mark.parametrize("budget", [0, 64, 1024])
@@ -323,21 +322,8 @@ def test_a_running_writer_holding_the_lock_is_named(
 ) -> None:
     mgr = CheckpointManager(tmp_path, config=CONFIG)
     mgr.save(1, _state(1))
-    held, release = threading.Event(), threading.Event()
-
-    def writer() -> None:
-        with mgr.store.writing():
-            held.set()
-            release.wait(30)
-
-    t = threading.Thread(target=writer)
-    t.start()
-    try:
-        assert held.wait(30)
+    with writer_lock_held(mgr.store):
         monkeypatch.setattr(storage.LocalStorage, "lock_wait", 0.3)
         with _Alarm(30), pytest.raises(StorageError, match=rf"pid {os.getpid()} .* still running"):
             CheckpointManager(tmp_path, config=CONFIG).save(2, _state(2))
-    finally:
-        release.set()
-        t.join()
     CheckpointManager(tmp_path, config=CONFIG).save(2, _state(2))  # free again
