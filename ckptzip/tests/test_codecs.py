@@ -181,16 +181,22 @@ def test_quant_decode_rejects_inconsistent_parts(damage: Any, values: bool) -> N
         get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=values))
 
 
-def test_indices_beyond_levels_are_rejected() -> None:
+def _beyond_levels_sample() -> tuple[dict[str, Any], list[bytes], dict[str, Any]]:
+    """:func:`quant_sample` rewritten to 10 levels whose packed 4-bit indices are all 15: 10
+    levels need 4 bits, which can also spell the indices 10..15 that address nothing."""
     from ckptzip import entropy
     from ckptzip.packing import pack_indices
 
     meta, chunks, fields = quant_sample()
-    # 10 levels need 4 bits, which can also spell the indices 10..15 that address nothing
     payload, info = entropy.encode(pack_indices(np.full(4000, 15, dtype=np.uint8), 4))
     meta.update(index_layout="packed", index_stage=info, n_levels=10, bits=4)
     chunks[0] = np.linspace(-1, 1, 10).astype("<f8").tobytes()
     chunks[1] = payload
+    return meta, chunks, fields
+
+
+def test_indices_beyond_levels_are_rejected() -> None:
+    meta, chunks, fields = _beyond_levels_sample()
     with pytest.raises(CorruptCheckpointError, match="beyond"):
         get_codec("quant").decode(meta, chunks, DecodeContext(**fields))
 
@@ -340,13 +346,8 @@ def test_decoding_straight_into_the_tensor_gives_the_dequantized_values(
 
 def test_indices_beyond_levels_are_rejected_straight_into_the_tensor() -> None:
     from ckptzip import entropy
-    from ckptzip.packing import pack_indices
 
-    meta, chunks, fields = quant_sample()
-    payload, info = entropy.encode(pack_indices(np.full(4000, 15, dtype=np.uint8), 4))
-    meta.update(index_layout="packed", index_stage=info, n_levels=10, bits=4)
-    chunks[0] = np.linspace(-1, 1, 10).astype("<f8").tobytes()
-    chunks[1] = payload
+    meta, chunks, fields = _beyond_levels_sample()
     with pytest.raises(CorruptCheckpointError, match="beyond"):
         get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=True))
     # an ANS alphabet wider than the levels could spell an index that addresses nothing

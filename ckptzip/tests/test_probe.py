@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -71,6 +72,14 @@ class _Run:
             nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
 
+    def manager(self, directory: Path, **kwargs: Any) -> CheckpointManager:
+        """A manager on this run's model, optimizer and ``eval_fn``, probing with
+        :meth:`probe` unless ``kwargs`` name another ``probe_fn``."""
+        kwargs.setdefault("probe_fn", self.probe)
+        return CheckpointManager(
+            directory, model=self.model, optimizer=self.optimizer, eval_fn=self.eval_fn, **kwargs
+        )
+
 
 def _everything(run: _Run) -> list[torch.Tensor]:
     out = [t.detach().clone() for t in run.model.state_dict().values()]
@@ -87,11 +96,8 @@ def _train_and_save(tmp_path: Path, probe: bool) -> tuple[_Run, list[torch.Tenso
     run = _Run()
     np.random.seed(3)
     random.seed(3)
-    mgr = CheckpointManager(
+    mgr = run.manager(
         tmp_path,
-        model=run.model,
-        optimizer=run.optimizer,
-        eval_fn=run.eval_fn,
         probe_fn=run.probe if probe else None,
         keyframe_every=2,
         checkpoint_every=10,
@@ -158,9 +164,7 @@ def test_a_probe_that_raises_is_reported_and_nothing_changes(tmp_path: Path) -> 
         run.probe(model, optimizer)  # trains first, so there is something to undo
         raise RuntimeError("out of batches")
 
-    mgr = CheckpointManager(
-        tmp_path, model=run.model, optimizer=run.optimizer, eval_fn=run.eval_fn, probe_fn=broken
-    )
+    mgr = run.manager(tmp_path, probe_fn=broken)
     with pytest.raises(ProbeError, match="out of batches"):
         mgr.save(10)
     assert calls and mgr.steps() == []
@@ -174,13 +178,7 @@ def test_probe_misuse_is_rejected(tmp_path: Path) -> None:
         CheckpointManager(tmp_path, model=run.model, eval_fn=run.eval_fn, probe_fn=run.probe)
     with pytest.raises(ConfigError, match="probe_fn"):
         search(run.model, optimizer=run.optimizer, probe_fn=run.probe)
-    mgr = CheckpointManager(
-        tmp_path,
-        model=run.model,
-        optimizer=run.optimizer,
-        eval_fn=run.eval_fn,
-        probe_fn=run.probe,
-    )
+    mgr = run.manager(tmp_path)
     run.train_step(0)
     with pytest.raises(ConfigError, match="blocking"):
         mgr.save(1, blocking=False)
@@ -189,14 +187,7 @@ def test_probe_misuse_is_rejected(tmp_path: Path) -> None:
 
 def test_research_every_searches_in_full_again_and_probes_with_it(tmp_path: Path) -> None:
     run = _Run()
-    mgr = CheckpointManager(
-        tmp_path,
-        model=run.model,
-        optimizer=run.optimizer,
-        eval_fn=run.eval_fn,
-        probe_fn=run.probe,
-        research_every=2,
-    )
+    mgr = run.manager(tmp_path, research_every=2)
     seen = []
     for step in range(40):
         run.train_step(step)

@@ -208,23 +208,34 @@ def test_later_checkpoint_searches_only_the_neighbourhood() -> None:
     assert dict(again.layer_configs) == dict(first.layer_configs)
 
 
+def _previous(
+    cfg: QuantConfig,
+    config: CompressionConfig | None = None,
+    baseline: float | None = None,
+    quality: float | None = None,
+) -> SearchResult:
+    """A previous full search (no trials, tolerance 0.05) that chose ``cfg`` for ``_task``'s
+    one layer, ``"linear"``: where the next search's neighbourhood starts from."""
+    return SearchResult(
+        layer_configs={"linear": cfg},
+        config=CompressionConfig() if config is None else config,
+        mode="eval",
+        strategy="full",
+        trials=0,
+        seconds=0.0,
+        baseline=baseline,
+        quality=quality,
+        tolerance=0.05,
+        estimated_ratio=1.0,
+    )
+
+
 def test_neighbourhood_never_goes_more_aggressive() -> None:
     model, _, eval_fn = _task(3)
     first = search(model, eval_fn=eval_fn)  # type: ignore[arg-type]
     # pretend the previous choice was the most precise point: nothing bolder may be chosen
     precise = QuantConfig(bins=32, prune=0.0, protect=0.01)
-    prev = SearchResult(
-        layer_configs={"linear": precise},
-        config=first.config,
-        mode="eval",
-        strategy="full",
-        trials=0,
-        seconds=0.0,
-        baseline=first.baseline,
-        quality=first.quality,
-        tolerance=0.05,
-        estimated_ratio=1.0,
-    )
+    prev = _previous(precise, first.config, first.baseline, first.quality)
     again = search(model, eval_fn=eval_fn, previous=prev)  # type: ignore[arg-type]
     assert again.strategy == "neighbourhood" and again.layer_configs["linear"] == precise
 
@@ -232,18 +243,7 @@ def test_neighbourhood_never_goes_more_aggressive() -> None:
 def test_infeasible_previous_steps_back_toward_precision() -> None:
     model, _, eval_fn = _task(4)
     bold = QuantConfig(bins=4, prune=0.5, protect=0.0005)
-    prev = SearchResult(
-        layer_configs={"linear": bold},
-        config=CompressionConfig(),
-        mode="eval",
-        strategy="full",
-        trials=0,
-        seconds=0.0,
-        baseline=None,
-        quality=None,
-        tolerance=0.05,
-        estimated_ratio=1.0,
-    )
+    prev = _previous(bold)
     result = search(model, eval_fn=eval_fn, tolerance=0.01, previous=prev)  # type: ignore[arg-type]
     cfg = result.layer_configs["linear"]
     assert result.quality is not None and result.quality <= result.baseline * 1.01  # type: ignore[operator]
@@ -289,18 +289,7 @@ def test_trials_quantize_on_the_encoding_threads_with_the_same_result(
 
     monkeypatch.setattr(search_module, "_estimated_bytes", estimate)
     bold = QuantConfig(bins=4, prune=0.5, protect=0.0005)
-    prev = SearchResult(
-        layer_configs={"linear": bold},
-        config=CompressionConfig(),
-        mode="eval",
-        strategy="full",
-        trials=0,
-        seconds=0.0,
-        baseline=None,
-        quality=None,
-        tolerance=0.05,
-        estimated_ratio=1.0,
-    )
+    prev = _previous(bold)
     # a failing neighbourhood ranks its steps back by weight error, then searches in full
     result = search(model, eval_fn=eval_fn, tolerance=0.01, previous=prev, optimizer=opt)  # type: ignore[arg-type]
     assert result.strategy == "full" and result.trials >= 1 and seen
