@@ -1,6 +1,7 @@
 """Shared fixtures: a real Redis server for the tests of policies shared through a
 database (``redis-server`` on localhost, on a free port, started and stopped by the one
-helper the benchmarks use too, ``benchmarks/_redis.py``)."""
+helper the benchmarks use too, ``benchmarks/_redis.py``); the Hypothesis backend's
+statistics of a test's runs, and a backend that never steps aside."""
 
 from __future__ import annotations
 
@@ -13,6 +14,23 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from _redis import RedisServerMissing, redis_server
+
+from rlcheck.hypothesis_backend import BackendStats, RLCheckProvider, collect_stats
+
+
+@pytest.fixture
+def stats() -> Iterator[BackendStats]:
+    """The rlcheck backend's statistics of every run the test makes."""
+    with collect_stats() as collected:
+        yield collected
+
+
+@pytest.fixture
+def always_guided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case on the provider: no run steps aside after its first cases (a module of
+    tests about guidance uses it for all of its tests; a test of stepping aside sets
+    ``probe_cases`` back)."""
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 0)
 
 
 @pytest.fixture(scope="session")

@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from _bench import load_benchmark
 from hypothesis import given
 from hypothesis import strategies as st
 
 import rlcheck
 from rlcheck import Gen, RandomGuide, RLGuide
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bst.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rlcheck_bench_bst", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bst = _load()
+bst = load_benchmark("bst.py")
 
 
 def inorder(t: Any) -> list[int]:

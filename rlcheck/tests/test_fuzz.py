@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,9 +108,38 @@ def test_bad_arguments_are_refused() -> None:
         fuzz([], seconds=0)
 
 
-def _project(tmp_path: Path) -> Path:
-    (tmp_path / "test_buggy.py").write_text(BUGGY)
+# b stays below 16: a bug no session finds, so a session runs for as long as it is given
+UNREACHABLE = BUGGY.replace("b == 11 and n % 7 == 3", "b == 99")
+
+
+def _project(tmp_path: Path, source: str = BUGGY) -> Path:
+    (tmp_path / "test_buggy.py").write_text(source)
     return tmp_path
+
+
+def _start_long_session(project: Path, *extra: str, **popen: Any) -> subprocess.Popen[Any]:
+    """``rlcheck fuzz test_buggy.py`` in ``project`` with 2 workers for 600 s (and the further
+    arguments ``extra``), started and not waited for, in a session of its own (the test
+    signals its whole process group); ``popen`` are :class:`subprocess.Popen`'s other
+    arguments (where its output goes)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlcheck.cli",
+            "fuzz",
+            "test_buggy.py",
+            "--workers",
+            "2",
+            "--seconds",
+            "600",
+            *extra,
+        ],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        start_new_session=True,
+        **popen,
+    )
 
 
 def _rlcheck(
@@ -182,29 +212,14 @@ def test_a_found_failure_is_in_the_database_and_plain_pytest_replays_it(tmp_path
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_session_and_leaves_a_whole_report(tmp_path: Path) -> None:
-    project = _project(tmp_path)
-    (project / "test_buggy.py").write_text(BUGGY.replace("b == 11 and n % 7 == 3", "b == 99"))
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlcheck.cli",
-            "fuzz",
-            "test_buggy.py",
-            "--workers",
-            "2",
-            "--seconds",
-            "600",
-            "--report",
-            "report.json",
-        ],
-        cwd=project,
-        env=env,
+    project = _project(tmp_path, UNREACHABLE)
+    proc = _start_long_session(
+        project,
+        "--report",
+        "report.json",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
     )
     try:
         time.sleep(25)  # workers started and running
@@ -264,8 +279,7 @@ def test_tests_without_a_database_are_named_with_the_ci_profile_as_the_likely_ca
 
 @pytest.mark.slow
 def test_fuzz_on_a_ci_machine_warns_that_nothing_is_shared_or_kept(tmp_path: Path) -> None:
-    project = _project(tmp_path)
-    (project / "test_buggy.py").write_text(BUGGY.replace("b == 11 and n % 7 == 3", "b == 99"))
+    project = _project(tmp_path, UNREACHABLE)
     env = {**os.environ, "CI": "true"}  # Hypothesis loads its ci profile: database=None
     done = _rlcheck("fuzz", "test_buggy.py", "--seconds", "4", cwd=project, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -287,27 +301,8 @@ def test_fuzz_help_names_the_options() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc: Linux")
 def test_workers_stop_by_themselves_when_the_controller_is_killed(tmp_path: Path) -> None:
-    project = _project(tmp_path)
-    (project / "test_buggy.py").write_text(BUGGY.replace("b == 11 and n % 7 == 3", "b == 99"))
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlcheck.cli",
-            "fuzz",
-            "test_buggy.py",
-            "--workers",
-            "2",
-            "--seconds",
-            "600",
-        ],
-        cwd=project,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    project = _project(tmp_path, UNREACHABLE)
+    proc = _start_long_session(project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []
     try:
         time.sleep(20)

@@ -9,7 +9,6 @@ import random
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +54,9 @@ def _stats_of(stats: BackendStats, test: Any) -> Any:
     return stats[f"{test.__module__}.{test.__qualname__}"]
 
 
-@pytest.fixture(autouse=True)
-def always_guided(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are about guidance, mostly on easy strategies where a run would step
-    aside after its first cases; the tests of stepping aside turn it back on."""
-    monkeypatch.setattr(RLCheckProvider, "probe_cases", 0)
-
-
-@pytest.fixture
-def stats() -> Iterator[BackendStats]:
-    with collect_stats() as collected:
-        yield collected
+# These tests are about guidance, mostly on easy strategies where a run would step aside
+# after its first cases; the tests of stepping aside turn it back on.
+pytestmark = pytest.mark.usefixtures("always_guided")
 
 
 # -- registration ------------------------------------------------------------------------
@@ -331,19 +322,27 @@ def test_same_seed_same_inputs() -> None:
     assert record() == record()
 
 
-def test_hands_back_instead_of_giving_up(stats: BackendStats) -> None:
-    # No input is valid before the 300th call: the backend sees only invalid cases and
-    # must hand the run to Hypothesis's own backend well before Hypothesis would give up
-    # (458 invalid cases and no valid one), so the run still ends normally.
+def _valid_after(invalid: int, **kwargs: Any) -> Any:
+    """A test of integers on the rlcheck backend (20 examples, no database, the further
+    ``settings`` ``kwargs``) whose first ``invalid`` calls fail their ``assume`` and whose
+    later ones are all valid."""
     calls = 0
 
-    @settings(backend="rlcheck", max_examples=20, database=None, **QUIET)
+    @settings(backend="rlcheck", max_examples=20, database=None, **kwargs)
     @given(st.integers())
     def inner(n: int) -> None:
         nonlocal calls
         calls += 1
-        assume(calls > 300)
+        assume(calls > invalid)
 
+    return inner
+
+
+def test_hands_back_instead_of_giving_up(stats: BackendStats) -> None:
+    # No input is valid before the 300th call: the backend sees only invalid cases and
+    # must hand the run to Hypothesis's own backend well before Hypothesis would give up
+    # (458 invalid cases and no valid one), so the run still ends normally.
+    inner = _valid_after(300, **QUIET)
     inner()  # no Unsatisfiable
     stats = _stats_of(stats, inner)
     assert stats.handed_back and stats.valid == 0
@@ -353,15 +352,7 @@ def test_hands_back_instead_of_giving_up(stats: BackendStats) -> None:
 def test_hands_back_before_the_filter_health_check_fails(stats: BackendStats) -> None:
     # Health checks on: Hypothesis fails a run with 50 invalid cases before the 10th valid
     # one, so the backend hands over after 25 (the first 30 calls are invalid here).
-    calls = 0
-
-    @settings(backend="rlcheck", max_examples=20, database=None, deadline=None)
-    @given(st.integers())
-    def inner(n: int) -> None:
-        nonlocal calls
-        calls += 1
-        assume(calls > 30)
-
+    inner = _valid_after(30, deadline=None)
     inner()  # no FailedHealthCheck
     stats = _stats_of(stats, inner)
     assert stats.handed_back and stats.invalid == 25

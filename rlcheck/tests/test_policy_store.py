@@ -357,6 +357,27 @@ def _store(db: object, **kwargs: object) -> DatabasePolicy:
     return DatabasePolicy(db, b"test-key", meta=META, **kwargs)  # type: ignore[arg-type]
 
 
+def _writer(
+    db: object, table: str, state: tuple[int, ...], reward: float, *, final: bool = False
+) -> tuple[Policy, DatabasePolicy]:
+    """A learner that loads what ``db`` holds, learns one episode (action 0 in ``state`` of
+    ``table``, ``reward``) and saves it (the last save of its run when ``final``); returns
+    its policy and store, to go on with."""
+    p = Policy()
+    s = _store(db)
+    s.load(p)
+    p.learn([(table, state, 0)], reward)
+    s.save(p, final=final)
+    return p, s
+
+
+def _merged(db: object) -> Policy:
+    """A fresh policy loaded from ``db``: what every writer saved there, merged."""
+    merged = Policy()
+    _store(db).load(merged)
+    return merged
+
+
 def _visits(p: Policy) -> float:
     return sum(sum(row[1::2]) for t in p._tables.values() for _, row in t.items())
 
@@ -396,11 +417,7 @@ def test_interleaved_saves_keep_every_contribution() -> None:
 
 def test_a_second_learner_starts_from_the_first_and_adds_only_its_own_visits() -> None:
     db = InMemoryExampleDatabase()
-    first = Policy()
-    store = _store(db)
-    store.load(first)
-    first.learn([("p", (), 0)], 20.0)
-    store.save(first)
+    first, store = _writer(db, "p", (), 20.0)
     saved = set(db.fetch(b"test-key" + KEY_SUFFIX))
     store.save(first)  # nothing new: nothing written
     assert set(db.fetch(b"test-key" + KEY_SUFFIX)) == saved and len(saved) == 1
@@ -409,25 +426,25 @@ def test_a_second_learner_starts_from_the_first_and_adds_only_its_own_visits() -
     assert again.load(second) and second.table("p").value((), 0) == (20.0, 1)
     second.learn([("p", (), 0)], 10.0)
     again.save(second)
-    merged = Policy()
-    _store(db).load(merged)
-    assert merged.table("p").value((), 0) == (15.0, 2)  # not 3 visits: no double count
+    assert _merged(db).table("p").value((), 0) == (15.0, 2)  # not 3 visits: no double count
 
 
 def _finished_writer(db: object, i: int) -> None:
-    p = Policy()
-    s = _store(db)
-    s.load(p)
-    p.learn([("p", (i,), 0)], 1.0)
-    s.save(p, final=True)
+    _writer(db, "p", (i,), 1.0, final=True)
+
+
+def _finished_writers(db: object, n: int) -> set[bytes]:
+    """``n`` writers one after the other (:func:`_finished_writer` ``0 .. n-1``); the values
+    under the policy's key after the last."""
+    for i in range(n):
+        _finished_writer(db, i)
+    return set(db.fetch(b"test-key" + KEY_SUFFIX))  # type: ignore[attr-defined]
 
 
 def test_finished_writers_are_compacted_and_compactors_agree() -> None:
     db = InMemoryExampleDatabase()
     key = b"test-key" + KEY_SUFFIX
-    for i in range(COMPACT_AT + 1):
-        _finished_writer(db, i)
-    parts = set(db.fetch(key))
+    parts = _finished_writers(db, COMPACT_AT + 1)
     assert len(parts) == COMPACT_AT + 1
     twin = InMemoryExampleDatabase()
     for v in parts:
@@ -438,40 +455,28 @@ def test_finished_writers_are_compacted_and_compactors_agree() -> None:
     assert len(values) == 2  # the merge of the others, and the last writer's own
     # A second compactor over the same set writes the same bytes (a set holds them once).
     assert values & set(twin.fetch(key)) and len(values & set(twin.fetch(key))) == 1
-    merged = Policy()
-    _store(db).load(merged)
+    merged = _merged(db)
     assert all(merged.table("p").value((i,), 0) == (1.0, 1) for i in range(COMPACT_AT + 2))
 
 
 def test_a_merge_whose_parts_were_not_deleted_counts_them_once() -> None:
     db = InMemoryExampleDatabase()
     key = b"test-key" + KEY_SUFFIX
-    for i in range(COMPACT_AT + 1):
-        _finished_writer(db, i)
-    parts = set(db.fetch(key))
+    parts = _finished_writers(db, COMPACT_AT + 1)
     _finished_writer(db, 99)  # compacts
     for v in parts:  # as if the compactor had died between its save and its deletes
         db.save(key, v)
-    merged = Policy()
-    _store(db).load(merged)
+    merged = _merged(db)
     assert all(merged.table("p").value((i,), 0) == (1.0, 1) for i in range(COMPACT_AT + 1))
 
 
 def test_a_live_writer_is_never_compacted() -> None:
     db = InMemoryExampleDatabase()
-    live = Policy()
-    store = _store(db)
-    store.load(live)
-    live.learn([("live", (), 0)], 3.0)
-    store.save(live)  # not final
-    for i in range(COMPACT_AT + 1):
-        _finished_writer(db, i)
-    assert store._saved in set(db.fetch(b"test-key" + KEY_SUFFIX))
+    live, store = _writer(db, "live", (), 3.0)  # not final
+    assert store._saved in _finished_writers(db, COMPACT_AT + 1)
     live.learn([("live", (), 0)], 5.0)
     store.save(live, final=True)
-    merged = Policy()
-    _store(db).load(merged)
-    assert merged.table("live").value((), 0) == (4.0, 2)
+    assert _merged(db).table("live").value((), 0) == (4.0, 2)
 
 
 def test_values_of_other_metadata_are_left_alone() -> None:

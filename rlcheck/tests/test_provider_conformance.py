@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,6 @@ from rlcheck.hypothesis_backend import (
     BackendStats,
     FastRLCheckProvider,
     RLCheckProvider,
-    collect_stats,
 )
 from rlcheck.learner import Policy
 from rlcheck.ledger import Ledger
@@ -63,16 +62,7 @@ BACKENDS = ["rlcheck", "rlcheck-fast"]
 QUIET = {"deadline": None, "database": None, "suppress_health_check": list(HealthCheck)}
 
 
-@pytest.fixture(autouse=True)
-def always_guided(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every case on the provider: no run steps aside after its first cases."""
-    monkeypatch.setattr(RLCheckProvider, "probe_cases", 0)
-
-
-@pytest.fixture
-def stats() -> Iterator[BackendStats]:
-    with collect_stats() as collected:
-        yield collected
+pytestmark = pytest.mark.usefixtures("always_guided")  # no run steps aside
 
 
 def _run_clean(test: Callable[[], None]) -> None:

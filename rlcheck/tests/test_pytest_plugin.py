@@ -37,13 +37,20 @@ def test_not_hypothesis():
 """
 
 
+def _passing(pytester: pytest.Pytester, *args: str, passed: int, **files: str) -> str:
+    """The output of pytest with ``args`` (and ``-p no:randomly``) on the test ``files``
+    (module name to source), after asserting that ``passed`` tests passed and no other
+    outcome."""
+    pytester.makepyfile(**files)
+    result = pytester.runpytest(*args, "-p", "no:randomly")
+    result.assert_outcomes(passed=passed)
+    return result.stdout.str()
+
+
 def test_rlcheck_option_runs_hypothesis_tests_on_the_backend(
     pytester: pytest.Pytester,
 ) -> None:
-    pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("--rlcheck", "-s", "-p", "no:randomly")
-    result.assert_outcomes(passed=3)
-    out = result.stdout.str()
+    out = _passing(pytester, "--rlcheck", "-s", passed=3, test_suite=SUITE)
     assert "BACKEND rlcheck" in out and "BACKEND hypothesis" not in out
     assert "rlcheck: Hypothesis backend" in out
     assert "test_suite.py::test_sorted_pairs" in out
@@ -53,10 +60,7 @@ def test_rlcheck_option_runs_hypothesis_tests_on_the_backend(
 
 
 def test_fast_option_runs_the_tests_on_the_fast_backend(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("--rlcheck-fast", "-s", "-p", "no:randomly")
-    result.assert_outcomes(passed=3)
-    out = result.stdout.str()
+    out = _passing(pytester, "--rlcheck-fast", "-s", passed=3, test_suite=SUITE)
     assert "BACKEND rlcheck-fast" in out and "BACKEND hypothesis" not in out
     table = out.split("rlcheck: Hypothesis backend")[1]
     row = next(line for line in table.splitlines() if "test_sorted_pairs" in line)
@@ -65,10 +69,7 @@ def test_fast_option_runs_the_tests_on_the_fast_backend(pytester: pytest.Pyteste
 
 
 def test_compare_option_adds_the_default_backend(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("--rlcheck-compare", "-s", "-p", "no:randomly")
-    result.assert_outcomes(passed=3)
-    out = result.stdout.str()
+    out = _passing(pytester, "--rlcheck-compare", "-s", passed=3, test_suite=SUITE)
     assert "BACKEND hypothesis" in out and "BACKEND rlcheck" in out
     table = out.split("rlcheck: Hypothesis backend")[1]
     assert "default: cases" in table and "valid/case x" in table and "speed x" in table
@@ -81,10 +82,7 @@ def test_compare_option_adds_the_default_backend(pytester: pytest.Pytester) -> N
 
 
 def test_without_the_option_nothing_changes(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("-s", "-p", "no:randomly")
-    result.assert_outcomes(passed=3)
-    out = result.stdout.str()
+    out = _passing(pytester, "-s", passed=3, test_suite=SUITE)
     assert "BACKEND hypothesis" in out and "BACKEND rlcheck" not in out
     assert "rlcheck: Hypothesis backend" not in out
 
@@ -242,10 +240,7 @@ TestCounter.settings = settings(max_examples=10, stateful_step_count=5, database
 
 
 def test_stateful_tests_run_on_the_backend(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_machine=STATEFUL)
-    result = pytester.runpytest("--rlcheck", "-s", "-p", "no:randomly")
-    result.assert_outcomes(passed=1)
-    out = result.stdout.str()
+    out = _passing(pytester, "--rlcheck", "-s", passed=1, test_machine=STATEFUL)
     assert "BACKEND rlcheck" in out and "BACKEND hypothesis" not in out
     row = next(line for line in out.splitlines() if "TestCounter::runTest" in line)
     assert int(row.split()[1]) >= 10

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from _bench import load_benchmark
 from hypothesis import HealthCheck, given, settings
 
 import rlcheck
@@ -87,12 +87,7 @@ def test_unknown_benchmark() -> None:
 
 
 def _compare() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rlcheck_bench_compare", BENCH / "compare.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("compare.py")
 
 
 def test_compare_tiny_run(tmp_path: Path) -> None:
