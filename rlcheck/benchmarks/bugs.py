@@ -41,11 +41,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Unsatisfiable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bugs_suite import SUITE, BugProperty, PlantedBug
+from _runs import generate_only, grid
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -87,15 +87,7 @@ def run_once(name: str, backend: str, budget: int, seed: int) -> dict[str, Any]:
         valid += 1
         distinct.add(repr(value))
 
-    run_settings = settings(
-        backend=backend,
-        max_examples=budget,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-        derandomize=False,
-    )
+    run_settings = generate_only(backend, budget, derandomize=False)
     start = time.perf_counter()
     outcome = "passed"
     try:
@@ -187,9 +179,7 @@ def fisher_less(found_a: int, runs_a: int, found_b: int, runs_b: int) -> float:
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
     """The detection table (found/runs and mean distinct valid inputs), one line a property."""
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
-    by = {(r["property"], r["backend"]): r for r in rows}
-    names = list(dict.fromkeys(r["property"] for r in rows))
+    backends, names, by = grid(rows, "property")
     width = max(20, *(len(b) + 2 for b in backends))
     lines = [
         f"{'property':<16} {'kind':<11}" + "".join(f"{b:>{width}}" for b in backends),

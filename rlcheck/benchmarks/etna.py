@@ -57,13 +57,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import given, seed
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import UnsatisfiedAssumption
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _etna_suite import LIBRARIES, VENDOR, WORKLOADS, Workload, load
 from _mutate import Mutant
+from _runs import generate_only, grid
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MUTANTS_FILE = VENDOR / "mutants.json"
@@ -161,14 +162,8 @@ def run_once(
 
     probe._hypothesis_internal_add_digest = workload.name.encode()  # type: ignore[attr-defined]
     # settings outermost: @seed alone turns the database off, and the warm start needs it
-    test = settings(
-        backend=backend,
-        max_examples=budget,
-        database=None if database is None else DirectoryBasedExampleDatabase(database),
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )(seed(run_seed)(given(workload.strategy)(probe)))
+    db = None if database is None else DirectoryBasedExampleDatabase(database)
+    test = generate_only(backend, budget, db)(seed(run_seed)(given(workload.strategy)(probe)))
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     outcome = "passed"
     try:
@@ -398,9 +393,7 @@ def summary(rows: list[dict[str, Any]], strict: bool) -> dict[str, dict[str, flo
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
-    by = {(r["workload"], r["backend"]): r for r in rows}
-    names = list(dict.fromkeys(r["workload"] for r in rows))
+    backends, names, by = grid(rows, "workload")
     width = 30
     lines = [
         f"{'workload':<18}" + "".join(f"{b:>{width}}" for b in backends),

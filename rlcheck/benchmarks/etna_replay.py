@@ -34,12 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import given, seed
 from hypothesis.errors import UnsatisfiedAssumption
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import etna  # the variants register on import
 from _etna_suite import WORKLOADS
+from _runs import generate_only
 
 STRICT = [name for name, w in WORKLOADS.items() if w.strict]
 
@@ -63,14 +64,7 @@ def record(name: str, backend: str, budget: int, seconds: float, run_seed: int) 
         inputs.append((value, True, elapsed))
 
     probe._hypothesis_internal_add_digest = name.encode()  # type: ignore[attr-defined]
-    test = settings(
-        backend=backend,
-        max_examples=budget,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )(seed(run_seed)(given(workload.strategy)(probe)))
+    test = generate_only(backend, budget)(seed(run_seed)(given(workload.strategy)(probe)))
     with contextlib.suppress(etna._Stop):
         test()
     return inputs
