@@ -72,6 +72,7 @@ _variant("rlcheck-tail25", default_share=0.0, default_tail=0.25)
 _variant("rlcheck-nomutate", mutate_share=0.0)  # the default, without mutation
 _variant("rlcheck-noconstants", draw_constants=False)  # without Hypothesis's constants
 _variant("rlcheck-smallprobe", small_probe_cases=10)  # engine-like small probe cases
+_variant("rlcheck-nosimplest", probe_simplest_cases=0)  # the probe before its simplest cases
 
 BY_NAME = {p.name: p for p in SUITE}
 

@@ -98,6 +98,8 @@ _variant("rlcheck-tail0-mall", default_tail=0.0, mutate_operators=_ALL)
 _variant("rlcheck-adaptive", mutate_operators=_ALL, mutate_adaptive=True)  # weights by new valids
 # the fast variant before its patience became 1 (README: "rlcheck-fast")
 _variant("rlcheck-fast-p30", "FastRLCheckProvider", default_patience=30)
+# the probe of Hypothesis's provider alone, before its simplest extensions (README)
+_variant("rlcheck-nosimplest", probe_simplest_cases=0)
 
 
 class _Stop(BaseException):

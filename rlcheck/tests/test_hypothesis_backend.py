@@ -422,7 +422,9 @@ def test_a_test_with_nothing_to_learn_steps_aside_after_its_first_cases(
     inner()
     ours = _stats_of(stats, inner)
     assert ours.stepped_aside and ours.handed_back and not ours.fallback
-    assert ours.cases == 20  # the rest on Hypothesis's own backend
+    # the probe: 20 of Hypothesis's provider, each after a simplest extension (10); the
+    # rest on Hypothesis's own backend
+    assert ours.cases == 20 + RLCheckProvider.probe_simplest_cases
     assert calls >= 100  # and the run is as long as ever
 
 
@@ -434,9 +436,9 @@ def test_plain_lists_of_integers_step_aside_in_every_run(
     monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
     guided = []
     for n in range(20):
-
+        # (at 45, half of max_examples, the default's tail, came before the probe's 30)
         @seed(n)
-        @settings(backend="rlcheck", max_examples=45, database=None, **QUIET)
+        @settings(backend="rlcheck", max_examples=70, database=None, **QUIET)
         @given(st.lists(st.integers()))
         def inner(xs: list[int]) -> None:
             pass
@@ -458,7 +460,8 @@ def test_a_run_that_stepped_aside_saves_no_policy(
         # The same source every time: the same database key, as for _make_test.
         # Inputs that rarely repeat: lists of integers repeated often enough (the empty
         # list, [0]) that 4 in 20 of them did in some runs, and those guided.
-        @settings(backend="rlcheck", max_examples=50, database=db, **QUIET)
+        # (max_examples above twice the probe's 30 cases: the default's tail comes after)
+        @settings(backend="rlcheck", max_examples=80, database=db, **QUIET)
         @given(st.binary(min_size=8))
         def easy(xs: bytes) -> None:
             pass
@@ -557,6 +560,7 @@ def test_the_tail_goes_to_the_engine_where_its_small_cases_are_valid(
     for i in range(probe):
         provider._ledger.record("valid" if i == 0 else "invalid", (i,))
     provider._probe_rate = 1 / probe
+    provider._probe_length = probe
     assert provider._probe_end() == probe + small
     assert provider._tail_unaffordable()  # until the small cases have run
     for i in range(small):
@@ -580,6 +584,97 @@ def test_small_probe_cases_are_a_prefix_then_the_simplest_values() -> None:
     small = provider_module._SimplestAfter(Sevens(), 2)  # type: ignore[arg-type]
     drawn = [small.draw_integer(3, 10), small.draw_boolean(0.5), small.draw_integer(3, 10)]
     assert drawn == [7, True, 3] and small.draw_boolean(0.5) is False
+
+
+class _Script:
+    """A stand-in for Hypothesis's provider: integers from a script, then 7s."""
+
+    def __init__(self, *values: int) -> None:
+        self.values = list(values)
+
+    def draw_integer(self, *args: Any, **kwargs: Any) -> int:
+        return self.values.pop(0) if self.values else 7
+
+    def draw_boolean(self, p: float = 0.5) -> bool:
+        return True
+
+
+def test_the_probes_simplest_extensions_walk_a_novel_prefix_then_the_simplest() -> None:
+    tree: dict[Any, Any] = {}
+
+    def case(inner: Any, simplest: bool = True) -> list[Any]:
+        probe = provider_module._ProbeCase(inner, tree, simplest=simplest)
+        drawn = [probe.draw_integer(0, 12), probe.draw_integer(0, 12), probe.draw_boolean()]
+        probe.remember()
+        return drawn
+
+    # The engine's first case (every draw's simplest) is in the tree from the start: a
+    # first value equal to it is retried, and the first other value ends the prefix.
+    assert case(_Script(0, 0, 4)) == [4, 0, False]
+    # At a node with several values (0 and 4 now), a seen one is followed, not retried;
+    # the next node holds one value (the 0 after 4): 0 is retried, 9 ends the prefix.
+    assert case(_Script(4, 0, 9)) == [4, 9, False]
+    assert case(_Script(5, 5), simplest=False) == [5, 5, True]  # provider cases, kept
+    end = {provider_module._END: {}}  # a case ended here
+    assert tree == {4: {0: {False: end}, 9: {False: end}}, 5: {5: {True: end}}}
+    assert case(_Script(5, 5, 5, 6)) == [5, 6, False]
+    # A value below which every case has been run is retried, even where several were
+    # seen: the engine's first case (0, as far as the probe knows) and a case's end.
+    tree.clear()
+    tree[3] = end
+    assert case(_Script(0, 3, 3, 8)) == [8, 0, False]
+
+
+def _triples_run(n: int, stats: BackendStats) -> tuple[list[tuple[int, int, int]], Any]:
+    inputs: list[tuple[int, int, int]] = []
+
+    @seed(n)
+    @settings(backend="rlcheck", max_examples=100, database=None, **QUIET)
+    @given(st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12)))
+    def inner(t: tuple[int, int, int]) -> None:
+        inputs.append(t)
+
+    inner.__qualname__ = f"engine_start[{n}]"
+    inner()
+    return inputs, _stats_of(stats, inner)
+
+
+def test_the_probe_starts_as_hypothesiss_engine_does(
+    monkeypatch: pytest.MonkeyPatch, stats: BackendStats
+) -> None:
+    # The engine's first cases after its simplest one are the simplest extensions of short
+    # novel prefixes: (a, 0, 0). The probe runs them first, between its provider cases,
+    # and judges its valid rate on those alone (20 of them; every one valid here).
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)  # as shipped
+    for n in range(5):
+        inputs, ours = _triples_run(n, stats)
+        assert inputs[0] == (0, 0, 0)  # the engine's own first case
+        first = inputs[1]  # the probe's first: a one-draw prefix, then the simplest
+        assert first[0] != 0 and first[1:] == (0, 0)
+        assert ours.stepped_aside and ours.cases == 20 + RLCheckProvider.probe_simplest_cases
+
+
+def test_the_probes_simplest_extensions_stop_after_five_invalid_in_a_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    kinds: list[bool] = []
+    original = provider_module._ProbeCase.__init__
+
+    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool) -> None:
+        kinds.append(simplest)
+        original(self, inner, tree, simplest=simplest)
+
+    monkeypatch.setattr(provider_module._ProbeCase, "__init__", spy)
+
+    @seed(0)
+    @settings(backend="rlcheck", max_examples=100, database=None, **QUIET)
+    @given(st.integers(0, 10**9), st.integers(0, 100))
+    def inner(a: int, b: int) -> None:
+        assume(b > 0)  # every simplest extension (b = 0 after a novel a) is invalid
+
+    inner()
+    assert kinds == [True, False] * 5 + [False] * 15  # then the provider's 20 alone
 
 
 def test_a_run_with_a_learned_policy_never_steps_aside(

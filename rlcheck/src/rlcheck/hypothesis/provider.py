@@ -169,6 +169,13 @@ _POLICY_META = {"kind": "rlcheck-hypothesis-backend", "layout": 1}
 # over the probe's cases (return 1 valid or failed, 0 invalid) is that rate; merged across
 # runs by the same rule as every value, so a warm run knows it without a probe of its own.
 _PROBE_POINT = ("probe-valid",)
+# Invalid simplest extensions in a row after which the probe makes no more (engine.py's
+# consecutive_zero_extend_is_invalid < 5), and the draws of Hypothesis's provider a novel
+# prefix retries for a value the probe's tree has not seen (its generate_novel_prefix: 10).
+_SIMPLEST_PATIENCE = 5
+_NOVEL_ATTEMPTS = 10
+_NOTHING = object()
+_END = object()  # in the probe's tree: a case ended here
 
 
 @dataclass(frozen=True)
@@ -428,6 +435,17 @@ class RLCheckProvider(PrimitiveProvider):
     #: the policy: a run that loads a policy holding it for as many cases runs no probe
     #: (its cases are learned from the first one on).
     probe_cases: ClassVar[int] = 20
+    #: Cases of the probe made as Hypothesis's engine makes its first ones, one before
+    #: each of the first probe cases: a novel prefix (drawn by Hypothesis's provider
+    #: down a tree of the probe's cases, as the engine's ``generate_novel_prefix`` walks
+    #: its ``DataTree``), then every draw's simplest value (:class:`_ProbeCase`). The
+    #: engine runs these first, and its cheap early bugs are there (a version's core
+    #: ``1.0.0`` after the prefix ``1``); without them a run's first cases were 20 of
+    #: Hypothesis's provider alone (``benchmarks/etna.py``'s ``semver-built``: 124 tests to
+    #: failure against the default's 16, README). Not counted in the probe's valid rate
+    #: (:attr:`probe_cases` of the provider alone still decide), and they stop after 5
+    #: invalid ones in a row, as the engine's do. 0: off.
+    probe_simplest_cases: ClassVar[int] = 10
     #: Valid cases (and failures) per case of the probe at or above which guidance has
     #: nothing to gain: the test rejects too few inputs for learning to raise the rate.
     #: Repeats do not count against it: Hypothesis's engine steers away from the choice
@@ -542,6 +560,16 @@ class RLCheckProvider(PrimitiveProvider):
         self._constants = ConstantSource(self._rng) if type(self).draw_constants else None
         self._small = False  # this case is one of the small probe cases
         self._small_valid = 0
+        # the probe: this case's kind (a _ProbeCase, None: not a probe case), the tree of
+        # its cases' values, its provider cases run and their valid ones (and failures),
+        # its simplest extensions run and their invalid ones in a row, and its length
+        self._probe_case: _ProbeCase | None = None
+        self._probe_tree: dict[Any, Any] = {}
+        self._probe_seen = 0
+        self._probe_hits = 0
+        self._probe_simplest = 0
+        self._simplest_streak = 0
+        self._probe_length = 0
 
     # -- episodes -------------------------------------------------------------------
 
@@ -611,14 +639,18 @@ class RLCheckProvider(PrimitiveProvider):
             self._plan = None
             self._trace = []
             self._small = False
+            self._probe_case = None
             if self._default_turn():
                 self._delegate = default_provider()
                 cases = self._ledger.cases
-                if (
-                    self._delegate is not None
-                    and self._in_test
-                    and type(self).probe_cases <= cases < self._probe_end()
-                ):
+                if self._delegate is None or not self._in_test:
+                    pass
+                elif self._probing():
+                    self._probe_case = _ProbeCase(
+                        self._delegate, self._probe_tree, simplest=self._simplest_turn()
+                    )
+                    self._delegate = self._probe_case
+                elif self._probe_length <= cases < self._probe_end():
                     self._delegate = _SimplestAfter(self._delegate, self._rng.randrange(8))
                     self._small = True
             if (
@@ -648,10 +680,9 @@ class RLCheckProvider(PrimitiveProvider):
         ``default_patience`` invalid ones in a row, the learned policy gets a case (a
         default that rarely makes a valid input must not stall the run).
         """
-        cases = self._ledger.cases
         if self._in_test and (
-            (self._probe_rate is None and cases < type(self).probe_cases)
-            or type(self).probe_cases <= cases < self._probe_end()  # its small cases
+            self._probing()
+            or self._probe_length <= self._ledger.cases < self._probe_end()  # its small cases
         ):
             return True  # the probe: what Hypothesis's own provider makes of this test
         share = type(self).default_share
@@ -668,35 +699,51 @@ class RLCheckProvider(PrimitiveProvider):
     def _guidance_pays(self) -> bool:
         """Whether to keep guiding this run (checked as each case begins).
 
-        Guidance raises the share of cases that are new valid inputs; where the valid
-        share is already high, each guided case only costs more than Hypothesis's own.
-        So after :attr:`probe_cases` cases, a run whose valid cases (and failures) make
-        up at least :attr:`step_aside_rate` of its cases steps aside. Those first cases
-        are Hypothesis's own provider's (the probe), so they measure the test, not the
-        learner. Repeats among them are not held against stepping aside: the provider
-        alone repeats short inputs (``[]``, ``[0]`` of ``st.lists(st.integers())``, in 4
-        of 20 cases in some runs, which then kept guiding about 1 run in 9), while
-        Hypothesis's engine, which gets the rest of the run, steers away from the choice
-        sequences it ran. The probe also says whether Hypothesis's backend could afford the
-        :attr:`default_tail` (:attr:`tail_min_valid_rate`). A run that loaded a learned
-        policy (guidance paid before) and a provider used outside a Hypothesis run (no
-        engine to hand to) never step aside. (Stepping aside later, where learning does
-        not raise the rate, was tried: at 100 cases the counts were too small to tell,
-        and it stopped strict tests that were learning.)
+        Guidance raises the share of cases that are new valid inputs; where the valid share
+        is already high, each guided case only costs more than Hypothesis's own. So after
+        :attr:`probe_cases` cases of Hypothesis's own provider (the probe), a run whose
+        valid cases (and failures) make up at least :attr:`step_aside_rate` of them steps
+        aside. They measure the test, not the learner; the simplest extensions the probe
+        runs between them (:attr:`probe_simplest_cases`) are not counted. Repeats among them
+        are not held against stepping aside: the provider alone repeats short inputs
+        (``[]``, ``[0]`` of ``st.lists(st.integers())``, in 4 of 20 cases in some runs,
+        which then kept guiding about 1 run in 9), while Hypothesis's engine, which gets the
+        rest of the run, steers away from the choice sequences it ran. The probe also says
+        whether Hypothesis's backend could afford the :attr:`default_tail`
+        (:attr:`tail_min_valid_rate`). A run that loaded a learned policy (guidance paid
+        before) and a provider used outside a Hypothesis run (no engine to hand to) never
+        step aside. (Stepping aside later, where learning does not raise the rate, was
+        tried: at 100 cases the counts were too small to tell, and it stopped strict tests
+        that were learning.)
         """
         probe = type(self).probe_cases
-        ledger = self._ledger
-        if ledger.cases != probe or probe <= 0 or not self._in_test:
-            return True
-        if self._probe_rate is not None:
+        if probe <= 0 or not self._in_test or self._probe_rate is not None:
             return True  # warm: the stored probe's rate (_configure), no probe of its own
-        self._probe_rate = (ledger.valid + ledger.failures) / probe
+        if self._probe_seen < probe:
+            return True
+        self._probe_rate = self._probe_hits / probe
+        self._probe_length = self._ledger.cases
         return self._warm or self._probe_rate < type(self).step_aside_rate
 
+    def _probing(self) -> bool:
+        """Whether the next case is the probe's (its valid rate not yet known)."""
+        return self._probe_rate is None and self._probe_seen < type(self).probe_cases
+
+    def _simplest_turn(self) -> bool:
+        """Whether the probe's next case is a simplest extension (:attr:`probe_simplest_cases`):
+        one before each of its provider cases, until there are that many or 5 in a row
+        were invalid (Hypothesis's engine gives up its small cases likewise)."""
+        return (
+            self._probe_simplest < type(self).probe_simplest_cases
+            and self._probe_simplest <= self._probe_seen
+            and self._simplest_streak < _SIMPLEST_PATIENCE
+        )
+
     def _probe_end(self) -> int:
-        """The number of cases the probe makes: Hypothesis's provider's, and the small
-        ones (:attr:`small_probe_cases`) after a probe below the tail's rate."""
-        end = type(self).probe_cases
+        """The number of cases the probe makes: Hypothesis's provider's and their simplest
+        extensions, and the small ones (:attr:`small_probe_cases`) after a probe below the
+        tail's rate."""
+        end = self._probe_length
         rate = self._probe_rate
         if not self._warm and rate is not None and rate < type(self).tail_min_valid_rate:
             end += type(self).small_probe_cases
@@ -762,8 +809,17 @@ class RLCheckProvider(PrimitiveProvider):
                     self._default_valid += 1
                     self._default_streak = 0
                     self._small_valid += self._small
-                if self._probe_rate is None and self._ledger.cases <= type(self).probe_cases:
-                    self._policy.learn([(_PROBE_POINT, (), 0)], float(outcome != "invalid"))
+            probe_case = self._probe_case
+            if probe_case is not None:
+                hit = outcome != "invalid"
+                if probe_case.simplest:
+                    self._probe_simplest += 1
+                    self._simplest_streak = 0 if hit else self._simplest_streak + 1
+                else:
+                    self._probe_seen += 1
+                    self._probe_hits += hit
+                    self._policy.learn([(_PROBE_POINT, (), 0)], float(hit))
+                probe_case.remember()
             if outcome == "valid" and not new:
                 allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
                 self._discard = self._discards + 1 <= allowed
@@ -1434,22 +1490,14 @@ def _boundary_values(kind: str, constraints: dict[str, Any], recorded: Any) -> l
     return out
 
 
-class _SimplestAfter:
-    """Hypothesis's provider for the first ``start`` draws of a case, then every draw's
-    simplest value: the shape of the first cases of Hypothesis's engine (a short novel
-    prefix, then ``ChoiceTemplate("simplest")``)."""
+class _Shaped:
+    """Hypothesis's provider (``inner``) with each draw passed through :meth:`_draw`
+    (its kind, constraints, and the inner provider's draw), which may answer it instead."""
 
-    def __init__(self, inner: PrimitiveProvider, start: int) -> None:
+    def __init__(self, inner: PrimitiveProvider) -> None:
         self._inner = inner
-        self._start = start
-        self._draws = 0
 
     def _draw(self, kind: str, constraints: dict[str, Any], draw: Any) -> Any:
-        self._draws += 1
-        if self._draws > self._start:
-            simplest = simplest_choices(kind, constraints, 1)
-            if simplest:
-                return simplest[0]
         return draw()
 
     def draw_boolean(self, p: float = 0.5) -> bool:
@@ -1527,6 +1575,105 @@ class _SimplestAfter:
         return bytes(
             self._draw("bytes", constraints, lambda: self._inner.draw_bytes(min_size, max_size))
         )
+
+
+class _SimplestAfter(_Shaped):
+    """Hypothesis's provider for the first ``start`` draws of a case, then every draw's
+    simplest value: the shape of the first cases of Hypothesis's engine (a short novel
+    prefix, then ``ChoiceTemplate("simplest")``)."""
+
+    def __init__(self, inner: PrimitiveProvider, start: int) -> None:
+        super().__init__(inner)
+        self._start = start
+        self._draws = 0
+
+    def _draw(self, kind: str, constraints: dict[str, Any], draw: Any) -> Any:
+        self._draws += 1
+        if self._draws > self._start:
+            simplest = simplest_choices(kind, constraints, 1)
+            if simplest:
+                return simplest[0]
+        return draw()
+
+
+class _ProbeCase(_Shaped):
+    """One case of the probe: Hypothesis's provider, its values kept in ``tree`` (a trie of
+    the probe's cases: value -> subtree) by :meth:`remember`.
+
+    With ``simplest``, the case is the engine's *simplest extension of a novel prefix*
+    (``generate_novel_prefix``, then ``ChoiceTemplate("simplest")``): it walks the tree
+    draw by draw with the provider's values; where a node holds one value only, the draw
+    is retried (up to :data:`_NOVEL_ATTEMPTS` times) for another, as the engine does; the
+    first value the tree has not seen there ends the prefix, and every later draw takes
+    its simplest value. The engine's first case (every draw's simplest value) is in the
+    tree from the start.
+    """
+
+    def __init__(self, inner: PrimitiveProvider, tree: dict[Any, Any], *, simplest: bool) -> None:
+        super().__init__(inner)
+        self.simplest = simplest
+        self._tree = tree
+        self._node: dict[Any, Any] | None = tree  # None: past the novel prefix
+        self._zero = True  # every value so far the simplest: on the engine's first case
+        self._values: list[Any] = []
+
+    def _draw(self, kind: str, constraints: dict[str, Any], draw: Any) -> Any:
+        if not self.simplest:
+            value = draw()
+        elif self._node is None:
+            simplest = simplest_choices(kind, constraints, 1)
+            value = simplest[0] if simplest else draw()
+        else:
+            value = self._walk(kind, constraints, draw)
+        self._values.append(value)
+        return value
+
+    def _walk(self, kind: str, constraints: dict[str, Any], draw: Any) -> Any:
+        """One draw of the novel prefix, and the step down the tree it takes."""
+        nested = kind in ("string", "bytes")
+        if nested:
+            # Their sizes are drawn first, through this case (nested draws, which walk the
+            # tree themselves and may end the prefix): drawn once, not retried.
+            value = draw()
+        node = self._node
+        if node is None:
+            return value
+        simplest = simplest_choices(kind, constraints, 1) if self._zero else []
+        zero = simplest[0] if simplest else _NOTHING
+        if not nested:
+            value = draw()
+            # Where the tree holds one value (or none but the engine's first case), a value
+            # seen is retried for another, as the engine does; a value whose every case
+            # has been run (a case ended there; the engine's first case, as far as the
+            # probe knows) is retried everywhere.
+            single = len(node.keys() - {_END}) + (zero is not _NOTHING and zero not in node) <= 1
+            for _ in range(_NOVEL_ATTEMPTS):
+                status = self._status(node, value, zero)
+                if status == "novel" or (status == "seen" and not single):
+                    break
+                value = draw()
+        status = self._status(node, value, zero)
+        if status == "novel":
+            self._node = None  # a value not seen here: the prefix ends
+        else:
+            self._zero = self._zero and value == zero and type(value) is type(zero)
+            self._node = node.get(value, {})
+        return value
+
+    @staticmethod
+    def _status(node: dict[Any, Any], value: Any, zero: Any) -> str:
+        """``"novel"``, ``"seen"``, or ``"run"`` (every case below it has been run)."""
+        child = node.get(value)
+        if child is None:
+            return "run" if value == zero and type(value) is type(zero) else "novel"
+        return "run" if child.keys() == {_END} else "seen"
+
+    def remember(self) -> None:
+        """Put this case's values in the probe's tree (a case's end: :data:`_END`)."""
+        node = self._tree
+        for value in self._values:
+            node = node.setdefault(value, {})
+        node[_END] = {}
 
 
 def _small_range(min_value: int | None, max_value: int | None) -> bool:
