@@ -265,7 +265,7 @@ def _parent_view(
                 break
     for i in range(start, len(links)):
         link = links[i]
-        reader = Reader(io.BytesIO(link.data), name=repr(link.name))
+        reader = link.reader()
         decoded = _decode_entries(reader, view, None, max_bytes, lossy_only=True)
         if i == len(links) - 1 and not vouched:
             for entry in reader.manifest.tensors:
@@ -970,7 +970,7 @@ def decode_chain(
     """
     top = links[-1]
     parent = _parent_view(links[:-1], cache, max_bytes, vouched=True) if len(links) > 1 else None
-    reader = Reader(io.BytesIO(top.data), name=repr(top.name))
+    reader = top.reader()
     out = _decode_entries(reader, parent, progress, max_bytes, threads=threads)
     if cache is not None:
         cache[top.sha256] = {p: d.value() for p, d in out.items()}

@@ -50,7 +50,7 @@ import io
 import re
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ckptzip import storage as _storage
@@ -117,23 +117,41 @@ def step_of(name: str) -> int | None:
 
 @dataclass(frozen=True)
 class Link:
-    """One file of a chain: its name, its bytes, their sha256 and its validated manifest."""
+    """One file of a chain: its name, its bytes, their sha256 and its validated manifest.
+
+    ``opened`` is the reader that validated ``manifest`` from ``data`` (when the link was
+    made by :func:`parse_link` or :func:`resolve_parents`): :meth:`reader` reuses it, so a
+    chain's manifests are parsed once, not again to decode.
+    """
 
     name: str
     data: bytes
     sha256: str
     manifest: Manifest
+    opened: Reader | None = field(default=None, repr=False, compare=False)
 
     @property
     def parent_name(self) -> str | None:
         ref = self.manifest.parent
         return None if ref is None else ref["name"]
 
+    def reader(self) -> Reader:
+        """A :class:`~ckptzip.container.Reader` of the link's own bytes (chunks read from
+        ``data`` and checked against their digests as they are read)."""
+        f = io.BytesIO(self.data)
+        if self.opened is not None and self.opened.manifest is self.manifest:
+            return self.opened.reopen(f)
+        return Reader(f, name=repr(self.name))
+
+
+def _link(name: str, data: bytes, sha256: str) -> Link:
+    reader = Reader(io.BytesIO(data), name=repr(name))
+    return Link(name, data, sha256, reader.manifest, reader)
+
 
 def parse_link(name: str, data: bytes) -> Link:
     """Validate a file's header and manifest from its bytes (reads no chunk)."""
-    manifest = Reader(io.BytesIO(data), name=repr(name)).manifest
-    return Link(name, data, hashlib.sha256(data).hexdigest(), manifest)
+    return _link(name, data, hashlib.sha256(data).hexdigest())
 
 
 def resolve_parents(
@@ -184,7 +202,7 @@ def resolve_parents(
                 f"{name!r} is a delta against {pname!r} with sha256 {ref['hash'][:12]}..., "
                 f"but that file now has sha256 {digest[:12]}...: it was altered or replaced"
             )
-        link = Link(pname, data, digest, Reader(io.BytesIO(data), name=repr(pname)).manifest)
+        link = _link(pname, data, digest)
         out.append(link)
         if known is not None and known(digest):
             break

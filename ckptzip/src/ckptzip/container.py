@@ -638,6 +638,17 @@ class Reader:
         self.manifest_size = mlen
         self.flags = flags
 
+    def reopen(self, f: BinaryIO) -> Reader:
+        """A reader of the same bytes in ``f`` (another handle on this reader's file, or a
+        buffer of a copy of its bytes), sharing this one's validated header and manifest:
+        opening it parses nothing. A chain's links are read whole and checked once, then
+        decoded through readers of their own bytes (:meth:`ckptzip.chains.Link.reader`).
+        """
+        other = object.__new__(Reader)
+        other.__dict__.update(self.__dict__)
+        other._f = f
+        return other
+
     @property
     def decoded_bytes(self) -> int:
         """The bytes every tensor of the file takes decoded (from the validated manifest)."""

@@ -34,7 +34,6 @@ Guarantees (see the package README):
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import threading
@@ -60,7 +59,6 @@ from ckptzip.chains import (
     warn_keyframe,
 )
 from ckptzip.config import CompressionConfig
-from ckptzip.container import Reader
 from ckptzip.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
@@ -981,8 +979,7 @@ def _check_step(step: int) -> int:
 def _damage(link: Any) -> str | None:
     """What is wrong with a file's chunks (checksums), or ``None`` when every one is intact."""
     try:
-        reader = Reader(io.BytesIO(link.data), name=repr(link.name))
-        for _ in reader.iter_chunks():
+        for _ in link.reader().iter_chunks():
             pass
     except CkptzipError as exc:
         return str(exc)
