@@ -243,18 +243,22 @@ def _parent_view(
     max_bytes: int | None = None,
     *,
     vouched: bool = False,
+    threads: int | None = None,
 ) -> _FileParent:
     """The decoded last link of a chain (keyframe first), decoded from the links' own bytes.
 
     Decoding starts after the newest link found in ``cache``, so consecutive steps of a
     chain decode one file each; it goes forwards in a loop, so any allowed chain length
-    decodes in any process. Only the lossy entries are decoded: a child's delta refers to
-    its parent's quantized tensors alone, so the exact ones (most of a state's entries:
-    biases, norms, step counters) would be decoded for nothing. Their bytes are still
-    checked: every link but the last was checked whole against the sha256 its child
-    records (``chains.resolve_parents``), and so was the last one when ``vouched`` (the
-    caller decodes its child); otherwise the last link's exact chunks are read and checked
-    against their own sha256, so a damaged parent is never delta-coded against.
+    decodes in any process. Only the lossy entries of the last link are decoded, each path
+    through the links in turn (the chain of one tensor is one task: its indices stay in
+    the cache from one link to the next, and the threads take tensors without waiting for
+    a link's last one); a child's delta refers to its parent's quantized tensors alone, so
+    the exact ones (most of a state's entries: biases, norms, step counters) would be
+    decoded for nothing. Their bytes are still checked: every link but the last was checked
+    whole against the sha256 its child records (``chains.resolve_parents``), and so was the
+    last one when ``vouched`` (the caller decodes its child); otherwise the last link's
+    exact chunks are read and checked against their own sha256, so a damaged parent is
+    never delta-coded against. ``cache`` receives the last link's tensors.
     """
     start, view = 0, None
     if cache is not None:
@@ -263,21 +267,58 @@ def _parent_view(
             if cached is not None:
                 start, view = i + 1, _FileParent(links[i].sha256, cached)
                 break
-    for i in range(start, len(links)):
-        link = links[i]
-        reader = link.reader()
-        decoded = _decode_entries(reader, view, None, max_bytes, lossy_only=True)
-        if i == len(links) - 1 and not vouched:
-            for entry in reader.manifest.tensors:
-                if entry.path not in decoded:
-                    reader.tensor_chunks(entry)
-        table = {p: d.value() for p, d in decoded.items()}
-        if cache is not None:
-            cache[link.sha256] = table
-        view = _FileParent(link.sha256, table)
-    if view is None:
-        raise ValueError("a chain has at least one link")
-    return view
+    todo = links[start:]
+    if not todo:
+        if view is None:
+            raise ValueError("a chain has at least one link")
+        return view
+    readers = [link.reader() for link in todo]
+    for reader in readers:
+        _check_sizes(reader, max_bytes)
+    lossy = [
+        {e.path: e for e in reader.manifest.tensors if get_codec(e.codec).lossy}
+        for reader in readers
+    ]
+    targets = list(lossy[-1].values())
+    locks = [threading.Lock() for _ in readers]  # a reader is one file position
+    workers = max(1, _threads(threads, len(targets)))
+    share = sum(e.nbytes for e in targets) // workers
+    first = view
+    path = ""
+
+    def decode_path(target: TensorEntry) -> QuantizedTensor | torch.Tensor:
+        # a tensor holding more than a thread's share of the work would finish last: its
+        # codec may spread its independent parts (ANS blocks) over the threads too
+        inner = workers if workers > 1 and target.nbytes > share else 1
+        parent, value = first, None
+        for k, reader in enumerate(readers):
+            entry = lossy[k].get(target.path)
+            if entry is None:  # a delta at the next link finds no parent tensor: it says so
+                parent = _FileParent(todo[k].sha256, {})
+                continue
+            with locks[k]:
+                chunks = reader.tensor_chunks(entry)
+            value = _decode_entry(reader, entry, parent, chunks, threads=inner).value()
+            parent = _FileParent(todo[k].sha256, {target.path: value})
+        assert value is not None  # the last link holds the target
+        return value
+
+    table: dict[str, QuantizedTensor | torch.Tensor] = {}
+    with (
+        _memory_guard(lambda: f"{readers[-1].name}: tensor {path!r}"),
+        _ordered_map(decode_path, targets, threads, [e.nbytes for e in targets]) as results,
+    ):
+        for target, value in zip(targets, results, strict=True):
+            path = target.path
+            table[path] = value
+    if not vouched:
+        last = readers[-1]
+        for entry in last.manifest.tensors:
+            if entry.path not in table:
+                last.tensor_chunks(entry)
+    if cache is not None:
+        cache[todo[-1].sha256] = table
+    return _FileParent(todo[-1].sha256, table)
 
 
 def _sibling_reader(path: str) -> Callable[[str], bytes]:
@@ -969,7 +1010,9 @@ def decode_chain(
     ``max_bytes`` is :func:`load`'s read limit, applied to every file.
     """
     top = links[-1]
-    parent = _parent_view(links[:-1], cache, max_bytes, vouched=True) if len(links) > 1 else None
+    parent = None
+    if len(links) > 1:
+        parent = _parent_view(links[:-1], cache, max_bytes, vouched=True, threads=threads)
     reader = top.reader()
     out = _decode_entries(reader, parent, progress, max_bytes, threads=threads)
     if cache is not None:
