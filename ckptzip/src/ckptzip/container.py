@@ -430,11 +430,13 @@ def chunk_digest(chunk: bytes) -> str:
 
 
 def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:  # duplicate keys would let two readers see different manifests
-            raise CorruptCheckpointError(f"invalid manifest: duplicate JSON key {k!r}")
-        out[k] = v
+    out = dict(pairs)
+    if len(out) != len(pairs):  # duplicate keys would let two readers see different manifests
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise CorruptCheckpointError(f"invalid manifest: duplicate JSON key {k!r}")
+            seen.add(k)
     return out
 
 
