@@ -186,8 +186,11 @@ def save_load(run: Run, d: Path, repeat: int, cpu: dict[str, float]) -> dict[str
     return {**saves, **loads, "ratio": ratio, "bytes_in": pt.stat().st_size}
 
 
-def manager_times(run: Run, d: Path, repeat: int, keyframe_every: int) -> dict[str, Any]:
-    """Delta saves of consecutive training steps, and a fresh restore of the chain's end."""
+def manager_times(
+    run: Run, d: Path, repeat: int, keyframe_every: int, cpu: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Delta saves of consecutive training steps, and a fresh restore of the chain's end
+    (``cpu``: filled with the CPU seconds of the fastest delta save and restore)."""
     out: dict[str, Any] = {}
     mgr = CheckpointManager(d / "chain", keyframe_every=keyframe_every)
     deltas, step = [], 0
@@ -197,19 +200,23 @@ def manager_times(run: Run, d: Path, repeat: int, keyframe_every: int) -> dict[s
         run.step()
         step += 1
         state = run.state()
-        t0 = time.perf_counter()
+        c0, t0 = cpu_time(), time.perf_counter()
         report = mgr.save(step, state)
-        deltas.append(time.perf_counter() - t0)
+        deltas.append((time.perf_counter() - t0, cpu_time() - c0))
         ratios.append(report.ratio)
     mgr.close()
-    out["manager delta save"] = min(deltas)
+    out["manager delta save"], delta_cpu = min(deltas)
     out["delta ratio"] = float(sum(ratios) / len(ratios))
-    fresh = [
-        timed(lambda: CheckpointManager(d / "chain", keyframe_every=keyframe_every).load(step))
-        for _ in range(repeat)
-    ]
-    out["restore chain end"] = min(fresh)
+    fresh = []
+    for _ in range(repeat):
+        c0, t0 = cpu_time(), time.perf_counter()
+        CheckpointManager(d / "chain", keyframe_every=keyframe_every).load(step)
+        fresh.append((time.perf_counter() - t0, cpu_time() - c0))
+    out["restore chain end"], restore_cpu = min(fresh)
     out["chain length"] = len(CheckpointManager(d / "chain").chain(step))
+    if cpu is not None:
+        cpu["manager delta save"] = delta_cpu
+        cpu["restore chain end"] = restore_cpu
     return out
 
 
@@ -387,21 +394,45 @@ def main() -> None:
                 "torch.load": lambda: torch.load(pt, weights_only=True),
             }
             res.update(interleaved(fns, args.repeat, cpu))
-            res.update(manager_times(run, d, args.repeat, args.keyframe_every))
+            res.update(manager_times(run, d, args.repeat, args.keyframe_every, cpu))
             # and torch's again after the chain: the load moves within a run
-            after = interleaved(fns, args.repeat, cpu)
+            after_cpu: dict[str, float] = {}
+            after = interleaved(fns, args.repeat, after_cpu)
             for k in fns:
-                res[k] = min(res[k], after[k])
+                if after[k] < res[k]:
+                    res[k], cpu[k] = after[k], after_cpu[k]
             res["load average after"] = os.getloadavg()[0]
+            res["cpu s"] = cpu
             res["delta save x torch.save"] = res["manager delta save"] / res["torch.save"]
             res["restore x torch.load"] = res["restore chain end"] / res["torch.load"]
-            print({k: v for k, v in res.items() if " x " in k or "ratio" in k})
+            ts, tl = res["torch.save"], res["torch.load"]
+            print_table(
+                f"{res['params'] / 1e6:.1f}M parameters + AdamW, kernels={res['kernels']}, "
+                f"delta ratio {res['delta ratio']:.2f}x, chain of {res['chain length']}",
+                [
+                    {
+                        "what": k,
+                        "s": res[k],
+                        "x": res[k] / (tl if "load" in k or "restore" in k else ts),
+                        "cpu": cpu.get(k),
+                    }
+                    for k in ("torch.save", "torch.load", "manager delta save", "restore chain end")
+                ],
+                [
+                    ("what", "what", ""),
+                    ("s", "seconds", ".3f"),
+                    ("x", "x torch", ".2f"),
+                    ("cpu", "cpu s", ".3f"),
+                ],
+            )
+            before, after_load = res["load average before"], res["load average after"]
+            print(f"load average {before:.1f} before, {after_load:.1f} after")
             write_json(args.json, res)
             return
         res.update(cores_available(args.repeat))
         res.update(save_load(run, d, args.repeat, cpu))
         res.update(tensor_rates(run, args.repeat))
-        res.update(manager_times(run, d, args.repeat, args.keyframe_every))
+        res.update(manager_times(run, d, args.repeat, args.keyframe_every, cpu))
         if not args.no_search:
             res.update(search_save(run, d, cpu))
     finally:
