@@ -88,6 +88,7 @@ measure streams against.
 from __future__ import annotations
 
 import lzma
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -146,6 +147,22 @@ def max_decoded_size(payload_bytes: int) -> int:
     return payload_bytes * MAX_RATIO + _MAX_PLANES * _SLACK
 
 
+_local = threading.local()
+
+
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    """This thread's compressor for ``level``: a compressor sets its parameters from the
+    level and each input's size, so one reused writes the frames a new one would, without
+    allocating its tables again (a save makes hundreds of frames)."""
+    cache: dict[int, zstandard.ZstdCompressor] | None = getattr(_local, "compressors", None)
+    if cache is None:
+        cache = _local.compressors = {}
+    c = cache.get(level)
+    if c is None:
+        c = cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    return c
+
+
 def compress(data: bytes | bytearray | memoryview, level: int = 3) -> bytes:
     """One zstd frame of ``data`` with its content size recorded in the frame header.
 
@@ -156,7 +173,7 @@ def compress(data: bytes | bytearray | memoryview, level: int = 3) -> bytes:
     """
     if not -7 <= level <= 22:
         raise ConfigError(f"zstd level={level!r} must lie in [-7, 22]")
-    return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(data)
+    return _compressor(level).compress(data)
 
 
 def decompress(data: bytes | bytearray | memoryview, expected_size: int) -> bytes:
@@ -568,11 +585,21 @@ _MAX_LANES = 64
 
 
 def _ans_lanes_encode(
-    symbols: np.ndarray, level: int, segments: _Segments, *, threads: int = 1
+    symbols: np.ndarray,
+    level: int,
+    segments: _Segments,
+    *,
+    threads: int = 1,
+    bins: np.ndarray | None = None,
 ) -> tuple[list[bytes], dict[str, Any]]:
     bounds = _bounds(segments, symbols.size)
-    alphabet = int(symbols.max()) + 1 if symbols.size else 1
-    counts = kernels.ans_counts(symbols, bounds, alphabet)
+    if bins is not None and segments is None:  # one context, counted by the caller
+        used = np.flatnonzero(bins)
+        alphabet = int(used[-1]) + 1 if used.size else 1
+        counts = bins[:alphabet].astype(np.uint32).reshape(1, alphabet)
+    else:
+        alphabet = int(symbols.max()) + 1 if symbols.size else 1
+        counts = kernels.ans_counts(symbols, bounds, alphabet)
     lengths, words = kernels.ans_lanes_encode(
         symbols, bounds, counts, ANS_BLOCK, ANS_LANES, threads=threads
     )
@@ -771,12 +798,19 @@ SYMBOL_METHODS: dict[str, _Method] = {
 
 
 def encode_symbols(
-    symbols: np.ndarray, method: str, level: int = 3, *, segments: Sequence[int] | None = None
+    symbols: np.ndarray,
+    method: str,
+    level: int = 3,
+    *,
+    segments: Sequence[int] | None = None,
+    bins: np.ndarray | None = None,
 ) -> tuple[list[bytes], dict[str, Any]]:
     """Code a uint8 symbol stream with back end ``method``: its chunks and meta.
 
     ``segments``: sizes of contiguous parts of the stream that are separate contexts (the
     ``"ans"`` back end models each on its own); the decoder must pass the same sizes.
+    ``bins``: the stream's :func:`ckptzip.kernels.bin_counts`, where the caller has them
+    (``"ans-lanes"`` without ``segments`` then counts no symbol again); the same output.
 
     Examples
     --------
@@ -791,6 +825,8 @@ def encode_symbols(
     if method not in SYMBOL_METHODS:
         raise ConfigError(f"method={method!r} is unknown; choose one of {sorted(SYMBOL_METHODS)}")
     flat = np.ascontiguousarray(np.asarray(symbols, dtype=np.uint8).reshape(-1))
+    if bins is not None and method == "ans-lanes" and segments is None:
+        return _ans_lanes_encode(flat, level, None, bins=bins)
     return SYMBOL_METHODS[method].encode(flat, level, segments)
 
 
@@ -855,7 +891,7 @@ def decode_symbols(
     return found.decode(chunks, meta, n, segments)
 
 
-def order0_entropy_bits(symbols: np.ndarray) -> float:
+def order0_entropy_bits(symbols: np.ndarray, *, bins: np.ndarray | None = None) -> float:
     """Total order-0 (memoryless) entropy of a symbol stream, in bits.
 
     ``n · H`` with ``H = -Σ p log2 p`` over the empirical symbol frequencies: the size an ideal
@@ -872,7 +908,12 @@ def order0_entropy_bits(symbols: np.ndarray) -> float:
     s = np.asarray(symbols).reshape(-1)
     if s.size == 0:
         return 0.0
-    counts = kernels.bin_counts(s) if s.dtype == np.uint8 else np.bincount(s.astype(np.int64))
+    if bins is not None:  # the caller's kernels.bin_counts(symbols)
+        counts = bins
+    elif s.dtype == np.uint8:
+        counts = kernels.bin_counts(s)
+    else:
+        counts = np.bincount(s.astype(np.int64))
     counts = counts[counts > 0].astype(np.float64)
     p = counts / s.size
     return float(-(counts * np.log2(p)).sum()) + 0.0  # + 0.0 turns -0.0 into 0.0

@@ -109,11 +109,13 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     # Adam moments' much less); zstd can beat it on runs (heavily pruned tensors), so both
     # are tried, unless zstd is already under what ANS could reach.
     ans_won = False
-    if flat.size and len(packed) >= _ans_floor(flat):
+    # counted once, for the entropy floor and the ANS model both
+    bins = kernels.bin_counts(flat) if flat.size else None
+    if bins is not None and len(packed) >= _ans_floor(flat, bins):
         # long streams in independent lanes and blocks (decoded several symbols at a time,
         # on as many threads as there are), short ones as one stream (no per-lane cost)
         method = "ans-lanes" if flat.size >= entropy.ANS_LANES_MIN else "ans"
-        (coded,), ans_info = entropy.encode_symbols(flat, method)
+        (coded,), ans_info = entropy.encode_symbols(flat, method, bins=bins)
         if len(coded) < len(packed):
             best = (coded, {"bits": bits, "index_layout": method, "index_stage": ans_info})
             ans_won = True
@@ -131,14 +133,14 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     return best
 
 
-def _ans_floor(flat: np.ndarray) -> float:
+def _ans_floor(flat: np.ndarray, bins: np.ndarray) -> float:
     """Bytes under which no ANS coding of ``flat`` (one context) comes: its order-0 entropy,
     less the 8 bytes of final state each lane may save against it, and 1 % for the float
     sums. A model's cross-entropy is never below the entropy, and each coder step adds at
     least its symbol's information to the state, so a stream coded smaller by zstd than this
     is one ANS cannot beat."""
     streams = entropy.ANS_LANES * -(-flat.size // entropy.ANS_BLOCK)
-    return 0.99 * entropy.order0_entropy_bits(flat) / 8 - 8 * streams
+    return 0.99 * entropy.order0_entropy_bits(flat, bins=bins) / 8 - 8 * streams
 
 
 def decode_indices(meta: dict[str, Any], payload: bytes, n: int, n_levels: int) -> np.ndarray:

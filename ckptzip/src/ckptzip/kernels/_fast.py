@@ -20,7 +20,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 4
+_ABI_VERSION = 5
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -72,7 +72,8 @@ _lanes_dec = _fn(
 )  # fmt: skip
 # the quantizer's fused passes
 _F32 = ctypes.c_float
-_key_scan = _fn("ckz_key_scan", _I32, _P, _I64, _P, _P, _I32, _P, _P)
+_key_scan = _fn("ckz_key_scan", _I32, _P, _I64, _P, _P, _I32, _P, _P, _P)
+_key_pack = _fn("ckz_key_pack", None, _P, _P, _P)
 _members = _fn("ckz_members", None, _P, _I64, _P, _P, _I32, _P, _P, _P)
 _assign_fused = _fn(
     "ckz_assign_fused", _I64, _P, _I64, _P, _I32, _P, _I32, _F32, _I64, _F32, _I64, _I32, _P,
@@ -113,6 +114,25 @@ def sketch_codes(
     return codes, (counts if histogram else None)
 
 
+_packed: dict[int, tuple[ref.KeyTable, np.ndarray | None]] = {}
+
+
+def _packed_table(table: ref.KeyTable) -> np.ndarray | None:
+    """``ckz_key_pack``'s one-load form of ``table`` (made once a table; ``None`` where it
+    has too many thresholds for it)."""
+    got = _packed.get(id(table))
+    if got is not None and got[0] is table:
+        return got[1]
+    pk = None
+    if table.size < 1 << 15:
+        pk = np.empty(table.prefix.size, dtype=np.int32)
+        _key_pack(_ptr(table.prefix), _ptr(table.thresholds), _ptr(pk))
+    if len(_packed) >= 8:  # sketch.key_table keeps at most 8 tables alive
+        _packed.clear()
+    _packed[id(table)] = (table, pk)  # the table held: its id cannot be reused meanwhile
+    return pk
+
+
 def key_scan(work: torch.Tensor, table: ref.KeyTable) -> tuple[np.ndarray, float, float, bool]:
     if not _host_f32(work):
         return ref.key_scan(work, table)
@@ -120,9 +140,10 @@ def key_scan(work: torch.Tensor, table: ref.KeyTable) -> tuple[np.ndarray, float
     size = table.size
     hist = np.zeros((2, size + 1), dtype=np.int64)
     bounds = np.zeros(2, dtype=np.float32)
+    pk = _packed_table(table)
     bad = _key_scan(
-        _ptr(w), w.numel(), _ptr(table.prefix), _ptr(table.thresholds), size, _ptr(hist),
-        _ptr(bounds),
+        _ptr(w), w.numel(), _ptr(table.prefix), _ptr(table.thresholds), size,
+        None if pk is None else _ptr(pk), _ptr(hist), _ptr(bounds),
     )  # fmt: skip
     if bad or w.numel() == 0:
         return hist, math.nan, math.nan, not bad

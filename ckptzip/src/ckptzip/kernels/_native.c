@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 4 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 5 /* also covers _entropy.c's and _delta.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -496,9 +496,25 @@ static int distinct(const uint32_t *counts, int32_t alphabet) {
 CKZ_API void ckz_ans_counts(const uint8_t *sym, const int64_t *bounds, int32_t contexts,
                             int32_t alphabet, uint32_t *counts) {
     memset(counts, 0, sizeof(uint32_t) * (size_t)contexts * (size_t)alphabet);
+    uint32_t c4[4][256];
     for (int32_t c = 0; c < contexts; c++) {
         uint32_t *row = counts + (size_t)c * (size_t)alphabet;
-        for (int64_t i = bounds[c]; i < bounds[c + 1]; i++) row[sym[i]]++;
+        int64_t i = bounds[c], hi = bounds[c + 1];
+        if (hi - i < 4096 || alphabet > 256) {
+            for (; i < hi; i++) row[sym[i]]++;
+            continue;
+        }
+        /* four tables: equal neighbours (most symbols are one or two levels) do not wait on
+         * each other's store */
+        memset(c4, 0, sizeof c4);
+        for (; i + 4 <= hi; i += 4) {
+            c4[0][sym[i]]++;
+            c4[1][sym[i + 1]]++;
+            c4[2][sym[i + 2]]++;
+            c4[3][sym[i + 3]]++;
+        }
+        for (; i < hi; i++) c4[0][sym[i]]++;
+        for (int32_t s = 0; s < alphabet; s++) row[s] += c4[0][s] + c4[1][s] + c4[2][s] + c4[3][s];
     }
 }
 
@@ -605,10 +621,30 @@ static inline int32_t ckz_key(const int32_t *lut, const float *t, uint32_t mag) 
     return e;
 }
 
+/* The key table in one load: pk[slice] = key << 16 | the low 16 bits of T[key], the one
+ * threshold that can lie in the slice (0xffff where it lies beyond: no |x| of the slice is
+ * above it), so #{T < |x|} = key + ((|x| & 0xffff) > low), without the dependent load of T;
+ * the slices that hold several thresholds keep lut's negative entry. For tables of fewer
+ * than 2^15 thresholds (the default accuracy needs about 12 000). */
+CKZ_API void ckz_key_pack(const int32_t *lut, const float *t, int32_t *pk) {
+    for (uint32_t p = 0; p < PREFIXES; p++) {
+        int32_t e = lut[p];
+        if (e < 0) {
+            pk[p] = e;
+            continue;
+        }
+        uint32_t b;
+        memcpy(&b, &t[e], sizeof b);
+        uint32_t low = (b >> PREFIX_SHIFT) == p ? (b & 0xffffu) : 0xffffu;
+        pk[p] = (int32_t)(((uint32_t)e << 16) | low);
+    }
+}
+
 /* hist: 2 x (len + 1) int64, row 0 the negative values by key, row 1 the others (zeros have
- * key 0: T[0] is 0.0). out: lo, hi (NaN ignored); returns 1 when a NaN or inf was seen. */
+ * key 0: T[0] is 0.0). out: lo, hi (NaN ignored); returns 1 when a NaN or inf was seen.
+ * pk: ckz_key_pack's table of lut and t, or NULL (then lut and t alone). */
 CKZ_API int32_t ckz_key_scan(const float *x, int64_t n, const int32_t *lut, const float *t,
-                             int32_t len, int64_t *hist, float *out) {
+                             int32_t len, const int32_t *pk, int64_t *hist, float *out) {
     float lo = bits_to_float(0x7f800000u), hi = -lo;
     uint32_t bad = 0;
     int64_t row = (int64_t)len + 1;
@@ -625,7 +661,12 @@ CKZ_API int32_t ckz_key_scan(const float *x, int64_t n, const int32_t *lut, cons
             zeros[b >> 31]++;
             continue;
         }
-        int32_t k = ckz_key(lut, t, mag);
+        int32_t k;
+        int32_t e = pk != NULL ? pk[mag >> PREFIX_SHIFT] : -1;
+        if (e >= 0)
+            k = (e >> 16) + ((int32_t)(mag & 0xffffu) > (e & 0xffff));
+        else
+            k = ckz_key(lut, t, mag);
         /* the row by the sign bit without a branch: signs are random, a branch mispredicts */
         hist[(int64_t)(1u - (b >> 31)) * row + k]++;
     }
