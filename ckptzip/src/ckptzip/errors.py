@@ -23,7 +23,9 @@ __all__ = [
     "StepMismatchError",
     "SaveInProgressError",
     "ProbeError",
+    "StaleKernelsError",
     "CkptzipWarning",
+    "KernelsFallbackWarning",
     "ParentUnusableWarning",
     "SearchGaveUpWarning",
 ]
@@ -97,8 +99,19 @@ class ProbeError(CkptzipError, RuntimeError):
     """The search's ``probe_fn`` raised; the live model and optimizer were put back as they were."""
 
 
+class StaleKernelsError(CkptzipError, ImportError):
+    """The compiled kernels next to this code were built from other sources (another ABI, or
+    a kernel missing): the package must be rebuilt (``pip install -e ckptzip`` for a checkout)."""
+
+
 class CkptzipWarning(UserWarning):
     """Something was skipped or kept to be safe (a step not restorable, retention held back)."""
+
+
+class KernelsFallbackWarning(CkptzipWarning):
+    """The compiled kernels are a stale build, so this process runs the reference kernels:
+    the same results at a fraction of the speed. Rebuild the package, or set
+    ``CKPTZIP_KERNELS=reference`` to choose the reference without this warning."""
 
 
 class ParentUnusableWarning(CkptzipWarning):

@@ -109,9 +109,10 @@ The functions (flat 1-D inputs throughout):
 from __future__ import annotations
 
 import os
+import warnings
 from types import ModuleType
 
-from ckptzip.errors import ConfigError
+from ckptzip.errors import ConfigError, KernelsFallbackWarning, StaleKernelsError
 from ckptzip.kernels import _reference as reference
 
 __all__ = [
@@ -156,6 +157,18 @@ if _CHOICE not in ("auto", "fast", "reference"):
 fast: ModuleType | None
 try:
     from ckptzip.kernels import _fast as fast
+except StaleKernelsError as exc:
+    # a build is there but from other sources: unlike a package installed without a
+    # compiler, its user expects the fast kernels, so the fallback must not be silent
+    if _CHOICE == "fast":
+        raise
+    if _CHOICE == "auto":
+        warnings.warn(
+            f"{exc}; running the reference kernels meanwhile (the same results, slower)",
+            KernelsFallbackWarning,
+            stacklevel=2,
+        )
+    fast = None
 except ImportError:
     if _CHOICE == "fast":
         raise

@@ -2,7 +2,8 @@
 
 Each function takes what its reference twin takes and returns the same bits; inputs the C
 code does not cover (CUDA tensors, float64 values) go to the reference, so callers never
-check. Importing this module raises :class:`ImportError` where the library was not built.
+check. Importing this module raises :class:`ImportError` where the library was not built, and
+:class:`~ckptzip.errors.StaleKernelsError` (one) where it was built from other sources.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ckptzip.errors import CorruptCheckpointError
+from ckptzip.errors import CorruptCheckpointError, StaleKernelsError
 from ckptzip.kernels import _native  # type: ignore[attr-defined]  # built by setup.py
 from ckptzip.kernels import _reference as ref
 
@@ -24,7 +25,7 @@ _ABI_VERSION = 5
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
-    raise ImportError(
+    raise StaleKernelsError(
         f"ckptzip's compiled kernels have ABI {_lib.ckz_abi_version()}, this code needs "
         f"{_ABI_VERSION}: rebuild the package (pip install -e ckptzip)"
     )
@@ -38,7 +39,7 @@ def _fn(name: str, restype: Any, *argtypes: Any) -> Any:
     try:
         f = getattr(_lib, name)
     except AttributeError:  # built before this kernel existed, and the ABI was not bumped
-        raise ImportError(
+        raise StaleKernelsError(
             f"ckptzip's compiled kernels lack {name}: a stale build next to newer Python code; "
             "rebuild the package (pip install -e ckptzip)"
         ) from None
