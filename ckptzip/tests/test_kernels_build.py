@@ -10,6 +10,7 @@ import error.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -72,8 +73,6 @@ def stale_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _probe(so: Path, mode: str, choice: str) -> dict[str, object]:
-    import json
-
     env = {**os.environ, "CKPTZIP_KERNELS": choice}
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, str(so), mode], env=env, capture_output=True, text=True

@@ -9,6 +9,7 @@ check. Importing this module raises :class:`ImportError` where the library was n
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from typing import Any
 
@@ -115,22 +116,15 @@ def sketch_codes(
     return codes, (counts if histogram else None)
 
 
-_packed: dict[int, tuple[ref.KeyTable, np.ndarray | None]] = {}
-
-
+# KeyTable hashes by identity (eq=False); sketch.key_table keeps at most 8 tables alive
+@functools.lru_cache(maxsize=8)
 def _packed_table(table: ref.KeyTable) -> np.ndarray | None:
     """``ckz_key_pack``'s one-load form of ``table`` (made once a table; ``None`` where it
     has too many thresholds for it)."""
-    got = _packed.get(id(table))
-    if got is not None and got[0] is table:
-        return got[1]
-    pk = None
-    if table.size < 1 << 15:
-        pk = np.empty(table.prefix.size, dtype=np.int32)
-        _key_pack(_ptr(table.prefix), _ptr(table.thresholds), _ptr(pk))
-    if len(_packed) >= 8:  # sketch.key_table keeps at most 8 tables alive
-        _packed.clear()
-    _packed[id(table)] = (table, pk)  # the table held: its id cannot be reused meanwhile
+    if table.size >= 1 << 15:
+        return None
+    pk = np.empty(table.prefix.size, dtype=np.int32)
+    _key_pack(_ptr(table.prefix), _ptr(table.thresholds), _ptr(pk))
     return pk
 
 
