@@ -52,7 +52,12 @@ comparison points, not library features):
   weight in full (16 levels), every other checkpoint the residual against the parent's
   reconstruction (4 levels), so the error one checkpoint leaves is corrected by the next;
   the optimizer state exact (zstd), as for ``cnr``. ``error_feedback.py`` measures the
-  same scheme on a chain without restores.
+  same scheme on a chain without restores;
+* ``ckptzip-feedback`` (only when named in ``--methods``): the library's error feedback,
+  ``CheckpointManager(..., error_feedback=True)`` at the manager's defaults otherwise: the
+  keyframes searched as for ``ckptzip``, every delta checkpoint's weights the residual
+  against the parent's reconstruction at 4 levels (the ``"residual"`` codec), the moments
+  delta-coded as for ``ckptzip``.
 
 Every method compresses the same tensors: floating-point tensors of at least 4096 elements
 (ckptzip's ``min_numel``); smaller ones and everything else stay exact. After a failure the
@@ -154,7 +159,7 @@ SEEDS = {"quick": (0,), "full": (0, 1, 2)}
 TOLERANCE = 0.05  # CheckpointManager's defaults: the benchmark measures the defaults
 ERROR_BUDGET = 0.1
 METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckptzip-probe")
-OPT_IN = ("feedback",)  # prototypes, run only when named in --methods
+OPT_IN = ("feedback", "ckptzip-feedback")  # run only when named in --methods
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
 
@@ -762,7 +767,9 @@ class Feedback(_Keyframed):
 
 KINDS = ("weights", "exp_avg", "exp_avg_sq", "other")
 RESTORE_EXACT = ("weights", "exp_avg", "exp_avg_sq")  # parts --restore-exact can keep exact
-CODINGS = ("exact", "full", "delta")  # stored losslessly / quantized in full / bin-index delta
+# stored losslessly / quantized in full / bin-index delta / residual against the parent's
+# reconstruction (error feedback)
+CODINGS = ("exact", "full", "delta", "residual")
 
 
 def _kind(path: str) -> str:
@@ -785,8 +792,8 @@ def breakdown(report: ckptzip.Report) -> dict[str, dict[str, list[int]]]:
     for e in report.entries:
         if e.config is None:
             coding = "exact"
-        elif e.codec == "delta" and meta[e.path].get("mode") == "delta":
-            coding = "delta"
+        elif e.codec in ("delta", "residual") and meta[e.path].get("mode") == e.codec:
+            coding = e.codec
         else:
             coding = "full"
         cell = out.setdefault(_kind(e.path), {}).setdefault(coding, [0, 0])
@@ -815,14 +822,18 @@ class Ckptzip(Method):
         restore_exact: tuple[str, ...] = (),
         error_budget: float = ERROR_BUDGET,
         restore_noise: bool = False,
+        error_feedback: bool = False,
     ) -> None:
         super().__init__(directory, every)
         self.error_budget = error_budget
+        self.error_feedback = error_feedback
         # a control: every restore's weights are the live ones plus random noise of the same
         # norm as that restore's quantization error, per tensor (what the error's size costs,
         # without its direction)
         self.restore_noise = restore_noise
         self.name = "ckptzip-w" if weights_only else "ckptzip-probe" if probe else "ckptzip"
+        if error_feedback:
+            self.name += "-feedback"
         # an ablation: these parts of every restore come from the live state the checkpoint
         # was saved from (RESTORE_EXACT), so the run shows what the rest costs
         self.restore_exact = restore_exact
@@ -850,6 +861,7 @@ class Ckptzip(Method):
             moments=self.moments,
             tolerance=self.tolerance,
             error_budget=self.error_budget,
+            error_feedback=self.error_feedback,
         )
 
     def save(self, step: int, w: _workloads.Workload) -> SaveStat:
@@ -873,7 +885,7 @@ class Ckptzip(Method):
             # chosen state after the probe's training steps (what training repaired)
             "weight_gap": _gap(search.quality, search.baseline) if search else None,
             "probe_gap": _gap(probe.quality, probe.reference) if probe else None,
-            "delta": any(e.codec == "delta" for e in r.entries),
+            "delta": any(e.codec in ("delta", "residual") for e in r.entries),
             "layer_configs": search.to_json()["layer_configs"] if search else None,
             "breakdown": breakdown(r),
         }
@@ -956,7 +968,7 @@ def make_method(
         return ExCP(directory, every)
     if name == "feedback":
         return Feedback(directory, every, feedback_residual)
-    if name in ("ckptzip", "ckptzip-w", "ckptzip-probe"):
+    if name in ("ckptzip", "ckptzip-w", "ckptzip-probe", "ckptzip-feedback"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
         return Ckptzip(
             directory,
@@ -968,6 +980,7 @@ def make_method(
             restore_exact=restore_exact,
             error_budget=error_budget,
             restore_noise=restore_noise,
+            error_feedback=name == "ckptzip-feedback",
         )
     raise ValueError(f"method {name!r} unknown; choose from {METHODS + OPT_IN}")
 

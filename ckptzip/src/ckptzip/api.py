@@ -216,7 +216,9 @@ def _torch_save_size(obj: Any, leaves: Sequence[tuple[str, torch.Tensor]]) -> in
 
 
 DecodedCache = MutableMapping[str, Mapping[str, QuantizedTensor | torch.Tensor]]
-"""Decoded checkpoints by the sha256 of their file (what a delta's parent resolves to).
+"""Decoded checkpoints by the sha256 of their file (what a delta's parent resolves to): the
+lossy entries of each, a :class:`QuantizedTensor` or, for a ``"residual"`` entry, its
+reconstructed tensor (exact entries are left out: a child never codes against them).
 
 Callers that save or load consecutive steps of a delta chain (:class:`CheckpointManager`) pass
 one to :func:`save`, :func:`load` and :func:`read_quantized`, which read it and fill it, so each
@@ -235,6 +237,16 @@ class _FileParent:
     def quantized(self, path: str) -> QuantizedTensor | None:
         q = self.table.get(path)
         return q if isinstance(q, QuantizedTensor) else None
+
+    def reconstruction(self, path: str) -> torch.Tensor | None:
+        # the table holds the lossy entries only (every filler of a DecodedCache keeps to
+        # that), so a tensor here is a reconstruction, never an exact entry
+        v = self.table.get(path)
+        if isinstance(v, QuantizedTensor):
+            from ckptzip.quantize import dequantize  # only lossy parents need it
+
+            return dequantize(v)
+        return v
 
 
 def _parent_view(
@@ -505,7 +517,7 @@ class EncodedCheckpoint:
         self,
         manifest: Manifest,
         chunks: list[bytes],
-        quantized: dict[str, QuantizedTensor],
+        quantized: dict[str, QuantizedTensor | torch.Tensor],
         reports: list[tuple[QuantConfig | None, str | None]],
         bytes_in: int,
         started: float,
@@ -528,8 +540,8 @@ class EncodedCheckpoint:
     def report(self, path: str, bytes_out: int, *, cache: DecodedCache | None = None) -> Report:
         """The :class:`Report` of the published file; adds it to ``cache`` for a child delta."""
         if cache is not None:
-            # Only the quantized tensors: all a child delta reads, and exact tensors would
-            # alias the caller's live (still training) tensors.
+            # Only the lossy entries (quantized tensors, residuals' reconstructions): all a
+            # child delta reads, and exact tensors would alias the caller's live tensors.
             cache[self.sha256] = self._quantized
         m = self.manifest
         reports = tuple(
@@ -634,11 +646,13 @@ def encode(
         entries: list[TensorEntry] = []
         chunks: list[bytes] = []
         digests: list[str] = []
-        quantized: dict[str, QuantizedTensor] = {}
+        quantized: dict[str, QuantizedTensor | torch.Tensor] = {}
         configs: list[QuantConfig | None] = []
         for t, (p, x), (enc, enc_digests) in zip(plan, leaves, results, strict=True):
             codec = get_codec(t.codec)
-            if enc.quantized is not None:
+            if enc.reconstruction is not None:  # what a reader of this entry decodes
+                quantized[p] = enc.reconstruction
+            elif enc.quantized is not None:
                 quantized[p] = enc.quantized
             cfg = enc.config
             configs.append(cfg)
@@ -1016,8 +1030,21 @@ def decode_chain(
     reader = top.reader()
     out = _decode_entries(reader, parent, progress, max_bytes, threads=threads)
     if cache is not None:
-        cache[top.sha256] = {p: d.value() for p, d in out.items()}
+        cache[top.sha256] = _lossy_values(reader.manifest, out)
     return top.manifest, out
+
+
+def _lossy_values(
+    manifest: Manifest, decoded: Mapping[str, Decoded]
+) -> dict[str, QuantizedTensor | torch.Tensor]:
+    """What a :data:`DecodedCache` keeps of a decoded file: its lossy entries, a tensor (a
+    residual's reconstruction) as a copy, since the caller gets the decoded one to modify."""
+    out: dict[str, QuantizedTensor | torch.Tensor] = {}
+    for e in manifest.tensors:
+        if e.path in decoded and get_codec(e.codec).lossy:
+            v = decoded[e.path].value()
+            out[e.path] = v.clone() if isinstance(v, torch.Tensor) else v
+    return out
 
 
 def _read_quantized(

@@ -69,8 +69,15 @@ from ckptzip.errors import (
     DecodeMemoryError,
     SaveInProgressError,
 )
-from ckptzip.plan import MomentPolicy, Prequantized
-from ckptzip.search import ProbeFn, SearchResult, check_options, save_scores, search
+from ckptzip.plan import RESIDUAL, MomentPolicy, Prequantized
+from ckptzip.search import (
+    ProbeFn,
+    SearchResult,
+    check_options,
+    for_residuals,
+    save_scores,
+    search,
+)
 from ckptzip.sensitivity import SensitivityTracker
 from ckptzip.snapshot import Gate, ModelSnapshot, copy_tree
 from ckptzip.storage import is_url, open_storage
@@ -282,6 +289,17 @@ class CheckpointManager:
         files declare more decoded bytes is refused with
         :class:`~ckptzip.errors.DecodeLimitError` (never skipped for an older step).
         ``None`` (default): what the memory available to the process can decode.
+    error_feedback:
+        Store the weights of every delta checkpoint as their change against the parent's
+        *reconstruction*, quantized (``CompressionConfig.residual``, by default
+        :data:`ckptzip.plan.RESIDUAL`: 4 levels): ``ŵ_k = ŵ_{k−1} + Q(w_k − ŵ_{k−1})``, so
+        what one checkpoint's quantization left is corrected by the next and the errors of
+        successive restores do not add up. Keyframes and the optimizer moments are stored as
+        without it. At a delta save no weight config is searched (the residual replaces it;
+        :func:`ckptzip.search.for_residuals`): the moments follow the last search's choice and
+        ``eval_fn`` is called once, on the exact weights. Off by default (measured against
+        the defaults in the README, "Error feedback along the chain"); a ``config`` with
+        ``residual`` set turns it on too.
 
     Notes
     -----
@@ -333,7 +351,10 @@ class CheckpointManager:
         research_every: int | None = None,
         max_bytes: int | None = None,
         error_budget: float = 0.1,
+        error_feedback: bool = False,
     ) -> None:
+        if not isinstance(error_feedback, bool):
+            raise ConfigError(f"error_feedback={error_feedback!r} must be True or False")
         if config is not None and not isinstance(config, CompressionConfig):
             raise ConfigError(f"config={config!r} must be a CompressionConfig")
         if model is None and (optimizer is not None or eval_fn is not None):
@@ -368,6 +389,8 @@ class CheckpointManager:
         self.directory: Path | str = os.fspath(directory) if is_url(directory) else Path(directory)
         self.store = ChainStore(open_storage(directory), keyframe_every=keyframe_every, keep=keep)
         self.config = config if config is not None else CompressionConfig()
+        if error_feedback and self.config.residual is None:
+            self.config = replace(self.config, residual=RESIDUAL)
         # The decoded quantized tensors of the last files saved or loaded: the next delta's
         # parent, so a chain is decoded once rather than from its keyframe at every call.
         self._cache = _RecentFiles(2)
@@ -640,6 +663,7 @@ class CheckpointManager:
         if probe is not None and previous is not None and recent:
             probe, moments = None, previous.moments
         tracker = self._tracker
+        last = self.last_search
 
         def job() -> SaveReport:
             ex, sc = fixed
@@ -653,24 +677,37 @@ class CheckpointManager:
                 if gate is not None:
                     gate.release()  # the copy is taken: training may step again
                 _yield_to_training()
-            # the probe's training steps are not the run's: the tracker neither counts nor
-            # records them
-            paused = tracker.paused() if probe is not None and tracker else contextlib.nullcontext()
-            with paused:
-                result = search(
+            if self.config.residual is not None and self._delta_expected(step):
+                # error feedback: the weights will be residuals, so none is searched
+                result = for_residuals(
                     m,
+                    last,
                     eval_fn=self.eval_fn,
-                    tolerance=self.tolerance,
-                    scores=sc,
-                    previous=previous,
                     optimizer=opt,
                     base=self.config,
-                    moments=moments,
-                    probe_fn=probe,
-                    earlier=tuple(self._baselines),
-                    context=f"checkpoint step {step}",
-                    error_budget=self.error_budget,
+                    moments=last.moments if last is not None else self.moments,
                 )
+            else:
+                # the probe's training steps are not the run's: the tracker neither counts
+                # nor records them
+                paused = (
+                    tracker.paused() if probe is not None and tracker else contextlib.nullcontext()
+                )
+                with paused:
+                    result = search(
+                        m,
+                        eval_fn=self.eval_fn,
+                        tolerance=self.tolerance,
+                        scores=sc,
+                        previous=previous,
+                        optimizer=opt,
+                        base=self.config,
+                        moments=moments,
+                        probe_fn=probe,
+                        earlier=tuple(self._baselines),
+                        context=f"checkpoint step {step}",
+                        error_budget=self.error_budget,
+                    )
             if ex is not None:
                 obj["extra"] = ex
             full_scores = save_scores(m, result, scores=sc, optimizer=opt)
@@ -740,6 +777,13 @@ class CheckpointManager:
         self._last_saved = step
         fields = {f: getattr(report, f) for f in _REPORT_FIELDS}
         return SaveReport(**fields, search=result, step=step)
+
+    def _delta_expected(self, step: int) -> bool:
+        """Whether the save of ``step`` will be a delta (what :meth:`_write` will find, unless
+        the parent turns out not to decode or another writer saves in between: then the
+        save is a keyframe with the configs given)."""
+        store = self.store
+        return store.parent_chain(step, store.steps(), self._cache.__contains__) is not None
 
     def _arm_tracker(self, step: int) -> None:
         # Without a fixed interval, expect the next save as many optimizer steps ahead as the

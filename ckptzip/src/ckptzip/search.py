@@ -153,6 +153,7 @@ __all__ = [
     "ProbeResult",
     "SearchResult",
     "check_options",
+    "for_residuals",
     "layer_types",
     "moment_ladder",
     "allowance_per_interval",
@@ -358,7 +359,9 @@ class SearchResult:
         ``"eval"`` (feasibility by ``eval_fn``) or ``"data-free"`` (by the per-tensor
         relative error budget, because no ``eval_fn`` was given).
     strategy:
-        ``"full"``, ``"neighbourhood"`` or ``"none"`` (nothing to search).
+        ``"full"``, ``"neighbourhood"``, ``"none"`` (nothing to search) or ``"residual"``
+        (a delta save with error feedback, :func:`for_residuals`: the weights are stored as
+        residuals, so none was searched; the configs are the previous result's).
     trials:
         Quantize-and-evaluate trials run (the baseline evaluation not counted).
     seconds:
@@ -393,7 +396,7 @@ class SearchResult:
     layer_configs: Mapping[str, QuantConfig | None]
     config: CompressionConfig
     mode: Literal["eval", "data-free"]
-    strategy: Literal["full", "neighbourhood", "none"]
+    strategy: Literal["full", "neighbourhood", "none", "residual"]
     trials: int
     seconds: float
     baseline: float | None
@@ -1312,6 +1315,79 @@ def search(
         )
     finally:
         ev.close()
+
+
+def for_residuals(
+    model: nn.Module,
+    previous: SearchResult | None,
+    *,
+    eval_fn: Callable[[nn.Module], float] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    base: CompressionConfig | None = None,
+    model_prefix: str = "model/",
+    optimizer_prefix: str = "optimizer/",
+    moments: MomentPolicy | None = None,
+) -> SearchResult:
+    """The result of a delta save with error feedback (``base.residual`` set): no search.
+
+    Every searched weight of such a save is stored as its change against the parent's
+    reconstruction, quantized with ``base.residual`` (the ``"residual"`` codec), so no weight
+    config is tried and ``eval_fn`` judges none. The result still gives each weight a config,
+    ``previous``'s layer type's (``base.quant`` for a type ``previous`` lacks, or without
+    ``previous``), which is what the codec quantizes a weight with where the parent lacks it,
+    and what the moments follow, by :class:`~ckptzip.plan.MomentPolicy` (``moments``,
+    default ``previous.moments``), with the zeros the moments have now. With ``eval_fn`` the
+    exact weights are evaluated once (``baseline``: the manager's gain per interval needs
+    every save's), nothing else.
+
+    Examples
+    --------
+    >>> model = nn.Linear(128, 64)
+    >>> r = for_residuals(model, None, base=CompressionConfig(residual=QuantConfig(bins=4)))
+    >>> r.strategy, r.trials, r.layer_configs["linear"] == QuantConfig()
+    ('residual', 0, True)
+    """
+    t0 = time.perf_counter()
+    base = base if base is not None else CompressionConfig()
+    if base.residual is None:
+        raise ConfigError("for_residuals needs base.residual (the residual's QuantConfig)")
+    policy = moments if moments is not None else (previous.moments if previous else None)
+    policy = policy if policy is not None else MomentPolicy()
+    kinds_of = layer_types(model)
+    params: dict[str, tuple[str, nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        if exact_reason(model_prefix + name, p.detach(), base) is None:
+            params[name] = (kinds_of[name], p)
+    earlier = previous.layer_configs if previous is not None else {}
+    layer_configs: dict[str, QuantConfig | None] = {
+        k: earlier.get(k, base.quant) for k in sorted({k for k, _ in params.values()})
+    }
+    baseline = None if eval_fn is None else _evaluate_with(model, params, {}, eval_fn)
+    if baseline is not None and not math.isfinite(baseline):
+        raise ConfigError(
+            f"eval_fn returned {baseline!r} for the exact weights; it must return a finite loss"
+        )
+    config = _compression_config(
+        model, optimizer, base, params, layer_configs, model_prefix, optimizer_prefix, policy
+    )
+    return SearchResult(
+        layer_configs=MappingProxyType(layer_configs),
+        config=config,
+        mode="eval" if eval_fn is not None else "data-free",
+        strategy="residual",
+        trials=0,
+        seconds=time.perf_counter() - t0,
+        baseline=baseline,
+        quality=None,
+        tolerance=previous.tolerance if previous is not None else 0.0,
+        estimated_ratio=previous.estimated_ratio if previous is not None else 1.0,
+        paths=MappingProxyType({model_prefix + n: k for n, (k, _) in params.items()}),
+        note=(
+            f"error feedback: the weights are residuals against the parent at "
+            f"{base.residual.bins} levels, not searched"
+        ),
+        moments=policy,
+    )
 
 
 def _gave_up(

@@ -8,7 +8,7 @@ changes meaning: a new encoding gets a new id (or a new ``meta`` field that old 
 Call order on save (driven by :func:`ckptzip.save`, after :class:`ckptzip.plan.Planner` chose
 each tensor's codec and config)::
 
-    codec = get_codec(treatment.codec)     # "exact", "quant", "delta", ...
+    codec = get_codec(treatment.codec)     # "exact", "quant", "delta", "residual", ...
     enc = codec.encode(x, EncodeContext(...))
     # the container stores enc.meta in the tensor's manifest entry, next to the fields the
     # pipeline owns (shape, dtype, codec id, config and rel_error of enc.quantized), and
@@ -103,13 +103,20 @@ class ParentView(Protocol):
     ``content_hash`` is the sha256 hex digest of the parent file's bytes (what the child's
     manifest records); ``quantized(path)`` returns the parent's decoded
     :class:`QuantizedTensor` at that tensor path, or ``None`` when the parent stored that path
-    exactly or does not have it.
+    exactly, as a reconstruction (``"residual"``) or does not have it.
+    ``reconstruction(path)`` returns what a restore of the parent gives at that path for a
+    lossy entry (a :class:`QuantizedTensor` dequantized, a ``"residual"`` entry's tensor as it
+    decoded), on the CPU, or ``None`` when the parent stored the path exactly or does not have
+    it: what the ``"residual"`` codec stores its change against. (A view written before this
+    method existed lacks it; the ``"residual"`` codec then treats every path as absent.)
     """
 
     @property
     def content_hash(self) -> str: ...
 
     def quantized(self, path: str) -> QuantizedTensor | None: ...
+
+    def reconstruction(self, path: str) -> torch.Tensor | None: ...
 
 
 @dataclass(frozen=True)
@@ -126,11 +133,16 @@ class Encoded:
         The :class:`QuantizedTensor` the codec stored, if lossy (the pipeline records its
         config and error, and a later delta uses its indices without decoding the file
         again); ``None`` for exact codecs.
+    reconstruction:
+        What a reader decodes, when that is not ``quantized`` dequantized (a ``"residual"``
+        entry: the parent's reconstruction plus the stored change): a child's residual is
+        coded against it, so the writer's cache holds it instead of ``quantized``.
     """
 
     meta: dict[str, Any]
     chunks: list[bytes]
     quantized: QuantizedTensor | None = None
+    reconstruction: torch.Tensor | None = None
 
     @property
     def config(self) -> QuantConfig | None:
@@ -366,6 +378,7 @@ _LAZY: dict[str, str] = {
     "exact": "ckptzip.codecs.exact",
     "quant": "ckptzip.codecs.quantized",
     "delta": "ckptzip.codecs.delta",
+    "residual": "ckptzip.codecs.residual",
 }
 
 C = TypeVar("C", bound=type[Codec])

@@ -1,0 +1,225 @@
+"""Codec ``"residual"``: error feedback along a delta chain.
+
+The entry stores the tensor's change against the parent's *reconstruction* (what a restore of
+the parent gives at the same path, :meth:`~ckptzip.codecs.base.ParentView.reconstruction`),
+quantized: ``x̂_k = x̂_{k−1} + Q(x_k − x̂_{k−1})``. The change holds one interval's training plus
+what the parent's quantization left, so it is much smaller than the tensor, the same number of
+levels leaves a much smaller error, and what one checkpoint's quantization left is corrected by
+the next: the error of ``x̂_k`` is only the change's quantization error, along a chain of any
+length. Decoding returns the reconstructed tensor (not a :class:`QuantizedTensor`); a child's
+residual is coded against it in turn. The residual's config is ``EncodeContext.config.residual``
+(``EncodeContext.quant`` when that is ``None``); the entry records it as its ``config`` and, as
+its ``rel_error``, the error of the reconstruction against the tensor, ``‖x̂ − x‖ / ‖x‖``.
+
+Format (``parent`` is the file's top-level field)
+
+Mode ``"full"``: meta ``{"mode": "full", "inner_codec": "quant", "inner": <its meta>, "why":
+<reason, informative>}``, the chunks the ``quant`` codec's: the parent has no lossy tensor of
+this shape and dtype at the path (or the file has no parent), so the tensor is quantized in
+full with ``EncodeContext.quant`` and a reader needs no parent for it.
+
+Mode ``"residual"``: meta ``{"mode": "residual", "residual": <quant meta>}`` and the four chunks
+of the ``quant`` codec (``FORMAT.md``): levels, indices, protected positions, protected values,
+decoded with the entry's ``config``, shape and dtype into ``r̂`` (the ``quant`` decoding), with
+one difference: the protected values are the *tensor's* exact values at those positions, not
+the change's. With ``p`` the parent's reconstruction at the path (same shape and dtype, else the
+parent is not this entry's: :class:`~ckptzip.errors.MissingParentError`), the tensor is
+``x̂[i] = p[i] + r̂[i]`` computed in float32 (float64 for a float64 tensor) and rounded to the
+dtype, then every protected position gets its stored value. Every non-finite value of the
+change is protected, so NaN and ±inf of the tensor come back exactly, and so does every value
+where the parent's reconstruction is not finite.
+
+The writer computes the change as ``x − p`` in that same arithmetic, rounded to the dtype.
+Every check of the ``quant`` codec applies to the four chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from ckptzip._types import QuantizedTensor
+from ckptzip.codecs.base import (
+    Codec,
+    DecodeContext,
+    Decoded,
+    Description,
+    EncodeContext,
+    Encoded,
+    ParentView,
+    get_codec,
+    meta_get,
+    register_codec,
+)
+from ckptzip.codecs.quantized import decode_quantized, encode_quantized, quantized_for
+from ckptzip.errors import ConfigError, CorruptCheckpointError, MissingParentError
+
+__all__ = ["ResidualCodec", "reconstruct"]
+
+_FULL_CODEC = "quant"
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    """The arithmetic of a change and a reconstruction: float32, float64 for float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _parent_tensor(parent: ParentView | None, path: str) -> torch.Tensor | None:
+    """The parent's reconstruction at ``path`` (``None``: no view, no method, no tensor)."""
+    if parent is None:
+        return None
+    get = getattr(parent, "reconstruction", None)  # a view written before the method
+    return None if get is None else get(path)
+
+
+def reconstruct(parent: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
+    """``x̂ = p + r̂`` with the protected positions put back: the one definition, for the writer
+    (whose cache holds it for the next residual) and the reader alike.
+
+    Examples
+    --------
+    >>> from ckptzip.config import QuantConfig
+    >>> from ckptzip.quantize import quantize
+    >>> p, x = torch.zeros(1000), torch.linspace(-1, 1, 1000)
+    >>> q = quantize(x - p, QuantConfig(bins=256))
+    >>> float((reconstruct(p, q) - x).abs().max()) < 0.01
+    True
+    """
+    from ckptzip.quantize import dequantize  # the quantizer pulls in the sketch machinery
+
+    wide = _wide(q.dtype)
+    change = dequantize(q).reshape(-1).to(wide)
+    out = (parent.reshape(-1).to(device="cpu", dtype=wide) + change).to(q.dtype)
+    if q.protected_positions.size:
+        pos = torch.from_numpy(q.protected_positions)
+        out.index_copy_(0, pos, q.protected_values.to(q.dtype))
+    return out.reshape(q.shape)
+
+
+def _relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
+    """``‖y − x‖ / ‖x‖`` over the finite entries of ``x``, in float64 (0 when ``‖x‖ = 0``),
+    rounded as the quantizer rounds its own (8 significant digits)."""
+    from ckptzip.quantize import _relative_error as rounded
+
+    a, b = x.reshape(-1).double(), y.reshape(-1).double()
+    finite = torch.isfinite(a)
+    a, b = a[finite], b[finite]
+    return rounded(float((b - a).square().sum()), float(a.square().sum()))
+
+
+@register_codec
+class ResidualCodec(Codec):
+    """The change against the parent's reconstruction, quantized; see the module docstring.
+
+    Examples
+    --------
+    >>> from ckptzip.codecs.base import get_codec
+    >>> get_codec("residual").id
+    'residual'
+    """
+
+    id = "residual"
+    lossy = True
+
+    def encode(self, x: torch.Tensor, ctx: EncodeContext) -> Encoded:
+        level = ctx.config.zstd_level
+
+        def full(why: str) -> Encoded:
+            q = quantized_for(x, ctx)
+            meta, chunks = encode_quantized(q, level)
+            wrapped = {"mode": "full", "inner_codec": _FULL_CODEC, "inner": meta, "why": why}
+            return Encoded(wrapped, chunks, q)
+
+        if ctx.quant is None:
+            raise ConfigError(f"{ctx.path!r}: a lossy codec needs a QuantConfig")
+        if not x.is_floating_point():
+            raise ConfigError(f"{ctx.path!r}: a quantized tensor cannot be {x.dtype}")
+        p = _parent_tensor(ctx.parent, ctx.path)
+        if p is None:
+            return full("no parent" if ctx.parent is None else "parent lacks a lossy tensor here")
+        if tuple(p.shape) != tuple(x.shape) or p.dtype != x.dtype:
+            return full(f"parent {list(p.shape)} {str(p.dtype).removeprefix('torch.')}")
+        if x.numel() == 0:
+            return full("empty tensor")
+        from ckptzip.quantize import quantize  # the quantizer pulls in the sketch machinery
+
+        config = ctx.config.residual or ctx.quant
+        xs = x.detach().to("cpu")
+        wide = _wide(x.dtype)
+        change = (xs.to(wide) - p.to(device="cpu", dtype=wide)).to(x.dtype)
+        q = quantize(change, config)
+        # the protected entries are stored as the tensor's own values: exact after decoding
+        values = xs.reshape(-1)[torch.from_numpy(q.protected_positions)].clone()
+        q = replace(q, protected_values=values)
+        recon = reconstruct(p, q)
+        q = replace(q, rel_error=_relative_error(xs, recon))
+        meta, chunks = encode_quantized(q, level)
+        return Encoded({"mode": "residual", "residual": meta}, chunks, q, recon)
+
+    def decode(self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> Decoded:
+        mode = meta_get(meta, "mode", str)
+        if mode == "full":
+            inner_id = meta_get(meta, "inner_codec", str)
+            if inner_id != _FULL_CODEC:
+                raise CorruptCheckpointError(
+                    f"{ctx.path!r}: a residual entry stored in full wraps {_FULL_CODEC!r}, not "
+                    f"{inner_id!r}"
+                )
+            return get_codec(inner_id).decode(meta_get(meta, "inner", dict), chunks, ctx)
+        if mode != "residual":
+            raise CorruptCheckpointError(f"{ctx.path!r}: unknown residual entry mode {mode!r}")
+        inner = meta_get(meta, "residual", dict)
+        # every check of the stored change first: a damaged entry is damage, whatever the parent
+        q = decode_quantized(inner, chunks, ctx)
+        if ctx.parent is None:
+            raise MissingParentError(
+                f"{ctx.path!r} is a residual against its parent checkpoint but no parent was "
+                "given; load it from the directory that holds its parent (or through "
+                "CheckpointManager)"
+            )
+        p = _parent_tensor(ctx.parent, ctx.path)
+        if p is None or tuple(p.shape) != ctx.shape or p.dtype != ctx.dtype:
+            raise MissingParentError(
+                f"{ctx.path!r}: the parent checkpoint {ctx.parent.content_hash[:12]}... has no "
+                f"lossy {str(ctx.dtype).removeprefix('torch.')} tensor of shape "
+                f"{list(ctx.shape)} at this path: it is not this residual's parent"
+            )
+        return Decoded(tensor=reconstruct(p, q))
+
+    def max_numel(
+        self, meta: dict[str, Any], chunk_lengths: Sequence[int], itemsize: int
+    ) -> int | None:
+        if not isinstance(meta, dict):
+            return None
+        mode = meta.get("mode")
+        inner = meta.get("inner") if mode == "full" else meta.get("residual")
+        if mode not in ("full", "residual") or not isinstance(inner, dict):
+            return None
+        return get_codec(_FULL_CODEC).max_numel(inner, chunk_lengths, itemsize)
+
+    def describe(self, meta: dict[str, Any]) -> Description:
+        if not isinstance(meta, dict):
+            return Description()
+        mode = meta.get("mode")
+        if mode == "full":
+            inner = meta.get("inner")
+            why = meta.get("why")
+            protected = None
+            if isinstance(inner, dict):
+                with contextlib.suppress(Exception):  # describe never raises
+                    protected = get_codec(_FULL_CODEC).describe(inner).protected
+            note = f"stored in full ({why})" if isinstance(why, str) else "stored in full"
+            return Description(protected, note)
+        if mode == "residual":
+            inner = meta.get("residual")
+            protected = None
+            if isinstance(inner, dict):
+                k = inner.get("n_protected")
+                if isinstance(k, int) and not isinstance(k, bool):
+                    protected = k
+            return Description(protected, "residual against the parent's reconstruction")
+        return Description()
