@@ -438,3 +438,28 @@ def test_golden_residual_without_its_parent_is_refused(tmp_path: Path) -> None:
     shutil.copy(GOLDEN / "v1_grandchild.ckz", tmp_path / "v1_grandchild.ckz")
     with pytest.raises(MissingParentError, match=r"v1_child\.ckz"):
         ckptzip.load(tmp_path / "v1_grandchild.ckz")
+
+
+def test_asynchronous_saves_with_error_feedback_restore_what_they_believed(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(1)
+    model = nn.Linear(64, 96)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 64)
+    mgr = CheckpointManager(tmp_path, model=model, optimizer=opt, error_feedback=True)
+    sha = {}
+    for step in range(1, 5):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        mgr.save(step, blocking=False)
+        r = mgr.wait()
+        assert r is not None
+        sha[step] = r.sha256
+        if step > 1:
+            assert {e.codec for e in r.entries if e.path == "model/weight"} == {"residual"}
+    believed = mgr._cache.get(sha[4])["model/weight"].clone()
+    mgr.close()
+    got = CheckpointManager(tmp_path).load(4)["model"]["weight"]
+    assert torch.equal(got, believed)
