@@ -563,3 +563,219 @@ def test_a_database_refusing_writes_is_said_once_and_then_only_read() -> None:
         store.save(policy, final=True)
     assert len([w for w in caught if "refused" in str(w.message)]) == 1
     assert not store.writable
+
+
+# -- the compact layout (what saves write since VALUE_MAGIC_V2) ----------------------------
+
+_atoms = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4)
+)
+_keys = st.recursive(_atoms, lambda inner: st.tuples() | st.lists(inner, max_size=4).map(tuple))
+
+
+def _typed(key: object) -> object:
+    """A key with the type of every atom beside it (``1``, ``True`` and ``1.0`` are equal
+    as keys; a round trip must keep them apart anyway), and ``-0.0`` told from ``0.0``."""
+    if isinstance(key, tuple):
+        return ("tuple", tuple(_typed(k) for k in key))
+    if isinstance(key, float):
+        return ("float", key.hex())
+    return (type(key).__name__, key)
+
+
+def _compact(tables: object, writer: dict[str, object] | None = None) -> bytes:
+    from rlcheck.policy_store import _encode_tables, _record
+
+    record = writer or _record("w", 1, True, 0.0, [])
+    return _encode_tables(tables, 0.25, META, record)[0]  # type: ignore[arg-type]
+
+
+def _read_back(value: bytes) -> object:
+    read = _store(InMemoryExampleDatabase())._read(value, float("inf"), float("inf"))
+    assert read is not None
+    return read.tables
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            _keys,
+            st.lists(
+                st.tuples(
+                    _keys,
+                    st.lists(
+                        st.tuples(
+                            st.floats(-1e9, 1e9, allow_nan=False),
+                            st.integers(0, 2**53).map(float),
+                        ),
+                        max_size=4,
+                    ).map(lambda pairs: [v for pair in pairs for v in pair]),
+                ),
+                max_size=5,
+            ),
+        ),
+        max_size=4,
+    )
+)
+def test_a_compact_value_gives_back_its_tables_keys_typed_as_saved(tables: list) -> None:
+    back = _read_back(_compact(tables))
+    assert back == tables
+    assert [
+        (_typed(p), [(_typed(s), row) for s, row in rows])
+        for p, rows in back  # type: ignore[attr-defined]
+    ] == [(_typed(p), [(_typed(s), row) for s, row in rows]) for p, rows in tables]
+
+
+def test_saves_write_the_compact_layout_and_old_values_are_still_merged() -> None:
+    from rlcheck.policy_store import VALUE_MAGIC_V2, _record
+
+    db = InMemoryExampleDatabase()
+    old = Policy()
+    old.learn([("p", ("s", (1, 2)), 0)], 20.0)
+    # a value written before the compact layout: zlib-compressed JSON
+    db.save(
+        b"test-key" + KEY_SUFFIX,
+        encode_value(old.to_dict(), META, writer=_record("old", 1, True, 0.0, [])),
+    )
+    _, store = _writer(db, "p", ("s", (1, 2)), 10.0)
+    assert store._saved is not None and store._saved.startswith(VALUE_MAGIC_V2)
+    assert _merged(db).table("p").value(("s", (1, 2)), 0) == (15.0, 2)
+
+
+def test_compact_and_json_values_load_the_same_policy() -> None:
+    from rlcheck.policy_store import _record
+
+    p = Policy(seed=0)
+    for i in range(200):
+        p.learn([("value", (i % 7, ("LEFT", i % 3)), i % 4), ("more", (), i % 2)], i % 5 - 1.0)
+    writer = _record("w", 1, True, 0.0, [])
+    loaded = []
+    for value in (encode_value(p.to_dict(), META, writer=writer), _compact(p.tables_since())):
+        db = InMemoryExampleDatabase()
+        db.save(b"test-key" + KEY_SUFFIX, value)
+        q = Policy(seed=0)
+        assert _store(db).load(q)
+        loaded.append(q.to_dict())
+    assert loaded[0] == loaded[1] == p.to_dict()
+
+
+def _damaged(kind: str) -> bytes:
+    """A compact value damaged one way (inside a well-formed zlib stream)."""
+    import struct
+
+    from rlcheck.policy_store import VALUE_MAGIC_V2
+
+    good = _compact([("p", [(("a", (1, 2)), [1.0, 1.0]), (("b", (1, 2)), [2.0, 1.0])])])
+    header, atoms, numbers = zlib.decompress(good[len(VALUE_MAGIC_V2) :]).split(b"\n", 2)
+    counts = list(struct.unpack("<3I", numbers[:12]))
+    ints = list(struct.unpack(f"<{(len(numbers) - 12) // 4}I", numbers[12:]))
+    if kind == "bad-atom":
+        atoms = b'[[1],"a"]'
+    elif kind == "nan-row":
+        numbers = numbers[:-8] + struct.pack("<d", float("nan"))
+    elif kind == "half-count":
+        numbers = numbers[:-8] + struct.pack("<d", 0.5)
+    elif kind == "forward-ref":  # the first group (of atoms only) names a tuple
+        ints[2] = len(json.loads(atoms)) + 5
+        numbers = numbers[:12] + struct.pack(f"<{len(ints)}I", *ints)
+    elif kind == "bad-counts":
+        counts[2] += 1
+        numbers = struct.pack("<3I", *counts) + numbers[12:]
+    elif kind == "no-layout":
+        return VALUE_MAGIC_V2 + zlib.compress(header)
+    elif kind == "other-meta":
+        header = header.replace(b'"kind":"test"', b'"kind":"other"')
+    return VALUE_MAGIC_V2 + zlib.compress(b"\n".join((header, atoms, numbers)))
+
+
+@pytest.mark.parametrize(
+    "kind", ["bad-atom", "nan-row", "half-count", "forward-ref", "bad-counts", "no-layout"]
+)
+def test_damaged_compact_values_are_skipped_with_a_warning_and_deleted(kind: str) -> None:
+    test_bad_database_values_are_skipped_with_a_warning(_damaged(kind))
+
+
+def test_a_compact_value_of_other_metadata_or_a_later_layout_is_kept_quietly() -> None:
+    from rlcheck.policy_store import VALUE_MAGIC_V2
+
+    db = InMemoryExampleDatabase()
+    key = b"test-key" + KEY_SUFFIX
+    later = b"RLCP\x03" + zlib.compress(b"a layout of a later rlcheck")
+    foreign = _damaged("other-meta")
+    db.save(key, later)
+    db.save(key, foreign)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, store = _writer(db, "p", (), 1.0)
+        assert _merged(db).table("p").value((), 0) == (1.0, 1)  # the foreign one not merged
+    assert {later, foreign} <= set(db.fetch(key))
+    assert store._saved is not None and store._saved.startswith(VALUE_MAGIC_V2)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.data())
+def test_any_change_to_a_compact_value_never_raises(data: st.DataObject) -> None:
+    from rlcheck.policy_store import VALUE_MAGIC_V2
+
+    good = _compact([("p", [(("a", (1, 2)), [1.0, 1.0]), (("b", (1, 2), None), [2.0, 1.0])])])
+    payload = bytearray(zlib.decompress(good[len(VALUE_MAGIC_V2) :]))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(payload) - 1))
+        payload[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(payload)))
+    db = InMemoryExampleDatabase()
+    db.save(b"test-key" + KEY_SUFFIX, VALUE_MAGIC_V2 + zlib.compress(bytes(payload[:cut])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RLCheckWarning)
+        _store(db, max_items=10_000).load(Policy())
+
+
+def test_a_store_decodes_each_value_once_however_often_it_saves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rlcheck.policy_store as store_module
+
+    db = InMemoryExampleDatabase()
+    for i in range(3):
+        _writer(db, "p", (i,), 1.0, final=True)
+    calls = []
+    parse = store_module._parse_compact
+    monkeypatch.setattr(store_module, "_parse_compact", lambda *a: calls.append(1) or parse(*a))
+    p, s = Policy(), _store(db)
+    assert s.load(p)
+    assert len(calls) == 3  # the load reads each value once
+    for i in range(20):  # a save's compaction check reads no value it knows again
+        p.learn([("p", (i,), 0)], 2.0)
+        s.save(p)
+    assert len(calls) == 3
+
+
+def test_a_compact_load_costs_a_fraction_of_a_json_load() -> None:
+    import time
+
+    from rlcheck.policy_store import _record
+
+    # about the size of the Etna benchmark's iso8601 policy (1 500 states)
+    p = Policy(seed=0)
+    for i in range(1500):
+        p.learn([(("i", 0, i % 9), ((i * 7919) % 5003, (i % 11, i % 5)), i % 6)], i % 5 - 1.0)
+    writer = _record("w", 1, True, 0.0, [])
+    cost = {}
+    for name, value in (
+        ("json", encode_value(p.to_dict(), META, writer=writer)),
+        ("compact", _compact(p.tables_since(), writer)),
+    ):
+        db = InMemoryExampleDatabase()
+        db.save(b"test-key" + KEY_SUFFIX, value)
+        best = float("inf")
+        for _ in range(5):
+            start = time.process_time()
+            _store(db).load(Policy())
+            best = min(best, time.process_time() - start)
+        cost[name] = best
+    assert cost["compact"] < cost["json"] / 1.5, cost

@@ -48,8 +48,10 @@ __all__ = [
     "Policy",
     "PolicyMark",
     "QTable",
+    "Tables",
     "Visit",
     "WindowDriver",
+    "check_flat_rows",
     "reward_for",
 ]
 
@@ -775,17 +777,10 @@ class Policy:
         >>> p.to_dict(since=mark)["tables"]
         [['coin', [[{'t': []}, [0.0, 0.0, 10.0, 1.0]]]]]
         """
-        base = None if since is None else since.rows
         tables = []
-        for point, table in self._tables.items():
+        for point, rows in self.tables_since(since):
             try:
-                rows = []
-                for state, row in table.items():
-                    kept = row if base is None else _row_since(row, base.get((point, state)))
-                    if kept is not None:
-                        rows.append([_encode(state), kept])
-                if rows or base is None:
-                    tables.append([_encode(point), rows])
+                tables.append([_encode(point), [[_encode(state), row] for state, row in rows]])
             except InvalidArgument as exc:
                 raise InvalidArgument(f"cannot save the table of point {point!r}: {exc}") from exc
         return {
@@ -794,6 +789,30 @@ class Policy:
             "epsilon": self._epsilon,
             "tables": tables,
         }
+
+    def tables_since(self, since: PolicyMark | None = None) -> Tables:
+        """What :meth:`to_dict` holds, with its keys as they are: ``[(point, [(state,
+        [q_0, n_0, ...]), ...]), ...]`` (row copies), oldest first; with ``since``, the
+        visits made after that mark (rows and tables without any left out).
+
+        Examples
+        --------
+        >>> p = Policy(seed=0)
+        >>> p.learn([("coin", (), 1)], 20.0)
+        >>> p.tables_since()
+        [('coin', [((), [0.0, 0.0, 20.0, 1.0])])]
+        """
+        base = None if since is None else since.rows
+        tables: Tables = []
+        for point, table in self._tables.items():
+            rows = []
+            for state, row in table.items():
+                kept = row if base is None else _row_since(row, base.get((point, state)))
+                if kept is not None:
+                    rows.append((state, kept))
+            if rows or base is None:
+                tables.append((point, rows))
+        return tables
 
     def mark(self) -> PolicyMark:
         """What the policy holds now, for ``to_dict(since=...)`` (a copy of every row)."""
@@ -844,13 +863,30 @@ class Policy:
         >>> a.table("coin").value((), 1)
         (6.0, 3)
         """
-        parsed = _parse_snapshot(data, self.max_tables, self.max_states)
-        for point, rows in parsed:
+        self.merge_tables(_parse_snapshot(data, self.max_tables, self.max_states))
+
+    def merge_tables(self, tables: Tables) -> None:
+        """:meth:`merge_dict` of tables already checked (as :meth:`tables_since` gives
+        them: finite Q values within ±1e9, whole non-negative visit counts, even row
+        lengths; :func:`check_flat_rows` checks them): the first ``max_tables`` tables,
+        the first ``max_states`` rows of each.
+
+        Examples
+        --------
+        >>> a, b = Policy(seed=0), Policy(seed=0)
+        >>> b.learn([("coin", (), 1)], -1.0)
+        >>> a.merge_tables(b.tables_since())
+        >>> a.table("coin").value((), 1)
+        (-1.0, 1)
+        """
+        for point, rows in itertools.islice(tables, self.max_tables):
             table = self.table(point)
-            for state, incoming in rows:
-                row = table._rows.get(state)
+            got = table._rows.get
+            put = table._put
+            for state, incoming in itertools.islice(rows, self.max_states):
+                row = got(state)
                 if row is None:
-                    table._put(state, _new_row() + incoming)
+                    put(state, _new_row() + incoming)
                     continue
                 if len(row) < _HEAD + len(incoming):
                     row.extend([0.0] * (_HEAD + len(incoming) - len(row)))
@@ -864,6 +900,39 @@ class Policy:
                     row[at] = (n1 * row[at] + n2 * incoming[i]) / n
                     row[at + 1] = n
                 row[_N_CACHED] = 0  # values changed: the greedy action is found again
+
+
+Tables = list[tuple[Hashable, list[tuple[Hashable, list[float]]]]]
+"""A policy's tables with their keys as they are (:meth:`Policy.tables_since`)."""
+
+
+def check_flat_rows(values: Sequence[float]) -> None:
+    """Raise :class:`PolicyFileError` unless ``values`` (rows ``q_0, n_0, q_1, n_1, ...``
+    laid end to end, each of even length) are what a loaded row may hold: finite Q values
+    within ±1e9, whole visit counts in ``[0, 2**53]``; C-speed passes over the values, not
+    a Python loop per value (:func:`_checked_row` is the one-row reference).
+
+    >>> check_flat_rows([1.5, 2.0, -1.0, 1.0])
+    >>> check_flat_rows([1.5, 0.5])
+    Traceback (most recent call last):
+    ...
+    rlcheck.errors.PolicyFileError: malformed Q-table rows: a visit count is not whole
+    """
+    if len(values) % 2:
+        raise PolicyFileError("malformed Q-table rows: not (Q, count) pairs")
+    if not values:
+        return
+    # A NaN or an infinity makes the sum non-finite, and so do finite values so large
+    # that it overflows (refused below anyway): one C-speed pass instead of isfinite each.
+    if not math.isfinite(sum(values)):
+        raise PolicyFileError("malformed Q-table rows: a value is not a finite number")
+    qs, ns = values[::2], values[1::2]
+    if max(qs) > _MAX_ABS_Q or min(qs) < -_MAX_ABS_Q:
+        raise PolicyFileError("malformed Q-table rows: a Q value is out of range")
+    if min(ns) < 0 or max(ns) > _MAX_COUNT:
+        raise PolicyFileError("malformed Q-table rows: a visit count is out of range")
+    if not all(map(float.is_integer, ns)):
+        raise PolicyFileError("malformed Q-table rows: a visit count is not whole")
 
 
 class PolicyMark(NamedTuple):
