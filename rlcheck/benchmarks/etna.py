@@ -100,6 +100,10 @@ _variant("rlcheck-adaptive", mutate_operators=_ALL, mutate_adaptive=True)  # wei
 _variant("rlcheck-fast-p30", "FastRLCheckProvider", default_patience=30)
 # the probe of Hypothesis's provider alone, before its simplest extensions (README)
 _variant("rlcheck-nosimplest", probe_simplest_cases=0)
+# a warm run that still runs the probe's simplest extensions (README: warm start),
+# measured as "rlcheck-warm-ws1": a warm backend "rlcheck-warm<x>" runs "rlcheck<x>" on
+# the policy "rlcheck" learned
+_variant("rlcheck-ws1", warm_probe_simplest=True)
 
 
 class _Stop(BaseException):
@@ -138,9 +142,10 @@ def run_once(
     """One Hypothesis run to the first failure; what it found and when."""
     lib = _library(workload, mutant)
     calls = valid = 0
-    found_at: tuple[int, float] | None = None
+    found_at: tuple[int, float, float] | None = None
     error = ""
     start = time.perf_counter()
+    cpu_start = time.process_time()
     deadline = start + seconds
 
     def probe(value: Any) -> None:
@@ -155,7 +160,11 @@ def run_once(
             raise
         except Exception as exc:
             if found_at is None:
-                found_at = (calls, time.perf_counter() - start)
+                found_at = (
+                    calls,
+                    time.perf_counter() - start,
+                    time.process_time() - cpu_start,
+                )
                 error = f"{type(exc).__name__}: {str(exc)[:120]}"
             raise
         finally:
@@ -192,7 +201,9 @@ def run_once(
         "valid": valid,
         "tests_to_failure": None if found_at is None else found_at[0],
         "seconds_to_failure": None if found_at is None else round(found_at[1], 4),
+        "cpu_to_failure": None if found_at is None else round(found_at[2], 4),
         "seconds": round(elapsed, 3),
+        "cpu": round(time.process_time() - cpu_start, 4),
         "error": error,
     }
 
@@ -281,8 +292,9 @@ def _task(task: tuple[Any, ...]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="etna-warm-") as tmp:
         copy = Path(tmp) / "db"
         shutil.copytree(database, copy)
-        run = run_once(workload, mutant, "rlcheck", budget, seconds, run_seed, copy)
-    run["backend"] = WARM
+        base = "rlcheck" + backend[len(WARM) :]
+        run = run_once(workload, mutant, base, budget, seconds, run_seed, copy)
+    run["backend"] = backend
     return run
 
 
@@ -314,7 +326,8 @@ def measure(
         for mutant in ms:
             for run_seed in range(seeds):
                 for backend in backends:
-                    database = root / f"{name}-{run_seed}" if backend == WARM else None
+                    warm = backend.startswith(WARM)
+                    database = root / f"{name}-{run_seed}" if warm else None
                     tasks.append((name, mutant, backend, budget, seconds, run_seed, database))
     if jobs <= 1:
         return [_task(t) for t in tasks]
@@ -337,11 +350,19 @@ def aggregate(details: list[dict[str, Any]], seconds: float) -> list[dict[str, A
         # a run that missed the bug counts as the whole budget
         secs = [d["seconds_to_failure"] if d in found else seconds for d in ds]
         tests = [d["tests_to_failure"] if d in found else d["tests"] for d in ds]
+        # CPU seconds of this process (load-independent, unlike seconds); a miss: the
+        # whole run's (older results have none)
+        cpus = [
+            d.get("cpu_to_failure") if d in found else d.get("cpu")
+            for d in ds
+            if (d.get("cpu_to_failure") if d in found else d.get("cpu")) is not None
+        ]
         per_mutant.setdefault((name, backend), {})[mutant] = {
             "found": len(found),
             "runs": len(ds),
             "median_seconds": _median(secs),
             "median_tests": _median(tests),
+            "median_cpu": _median(cpus) if cpus else None,
         }
     rows = []
     for (name, backend), ms in per_mutant.items():
@@ -365,10 +386,30 @@ def aggregate(details: list[dict[str, Any]], seconds: float) -> list[dict[str, A
                 "time_ratio_geomean": (
                     math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
                 ),
+                "median_cpu": _median(
+                    [m["median_cpu"] for m in ms.values() if m["median_cpu"] is not None]
+                ),
+                "tests_ratio_geomean": _ratio(ms, base, "median_tests"),
+                "cpu_ratio_geomean": _ratio(ms, base, "median_cpu"),
                 "per_mutant": ms,
             }
         )
     return rows
+
+
+def _ratio(
+    ms: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]], metric: str
+) -> float | None:
+    """Geometric mean over mutants (some backend found) of ``metric`` over the default's."""
+    logs = [
+        math.log(max(m[metric], 1e-4)) - math.log(max(base[k][metric], 1e-4))
+        for k, m in ms.items()
+        if k in base
+        and (m["found"] or base[k]["found"])
+        and m.get(metric) is not None
+        and base[k].get(metric) is not None
+    ]
+    return math.exp(sum(logs) / len(logs)) if logs else None
 
 
 def summary(rows: list[dict[str, Any]], strict: bool) -> dict[str, dict[str, float | None]]:
@@ -386,10 +427,27 @@ def summary(rows: list[dict[str, Any]], strict: bool) -> dict[str, dict[str, flo
             if base is not None and (k["found"] or base["found"])
         ]
         selected = [r for r in rows if r["backend"] == backend and r["strict"] == strict]
+        mine: dict[str, dict[str, Any]] = {}
+        base_all: dict[str, dict[str, Any]] = {}
+        for r in selected:
+            base_row = next(
+                (
+                    b
+                    for b in rows
+                    if b["backend"] == "hypothesis" and b["workload"] == r["workload"]
+                ),
+                None,
+            )
+            for key, k in r["per_mutant"].items():
+                mine[f"{r['workload']}/{key}"] = k
+                if base_row is not None and key in base_row["per_mutant"]:
+                    base_all[f"{r['workload']}/{key}"] = base_row["per_mutant"][key]
         out[backend] = {
             "found": sum(r["found"] for r in selected),
             "killed": sum(r["killed"] for r in selected),
             "time_ratio_geomean": math.exp(sum(ratios) / len(ratios)) if ratios else None,
+            "tests_ratio_geomean": _ratio(mine, base_all, "median_tests"),
+            "cpu_ratio_geomean": _ratio(mine, base_all, "median_cpu"),
         }
     return out
 
@@ -427,6 +485,14 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             cell = f"{s[b]['found']:>4} {s[b]['killed']:>3}   x def {shown:>5}"
             cells.append(f"{cell:>{width}}")
         lines.append(f"{label:<18}" + "".join(cells))
+        cells = []
+        for b in backends:
+            t, c = s[b]["tests_ratio_geomean"], s[b]["cpu_ratio_geomean"]
+            cell = (
+                f"tests {'-' if t is None else f'{t:.2f}'} cpu {'-' if c is None else f'{c:.2f}'}"
+            )
+            cells.append(f"{cell:>{width}}")
+        lines.append(f"{'  x def':<18}" + "".join(cells))
     return lines
 
 
@@ -472,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         mutants = {name: ms[:limit] for name, ms in mutants.items()}
     with tempfile.TemporaryDirectory(prefix="etna-train-") as tmp:
         root = Path(tmp)
-        if WARM in args.backends:
+        if any(b.startswith(WARM) for b in args.backends):
             train(list(mutants), seeds, budget, root)
         details = measure(mutants, args.backends, budget, seconds, seeds, args.jobs, root)
     rows = aggregate(details, seconds)

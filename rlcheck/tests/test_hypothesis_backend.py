@@ -768,9 +768,12 @@ def test_policy_is_saved_and_loaded_by_the_next_run(tmp_path: Path) -> None:
     assert visits(second) > visits(first)  # the second run's visits were added
 
 
-def _first_inputs(db: Any, run_seed: int, n: int) -> tuple[list[tuple[list[int], bool]], Any]:
+def _first_inputs(
+    db: Any, run_seed: int, n: int, every: list[Any] | None = None
+) -> tuple[list[tuple[list[int], bool]], Any]:
     """The first ``n`` inputs (and whether each was valid) of one run with seed
-    ``run_seed`` on ``db``, and the run's test (every call: the same database key)."""
+    ``run_seed`` on ``db``, and the run's test (every call: the same database key); each
+    input is also appended to ``every``, as it is run."""
     inputs: list[tuple[list[int], bool]] = []
 
     # settings outermost, as benchmarks/etna.py does (the seed leaves the database on)
@@ -781,6 +784,8 @@ def _first_inputs(db: Any, run_seed: int, n: int) -> tuple[list[tuple[list[int],
         ok = len(xs) >= 2 and _strictly_increasing(xs)
         if len(inputs) < n:
             inputs.append((xs, ok))
+        if every is not None:
+            every.append((xs, ok))
         assume(ok)
 
     inner()
@@ -806,6 +811,35 @@ def test_a_loaded_policy_changes_generation_from_its_first_cases(
     again, _ = _first_inputs(InMemoryExampleDatabase(), 0, 20)
     assert cold == again  # the seed fixes a cold run's inputs
     assert warm != cold  # the loaded policy changed them, from the first cases on
+
+
+def test_a_warm_run_still_runs_the_probes_simplest_extensions_between_learned_cases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With warm_probe_simplest (off by default: measured worse on benchmarks/etna.py), a
+    # warm run, which runs no probe, still runs the engine's first cases (the simplest
+    # extensions of novel prefixes): one before each of its first learned cases,
+    # stopping after 5 invalid in a row, as in the probe.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_simplest", True)
+    trained = InMemoryExampleDatabase()
+    _first_inputs(trained, 0, 0)
+    at: list[int] = []
+    seen: list[Any] = []
+    original = provider_module._ProbeCase.__init__
+
+    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool) -> None:
+        assert simplest  # no provider case of a probe: the probe does not run
+        at.append(len(seen))
+        original(self, inner, tree, simplest=simplest)
+
+    monkeypatch.setattr(provider_module._ProbeCase, "__init__", spy)
+    _first_inputs(trained, 0, 0, every=seen)
+    assert 5 <= len(at) <= RLCheckProvider.probe_simplest_cases
+    # After the engine's own first case (every draw's simplest, not the backend's), one
+    # before each learned case.
+    assert seen[0] == ([], False)
+    assert at == list(range(1, 2 * len(at), 2))
 
 
 @pytest.mark.parametrize(

@@ -446,6 +446,12 @@ class RLCheckProvider(PrimitiveProvider):
     #: (:attr:`probe_cases` of the provider alone still decide), and they stop after 5
     #: invalid ones in a row, as the engine's do. 0: off.
     probe_simplest_cases: ClassVar[int] = 10
+    #: Whether a run that loaded a policy (and so runs no probe) still runs the probe's
+    #: simplest extensions, one before each of its first learned cases
+    #: (:meth:`_warm_simplest_turn`). Off: on ``benchmarks/etna.py``'s strict workloads
+    #: warm runs took 0.71x the default's tests to failure with them, 0.48x without
+    #: (10 seeds; README).
+    warm_probe_simplest: ClassVar[bool] = False
     #: Valid cases (and failures) per case of the probe at or above which guidance has
     #: nothing to gain: the test rejects too few inputs for learning to raise the rate.
     #: Repeats do not count against it: Hypothesis's engine steers away from the choice
@@ -645,9 +651,11 @@ class RLCheckProvider(PrimitiveProvider):
                 cases = self._ledger.cases
                 if self._delegate is None or not self._in_test:
                     pass
-                elif self._probing():
+                elif self._probing() or self._warm_simplest_turn():
                     self._probe_case = _ProbeCase(
-                        self._delegate, self._probe_tree, simplest=self._simplest_turn()
+                        self._delegate,
+                        self._probe_tree,
+                        simplest=not self._probing() or self._simplest_turn(),
                     )
                     self._delegate = self._probe_case
                 elif self._probe_length <= cases < self._probe_end():
@@ -683,6 +691,7 @@ class RLCheckProvider(PrimitiveProvider):
         if self._in_test and (
             self._probing()
             or self._probe_length <= self._ledger.cases < self._probe_end()  # its small cases
+            or self._warm_simplest_turn()
         ):
             return True  # the probe: what Hypothesis's own provider makes of this test
         share = type(self).default_share
@@ -736,6 +745,23 @@ class RLCheckProvider(PrimitiveProvider):
         return (
             self._probe_simplest < type(self).probe_simplest_cases
             and self._probe_simplest <= self._probe_seen
+            and self._simplest_streak < _SIMPLEST_PATIENCE
+        )
+
+    def _warm_simplest_turn(self) -> bool:
+        """Whether a warm run's next case is a simplest extension (with
+        :attr:`warm_probe_simplest`): a run that loaded a policy runs no probe
+        (:meth:`_guidance_pays`); with the option it still runs the probe's simplest
+        extensions (:attr:`probe_simplest_cases`), one before each of its first learned
+        cases, until there are that many or 5 in a row were invalid (the engine's first
+        cases, which find its cheap early bugs). Measured: they cost the learned cases
+        more than they found (README)."""
+        return (
+            type(self).warm_probe_simplest
+            and self._probe_rate is not None
+            and self._probe_seen == 0  # no probe ran: the stored rate (_configure)
+            and self._probe_simplest < type(self).probe_simplest_cases
+            and 2 * self._probe_simplest <= self._ledger.cases
             and self._simplest_streak < _SIMPLEST_PATIENCE
         )
 
