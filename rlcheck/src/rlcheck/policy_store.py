@@ -33,7 +33,7 @@ into 11 million list objects.
 (anything with ``save``/``fetch``/``delete`` of bytes under a key), as a *set of
 contributions*, one value per learner: the visits that learner made since it loaded, in a
 compact zlib-compressed layout (:data:`VALUE_MAGIC_V2`: a JSON header, the distinct key
-parts once each, the numbers as packed arrays; see ``_encode_tables``), read about 5x
+parts once each, the numbers as packed arrays; see ``_encode_tables``), read 3-4x
 faster than the JSON document of earlier versions (:data:`VALUE_MAGIC`), which is still
 read; a load merges every contribution (:meth:`rlcheck.learner.Policy.merge_tables`:
 visit-weighted means, as if one learner had made every episode). A store decodes each
