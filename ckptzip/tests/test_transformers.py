@@ -28,6 +28,7 @@ from ckptzip.integrations.transformers import (  # noqa: E402
     CkptzipCallback,
     CkptzipTrainer,
     compress_checkpoint,
+    load_model,
     materialize,
     resumable,
 )
@@ -183,20 +184,77 @@ def test_rng_state_round_trips_through_a_converted_directory(tmp_path: Path) -> 
     assert torch.equal(back["cpu"], state["cpu"])
 
 
-def test_load_best_model_at_end_is_refused(tmp_path: Path) -> None:
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
+def _best_first_args(out: Path) -> TrainingArguments:
+    """load_best_model_at_end where the best checkpoint is not the last: the "best" eval
+    loss is the highest (the first evaluation's, as the loss falls)."""
+    return TrainingArguments(
+        output_dir=str(out),
+        max_steps=12,
+        save_steps=6,
         eval_strategy="steps",
-        save_steps=5,
-        eval_steps=5,
+        eval_steps=6,
         load_best_model_at_end=True,
+        metric_for_best_model="eval_loss",
+        greater_is_better=True,
+        per_device_train_batch_size=8,
+        learning_rate=3e-3,
         report_to=[],
+        seed=0,
         use_cpu=True,
+        disable_tqdm=True,
     )
-    with pytest.raises(ckptzip.ConfigError, match="load_best_model_at_end"):
-        CkptzipTrainer(
-            model=_model(0), args=args, train_dataset=_dataset(), eval_dataset=_dataset()
-        )
+
+
+def _assert_holds_best_weights(trainer: Any, out: Path) -> None:
+    best = trainer.state.best_model_checkpoint
+    assert best is not None and os.path.basename(best) == "checkpoint-6", best
+    assert (out / "checkpoint-12" / "model.safetensors.ckz").exists()
+    stored = ckptzip.load(os.path.join(best, "model.safetensors.ckz"))
+    own = trainer.model.state_dict()
+    assert stored and all(torch.equal(own[k], v) for k, v in stored.items())
+    # GPT-2's lm_head is tied to wte and absent from the file: it came back through the tie
+    assert "lm_head.weight" not in stored and torch.equal(
+        own["lm_head.weight"], stored["transformer.wte.weight"]
+    )
+
+
+def test_ckptzip_trainer_loads_the_best_model_at_end(tmp_path: Path) -> None:
+    # was refused with ConfigError; the Trainer now loads the decoded best checkpoint
+    trainer = CkptzipTrainer(
+        model=_model(0),
+        args=_best_first_args(tmp_path),
+        train_dataset=_dataset(),
+        eval_dataset=_dataset()[:16],
+        ckptzip_config=CONFIG,
+    )
+    trainer.train()
+    _assert_holds_best_weights(trainer, tmp_path)
+
+
+def test_a_plain_trainer_with_the_callback_loads_the_best_model_at_end(tmp_path: Path) -> None:
+    # the plain Trainer finds no model.safetensors in the best checkpoint and kept the last
+    # weights with only a logged warning; the callback loads the best ones at on_train_end
+    from transformers import Trainer
+
+    trainer = Trainer(
+        model=_model(0),
+        args=_best_first_args(tmp_path),
+        train_dataset=_dataset(),
+        eval_dataset=_dataset()[:16],
+        callbacks=[CkptzipCallback(CONFIG)],
+    )
+    trainer.train()
+    _assert_holds_best_weights(trainer, tmp_path)
+
+
+def test_load_model_refuses_another_models_weights(tmp_path: Path) -> None:
+    config = GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2)
+    other = GPT2LMHeadModel(config)
+    ckptzip.save(dict(other.state_dict()), tmp_path / "model.safetensors.ckz", config=CONFIG)
+    with pytest.raises(ckptzip.CorruptCheckpointError, match=r"unexpected|missing"):
+        load_model(_model(0), tmp_path)
+    with pytest.raises(ckptzip.CorruptCheckpointError, match="no model weights"):
+        load_model(_model(0), tmp_path / "..")
 
 
 @pytest.mark.slow

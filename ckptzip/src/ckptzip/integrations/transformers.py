@@ -33,8 +33,11 @@ files are read with ``torch.load(weights_only=True)`` (NumPy's RNG arrays allow-
 with ``resume_from_checkpoint`` decodes the directory into a temporary ``Trainer`` checkpoint
 (standard file names, rebuilt from the typed values) and resumes from it. The model stays
 readable by ``from_pretrained``: ``ckptzip decompress checkpoint-N/model.safetensors.ckz -o
-checkpoint-N/model.safetensors``. ``load_best_model_at_end`` is refused (the ``Trainer`` would
-reload a converted file itself).
+checkpoint-N/model.safetensors``. ``load_best_model_at_end=True`` works: :class:`CkptzipTrainer`
+decodes the best checkpoint's model files into a temporary directory and lets the ``Trainer``
+load them from there; with a plain ``Trainer``, whose own loader finds no ``model.safetensors``
+(it logs "Could not locate the best model" and keeps the last weights), the callback loads the
+best checkpoint's weights into the model at ``on_train_end``.
 
 Several processes (DDP, ``torchrun``): each process converts only the files it wrote itself,
 so no process waits for another: the main process the model, optimizer, scheduler and
@@ -62,7 +65,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 import ckptzip
 from ckptzip.config import CompressionConfig
-from ckptzip.errors import ConfigError
+from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = [
     "SUFFIX",
@@ -70,12 +73,14 @@ __all__ = [
     "CkptzipTrainer",
     "compress_checkpoint",
     "is_converted",
+    "load_model",
     "materialize",
     "resumable",
 ]
 
 SUFFIX = ".ckz"
 _ARGS_BIN, _ARGS_JSON = "training_args.bin", "training_args.json"
+_TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt")  # not needed to load the model
 
 
 def _is_rng(name: str) -> bool:
@@ -128,12 +133,21 @@ def compress_checkpoint(
     return reports
 
 
-def materialize(directory: str | os.PathLike[str], into: str | os.PathLike[str]) -> None:
-    """Write a ``Trainer`` checkpoint (standard names) into ``into`` from a converted one."""
+def materialize(
+    directory: str | os.PathLike[str], into: str | os.PathLike[str], *, model_only: bool = False
+) -> None:
+    """Write a ``Trainer`` checkpoint (standard names) into ``into`` from a converted one.
+
+    ``model_only`` leaves out the optimizer, scheduler, scaler and RNG states (what loading
+    the model alone, as ``load_best_model_at_end`` does, never reads).
+    """
     directory, into = os.fspath(directory), os.fspath(into)
     os.makedirs(into, exist_ok=True)
     for name in os.listdir(directory):
-        src, dst = os.path.join(directory, name), os.path.join(into, name.removesuffix(SUFFIX))
+        plain = name.removesuffix(SUFFIX)
+        if model_only and (plain in _TRAINING_STATE or _is_rng(plain)):
+            continue
+        src, dst = os.path.join(directory, name), os.path.join(into, plain)
         if not name.endswith(SUFFIX):
             if os.path.isfile(src):
                 shutil.copyfile(src, dst)
@@ -159,6 +173,10 @@ class CkptzipCallback(TrainerCallback):
     def __init__(self, config: CompressionConfig | None = None) -> None:
         self.config = config
         self.reports: dict[str, list[ckptzip.Report]] = {}
+        self.loads_best_model = True
+        """Whether ``on_train_end`` loads the best checkpoint's weights under
+        ``load_best_model_at_end`` (:class:`CkptzipTrainer` turns it off: it loads them
+        through the ``Trainer`` itself)."""
 
     def on_save(
         self,
@@ -185,6 +203,48 @@ class CkptzipCallback(TrainerCallback):
         if os.path.exists(args_bin):
             os.unlink(args_bin)
 
+    def on_train_end(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        model: torch.nn.Module | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # A plain Trainer's own _load_best_model looked for model.safetensors, found none and
+        # kept the last weights (it only logs a warning): load the best ones here.
+        best = state.best_model_checkpoint
+        if not (args.load_best_model_at_end and self.loads_best_model) or model is None:
+            return
+        if best is not None and os.path.isdir(best) and is_converted(best):
+            load_model(model, best)
+
+
+def load_model(model: torch.nn.Module, directory: str | os.PathLike[str]) -> None:
+    """Load the weights of a converted checkpoint directory into ``model`` (in place).
+
+    Every ``*.safetensors.ckz`` of the directory (one file or the shards of a sharded save)
+    is decoded; weights the ``Trainer`` left out of the file because they are tied to another
+    one (GPT-2's ``lm_head.weight``) come back through the tie. A weight the model lacks, or a
+    missing one that is not tied, raises :class:`~ckptzip.CorruptCheckpointError`.
+    """
+    directory = os.fspath(directory)
+    weights: dict[str, Any] = {}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".safetensors" + SUFFIX) and not name.startswith("adapter_"):
+            weights.update(ckptzip.load(os.path.join(directory, name)))
+    if not weights:
+        raise CorruptCheckpointError(f"no model weights (*.safetensors{SUFFIX}) in {directory!r}")
+    result = model.load_state_dict(weights, strict=False)
+    own = model.state_dict()
+    loaded = {own[k].data_ptr() for k in weights if k in own}
+    untied = [k for k in result.missing_keys if own[k].data_ptr() not in loaded]
+    if result.unexpected_keys or untied:
+        raise CorruptCheckpointError(
+            f"{directory!r} does not hold this model's weights: unexpected "
+            f"{result.unexpected_keys[:5]}, missing {untied[:5]}"
+        )
+
 
 class CkptzipTrainer(Trainer):
     """A ``Trainer`` whose checkpoints are ckptzip files and that resumes from them.
@@ -195,15 +255,25 @@ class CkptzipTrainer(Trainer):
 
     def __init__(self, *args: Any, ckptzip_config: CompressionConfig | None = None, **kw: Any):
         super().__init__(*args, **kw)
-        if self.args.load_best_model_at_end:
-            # the Trainer reloads the best checkpoint's model.safetensors itself, which the
-            # callback has converted by then
-            raise ConfigError(
-                "load_best_model_at_end=True is not supported by CkptzipTrainer: load the best "
-                "checkpoint with ckptzip.load(<dir>/model.safetensors.ckz) after training"
-            )
         self.ckptzip_callback = CkptzipCallback(ckptzip_config)
+        self.ckptzip_callback.loads_best_model = False  # _load_best_model below does it
         self.add_callback(self.ckptzip_callback)
+
+    def _load_best_model(self) -> None:
+        # load_best_model_at_end: the Trainer's loader reads the best checkpoint's model files
+        # from a temporary directory they are decoded into (sharded saves, adapters and the
+        # Trainer's own checks and warnings as they are)
+        best = self.state.best_model_checkpoint
+        if best is None or not os.path.isdir(best) or not is_converted(best):
+            super()._load_best_model()
+            return
+        with tempfile.TemporaryDirectory(prefix="ckptzip-best-") as tmp:
+            materialize(best, tmp, model_only=True)
+            self.state.best_model_checkpoint = tmp
+            try:
+                super()._load_best_model()
+            finally:
+                self.state.best_model_checkpoint = best
 
     def train(  # type: ignore[override]
         self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any
