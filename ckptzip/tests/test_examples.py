@@ -87,6 +87,17 @@ def test_hf_trainer(tmp_path: Path) -> None:
     assert smaller(out) > 3
 
 
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs ckptzip[hf]")
+def test_hf_llama_resume(tmp_path: Path) -> None:
+    out = run_example("hf_llama_resume", tmp_path)
+    assert "killed after step 21; left ['checkpoint-10', 'checkpoint-20']" in out
+    assert "resumed steps 21-30: learning rates equal the reference's" in out
+    assert number(r"loss within ([\d.]+)% of it", out) < 5
+    assert "each decodes to the Trainer's files" in out
+    assert "load_best_model_at_end: the model holds checkpoint-" in out
+    assert smaller(out) > 3
+
+
 def test_demo(tmp_path: Path) -> None:
     out = run_example("demo", tmp_path)
     exact = number(r"held-out loss: exact weights ([\d.]+)", out)
