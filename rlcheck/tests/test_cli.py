@@ -156,3 +156,25 @@ def test_missing_matplotlib_is_detected_before_the_campaign(
         "--plot", str(tmp_path / "p.png"),
     )  # fmt: skip
     assert code == 2 and "pip install 'rlcheck[plot]'" in out
+
+
+def test_fuzz_table_keeps_parametrized_ids_apart_when_narrow() -> None:
+    # Piped or on an 80-column terminal, rich cut long node ids to "test_user.py::test_bal…",
+    # so the rows of test_balanced_parens[2], [4] and [8] could not be told apart.
+    from rich.console import Console
+
+    from rlcheck.cli import _fuzz_table
+    from rlcheck.fuzz import FuzzReport, TestProgress
+
+    report = FuzzReport(workers=2, seconds=15.0, pytest_args=[])
+    names = [f"tests/test_user_suite.py::test_balanced_parentheses[{w}]" for w in (2, 4, 8)]
+    for name in names:
+        report.tests[name] = TestProgress(cases=20_780, valid=1_283, unique_valid=667)
+    console = Console(width=80, record=True, color_system=None)
+    console.print(_fuzz_table(report))
+    text = console.export_text()
+    assert "…" not in text
+    cells = "".join(line.split("│")[1].strip() for line in text.splitlines() if "│" in line)
+    for name in names:
+        assert name in cells, text
+    assert "20,780" in text
