@@ -129,6 +129,7 @@ def test_case_counts_and_table() -> None:
         found_failure=True,
         guided=3,
         status="stepped aside",
+        counted=True,
     )
     base = Row(8, 2, 1.5, True)
     table = format_table({"t::x": {"rlcheck": counts.row, "hypothesis": base}}, compare=True)
@@ -288,3 +289,24 @@ def test_xdist_workers_counts_reach_the_controller(pytester: pytest.Pytester) ->
     for name in ("test_sorted_pairs", "test_method", "runTest"):
         row = next(line for line in table.splitlines() if name in line)
         assert int(row.split()[1]) > 0
+
+
+def test_a_failed_health_check_shows_unknown_counts_not_zero(pytester: pytest.Pytester) -> None:
+    # The engine gives no statistics for a run that raised FailedHealthCheck: the table said
+    # "0 cases, 0 valid" beside "handed back after 26" (under -n 2 as without it).
+    pytester.makepyfile(
+        test_strict="""
+from hypothesis import assume, given, settings, strategies as st
+
+@settings(database=None)
+@given(st.lists(st.integers(0, 20), min_size=3))
+def test_strict(xs):
+    assume(xs == sorted(set(xs)))
+"""
+    )
+    result = pytester.runpytest("--rlcheck", "-n", "2", "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "FailedHealthCheck" in out
+    row = next(line for line in out.splitlines() if line.startswith("test_strict.py::"))
+    assert row.split()[1:5] == ["-", "-", "-", "-"], row

@@ -26,7 +26,9 @@ there (a backend's gain shows there, since both then make the same number of val
 cases), and what rlcheck did: guided every case, stepped aside after its first cases
 (nothing to learn: the rest ran on Hypothesis's own backend), handed back (too many
 invalid cases), or fell back (an internal error: the test ran on Hypothesis's own
-backend; the reason is shown and listed below the table).
+backend; the reason is shown and listed below the table). The counts read ``-`` where the
+engine gave no statistics (a run that failed a health check, or was skipped from inside the
+test), not 0.
 
 Counting costs nothing: the counts come from the engine's own per-run statistics
 (``hypothesis.statistics``) and the backend's (:func:`rlcheck.hypothesis.collect_stats`);
@@ -62,7 +64,9 @@ class Row:
     the number of cases the backend generated itself (the rest were Hypothesis's own),
     ``status`` what it did (``"guided"``, ``"stepped aside"``, ``"handed back"``,
     ``"fell back"``, ``"unchanged"``: the backend could not be switched) and ``reason``
-    the internal error behind a fallback.
+    the internal error behind a fallback. ``counted``: the engine delivered a run's
+    statistics (it delivers none for a run that raised ``FailedHealthCheck`` or skipped,
+    and the table then shows ``-`` rather than 0 cases).
     """
 
     cases: int = 0
@@ -73,6 +77,7 @@ class Row:
     guided: int = 0
     status: str = ""
     reason: str = ""
+    counted: bool = False
 
     @property
     def valid_per_case(self) -> float:
@@ -103,6 +108,7 @@ class CaseCounts:
             reached_max=row.reached_max
             or (stopped.startswith("settings.max_examples=") and "," not in stopped),
             found_failure=row.found_failure or "interesting" in statuses,
+            counted=True,
         )
 
     def add_backend(self, stats: Any) -> None:
@@ -305,6 +311,10 @@ def format_table(results: dict[str, dict[str, Row]], *, compare: bool) -> str:
 
 
 def _cells(row: Row) -> list[str]:
+    if not row.cases and not row.counted:
+        # no statistics came (a FailedHealthCheck, a skip inside the test): the cases are
+        # unknown, not 0 (the rlcheck column still says how many it guided)
+        return ["-", "-", "-", "-"]
     to_max = f"{row.seconds:.2f}s" if row.reached_max else "-"
     return [str(row.cases), str(row.valid), f"{row.valid_per_case:.2f}", to_max]
 
