@@ -3,9 +3,10 @@
     python ckptzip/examples/hf_llama_resume.py        # pip install ckptzip[hf]; --quick: 30 steps
 
 What a user's job looks like, beyond ``hf_trainer.py``: a ``LlamaForCausalLM`` from a config
-(no download), gradient accumulation, a cosine schedule with warm-up, evaluation and
-``metric_for_best_model`` and ``load_best_model_at_end``, ``save_total_limit=2``. The job runs in a child process that is
-SIGKILLed after its checkpoint at step ``KILL``; a fresh process resumes it with
+(no download), gradient accumulation, a cosine schedule with warm-up, evaluation with
+``metric_for_best_model`` and ``load_best_model_at_end``, ``save_total_limit=2``. The job
+runs in a child process, SIGKILLed after its checkpoint in the middle of the run (step 30 of
+60, 20 of 30 with ``--quick``); a fresh process resumes it with
 ``resume_from_checkpoint=True`` and trains to the end. A plain ``Trainer`` run without ckptzip,
 uninterrupted, is the reference. Checks and prints:
 
