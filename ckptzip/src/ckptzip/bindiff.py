@@ -24,15 +24,20 @@ ANS with the groups as its contexts (:data:`DEFAULT_METHOD`; the decoder knows e
 size from the parent's indices) codes within 0.1 % of the entropy given the previous bin, plus
 a count table per tensor (about 150-210 bytes for 16 bins). Where most weights keep their bin,
 the zero runs are better coded as runs: ``"rle+ans"`` codes, per group, the runs of its most
-frequent symbol and the other symbols with ANS, at a cost per run instead of per symbol. The
-delta codec codes both and keeps the smaller per tensor (:func:`encode_smallest` over
+frequent symbol and the other symbols with ANS, at a cost per run instead of per symbol.
+Where the runs come in patterns (rows that change together) a dictionary coder on the run
+lengths beats both: ``"rle+zstd"`` (:data:`LZ_METHOD`), offered where a cheap probe says so.
+The delta codec keeps the smallest per tensor (:func:`encode_smallest` over
 :data:`DELTA_METHODS`). Earlier versions tried run-length + LZMA instead of ``"rle+ans"``;
 ``benchmarks/delta_backends.py`` codes the deltas a ``CheckpointManager`` writes (``gru``,
 ``lm``: 5 checkpoints 20 steps apart; ``throughput.py --quick``'s transformer: 4 consecutive
 steps) both ways: the codec's choice is 0.13 % larger on ``gru``, 0.13 % smaller on ``lm``
 and 1.2 % larger on the transformer (whose token embedding changes by rows,
 which LZMA's matches model) than the smaller of ANS and LZMA, and ``"rle+ans"`` encodes
-5-10x faster than run-length + LZMA (a full LZMA pass cost about ten times ANS's). zstd's
+5-10x faster than run-length + LZMA (a full LZMA pass cost about ten times ANS's). Without
+a dictionary coder the deltas of ``benchmarks/dcp.py`` (an MLP's Adam moments, whose rows
+change together) came 3.6 % larger than with LZMA, which ``"rle+zstd"`` brings back to within
+about 1.3 % at a fifth of LZMA's time. zstd's
 long-distance matching gained nothing (no long matches in these streams), so it is not
 offered. The method used is recorded in the payload's metadata, so any of them decodes.
 
@@ -52,7 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -64,6 +69,9 @@ __all__ = [
     "DELTA_METHODS",
     "delta_methods",
     "ANS_MARGIN",
+    "LZ_METHOD",
+    "LZ_PROBE_RATIO",
+    "LZ_REACH",
     "ESTIMATE_MARGIN",
     "DeltaPayload",
     "apply_difference",
@@ -160,11 +168,31 @@ def rearrangement(prev: np.ndarray) -> np.ndarray:
 DEFAULT_METHOD = "ans"
 """The default symbol back end of :func:`encode_delta` (see the module docstring)."""
 
-DELTA_METHODS = ("ans", "ans-lanes", "rle+ans")
+DELTA_METHODS = ("ans", "ans-lanes", "rle+ans", "rle+zstd")
 """The back ends the delta codec tries (:func:`delta_methods` picks per stream), keeping the
-smaller payload: ``"rle+ans"`` wins on long runs of unchanged bins, ANS on dense changes; both
-are sized from their counts first, and the larger is coded only where that puts it within
-:data:`ANS_MARGIN` of the smaller."""
+smallest payload: ``"rle+ans"`` wins on long runs of unchanged bins, ANS on dense changes,
+``"rle+zstd"`` where the runs come in patterns (:data:`LZ_METHOD`); the ANS ones are sized
+from their counts first and coded only where that puts them within :data:`ANS_MARGIN` of the
+smallest, ``"rle+zstd"`` by a probe."""
+
+
+LZ_METHOD = "rle+zstd"
+"""The dictionary-coded back end :func:`encode_smallest` offers beside the ANS ones: where a
+tensor's rows change together (an Adam moment of an MLP layer in ``benchmarks/dcp.py``, the
+token embedding of ``throughput.py --quick``'s transformer) the runs of unchanged bins come
+in patterns that ANS, coding each run on its own, does not see. It is sized by
+:func:`ckptzip.entropy.rle_ans_size_and_probe`'s probe and coded only where that puts it
+below the other back ends."""
+
+LZ_PROBE_RATIO = 0.95
+""":data:`LZ_METHOD`'s size estimate as a fraction of the probe (level 9 against the probe's
+level 1: 0.86-0.97 of it on the deltas of ``benchmarks/dcp.py`` and ``throughput.py --quick``;
+a probe estimate within ANS's own is coded, one above it never won)."""
+
+LZ_REACH = 0.55
+"""The probe is made only where :data:`LZ_METHOD` at this fraction of ``"rle+ans"``'s size
+would beat the other back ends and the limit: it never came below 0.6 of it on those deltas
+(so a tensor whose full encoding is far smaller is not probed)."""
 
 
 def delta_methods(n: int) -> tuple[str, ...]:
@@ -177,9 +205,9 @@ def delta_methods(n: int) -> tuple[str, ...]:
     Examples
     --------
     >>> delta_methods(100), delta_methods(1 << 20)
-    (('ans', 'rle+ans'), ('ans-lanes', 'rle+ans'))
+    (('ans', 'rle+ans', 'rle+zstd'), ('ans-lanes', 'rle+ans', 'rle+zstd'))
     """
-    return ("ans-lanes" if n >= entropy.ANS_LANES_MIN else "ans", "rle+ans")
+    return ("ans-lanes" if n >= entropy.ANS_LANES_MIN else "ans", "rle+ans", LZ_METHOD)
 
 
 _DEFAULT_LEVEL = 9
@@ -300,6 +328,30 @@ def _estimate(
     return entropy.estimate_symbols(symbols, method, level), ESTIMATE_MARGIN
 
 
+@overload
+def encode_smallest(
+    prev: np.ndarray,
+    now: np.ndarray,
+    bins: int,
+    *,
+    methods: Sequence[str] | None = ...,
+    level: int = ...,
+    limit: None = ...,
+) -> DeltaPayload: ...
+
+
+@overload
+def encode_smallest(
+    prev: np.ndarray,
+    now: np.ndarray,
+    bins: int,
+    *,
+    methods: Sequence[str] | None = ...,
+    level: int = ...,
+    limit: float | None = ...,
+) -> DeltaPayload | None: ...
+
+
 def encode_smallest(
     prev: np.ndarray,
     now: np.ndarray,
@@ -307,7 +359,8 @@ def encode_smallest(
     *,
     methods: Sequence[str] | None = None,
     level: int = _DEFAULT_LEVEL,
-) -> DeltaPayload:
+    limit: float | None = None,
+) -> DeltaPayload | None:
     """The smallest :func:`encode_delta` payload over ``methods`` (default
     :func:`delta_methods`), with the symbols computed once. The ANS back ends are sized from
     their symbol counts first (:func:`ckptzip.entropy.ans_size`,
@@ -315,6 +368,10 @@ def encode_smallest(
     them in the given order (the first of equal payloads is kept); a back end after the first
     is coded only where its estimate (:func:`ckptzip.entropy.estimate_symbols` for the sampled
     ones) is within :data:`ANS_MARGIN` (:data:`ESTIMATE_MARGIN`) of the best payload so far.
+
+    ``limit``: bytes another encoding of the tensor takes (the delta codec's full encoding);
+    a back end whose estimate exceeds it by more than its margin is not coded either, and
+    where none is left to code the result is ``None``.
 
     Examples
     --------
@@ -328,18 +385,36 @@ def encode_smallest(
     if not methods:
         raise ConfigError("methods must name at least one symbol back end")
     symbols, groups = _symbols(prev, now, bins, True)
-    estimates = {m: _estimate(symbols, groups, m, level) for m in methods}
+    probed = LZ_METHOD in methods and "rle+ans" in methods
+    estimates = {
+        m: _estimate(symbols, groups, m, level)
+        for m in methods
+        if not probed or m not in (LZ_METHOD, "rle+ans")
+    }
+    if probed:
+        # rle+zstd is sized by the probe, which is made only where rle+zstd at LZ_REACH of
+        # rle+ans could beat the other back ends and the limit
+        caps = [e for e, _ in estimates.values() if e is not None]
+        caps += [] if limit is None else [limit]
+        size, probe = entropy.rle_ans_size_and_probe(
+            symbols, groups, probe_below=min(caps) / LZ_REACH if caps else None
+        )
+        estimates["rle+ans"] = (size, ANS_MARGIN)
+        if probe is not None:
+            estimates[LZ_METHOD] = (LZ_PROBE_RATIO * probe, 0.0)
+        methods = [m for m in methods if m in estimates]
     # the back ends sized from their counts in the order of their sizes, the others after
     order = sorted(methods, key=lambda m: (estimates[m][0] is None, estimates[m][0] or 0.0))
     best: DeltaPayload | None = None
     for method in order:
         estimate, margin = estimates[method]
-        if best is not None and estimate is not None and estimate > best.nbytes * (1 + margin):
+        bound = limit if best is None else best.nbytes if limit is None else min(limit, best.nbytes)
+        if bound is not None and estimate is not None and estimate > bound * (1 + margin):
             continue
         payload = _payload(symbols, groups, bins, True, method, level)
         if best is None or payload.nbytes < best.nbytes:
             best = payload
-    assert best is not None
+    assert best is not None or limit is not None
     return best
 
 

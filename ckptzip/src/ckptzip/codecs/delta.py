@@ -29,9 +29,10 @@ sizes. With ``p`` the parent entry's indices and ``x`` this entry's, the symbols
 ``d[i] = (p[i] - x[i]) mod B``, listed in position order, or with ``rearrange`` in the order
 of a stable ascending sort of ``p`` (all positions whose parent index is 0, in position order,
 then 1, ...); a reader recomputes that order from ``p`` and inverts ``x[i] = (p[i] - d[i])
-mod B``. The methods (k = 1 in each; this version writes the smaller of ``"ans-lanes"`` (or
-``"ans"`` under 2^16 symbols) and ``"rle+ans"``, each with one context per parent bin; earlier
-ones ``"ans"`` or ``"rle+lzma"``) are the symbol back ends of :mod:`ckptzip.entropy`.
+mod B``. The methods (k = 1 in each; this version writes the smallest of ``"ans-lanes"`` (or
+``"ans"`` under 2^16 symbols) and ``"rle+ans"``, each with one context per parent bin, and
+``"rle+zstd"``; earlier ones ``"ans"`` or ``"rle+lzma"``) are the symbol back ends of
+:mod:`ckptzip.entropy`.
 
 Every decoded size is bounded by ``n`` and ``D`` before decompressing; the decoded indices and
 the side parts go through :func:`ckptzip.codecs.quantized.decode_side`'s checks.
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ckptzip import kernels
+from ckptzip import entropy, kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.bindiff import decode_delta, encode_smallest
 from ckptzip.codecs.base import (
@@ -70,6 +71,7 @@ from ckptzip.codecs.quantized import (
     quantized_for,
 )
 from ckptzip.errors import CorruptCheckpointError, MissingParentError, UnsupportedFormatError
+from ckptzip.packing import bits_for, pack_indices
 
 __all__ = ["DeltaCodec"]
 
@@ -111,16 +113,27 @@ def _keep_parent_levels(
 
 
 FULL_TRIAL = 0.4
-"""A delta payload below this fraction of its indices' order-0 entropy is kept without coding
-the tensor in full to compare: the full index encoding never came below 0.45 of that entropy
-on the deltas of ``benchmarks/delta_backends.py`` (its ``full / entropy`` column), so the
-comparison could only have picked the delta."""
+"""A delta payload below this fraction of the full index encoding's floor (the smaller of the
+indices' order-0 entropy, which ANS cannot beat, and their packed stream's zstd, the full
+encoding's first candidate) is kept without coding the tensor in full to compare. The
+packed stream's zstd is the part of the floor that sees the tensor's layout: Adam moments of
+an MLP's layers (``benchmarks/dcp.py``) have rows of equal bins, and their full encoding came
+to 0.13-0.2 of the order-0 entropy, under deltas kept at below 0.4 of it by the entropy
+alone."""
 
 
 def _order0_bytes(indices: np.ndarray) -> float:
     counts = kernels.bin_counts(np.ascontiguousarray(indices, dtype=np.uint8).reshape(-1))
     c = counts[counts > 0].astype(np.float64)
     return float(-(c * np.log2(c / c.sum())).sum()) / 8
+
+
+def _packed_bytes(q: QuantizedTensor, level: int) -> int:
+    """zstd of the packed indices: :func:`~ckptzip.codecs.quantized.encode_indices`' first
+    candidate, so the full encoding's indices take at most this (under a millisecond for
+    a million indices)."""
+    flat = np.ascontiguousarray(q.indices, dtype=np.uint8).reshape(-1)
+    return len(entropy.encode(pack_indices(flat, bits_for(len(q.levels))), level)[0])
 
 
 @register_codec
@@ -160,10 +173,14 @@ class DeltaCodec(Codec):
             # restored against +2.9 % evaluated).
             q = _keep_parent_levels(x, q, prev)
         bins = max(len(prev.levels), len(q.levels))
-        payload = encode_smallest(prev.indices, q.indices, bins)
+        packed = _packed_bytes(q, level)
+        # a back end sized above the packed stream cannot beat the full encoding: not coded
+        payload = encode_smallest(prev.indices, q.indices, bins, limit=packed)
+        if payload is None:
+            return full("delta not smaller")
         side = encode_side(q, level)
         chunks = [side.levels, *payload.chunks, side.positions, side.values]
-        if payload.nbytes >= FULL_TRIAL * _order0_bytes(q.indices):
+        if payload.nbytes >= FULL_TRIAL * min(_order0_bytes(q.indices), packed):
             whole = full("delta not smaller")
             if sum(map(len, chunks)) >= sum(map(len, whole.chunks)):
                 return whole
