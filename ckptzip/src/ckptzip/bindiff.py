@@ -190,9 +190,11 @@ level 1: 0.86-0.97 of it on the deltas of ``benchmarks/dcp.py`` and ``throughput
 a probe estimate within ANS's own is coded, one above it never won)."""
 
 LZ_REACH = 0.55
-"""The probe is made only where :data:`LZ_METHOD` at this fraction of ``"rle+ans"``'s size
-would beat the other back ends and the limit: it never came below 0.6 of it on those deltas
-(so a tensor whose full encoding is far smaller is not probed)."""
+"""The probe is made only where ``"rle+ans"`` is below the other ANS back ends (where ANS
+won, the runs had no patterns worth coding: on ``throughput.py --quick``'s deltas that leaves
+a third of the probe's time) and :data:`LZ_METHOD` at this fraction of ``"rle+ans"``'s size
+would beat the limit: it never came below 0.6 of it on those deltas (so a tensor whose full
+encoding is far smaller is not probed)."""
 
 
 def delta_methods(n: int) -> tuple[str, ...]:
@@ -392,12 +394,13 @@ def encode_smallest(
         if not probed or m not in (LZ_METHOD, "rle+ans")
     }
     if probed:
-        # rle+zstd is sized by the probe, which is made only where rle+zstd at LZ_REACH of
-        # rle+ans could beat the other back ends and the limit
+        # rle+zstd is sized by the probe, which is made only where rle+ans is below the
+        # other back ends (the runs matter: it never won elsewhere) and rle+zstd at LZ_REACH
+        # of rle+ans could beat the limit
         caps = [e for e, _ in estimates.values() if e is not None]
-        caps += [] if limit is None else [limit]
+        caps += [] if limit is None else [limit / LZ_REACH]
         size, probe = entropy.rle_ans_size_and_probe(
-            symbols, groups, probe_below=min(caps) / LZ_REACH if caps else None
+            symbols, groups, probe_below=min(caps) if caps else None
         )
         estimates["rle+ans"] = (size, ANS_MARGIN)
         if probe is not None:
