@@ -5,22 +5,25 @@ For ``gru`` and ``lm`` (``_workloads``: 5 checkpoints 20 steps apart) and the tr
 delta chain; every delta-coded tensor's parent and child indices are read back from the
 files (``read_quantized``) and its rearranged differences coded by each back end:
 ``ans`` (one context per parent bin), ``rle+ans``, ``rle+lzma``, ``ans-lanes`` (ANS in
-independent lanes, the same contexts), and the two choices, the
-smaller of ``ans`` and ``rle+lzma`` (the delta codec before ``rle+ans``) and the smaller of
-``ans`` and ``rle+ans``, and what ``bindiff.encode_smallest`` writes (``ans-lanes`` from 2^16
-symbols on, else ``ans``, or ``rle+ans``, each coded only where its size from the counts is
-within 1 % of the other's). Bytes are payloads; times
+independent lanes, the same contexts), ``rle+zstd`` (level 9), and the choices, the
+smaller of ``ans`` and ``rle+lzma`` (the delta codec before ``rle+ans``), the smaller of
+``ans`` and ``rle+ans``, the smallest of those and ``rle+zstd``, and what
+``bindiff.encode_smallest`` writes (``ans-lanes`` from 2^16 symbols on, else ``ans``, or
+``rle+ans``, each coded only where its size from the counts is within 1 % of the other's, or
+``rle+zstd`` where its probe puts it below them). Bytes are payloads; times
 are the one-thread encode and decode of the differences (``bindiff.encode_delta`` /
 ``decode_delta``), summed over the tensors. Also the smallest ratio of a tensor's full index
 encoding to its indices' order-0 entropy (the delta codec skips that comparison below
 ``codecs.delta.FULL_TRIAL``).
 
 Run ``python benchmarks/delta_backends.py`` (about 3 minutes on one core); writes
-``benchmarks/results/delta_backends.json``. Sizes are deterministic; times are not.
+``benchmarks/results/delta_backends.json`` (``--out`` for another path). Sizes are
+deterministic; times are not.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import shutil
 import sys
@@ -46,9 +49,13 @@ from ckptzip.bindiff import decode_delta, encode_delta, encode_smallest
 from ckptzip.codecs.quantized import encode_indices
 from ckptzip.entropy import order0_entropy_bits
 
-METHODS = ("ans", "rle+ans", "rle+lzma", "ans-lanes")
+METHODS = ("ans", "rle+ans", "rle+lzma", "ans-lanes", "rle+zstd")
 CODEC = "encode_smallest (the codec's choice)"
-CHOICES = {"old choice (ans | rle+lzma)": ("ans", "rle+lzma"), "ans | rle+ans": METHODS[:2]}
+CHOICES = {
+    "old choice (ans | rle+lzma)": ("ans", "rle+lzma"),
+    "ans | rle+ans": METHODS[:2],
+    "ans | rle+ans | rle+zstd": ("ans", "rle+ans", "rle+zstd"),
+}
 
 
 def _states(name: str) -> Iterator[dict[str, Any]]:
@@ -136,6 +143,9 @@ def measure(name: str) -> dict[str, Any]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=RESULTS / "delta_backends.json")
+    args = ap.parse_args()
     torch.set_num_threads(1)
     out: dict[str, Any] = {}
     for name in ("gru", "lm", "throughput"):
@@ -166,7 +176,7 @@ def main() -> None:
             f"full index encoding / order-0 entropy: min {r['full / entropy, min']:.3f}; "
             f"delta / entropy: max {r['delta / entropy, max']:.3f}"
         )
-    write_json(RESULTS / "delta_backends.json", out)
+    write_json(args.out, out)
 
 
 if __name__ == "__main__":
