@@ -9,7 +9,8 @@ CPU for a few seconds, saves ``{"model", "optimizer", "step"}`` with :func:`ckpt
 per-tensor table of ``ckptzip inspect``, loads the file back into a fresh model and optimizer,
 and compares the held-out loss with the exact weights. Then it trains on through a
 :class:`ckptzip.CheckpointManager` (keyframes and delta chains), shows the chain as
-``ckptzip inspect DIR`` does, and restores the latest step.
+``ckptzip inspect DIR`` does, and restores the latest step; the same states saved with
+``error_feedback=True`` show the smaller error of the restored weights.
 """
 
 from __future__ import annotations
@@ -79,11 +80,17 @@ print(f"\nfiles in {tmp}: {os.listdir(tmp)}")
 # stored (against the previous step, rearranged by its bins). `ckptzip inspect DIR` shows it.
 run_dir = os.path.join(tmp, "run")
 mgr = ckptzip.CheckpointManager(run_dir, keyframe_every=4, keep=3)
+# The same states with error feedback (opt-in): a delta stores each weight's change against
+# the parent's reconstruction, quantized, so what one checkpoint's quantization left is
+# corrected by the next instead of adding up along the chain.
+feedback_dir = os.path.join(tmp, "feedback")
+fmgr = ckptzip.CheckpointManager(feedback_dir, keyframe_every=4, keep=3, error_feedback=True)
 t0 = time.perf_counter()
 for step in range(STEPS, STEPS + 80):
     work.train_step(step)
     if (step + 1) % 10 == 0:
         mgr.save(step + 1, {**work.state(), "step": step + 1})
+        fmgr.save(step + 1, {**work.state(), "step": step + 1})
 print(f"\ntrained 80 more steps, saving every 10 ({time.perf_counter() - t0:.1f} s):")
 print(CliRunner().invoke(cli, ["inspect", run_dir]).output)
 latest = ckptzip.CheckpointManager(run_dir).load()  # a fresh manager: decodes the chain
@@ -91,6 +98,23 @@ fresh.model.load_state_dict(latest["model"])
 print(
     f"restored step {latest['step']} (of {mgr.steps()}): held-out loss "
     f"{fresh.eval_fn(fresh.model):.4f} vs exact {work.eval_fn(work.model):.4f}"
+)
+
+
+def weight_error(restored: dict[str, torch.Tensor]) -> float:
+    """Relative L2 error of the restored weights against the live ones, over all of them."""
+    live = work.model.state_dict()
+    num = sum(float((restored[k].float() - v.float()).square().sum()) for k, v in live.items())
+    return (num / sum(float(v.float().square().sum()) for v in live.values())) ** 0.5
+
+
+with_feedback = ckptzip.CheckpointManager(feedback_dir).load()
+fresh.model.load_state_dict(with_feedback["model"])
+print(
+    f"with error_feedback=True: held-out loss {fresh.eval_fn(fresh.model):.4f}; the weights' "
+    f"error {weight_error(with_feedback['model']):.4f} against {weight_error(latest['model']):.4f} "
+    f"without, for {sum(e.bytes for e in fmgr.describe()):,} bytes against "
+    f"{sum(e.bytes for e in mgr.describe()):,}"
 )
 
 # -- 6. the manager given the model: a configuration searched per checkpoint, saved async ----
