@@ -105,3 +105,36 @@ def test_top_k_by_a_monitored_metric(tmp_path: Path, asynchronous: bool) -> None
     # the cosine schedule stepped once an epoch, through the resume (5 epochs, then 2 more)
     assert state["lr_schedulers"][0]["last_epoch"] == 7, state["lr_schedulers"]
     assert state["epoch"] == resumed.current_epoch
+
+
+def _state() -> dict[str, Any]:
+    return {"state_dict": {"w": torch.randn(64, 64)}, "epoch": 1}
+
+
+def test_a_removal_before_a_queued_save_finishes_still_removes_its_file(tmp_path: Path) -> None:
+    # AsyncCheckpointIO's order: the save is queued on its thread, the removal runs on the
+    # caller's before the file exists (ckptzip publishes only complete files)
+    import threading
+
+    plugin = CkptzipCheckpointIO(CONFIG)
+    path = tmp_path / "epoch=1.ckpt"
+    plugin.remove_checkpoint(path)
+    worker = threading.Thread(target=plugin.save_checkpoint, args=(_state(), path))
+    worker.start()
+    worker.join()
+    assert not path.exists()
+    # the mark is used once: a later save of the same path (a new checkpoint) is kept
+    worker = threading.Thread(target=plugin.save_checkpoint, args=(_state(), path))
+    worker.start()
+    worker.join()
+    assert path.exists()
+
+
+def test_a_synchronous_save_after_removing_a_missing_file_is_kept(tmp_path: Path) -> None:
+    plugin = CkptzipCheckpointIO(CONFIG)
+    path = tmp_path / "epoch=1.ckpt"
+    plugin.remove_checkpoint(path)  # nothing there: a plain plugin's later save is new
+    plugin.save_checkpoint(_state(), path)
+    assert path.exists()
+    plugin.remove_checkpoint(path)
+    assert not path.exists()

@@ -43,6 +43,7 @@ from __future__ import annotations
 import importlib
 import io
 import os
+import threading
 from typing import Any, TypeVar
 
 import fsspec
@@ -108,6 +109,10 @@ class CkptzipCheckpointIO(*_BASES.values()):  # type: ignore[misc]  # bases foun
         self.config = config
         self.last_report: ckptzip.Report | None = None
         """The :class:`~ckptzip.Report` of the latest save (sizes, ratio, time)."""
+        # Paths removed before their file existed, with the removing thread: see
+        # remove_checkpoint. The lock makes "publish, then check" and "check, then mark" atomic.
+        self._lock = threading.Lock()
+        self._removed: dict[str, int] = {}
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
@@ -122,6 +127,12 @@ class CkptzipCheckpointIO(*_BASES.values()):  # type: ignore[misc]  # bases foun
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         # ModelCheckpoint rewrites last.ckpt on purpose; the write stays atomic
         self.last_report = ckptzip.save(checkpoint, path, config=self.config, overwrite=True)
+        with self._lock:
+            remover = self._removed.pop(path, None)
+            if remover is not None and remover != threading.get_ident():
+                # a save queued on another thread (Lightning's AsyncCheckpointIO) before the
+                # caller removed its file: the removal stands
+                self._rm(path)
 
     def load_checkpoint(
         self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
@@ -133,9 +144,28 @@ class CkptzipCheckpointIO(*_BASES.values()):  # type: ignore[misc]  # bases foun
         return out
 
     def remove_checkpoint(self, path: Any) -> None:
-        fs, p = fsspec.core.url_to_fs(os.fspath(path))  # as Lightning's own CheckpointIO does
-        if fs.exists(p):
-            fs.rm(p, recursive=True)
+        """Remove ``path``; under Lightning's ``AsyncCheckpointIO`` also a file not written yet.
+
+        ``AsyncCheckpointIO`` runs saves on its own thread but removals on the caller's, so
+        ``ModelCheckpoint`` may remove a worse checkpoint whose save is still queued or
+        running; ckptzip publishes a file only when it is complete, so it does not exist yet
+        and the removal alone would leave it behind once written. Such a path is marked, and
+        the first save of it that completes on another thread deletes what it wrote. A save
+        on the removing thread itself (a plain, synchronous plugin) is a new checkpoint and
+        is kept.
+        """
+        path = os.fspath(path)
+        with self._lock:
+            if not self._rm(path):
+                self._removed[path] = threading.get_ident()
+
+    @staticmethod
+    def _rm(path: str) -> bool:
+        fs, p = fsspec.core.url_to_fs(path)  # as Lightning's own CheckpointIO does
+        if not fs.exists(p):
+            return False
+        fs.rm(p, recursive=True)
+        return True
 
 
 def load_from_checkpoint(
