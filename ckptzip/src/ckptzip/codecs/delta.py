@@ -65,8 +65,9 @@ from ckptzip.codecs.quantized import (
     SideParts,
     decode_side,
     describe_quantized,
-    encode_quantized,
+    encode_full,
     encode_side,
+    full_note,
     n_levels_of,
     quantized_for,
 )
@@ -75,7 +76,6 @@ from ckptzip.packing import bits_for, pack_indices
 
 __all__ = ["DeltaCodec"]
 
-_FULL_CODEC = "quant"
 _SIDE_FIELDS = ("n_levels", "n_protected", "positions_stage", "values_stage")
 
 
@@ -155,9 +155,7 @@ class DeltaCodec(Codec):
         level = ctx.config.zstd_level
 
         def full(why: str) -> Encoded:
-            meta, chunks = encode_quantized(q, level)
-            wrapped = {"mode": "full", "inner_codec": _FULL_CODEC, "inner": meta, "why": why}
-            return Encoded(wrapped, chunks, q)
+            return encode_full(q, level, why)
 
         prev = None if ctx.parent is None else ctx.parent.quantized(ctx.path)
         if prev is None:
@@ -244,6 +242,5 @@ class DeltaCodec(Codec):
                 # a codec that is not installed: describe what is known
                 with contextlib.suppress(UnsupportedFormatError):
                     inner_desc = get_codec(inner_id).describe(inner)
-            note = f"stored in full ({why})" if isinstance(why, str) else "stored in full"
-            return Description(None if inner_desc is None else inner_desc.protected, note)
+            return Description(None if inner_desc is None else inner_desc.protected, full_note(why))
         return Description(describe_quantized(meta).protected, "delta against the parent")

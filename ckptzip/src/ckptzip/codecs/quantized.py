@@ -58,9 +58,11 @@ __all__ = [
     "decode_quantized",
     "decode_side",
     "encode_indices",
+    "encode_full",
     "encode_quantized",
     "encode_side",
     "describe_quantized",
+    "full_note",
     "n_levels_of",
     "quantized_for",
 ]
@@ -370,6 +372,20 @@ def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], li
     return meta, [side.levels, idx_payload, side.positions, side.values]
 
 
+def encode_full(q: QuantizedTensor, level: int, why: str) -> Encoded:
+    """``q`` as the ``"full"`` entry of a codec coded against a parent (``"delta"``,
+    ``"residual"``), for a tensor stored without it: meta ``{"mode": "full", "inner_codec":
+    "quant", "inner": <the quant meta>, "why": why}`` and the ``"quant"`` codec's chunks."""
+    meta, chunks = encode_quantized(q, level)
+    wrapped = {"mode": "full", "inner_codec": QuantCodec.id, "inner": meta, "why": why}
+    return Encoded(wrapped, chunks, q)
+
+
+def full_note(why: Any) -> str:
+    """``inspect``'s note of a ``"full"`` entry (``why`` as :func:`encode_full` stored it)."""
+    return f"stored in full ({why})" if isinstance(why, str) else "stored in full"
+
+
 def decode_quantized(
     meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
 ) -> QuantizedTensor:
@@ -398,8 +414,9 @@ def quantized_for(x: torch.Tensor, ctx: EncodeContext) -> QuantizedTensor:
     return quantize(x, ctx.quant, scores=ctx.scores)
 
 
-def describe_quantized(meta: dict[str, Any]) -> Description:
-    """The ``inspect`` description of an entry with ``n_protected`` in its meta."""
+def describe_quantized(meta: Any) -> Description:
+    """The ``inspect`` description of an entry with ``n_protected`` in its meta (any other
+    value, a hostile file's included, describes nothing)."""
     k = meta.get("n_protected") if isinstance(meta, dict) else None
     ok = isinstance(k, int) and not isinstance(k, bool)
     return Description(protected=k if ok else None)

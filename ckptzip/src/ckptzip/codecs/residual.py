@@ -35,7 +35,6 @@ Every check of the ``quant`` codec applies to the four chunks.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -55,7 +54,14 @@ from ckptzip.codecs.base import (
     meta_get,
     register_codec,
 )
-from ckptzip.codecs.quantized import decode_quantized, encode_quantized, quantized_for
+from ckptzip.codecs.quantized import (
+    decode_quantized,
+    describe_quantized,
+    encode_full,
+    encode_quantized,
+    full_note,
+    quantized_for,
+)
 from ckptzip.errors import ConfigError, CorruptCheckpointError, MissingParentError
 
 __all__ = ["ResidualCodec", "reconstruct"]
@@ -129,10 +135,7 @@ class ResidualCodec(Codec):
         level = ctx.config.zstd_level
 
         def full(why: str) -> Encoded:
-            q = quantized_for(x, ctx)
-            meta, chunks = encode_quantized(q, level)
-            wrapped = {"mode": "full", "inner_codec": _FULL_CODEC, "inner": meta, "why": why}
-            return Encoded(wrapped, chunks, q)
+            return encode_full(quantized_for(x, ctx), level, why)
 
         if ctx.quant is None:
             raise ConfigError(f"{ctx.path!r}: a lossy codec needs a QuantConfig")
@@ -206,20 +209,9 @@ class ResidualCodec(Codec):
             return Description()
         mode = meta.get("mode")
         if mode == "full":
-            inner = meta.get("inner")
-            why = meta.get("why")
-            protected = None
-            if isinstance(inner, dict):
-                with contextlib.suppress(Exception):  # describe never raises
-                    protected = get_codec(_FULL_CODEC).describe(inner).protected
-            note = f"stored in full ({why})" if isinstance(why, str) else "stored in full"
-            return Description(protected, note)
+            protected = describe_quantized(meta.get("inner")).protected
+            return Description(protected, full_note(meta.get("why")))
         if mode == "residual":
-            inner = meta.get("residual")
-            protected = None
-            if isinstance(inner, dict):
-                k = inner.get("n_protected")
-                if isinstance(k, int) and not isinstance(k, bool):
-                    protected = k
+            protected = describe_quantized(meta.get("residual")).protected
             return Description(protected, "residual against the parent's reconstruction")
         return Description()
