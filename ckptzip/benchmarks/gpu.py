@@ -10,7 +10,9 @@ synchronised:
   host (indices + protected values) against the tensor's;
 * ``dequantize``: the same tensor back onto the device;
 * ``save`` / ``load``: ``ckptzip.save`` of a state of such tensors living on the device, and
-  ``ckptzip.load(map_location="cuda")``, against ``torch.save`` / ``torch.load`` of it.
+  ``ckptzip.load(map_location="cuda")``, against ``torch.save`` / ``torch.load`` of it;
+* a ``CheckpointManager`` chain of that state: a delta save, and the restore of the chain's
+  last step onto the device.
 
 ``python benchmarks/gpu.py`` (``--numel``, default 64M); prints a table and writes
 ``benchmarks/results/gpu.json``. Without CUDA it says so and exits 0.
@@ -72,6 +74,18 @@ def main() -> None:
         _, t_tl = timed(lambda: torch.load(pt, map_location="cuda"), args.repeat)
         _, t_cl = timed(lambda: ckptzip.load(ckz, map_location="cuda"), args.repeat)
         ratio = pt.stat().st_size / ckz.stat().st_size
+        # a manager chain of the same state: keyframe, then deltas of a slightly moved state
+        mgr = ckptzip.CheckpointManager(Path(d) / "chain", keyframe_every=8)
+        mgr.save(0, state)
+        t_md, step = float("inf"), 0
+        for _ in range(args.repeat):
+            step += 1
+            for v in state.values():
+                v.add_(torch.randn_like(v), alpha=1e-4)
+            _, t = timed(lambda s=step: mgr.save(s, state), 1)
+            t_md = min(t_md, t)
+        _, t_mr = timed(lambda: mgr.load(step, map_location="cuda"), args.repeat)
+        mgr.close()
     rows = [
         {"what": "quantize on the device", "s": t_q, "gbs": nbytes / t_q / 1e9},
         {"what": "dequantize onto the device", "s": t_dq, "gbs": nbytes / t_dq / 1e9},
@@ -79,6 +93,8 @@ def main() -> None:
         {"what": "ckptzip.save", "s": t_cs, "gbs": nbytes / t_cs / 1e9},
         {"what": "torch.load (cuda)", "s": t_tl, "gbs": nbytes / t_tl / 1e9},
         {"what": "ckptzip.load (cuda)", "s": t_cl, "gbs": nbytes / t_cl / 1e9},
+        {"what": "manager delta save", "s": t_md, "gbs": nbytes / t_md / 1e9},
+        {"what": f"manager restore of step {step} (cuda)", "s": t_mr, "gbs": nbytes / t_mr / 1e9},
     ]
     print_table(
         f"{args.numel / 1e6:.0f}M fp32 on {torch.cuda.get_device_name()}: device-to-host "

@@ -123,3 +123,68 @@ def test_load_onto_cuda_gathers_the_cpu_values_on_the_device(tmp_path: Path) -> 
     on_cpu, on_gpu = ckptzip.load(path), ckptzip.load(path, map_location="cuda")
     for name, t in on_gpu.items():
         assert t.is_cuda and torch.equal(t.cpu(), on_cpu[name]), name
+
+
+def test_a_cuda_state_writes_the_bytes_of_its_host_copy(tmp_path: Path) -> None:
+    # quantization on the device is the host's (codes are a function of the value), so the
+    # file of a state living on the GPU is the file of its CPU copy, byte for byte
+    g = torch.Generator().manual_seed(11)
+    host = {
+        "w": torch.randn(256, 1024, generator=g) * 0.02,
+        "b": torch.randn(1024, generator=g),
+        "h": (torch.randn(200_000, generator=g) * 0.1).bfloat16(),
+        "v": torch.rand(90_000, generator=g) ** 4,
+        "step": torch.tensor(7),
+    }
+    device = {k: v.cuda() for k, v in host.items()}
+    a, b = tmp_path / "host.ckz", tmp_path / "device.ckz"
+    ckptzip.save(host, a)
+    ckptzip.save(device, b)
+    assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.mark.parametrize("feedback", [False, True], ids=["plain", "error-feedback"])
+@pytest.mark.parametrize("blocking", [True, False], ids=["sync", "async"])
+def test_manager_chain_of_a_cuda_model_restores_onto_cuda(
+    tmp_path: Path, feedback: bool, blocking: bool
+) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64)
+    ).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(128, 64, device="cuda"), torch.randn(128, 64, device="cuda")
+
+    def eval_fn(m: torch.nn.Module) -> float:
+        with torch.no_grad():
+            return float(torch.nn.functional.mse_loss(m(x), y))
+
+    mgr = ckptzip.CheckpointManager(
+        tmp_path,
+        model=model,
+        optimizer=opt,
+        eval_fn=eval_fn,
+        keyframe_every=4,
+        error_feedback=feedback,
+    )
+    for step in range(1, 7):
+        for _ in range(3):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        mgr.save(step, blocking=blocking)
+    mgr.close()
+    exact = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    fresh = ckptzip.CheckpointManager(tmp_path)
+    on_gpu, on_cpu = fresh.load(6, map_location="cuda"), fresh.load(6)
+    assert len(fresh.chain(6)) > 1  # a delta was written and decoded
+    for name, t in on_gpu["model"].items():
+        assert t.is_cuda and torch.equal(t.cpu(), on_cpu["model"][name]), name
+        rel = (t - exact[name]).norm() / exact[name].norm().clamp_min(1e-12)
+        assert float(rel) < 0.1, name
+    # the restored state resumes training on the device
+    model.load_state_dict(on_gpu["model"])
+    opt.load_state_dict(on_gpu["optimizer"])
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
