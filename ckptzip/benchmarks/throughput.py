@@ -7,7 +7,8 @@ interleaved, best of ``--repeat``, in one temp directory:
 * ``torch.save`` / ``ckptzip.save`` (default config) and ``torch.load`` / ``ckptzip.load``,
   ckptzip with its default threads and with 1 and 2;
 * a ``CheckpointManager`` delta save (object given, parent in the manager's cache) and the
-  restore of the last step of a full chain (``keyframe_every`` files) by a fresh manager;
+  restore of the last step of a full chain (``keyframe_every`` files) by a fresh manager
+  (``--layout skip``: written with ``CheckpointManager(layout="skip")``);
 * a manager save with the configuration search (model, optimizer and a held-out ``eval_fn``),
   the first (full search) and the better of the next two (neighbourhood), split into the
   ``eval_fn`` calls, the rest of the search (quantizing the trials, swapping them in) and
@@ -187,12 +188,21 @@ def save_load(run: Run, d: Path, repeat: int, cpu: dict[str, float]) -> dict[str
 
 
 def manager_times(
-    run: Run, d: Path, repeat: int, keyframe_every: int, cpu: dict[str, float] | None = None
+    run: Run,
+    d: Path,
+    repeat: int,
+    keyframe_every: int,
+    cpu: dict[str, float] | None = None,
+    layout: str = "chain",
 ) -> dict[str, Any]:
     """Delta saves of consecutive training steps, and a fresh restore of the chain's end
     (``cpu``: filled with the CPU seconds of the fastest delta save and restore)."""
     out: dict[str, Any] = {}
-    mgr = CheckpointManager(d / "chain", keyframe_every=keyframe_every)
+    mgr = CheckpointManager(
+        d / "chain",
+        keyframe_every=keyframe_every,
+        layout=layout,  # type: ignore[arg-type]
+    )
     deltas, step = [], 0
     mgr.save(step, run.state())
     ratios = []
@@ -343,6 +353,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a 5M-parameter model")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keyframe-every", type=int, default=10)
+    ap.add_argument(
+        "--layout",
+        choices=["chain", "skip"],
+        default="chain",
+        help="the manager's delta layout (CheckpointManager(layout=))",
+    )
     ap.add_argument("--no-search", action="store_true", help="skip the manager search save")
     ap.add_argument(
         "--rates-only", action="store_true", help="only the one-thread tensor path (GB/s)"
@@ -394,7 +410,10 @@ def main() -> None:
                 "torch.load": lambda: torch.load(pt, weights_only=True),
             }
             res.update(interleaved(fns, args.repeat, cpu))
-            res.update(manager_times(run, d, args.repeat, args.keyframe_every, cpu))
+            res["layout"] = args.layout
+            res.update(
+                manager_times(run, d, args.repeat, args.keyframe_every, cpu, layout=args.layout)
+            )
             # and torch's again after the chain: the load moves within a run
             after_cpu: dict[str, float] = {}
             after = interleaved(fns, args.repeat, after_cpu)
@@ -408,7 +427,8 @@ def main() -> None:
             ts, tl = res["torch.save"], res["torch.load"]
             print_table(
                 f"{res['params'] / 1e6:.1f}M parameters + AdamW, kernels={res['kernels']}, "
-                f"delta ratio {res['delta ratio']:.2f}x, chain of {res['chain length']}",
+                f"delta ratio {res['delta ratio']:.2f}x, layout {args.layout}, "
+                f"the last step's chain {res['chain length']} files",
                 [
                     {
                         "what": k,
@@ -432,7 +452,7 @@ def main() -> None:
         res.update(cores_available(args.repeat))
         res.update(save_load(run, d, args.repeat, cpu))
         res.update(tensor_rates(run, args.repeat))
-        res.update(manager_times(run, d, args.repeat, args.keyframe_every, cpu))
+        res.update(manager_times(run, d, args.repeat, args.keyframe_every, cpu, layout=args.layout))
         if not args.no_search:
             res.update(search_save(run, d, cpu))
     finally:

@@ -8,8 +8,12 @@ helpers and per-item handlers) and ``torch.distributed.checkpoint`` (a planner d
 to write over a storage writer/reader that only moves bytes).
 
 Layout: one file per step, ``step-00000042.ckz``. Every ``keyframe_every``-th file of a
-chain is a full checkpoint (a keyframe); the files between are deltas, each against the
-step saved just before it (its *parent*), which its manifest names by file name and sha256.
+chain is a full checkpoint (a keyframe); the files between are deltas, each against one
+earlier file (its *parent*), which its manifest names by file name and sha256. Which parent
+is the store's ``layout`` (:data:`LAYOUTS`): ``"chain"`` (the default) takes the step saved
+just before; ``"skip"`` takes, for the ``n``-th file after the keyframe, the file at position
+``n - lowbit(n)``, so restoring any file decodes at most ``log2(keyframe_every) + 1`` deltas.
+A reader only follows the recorded parents, whatever layout wrote them.
 
 Call order of a save (what the manager does)::
 
@@ -68,7 +72,9 @@ from ckptzip.errors import (
 )
 
 __all__ = [
+    "LAYOUTS",
     "MAX_CHAIN_LENGTH",
+    "POSITION_KEY",
     "RELIST_ATTEMPTS",
     "ChainStore",
     "Link",
@@ -88,6 +94,14 @@ MAX_CHAIN_LENGTH = 1000
 #: forward finds a step committed after the previous listing, so a few suffice; the bound
 #: keeps a reader from chasing a writer that saves faster than one chain is read.
 RELIST_ATTEMPTS = 20
+
+#: The parent rules a :class:`ChainStore` writes by (see :meth:`ChainStore.parent_chain`).
+LAYOUTS = ("chain", "skip")
+
+#: The manifest metadata key where a ``"skip"`` layout records a delta's position after its
+#: keyframe (a decimal string). A file without it is one position after its parent, which is
+#: what every ``"chain"`` file is (so files written before layouts existed need none).
+POSITION_KEY = "chain_position"
 
 _NAME = re.compile(r"step-(\d{8,})\.ckz")
 
@@ -211,6 +225,41 @@ def resolve_parents(
     return out[::-1]
 
 
+def skip_parent(n: int) -> int:
+    """The position a ``"skip"`` layout codes the ``n``-th file after a keyframe against.
+
+    ``n - lowbit(n)``: odd positions take the previous file, ``2, 4, 8, ...`` the keyframe.
+    The parent is always a file of the chain of position ``n - 1`` (clearing the trailing
+    ones of ``n - 1`` gives it), so the previous step's chain holds it.
+
+    Examples
+    --------
+    >>> [skip_parent(n) for n in range(1, 10)]
+    [0, 0, 2, 0, 4, 4, 6, 0, 8]
+    """
+    return n - (n & -n)
+
+
+def positions(chain: list[Link]) -> list[int]:
+    """Each link's position after its keyframe (keyframe first, ``0``).
+
+    Read from :data:`POSITION_KEY` where a link records one that follows its parent's;
+    otherwise (a ``"chain"`` file, a file written before layouts existed, a value that makes
+    no sense) the parent's position plus one.
+    """
+    out: list[int] = []
+    for i, link in enumerate(chain):
+        if i == 0 or link.manifest.parent is None:
+            out.append(0 if link.manifest.parent is None else i)
+            continue
+        raw = link.manifest.metadata.get(POSITION_KEY)
+        pos = out[-1] + 1
+        if raw is not None and raw.isdigit() and out[-1] < int(raw) < MAX_CHAIN_LENGTH:
+            pos = int(raw)
+        out.append(pos)
+    return out
+
+
 class ChainStore:
     """The steps of one run in a :class:`~ckptzip.storage.Storage`.
 
@@ -223,9 +272,22 @@ class ChainStore:
     keep:
         Keep the ``keep`` most recent steps (and the step just saved) restorable; ``None``
         keeps everything.
+    layout:
+        Which earlier file a delta is coded against (:data:`LAYOUTS`): ``"chain"``, the step
+        saved just before; ``"skip"``, the file at position ``n - lowbit(n)`` of the keyframe's
+        run (:func:`skip_parent`).
     """
 
-    def __init__(self, storage: _storage.Storage, *, keyframe_every: int, keep: int | None) -> None:
+    def __init__(
+        self,
+        storage: _storage.Storage,
+        *,
+        keyframe_every: int,
+        keep: int | None,
+        layout: str = "chain",
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise ConfigError(f"layout={layout!r} must be one of {', '.join(map(repr, LAYOUTS))}")
         if isinstance(keyframe_every, bool) or not isinstance(keyframe_every, int):
             raise ConfigError(f"keyframe_every={keyframe_every!r} must be an integer >= 1")
         if not 1 <= keyframe_every <= MAX_CHAIN_LENGTH:
@@ -238,6 +300,7 @@ class ChainStore:
         self.storage = storage
         self.keyframe_every = keyframe_every
         self.keep = keep
+        self.layout = layout
         self._cleaned = False
         self._warned: set[str] = set()
         # File content (sha256) → (name, parent's sha256, chain length): the parent's hash is
@@ -433,19 +496,39 @@ class ChainStore:
     ) -> list[Link] | None:
         """The chain to delta ``step`` against (its last link is the parent), or ``None``.
 
-        ``None`` (a keyframe) when deltas are off, no earlier step exists, the previous
-        step's chain is already ``keyframe_every`` long, or it cannot be read: a damaged
-        chain ends there and the new file starts a fresh one, with a
-        :class:`~ckptzip.errors.ParentUnusableWarning` saying why. When the parent is ``known``
-        (decoded in the caller's cache) and its chain length was seen before, only the
-        parent is read: saving the n-th delta costs one read, not n.
+        ``None`` (a keyframe) when deltas are off, no earlier step exists, the new file would
+        be the ``keyframe_every``-th of its run, or the previous step's chain cannot be read: a
+        damaged chain ends there and the new file starts a fresh one, with a
+        :class:`~ckptzip.errors.ParentUnusableWarning` saying why.
+
+        ``"chain"`` layout: the parent is the previous step. When it is ``known`` (decoded in
+        the caller's cache) and its chain length was seen before, only it is read: saving the
+        n-th delta costs one read, not n. ``"skip"`` layout: the previous step's chain is read
+        (at most ``log2(keyframe_every) + 2`` files) and the parent is its link at position
+        :func:`skip_parent` of the new file's (:meth:`plan` says which position).
         """
+        return self.plan(step, steps, known)[0]
+
+    def plan(
+        self, step: int, steps: list[int], known: Callable[[str], bool] | None = None
+    ) -> tuple[list[Link] | None, int]:
+        """:meth:`parent_chain`, and the new file's position after its keyframe (``0`` for a
+        keyframe), which a ``"skip"`` delta records under :data:`POSITION_KEY`."""
         if self.keyframe_every == 1:
-            return None
+            return None, 0
         earlier = [s for s in steps if s < step]
         if not earlier:
-            return None
+            return None, 0
         try:
+            if self.layout == "skip":
+                chain = self.chain(earlier[-1])
+                at = positions(chain)
+                n = at[-1] + 1
+                if n >= self.keyframe_every:
+                    return None, 0
+                want = skip_parent(n)
+                # a run begun by another layout may lack that position: the previous file
+                return (chain[: at.index(want) + 1] if want in at else chain), n
             top = self.read(earlier[-1])
             length = self._intact_length(top.sha256, {step_file_name(s) for s in steps})
             if length is not None and known is not None and known(top.sha256):
@@ -455,8 +538,8 @@ class ChainStore:
                 length = len(chain)
         except (CkptzipError, OSError) as exc:
             warn_keyframe(step, earlier[-1], exc)
-            return None
-        return chain if length < self.keyframe_every else None
+            return None, 0
+        return (chain, length) if length < self.keyframe_every else (None, 0)
 
     def _intact_length(self, sha256: str, listed: set[str]) -> int | None:
         """The chain length of a file seen before whose ancestors are all still listed."""

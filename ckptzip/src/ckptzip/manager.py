@@ -51,7 +51,9 @@ import torch
 from ckptzip import api
 from ckptzip._types import QuantizedTensor
 from ckptzip.chains import (
+    LAYOUTS,
     MAX_CHAIN_LENGTH,
+    POSITION_KEY,
     ChainStore,
     step_file_name,
     step_of,
@@ -227,9 +229,20 @@ class CheckpointManager:
         save) or an fsspec URL (``s3://bucket/run``, ``gs://...``, ``memory://...``; needs
         the ``remote`` extra and the store's driver, e.g. ``s3fs``).
     keyframe_every:
-        A full checkpoint every this many saves of a chain; the others are deltas against
-        the previous step. ``1`` disables deltas. Restoring a step decodes at most this many
-        files; at most :data:`~ckptzip.chains.MAX_CHAIN_LENGTH` (1000).
+        A full checkpoint every this many saves of a chain; the others are deltas (against
+        which earlier file: ``layout``). ``1`` disables deltas. Restoring a step decodes at
+        most this many files; at most :data:`~ckptzip.chains.MAX_CHAIN_LENGTH` (1000).
+    layout:
+        Which earlier file each delta is coded against. ``"chain"`` (default): the previous
+        step, so restoring the ``n``-th file after a keyframe decodes ``n + 1`` files.
+        ``"skip"``: the ``n``-th file after the keyframe against the ``n - lowbit(n)``-th
+        (1→0, 2→0, 3→2, 4→0, 5→4, 6→4, 7→6, 8→0, 9→8), so a restore decodes at most
+        ``log2(keyframe_every) + 2`` files, for more bytes (the deltas against files further
+        back hold more change): measured in the README ("The layout is the lever"). Any
+        manager reads either layout; a directory may mix them. With ``error_feedback`` a
+        delta corrects its own parent's error only, so a delta against a file far back
+        (the keyframe at ``2, 4, 8``) restores with a larger error than the chain's, where
+        every delta corrects the one before.
     keep:
         Keep only the ``keep`` most recent steps restorable (``None``: keep everything),
         and always the step just saved. Files still needed by a kept step (its keyframe and
@@ -352,6 +365,7 @@ class CheckpointManager:
         max_bytes: int | None = None,
         error_budget: float = 0.1,
         error_feedback: bool = False,
+        layout: Literal["chain", "skip"] = "chain",
     ) -> None:
         if not isinstance(error_feedback, bool):
             raise ConfigError(f"error_feedback={error_feedback!r} must be True or False")
@@ -387,7 +401,11 @@ class CheckpointManager:
         self.max_bytes = max_bytes
         # A URL stays a string: Path("s3://b/r") would become the local path "s3:/b/r".
         self.directory: Path | str = os.fspath(directory) if is_url(directory) else Path(directory)
-        self.store = ChainStore(open_storage(directory), keyframe_every=keyframe_every, keep=keep)
+        if layout not in LAYOUTS:
+            raise ConfigError(f"layout={layout!r} must be one of {', '.join(map(repr, LAYOUTS))}")
+        self.store = ChainStore(
+            open_storage(directory), keyframe_every=keyframe_every, keep=keep, layout=layout
+        )
         self.config = config if config is not None else CompressionConfig()
         if error_feedback and self.config.residual is None:
             self.config = replace(self.config, residual=RESIDUAL)
@@ -436,6 +454,10 @@ class CheckpointManager:
     @property
     def keep(self) -> int | None:
         return self.store.keep
+
+    @property
+    def layout(self) -> str:
+        return self.store.layout
 
     def __repr__(self) -> str:
         return (
@@ -537,13 +559,14 @@ class CheckpointManager:
         overwrite: bool = False,
         blocking: bool = True,
     ) -> SaveReport | None:
-        """Save ``obj`` as ``step``: a keyframe or a delta against the previous step.
+        """Save ``obj`` as ``step``: a keyframe or a delta against an earlier step (the
+        previous one in the default ``layout``).
 
         Parameters
         ----------
         step:
             The training step (an integer >= 0); names the file. A step older than the
-            latest is saved and kept (a delta against the step before it).
+            latest is saved and kept (a delta against a step before it).
         obj:
             What you would pass to ``torch.save`` (see :func:`ckptzip.save`). ``None`` with a
             manager given a ``model``: snapshot the model, optimizer and ``extra``, with the
@@ -747,7 +770,7 @@ class CheckpointManager:
             steps = store.steps()
             store.check_new(step, overwrite=overwrite, steps=steps)
             known = self._cache.__contains__
-            links = store.parent_chain(step, steps, known)
+            links, position = store.plan(step, steps, known)
             if links:
                 # a parent that does not decode must not stop training from checkpointing
                 try:
@@ -756,6 +779,8 @@ class CheckpointManager:
                     parent = step_of(links[-1].name)
                     warn_keyframe(step, -1 if parent is None else parent, exc)
                     links = None
+            if links and store.layout == "skip":
+                metadata = {**metadata, POSITION_KEY: str(position)}
             enc = api.encode(
                 obj,
                 config=config,
