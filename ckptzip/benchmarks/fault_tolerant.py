@@ -1501,6 +1501,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="BINS,PRUNE",
         help="the feedback method's residual quantizer: levels and pruned fraction (default 4,0)",
     )
+    ap.add_argument(
+        "--first-protect",
+        type=float,
+        default=None,
+        metavar="F",
+        help="MomentPolicy.first_protect: the fraction of each first moment (exp_avg) stored "
+        "exactly, its largest entries (default: the policy's)",
+    )
+    ap.add_argument(
+        "--first-fit",
+        choices=("values", "update"),
+        default=None,
+        help="MomentPolicy.first_fit: exp_avg's levels fitted to its values or to Adam's step "
+        "(weights 1/(sqrt(v)+eps)^2; default: the policy's)",
+    )
     args = ap.parse_args(argv)
     bins, prune = args.feedback_residual.split(",")
     residual = dataclasses.replace(FEEDBACK_RESIDUAL, bins=int(bins), prune=float(prune))
@@ -1508,6 +1523,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.moments:
         m, v, p = args.moments.split(",")
         moments = ckptzip.MomentPolicy(int(m), False, int(v), first_prune=float(p))
+    if args.first_protect is not None:
+        moments = dataclasses.replace(
+            moments or ckptzip.MomentPolicy(), first_protect=args.first_protect
+        )
+    if args.first_fit is not None:
+        moments = dataclasses.replace(moments or ckptzip.MomentPolicy(), first_fit=args.first_fit)
     mode = "quick" if args.quick else "full"
     # llm's quick plan is there for --models llm; the quick default stays under 3 minutes
     models = args.models or [m for m in PLANS[mode] if mode == "full" or m != "llm"]

@@ -46,7 +46,7 @@ from ckptzip.errors import (
     DecodeMemoryError,
     MissingParentError,
 )
-from ckptzip.plan import Planner, Prequantized, exact_reason
+from ckptzip.plan import Planner, Prequantized, exact_reason, fit_weights
 from ckptzip.structure import dtype_name, flatten, ndarray_entries, reference_paths, unflatten
 
 __all__ = [
@@ -610,9 +610,14 @@ def encode(
         exact=dict.fromkeys(ndarray_entries(skeleton), "NumPy array"),
     )
 
+    by_path = dict(leaves)
+
     def encode_one(i: int) -> tuple[Encoded, list[str]]:
         t, (p, x) = plan[i], leaves[i]
         score = None if scores is None or t.quant is None else scores.get(p)
+        weights = fit_weights(p, t.quant, by_path)
+        if weights is not None and tuple(weights.shape) != tuple(x.shape):
+            weights = None
         ctx = EncodeContext(
             path=p,
             config=config,
@@ -621,6 +626,7 @@ def encode(
             parent=parent_view,
             reason=t.reason,
             quantized=planner.prequantized_for(t, x, score),
+            fit_weights=weights,
         )
         enc = get_codec(t.codec).encode(x, ctx)
         _json_safe(enc.meta, p)

@@ -18,6 +18,8 @@ __all__ = ["CompressionConfig", "QuantConfig"]
 
 PruneMetric = Literal["magnitude", "sensitivity"]
 _PRUNE_METRICS = ("magnitude", "sensitivity")
+Fit = Literal["values", "update"]
+_FITS = ("values", "update")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,14 @@ class QuantConfig:
     log_domain:
         Quantize ``log|x|`` instead of ``x`` (for positive tensors with a huge dynamic range,
         such as Adam's ``exp_avg_sq``).
+    fit:
+        What the levels are fitted to. ``"values"`` (default): the entries' values (k-means
+        weighted by count and magnitude, :mod:`ckptzip.quantize`). ``"update"``, for an Adam
+        first moment ``m``: each entry weighted by ``1/(sqrt(v)+eps)²`` of its own second
+        moment ``v``, so the levels minimize the error of the step ``m/(sqrt(v)+eps)`` a
+        restored optimizer takes (:func:`ckptzip.plan.fit_weights`); where no second moment
+        is at hand it fits the values. The file format is the same either way (only the
+        levels differ).
 
     Examples
     --------
@@ -54,8 +64,13 @@ class QuantConfig:
     prune_metric: PruneMetric = "magnitude"
     protect: float = 0.0005
     log_domain: bool = False
+    fit: Fit = "values"
 
     def __post_init__(self) -> None:
+        if self.fit not in _FITS:
+            raise ConfigError(f"fit={self.fit!r} must be one of {', '.join(_FITS)}")
+        if self.fit == "update" and self.log_domain:
+            raise ConfigError("fit='update' is for a first moment: not with log_domain=True")
         if not isinstance(self.bins, int) or not 2 <= self.bins <= 256:
             raise ConfigError(f"bins={self.bins!r} must be an integer in [2, 256]")
         if not 0.0 <= self.prune < 1.0:
@@ -73,7 +88,10 @@ class QuantConfig:
             )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.fit == "values":  # absent at the default: the JSON of older configs unchanged
+            del out["fit"]
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> QuantConfig:

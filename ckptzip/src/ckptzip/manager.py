@@ -71,7 +71,7 @@ from ckptzip.errors import (
     DecodeMemoryError,
     SaveInProgressError,
 )
-from ckptzip.plan import RESIDUAL, MomentPolicy, Prequantized
+from ckptzip.plan import FEEDBACK_MOMENTS, RESIDUAL, MomentPolicy, Prequantized
 from ckptzip.search import (
     ProbeFn,
     SearchResult,
@@ -291,7 +291,8 @@ class CheckpointManager:
         (the live state and RNG states are put back). Blocking saves only.
     moments:
         How the moments of searched weights are stored (:class:`~ckptzip.MomentPolicy`);
-        with ``probe_fn``, the least aggressive policy the probe search considers.
+        with ``probe_fn``, the least aggressive policy the probe search considers. ``None``:
+        ``MomentPolicy()``, or with error feedback :data:`ckptzip.plan.FEEDBACK_MOMENTS`.
     research_every:
         A full search (not the previous choice's neighbourhood, which is never more
         aggressive) every this many saves of the manager, so a configuration can become
@@ -308,7 +309,9 @@ class CheckpointManager:
         :data:`ckptzip.plan.RESIDUAL`: 4 levels): ``ŵ_k = ŵ_{k−1} + Q(w_k − ŵ_{k−1})``, so
         what one checkpoint's quantization left is corrected by the next and the errors of
         successive restores do not add up. Keyframes and the optimizer moments are stored as
-        without it. At a delta save no weight config is searched (the residual replaces it;
+        without it, except the first moment's default (``moments`` not given):
+        :data:`ckptzip.plan.FEEDBACK_MOMENTS`, 4 levels fitted to Adam's step. At a delta save
+        no weight config is searched (the residual replaces it;
         :func:`ckptzip.search.for_residuals`): the moments follow the last search's choice and
         ``eval_fn`` is called once, on the exact weights. Off by default (measured against
         the defaults in the README, "Error feedback along the chain"); a ``config`` with
@@ -417,7 +420,9 @@ class CheckpointManager:
         self.error_budget = error_budget
         self.if_busy = if_busy
         self.probe_fn = probe_fn
-        self.moments = moments if moments is not None else MomentPolicy()
+        if moments is None:  # error feedback has its own (plan.FEEDBACK_MOMENTS)
+            moments = FEEDBACK_MOMENTS if self.config.residual is not None else MomentPolicy()
+        self.moments = moments
         self._since_probe = 0  # saves since the last probe search (0: none yet)
         self.research_every = research_every
         self._saves = 0  # model snapshots saved by this manager

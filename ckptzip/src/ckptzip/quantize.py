@@ -84,6 +84,7 @@ def quantize(
     *,
     scores: torch.Tensor | None = None,
     sketch: LogSketch | None = None,
+    fit_weights: torch.Tensor | None = None,
 ) -> QuantizedTensor:
     """Quantize ``x`` to at most ``config.bins`` levels, protecting and pruning as configured.
 
@@ -101,6 +102,11 @@ def quantize(
         ``x``'s :func:`ckptzip.sketch.scan` (:func:`sketch_of`), when the caller quantizes
         the same tensor several times (the configuration search's trials): its pass over the
         values is then not repeated. The result is the same as without it.
+    fit_weights:
+        Optional per-element weights (same shape as ``x``, non-negative) of the k-means that
+        fits the levels, in place of the count and magnitude weights (``QuantConfig.fit ==
+        "update"``: :func:`ckptzip.plan.fit_weights`). Only the levels change; protect,
+        prune and the nearest-level assignment are the same. Ignored in ``log_domain``.
 
     Returns
     -------
@@ -140,14 +146,25 @@ def quantize(
             nan=0.0,
             posinf=0.0,
         )
+    fw = None
+    if fit_weights is not None and not config.log_domain:
+        if tuple(fit_weights.shape) != shape:
+            raise ConfigError(
+                f"fit_weights of shape {list(fit_weights.shape)} must have x's {list(shape)}"
+            )
+        fw = torch.nan_to_num(
+            fit_weights.detach().reshape(-1).to(device=flat.device, dtype=torch.float64).abs(),
+            nan=0.0,
+            posinf=0.0,
+        )
     if sketch is not None and (
         not isinstance(sketch, LogSketch) or sketch.bounds is None or sketch.count != n
     ):
         raise ConfigError(
             f"sketch must be this tensor's sketch_of(x) ({n} values), got {sketch!r:.80}"
         )
-    sk = sketch if s is None else None
-    if sk is None and s is None:
+    sk = sketch if s is None and fw is None else None
+    if sk is None and s is None and fw is None:
         # one pass: the sketch, its bounds, and whether every value is finite
         sk = sketch_of(work)
     if sk is not None:
@@ -158,7 +175,7 @@ def quantize(
     lo_t, hi_t = torch.aminmax(work)  # NaN propagates, so this also tells "all finite"
     lo, hi = float(lo_t), float(hi_t)
     if math.isfinite(lo) and math.isfinite(hi):
-        res = _quantize_finite(work, config, s, dtype, (lo, hi))
+        res = _quantize_finite(work, config, s, dtype, (lo, hi), fw)
         indices = res.indices
         protected = res.protected
     else:
@@ -168,11 +185,17 @@ def quantize(
         finite = torch.isfinite(work)
         fpos = finite.nonzero().squeeze(1)
         part = work[fpos]
-        sk_part = sketch_of(part) if s is None and part.numel() else None
+        sk_part = sketch_of(part) if s is None and fw is None and part.numel() else None
         if sk_part is not None:
             res = _quantize_sketched(part, config, dtype, sk_part)
         else:
-            res = _quantize_finite(part, config, None if s is None else s[fpos], dtype)
+            res = _quantize_finite(
+                part,
+                config,
+                None if s is None else s[fpos],
+                dtype,
+                fw=None if fw is None else fw[fpos],
+            )
         bad = (~finite).nonzero().squeeze(1)
         indices = torch.empty(n, dtype=torch.uint8, device=flat.device)
         indices[fpos] = res.indices
@@ -451,10 +474,12 @@ def _quantize_finite(
     s: torch.Tensor | None,
     dtype: torch.dtype,
     bounds: tuple[float, float] | None = None,
+    fw: torch.Tensor | None = None,
 ) -> _Result:
     """Quantize finite values ``v`` (flat, float32/float64). Positions are into ``v``.
 
-    ``bounds`` is ``(min, max)`` of ``v`` when the caller already knows it.
+    ``bounds`` is ``(min, max)`` of ``v`` when the caller already knows it; ``fw`` the
+    per-element weights of the level fit (:func:`quantize`'s ``fit_weights``, flat).
     """
     n = v.numel()
     device = v.device
@@ -525,7 +550,15 @@ def _quantize_finite(
             # and are never pruned.)
             counts[cap - cut + 1 : cap + cut] = 0
             counts -= torch.bincount(codes[inside], minlength=counts.size).cpu().numpy()
-    book = _codebook(v, sk, lambda: codes, counts, cfg, dtype, bounds)
+    fit = None
+    if fw is not None and not cfg.log_domain:
+        # the fit's weight of each bucket: Σ fit_weights of its entries left
+        keep = torch.ones(n, dtype=torch.bool, device=device)
+        if pruned is not None:
+            keep &= ~pruned
+        keep[protected] = False
+        fit = torch.bincount(codes[keep], weights=fw[keep], minlength=counts.size).cpu().numpy()
+    book = _codebook(v, sk, lambda: codes, counts, cfg, dtype, bounds, fit)
 
     # -- nearest-level assignment through the bucket codes
     indices = _assign_by_codes(
@@ -557,10 +590,12 @@ def _codebook(
     cfg: QuantConfig,
     dtype: torch.dtype,
     bounds: tuple[float, float],
+    fit: np.ndarray | None = None,
 ) -> _Codebook:
     """The levels fitted to ``counts`` (the sketch of the entries left after protect and
     prune) and the cut-offs between them; ``codes`` gives every value's bucket code, asked
-    for only where the levels may be the exact distinct values."""
+    for only where the levels may be the exact distinct values; ``fit``, per bucket, the
+    k-means weights in place of the count and magnitude blend."""
     device = v.device
     cap = sk.cap
     zero_needed = cfg.prune > 0 or (cfg.log_domain and counts[cap] > 0)
@@ -568,7 +603,7 @@ def _codebook(
     if cfg.log_domain:
         counts[cap] = 0  # zeros are exact in log domain, not part of the fit
     nonzero_levels, nonzero_values, exact = _levels_for(
-        v, sk, codes, counts, free, cfg.log_domain, bounds
+        v, sk, codes, counts, free, cfg.log_domain, bounds, fit
     )
 
     # -- assemble the level table: non-zero levels sorted, plus the zero level if needed
@@ -739,8 +774,10 @@ def _levels_for(
     free: int,
     log_domain: bool,
     bounds: tuple[float, float],
+    fit: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Fit the levels of the entries counted in ``counts`` (the zero level excluded).
+    """Fit the levels of the entries counted in ``counts`` (the zero level excluded); with
+    ``fit`` (per bucket, linear domain), weighted by it instead of count and magnitude.
 
     Returns the levels (``log`` values in log domain), what they stand for in value space,
     and whether they are the exact distinct values.
@@ -760,10 +797,14 @@ def _levels_for(
         w = cnt / cnt.sum()
     else:
         pts = centres
-        mag = np.abs(centres)
-        w = SIGMA * cnt / cnt.sum()
-        if mag.sum() > 0:
-            w = w + (1.0 - SIGMA) * mag / mag.sum()
+        own = None if fit is None else fit[occupied].astype(np.float64)
+        if own is not None and np.isfinite(own.sum()) and own.sum() > 0:
+            w = own / own.sum()
+        else:
+            mag = np.abs(centres)
+            w = SIGMA * cnt / cnt.sum()
+            if mag.sum() > 0:
+                w = w + (1.0 - SIGMA) * mag / mag.sum()
     lv = fit_levels(pts, w, free)
     # Bucket centres sit up to α beyond the data: keep levels inside the data's range so a
     # float16 level can never round to inf.

@@ -138,6 +138,7 @@ from ckptzip.plan import (
     Prequantized,
     exact_reason,
     fingerprint,
+    fit_weights,
     moment_configs,
     small_weight,
     state_indices,
@@ -946,21 +947,27 @@ def _probe_moments(
             optimizer_prefix=optimizer_prefix,
         )
         out: dict[int, dict[str, Any]] = {}
-        jobs: list[tuple[dict[str, Any], str, torch.Tensor, QuantConfig, torch.Tensor | None]] = []
+        Job = tuple[
+            dict[str, Any], str, torch.Tensor, QuantConfig, torch.Tensor | None, torch.Tensor | None
+        ]
+        jobs: list[Job] = []
         for p, own in optimizer.state.items():
             row = dict(own)
+            if id(p) in path_of:
+                here = {path_of[id(p)] + k: v for k, v in own.items()}
             for key, value in own.items():
                 if not isinstance(value, torch.Tensor) or id(p) not in path_of:
                     continue
                 path = path_of[id(p)] + key
                 quant, _ = planner.quant_for(path, value)
                 if quant is not None:
-                    jobs.append((row, key, value.detach(), quant, moment_scores.get(path)))
+                    fw = fit_weights(path, quant, here)
+                    jobs.append((row, key, value.detach(), quant, moment_scores.get(path), fw))
             out[id(p)] = row
 
-        def run(job: tuple[Any, str, torch.Tensor, QuantConfig, torch.Tensor | None]) -> Any:
-            _, _, value, quant, score = job
-            q = quantize(value, quant, scores=score)
+        def run(job: Job) -> Any:
+            _, _, value, quant, score, fw = job
+            q = quantize(value, quant, scores=score, fit_weights=fw)
             return dequantize(q, device=value.device).reshape(value.shape)
 
         for (row, key, *_), value in zip(jobs, map_on_encoding_threads(run, jobs), strict=True):

@@ -180,6 +180,9 @@ class EncodeContext:
     quantized:
         The tensor already quantized with ``quant`` (by the search): a lossy codec stores it
         instead of quantizing again.
+    fit_weights:
+        Per-element weights of the level fit (``quant.fit == "update"``: an Adam first
+        moment's, :func:`ckptzip.plan.fit_weights`), if any.
     """
 
     path: str
@@ -189,6 +192,7 @@ class EncodeContext:
     parent: ParentView | None = None
     reason: str | None = None
     quantized: QuantizedTensor | None = None
+    fit_weights: torch.Tensor | None = None
 
 
 class EntryFields(Protocol):

@@ -411,7 +411,7 @@ def quantized_for(x: torch.Tensor, ctx: EncodeContext) -> QuantizedTensor:
         return q
     from ckptzip.quantize import quantize  # the quantizer pulls in the sketch machinery
 
-    return quantize(x, ctx.quant, scores=ctx.scores)
+    return quantize(x, ctx.quant, scores=ctx.scores, fit_weights=ctx.fit_weights)
 
 
 def describe_quantized(meta: Any) -> Description:
