@@ -23,6 +23,13 @@ test that passed there but failed (or errored) with a flag: the "never breaks a 
 on any suite. A suite whose plain run already fails some tests still measures (those tests
 are listed, not counted against a mode); exit statuses other than 0, 1 and 5 (no tests)
 fail the benchmark, and so does a broken test (exit 1).
+
+Where a mode's time goes: each test's duration comes from the same report, and the end of
+the run lists the tests whose time, summed over the rounds, differs most from the plain
+run's, with their outcomes (``skipped`` and ``xfailed`` apart: a test that calls
+``pytest.skip`` or ``pytest.xfail`` depending on its input has whichever outcome its first
+such input decides, and an xfail is shrunk like a failure, so it costs seconds where a skip
+costs none), and every test whose outcome differs from the plain run's.
 """
 
 from __future__ import annotations
@@ -67,28 +74,51 @@ def run_once(suite: str, cwd: Path, flags: list[str], extra: list[str]) -> dict[
             sys.stderr.write(done.stdout[-3000:] + done.stderr[-2000:])
             mode = " ".join(flags) or "(plain)"
             raise SystemExit(f"pytest {mode} failed: exit {done.returncode}")
-        outcomes = test_outcomes(junit)
-    return {"wall_s": wall, "cpu_s": cpu, "outcomes": outcomes}
+        outcomes, durations = test_outcomes(junit)
+    return {"wall_s": wall, "cpu_s": cpu, "outcomes": outcomes, "durations": durations}
 
 
-def test_outcomes(junit: Path) -> dict[str, str]:
-    """``classname::name`` -> ``passed``, ``failed``, ``error`` or ``skipped``, from a
-    JUnit XML report (a test with both a failure and a teardown error counts as failed)."""
+def test_outcomes(junit: Path) -> tuple[dict[str, str], dict[str, float]]:
+    """``classname::name`` -> ``passed``, ``failed``, ``error``, ``skipped`` or
+    ``xfailed``, and -> its seconds (setup, call and teardown), from a JUnit XML report
+    (a test with both a failure and a teardown error counts as failed)."""
     outcomes: dict[str, str] = {}
+    durations: dict[str, float] = {}
     for case in ET.parse(junit).iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        tags = {child.tag for child in case}
+        tags = {child.tag: child for child in case}
         if "failure" in tags:
             outcome = "failed"
         elif "error" in tags:
             outcome = "error"
         elif "skipped" in tags:
-            outcome = "skipped"
+            xfail = tags["skipped"].get("type") == "pytest.xfail"
+            outcome = "xfailed" if xfail else "skipped"
         else:
             outcome = "passed"
-        if outcomes.get(name) in (None, "passed", "skipped"):
+        if outcomes.get(name) in (None, "passed", "skipped", "xfailed"):
             outcomes[name] = outcome
-    return outcomes
+        durations[name] = durations.get(name, 0.0) + float(case.get("time") or 0.0)
+    return outcomes, durations
+
+
+def time_differences(
+    plain: list[dict[str, float]], other: list[dict[str, float]], top: int = 5
+) -> list[tuple[str, float, float]]:
+    """The ``top`` tests whose seconds summed over the rounds differ most between the
+    plain run and another mode: ``(test, plain seconds, other seconds)``, the largest
+    difference first.
+
+    >>> time_differences([{"a": 1.0, "b": 2.0}], [{"a": 1.1, "b": 5.0}], top=1)
+    [('b', 2.0, 5.0)]
+    """
+    totals: dict[str, list[float]] = {}
+    for index, rounds in enumerate((plain, other)):
+        for durations in rounds:
+            for name, seconds in durations.items():
+                totals.setdefault(name, [0.0, 0.0])[index] += seconds
+    ranked = sorted(totals.items(), key=lambda item: -abs(item[1][1] - item[1][0]))
+    return [(name, round(a, 3), round(b, 3)) for name, (a, b) in ranked[:top]]
 
 
 def broken_tests(plain: dict[str, str], other: dict[str, str]) -> list[str]:
@@ -109,12 +139,15 @@ def measure(
 ) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     broken: dict[str, list[str]] = {mode: [] for mode in modes}
+    changed: dict[str, list[str]] = {mode: [] for mode in modes}
+    durations: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     failing_plain: set[str] = set()
     for r in range(rounds):
         plain: dict[str, str] | None = None
         for mode in modes:
             run = run_once(suite, cwd, MODES[mode], extra)
             outcomes = run.pop("outcomes")
+            durations[mode].append(run.pop("durations"))
             if mode == "default":
                 plain = outcomes
                 failing_plain |= {n for n, o in outcomes.items() if o in ("failed", "error")}
@@ -122,6 +155,9 @@ def measure(
                 for name in broken_tests(plain, outcomes):
                     if name not in broken[mode]:
                         broken[mode].append(name)
+                for name, outcome in sorted(outcomes.items()):
+                    if outcome != plain.get(name, outcome):
+                        changed[mode].append(f"round {r + 1}: {name}: {plain[name]} -> {outcome}")
             runs[mode].append(run)
             last = runs[mode][-1]
             passed = sum(o == "passed" for o in outcomes.values())
@@ -143,10 +179,17 @@ def measure(
             for what in ("wall_s", "cpu_s"):
                 for stat in ("best", "median"):
                     row[f"{what}_{stat}_ratio"] = row[f"{what}_{stat}"] / base[f"{what}_{stat}"]
+    slowest: dict[str, list[tuple[str, float, float]]] = {}
+    if "default" in durations:
+        for mode in modes:
+            if mode != "default":
+                slowest[mode] = time_differences(durations["default"], durations[mode])
     return {
         "runs": runs,
         "summary": summary,
         "broken": broken,
+        "changed": changed,
+        "time_differences": slowest,
         "failing_plain": sorted(failing_plain),
     }
 
@@ -186,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nfailing in the plain run too (not counted): {len(result['failing_plain'])}")
         for name in result["failing_plain"]:
             print(f"  {name}")
+    for mode, rows in result["time_differences"].items():
+        print(f"\n{mode}: the tests whose seconds (all rounds) differ most from the plain run's")
+        for name, plain_s, mode_s in rows:
+            print(f"  {plain_s:8.2f} s -> {mode_s:8.2f} s  {name}")
+    for mode, lines in result["changed"].items():
+        for line in lines:
+            print(f"outcome changed by {mode}: {line}")
     for mode, names in result["broken"].items():
         for name in names:
             print(f"BROKEN by {mode}: {name} passed in the plain run of its round")
