@@ -77,22 +77,29 @@ def _measured_quality_cost() -> None:
         )
         for m in ("chargru", "bytetf")
     ]
-    # error feedback along the chain: in the library, opt-in (CheckpointManager(error_feedback=True))
+    # error feedback along the chain: in the library, opt-in (CheckpointManager(error_feedback=True));
+    # its first moment at 4 levels fitted to Adam's step (plan.FEEDBACK_MOMENTS)
     feedback = [
-        (f"fault_tolerant-{m}-ckptzip-feedback.json", "3 seeds", "ckptzip-feedback")
-        for m in ("gru", "lm", "digits")
+        (
+            f"fault_tolerant-{m}-ckptzip-feedback-update4.json",
+            "3 seeds",
+            "ckptzip-feedback",
+        )
+        for m in ("gru", "lm", "digits", "llm")
     ] + [
         (
-            "fault_tolerant-chargru-ckptzip-feedback.json",
+            f"fault_tolerant-{m}-ckptzip-feedback-update4.json",
             "3 seeds, held out",
             "ckptzip-feedback",
         )
+        for m in ("chargru", "bytetf")
     ]
     print("Measured on the full protocol (10 restores) at the defaults:")
     _measured(runs)
     print(
         "The same with error feedback, CheckpointManager(error_feedback=True) (each delta stores "
-        "the weights' change against the parent's reconstruction; opt-in, not yet the default):"
+        "the weights' change against the parent's reconstruction, the first moment's levels fitted "
+        "to Adam's step; opt-in, not yet the default):"
     )
     _measured(feedback)
 
