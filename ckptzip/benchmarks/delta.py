@@ -70,7 +70,11 @@ def measure_run(
     """Train, checkpoint and measure; returns the JSON-able result of one run."""
     w = _workloads.make(workload, seed)
     config = ckptzip.CompressionConfig(quant=quant)
-    manager = CheckpointManager(workdir / "manager", keyframe_every=keyframe_every, config=config)
+    # bin-index deltas, this benchmark's subject: without error feedback (the manager's
+    # default), whose deltas store the weights' residual instead (error_feedback.py measures it)
+    manager = CheckpointManager(
+        workdir / "manager", keyframe_every=keyframe_every, config=config, error_feedback=False
+    )
     rows: list[dict[str, Any]] = []
     prev_path: str | None = None
     prev_hash = ""

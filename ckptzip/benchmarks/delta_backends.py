@@ -76,7 +76,9 @@ def _states(name: str) -> Iterator[dict[str, Any]]:
 
 def _pairs(name: str, d: Path) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
     """(parent indices, child indices, bins, the child's levels) of every delta-coded tensor."""
-    with CheckpointManager(d, keyframe_every=10) as mgr:
+    # bin-index deltas of every tensor (the default's error feedback would store the weights'
+    # residuals instead, leaving only the moments delta-coded)
+    with CheckpointManager(d, keyframe_every=10, error_feedback=False) as mgr:
         for step, state in enumerate(_states(name)):
             mgr.save(step, state)
         files = [mgr.path(step) for step in mgr.steps()]

@@ -44,7 +44,8 @@ comparison points, not library features):
   paper uses 7-zip). ``α = 5e-5``, ``β = 2`` as in the authors' released script;
 * ``ckptzip-w``: ``CheckpointManager(model=, optimizer=, eval_fn=)`` with the optimizer state
   exact (``CompressionConfig(exact=("optimizer/*",))``): searched weights + delta chains;
-* ``ckptzip``: the same manager at its defaults: the whole checkpoint, moments included;
+* ``ckptzip``: the same manager at its defaults: the whole checkpoint, moments included, with
+  error feedback along the chain (the default since it kept every model within its noise);
 * ``ckptzip-probe``: the same with a ``probe_fn`` (``Workload.probe``: a few steps on fixed
   training batches the run never draws) choosing how coarse the moments can be;
 * ``feedback`` (a prototype, only when named in ``--methods``): error feedback along the
@@ -53,11 +54,14 @@ comparison points, not library features):
   reconstruction (4 levels), so the error one checkpoint leaves is corrected by the next;
   the optimizer state exact (zstd), as for ``cnr``. ``error_feedback.py`` measures the
   same scheme on a chain without restores;
-* ``ckptzip-feedback`` (only when named in ``--methods``): the library's error feedback,
-  ``CheckpointManager(..., error_feedback=True)`` at the manager's defaults otherwise: the
-  keyframes searched as for ``ckptzip``, every delta checkpoint's weights the residual
-  against the parent's reconstruction at 4 levels (the ``"residual"`` codec), the moments
-  delta-coded as for ``ckptzip``.
+* ``ckptzip-feedback`` (only when named in ``--methods``): the library's error feedback named
+  explicitly, ``CheckpointManager(..., error_feedback=True)``, the same as ``ckptzip`` now that
+  it is the default: the keyframes searched, every delta checkpoint's weights the residual
+  against the parent's reconstruction at 4 levels (the ``"residual"`` codec), the first
+  moment's 4 levels fitted to Adam's step, the moments delta-coded;
+* ``ckptzip-nofeedback`` (only when named in ``--methods``): the manager with
+  ``error_feedback=False``, the default before error feedback: every delta's weights stored
+  as bin indices against the parent's.
 
 Every method compresses the same tensors: floating-point tensors of at least 4096 elements
 (ckptzip's ``min_numel``); smaller ones and everything else stay exact. After a failure the
@@ -159,7 +163,7 @@ SEEDS = {"quick": (0,), "full": (0, 1, 2)}
 TOLERANCE = 0.05  # CheckpointManager's defaults: the benchmark measures the defaults
 ERROR_BUDGET = 0.1
 METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckptzip-probe")
-OPT_IN = ("feedback", "ckptzip-feedback")  # run only when named in --methods
+OPT_IN = ("feedback", "ckptzip-feedback", "ckptzip-nofeedback")  # run only when named in --methods
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
 
@@ -822,7 +826,8 @@ class Ckptzip(Method):
         restore_exact: tuple[str, ...] = (),
         error_budget: float = ERROR_BUDGET,
         restore_noise: bool = False,
-        error_feedback: bool = False,
+        error_feedback: bool = True,
+        suffix: str = "",
     ) -> None:
         super().__init__(directory, every)
         self.error_budget = error_budget
@@ -832,8 +837,7 @@ class Ckptzip(Method):
         # without its direction)
         self.restore_noise = restore_noise
         self.name = "ckptzip-w" if weights_only else "ckptzip-probe" if probe else "ckptzip"
-        if error_feedback:
-            self.name += "-feedback"
+        self.name += suffix  # "-feedback" (named explicitly) or "-nofeedback"
         # an ablation: these parts of every restore come from the live state the checkpoint
         # was saved from (RESTORE_EXACT), so the run shows what the rest costs
         self.restore_exact = restore_exact
@@ -968,7 +972,7 @@ def make_method(
         return ExCP(directory, every)
     if name == "feedback":
         return Feedback(directory, every, feedback_residual)
-    if name in ("ckptzip", "ckptzip-w", "ckptzip-probe", "ckptzip-feedback"):
+    if name in ("ckptzip", "ckptzip-w", "ckptzip-probe", "ckptzip-feedback", "ckptzip-nofeedback"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
         return Ckptzip(
             directory,
@@ -980,7 +984,12 @@ def make_method(
             restore_exact=restore_exact,
             error_budget=error_budget,
             restore_noise=restore_noise,
-            error_feedback=name == "ckptzip-feedback",
+            error_feedback=name != "ckptzip-nofeedback",
+            suffix="-feedback"
+            if name == "ckptzip-feedback"
+            else "-nofeedback"
+            if name == "ckptzip-nofeedback"
+            else "",
         )
     raise ValueError(f"method {name!r} unknown; choose from {METHODS + OPT_IN}")
 

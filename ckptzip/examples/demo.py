@@ -10,7 +10,8 @@ per-tensor table of ``ckptzip inspect``, loads the file back into a fresh model 
 and compares the held-out loss with the exact weights. Then it trains on through a
 :class:`ckptzip.CheckpointManager` (keyframes and delta chains), shows the chain as
 ``ckptzip inspect DIR`` does, and restores the latest step; the same states saved with
-``error_feedback=True`` show the smaller error of the restored weights.
+``error_feedback=False`` (the default before error feedback) show the larger error of the
+restored weights without it.
 """
 
 from __future__ import annotations
@@ -76,15 +77,17 @@ print(f"resumed 5 more steps from step {restored['step']}: loss {fresh.eval_fn(f
 print(f"\nfiles in {tmp}: {os.listdir(tmp)}")
 
 # -- 5. a run through CheckpointManager: keyframes and delta chains ---------------------------
-# Every checkpoint is quantized in full; between keyframes only the bin indices that moved are
-# stored (against the previous step, rearranged by its bins). `ckptzip inspect DIR` shows it.
+# A keyframe every 4 files; a delta between them stores each weight's change against the
+# parent's reconstruction, quantized (error feedback, the default), so what one checkpoint's
+# quantization left is corrected by the next instead of adding up along the chain; the
+# optimizer's moments are quantized in full and only their bin indices that moved are stored
+# (against the previous step, rearranged by its bins). `ckptzip inspect DIR` shows it.
 run_dir = os.path.join(tmp, "run")
 mgr = ckptzip.CheckpointManager(run_dir, keyframe_every=4, keep=3)
-# The same states with error feedback (opt-in): a delta stores each weight's change against
-# the parent's reconstruction, quantized, so what one checkpoint's quantization left is
-# corrected by the next instead of adding up along the chain.
-feedback_dir = os.path.join(tmp, "feedback")
-fmgr = ckptzip.CheckpointManager(feedback_dir, keyframe_every=4, keep=3, error_feedback=True)
+# The same states with error_feedback=False (the default before): every weight quantized in
+# full at every checkpoint, deltas of bin indices only.
+plain_dir = os.path.join(tmp, "plain")
+fmgr = ckptzip.CheckpointManager(plain_dir, keyframe_every=4, keep=3, error_feedback=False)
 t0 = time.perf_counter()
 for step in range(STEPS, STEPS + 80):
     work.train_step(step)
@@ -108,12 +111,13 @@ def weight_error(restored: dict[str, torch.Tensor]) -> float:
     return (num / sum(float(v.float().square().sum()) for v in live.values())) ** 0.5
 
 
-with_feedback = ckptzip.CheckpointManager(feedback_dir).load()
-fresh.model.load_state_dict(with_feedback["model"])
+without_feedback = ckptzip.CheckpointManager(plain_dir).load()
+fresh.model.load_state_dict(without_feedback["model"])
 print(
-    f"with error_feedback=True: held-out loss {fresh.eval_fn(fresh.model):.4f}; the weights' "
-    f"error {weight_error(with_feedback['model']):.4f} against {weight_error(latest['model']):.4f} "
-    f"without, for {sum(e.bytes for e in fmgr.describe()):,} bytes against "
+    f"with error_feedback=False: held-out loss {fresh.eval_fn(fresh.model):.4f}; the weights' "
+    f"error {weight_error(without_feedback['model']):.4f} against "
+    f"{weight_error(latest['model']):.4f} with it (the default), for "
+    f"{sum(e.bytes for e in fmgr.describe()):,} bytes against "
     f"{sum(e.bytes for e in mgr.describe()):,}"
 )
 
@@ -136,9 +140,17 @@ def show(rep: ckptzip.SaveReport | None) -> None:
         "exact" if c is None else f"{k}: {c.bins} bins, prune {c.prune:g} ({c.prune_metric})"
         for k, c in s.layer_configs.items()
     )
+    stall = f"in the background; training stalled {1000 * (rep.stall or 0.0):.0f} ms"
+    if s.quality is None:  # a delta under error feedback: the weights' residual, no search
+        print(
+            f"\nstep {rep.step}: a delta, the weights stored as their change against the "
+            f"parent's reconstruction (no search; {stall}); held-out of the exact weights "
+            f"{s.baseline:.4f}; whole checkpoint {rep.ratio:.1f}x"
+        )
+        return
     print(
         f"\nstep {rep.step}: {s.strategy} search, {s.trials} trials in {s.seconds:.2f} s "
-        f"(in the background; training stalled {1000 * (rep.stall or 0.0):.0f} ms); {chosen}; "
+        f"({stall}); {chosen}; "
         f"held-out {s.quality:.4f} vs exact {s.baseline:.4f}; whole checkpoint {rep.ratio:.1f}x"
     )
 

@@ -69,7 +69,10 @@ def test_the_breakdown_accounts_for_every_byte_written(tmp_path: Path) -> None:
         assert sum(written for _, written in cells) == s.bytes_out
     kinds = stats[1].extra["breakdown"]
     assert {"weights", "exp_avg", "exp_avg_sq", "container"} <= set(kinds)
-    assert "delta" in kinds["weights"]  # the second save is coded against the first
+    # the second save is coded against the first: at the defaults (error feedback) the weights
+    # as their change against the parent's reconstruction, the moments as bin-index deltas
+    assert "residual" in kinds["weights"]
+    assert "delta" in kinds["exp_avg_sq"]
     rows = ft._total_breakdown([s.to_json() for s in stats])
     assert abs(sum(r["share"] for r in rows if r["coding"] == "all") - 1.0) < 1e-9
     # the moments' ratio is the two Adam moments' rows together, every coding

@@ -139,7 +139,7 @@ def test_error_feedback_stores_the_first_moment_with_its_own_policy(tmp_path: Pa
         checked += 1
     assert checked >= 2
     # without error feedback, or with moments given, the policy is the caller's / the default
-    off, *_ = _adam_run(tmp_path / "off")
+    off, *_ = _adam_run(tmp_path / "off", error_feedback=False)
     assert off.moments == MomentPolicy()
     mine = MomentPolicy(first_bins=6)
     given, *_ = _adam_run(tmp_path / "given", error_feedback=True, moments=mine)

@@ -218,7 +218,9 @@ def delta_round_trip(
         "encode_smallest",
         functools.partial(bindiff.encode_smallest, methods=(method,)),
     )
-    mgr = ckptzip.CheckpointManager(tmp_path, keyframe_every=4, keep=2, config=config_for("quant"))
+    mgr = ckptzip.CheckpointManager(
+        tmp_path, keyframe_every=4, keep=2, config=config_for("quant"), error_feedback=False
+    )  # bin-index deltas, the back ends under test (error feedback stores residuals)
     for step in range(3):
         mgr.save(step, {"w": steps_of(kind, n, step)})
     (entry,) = read_manifest(mgr.path(2)).tensors

@@ -22,7 +22,6 @@ from ckptzip.api import read_manifest
 from ckptzip.errors import ConfigError
 from ckptzip.manager import CheckpointManager, SaveReport, describe_directory
 from ckptzip.quantize import dequantize, quantize
-from ckptzip.search import MomentPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import _workloads
@@ -61,7 +60,9 @@ class _Tiny:
         return float(nn.functional.cross_entropy(model(self.heldout[0]), self.heldout[1]))
 
 
-def _run_with_checkpoints(w: object, tmp_path: Path, steps: int, every: int) -> None:
+def _run_with_checkpoints(
+    w: object, tmp_path: Path, steps: int, every: int, error_feedback: bool = True
+) -> None:
     """Train with a manager saving every ``every`` steps; check the tolerance on each file."""
     mgr = CheckpointManager(
         tmp_path,
@@ -69,6 +70,7 @@ def _run_with_checkpoints(w: object, tmp_path: Path, steps: int, every: int) -> 
         optimizer=w.optimizer,  # type: ignore[attr-defined]
         eval_fn=w.eval_fn,  # type: ignore[attr-defined]
         tolerance=TOL,
+        error_feedback=error_feedback,
     )
     strategies = []
     for step in range(steps):
@@ -88,12 +90,18 @@ def _run_with_checkpoints(w: object, tmp_path: Path, steps: int, every: int) -> 
         meta = read_manifest(mgr.path(step + 1)).metadata
         assert json.loads(meta["search"])["trials"] == report.search.trials
         assert report.to_json()["search"]["strategy"] == report.search.strategy
-    assert strategies[0] == "full" and "neighbourhood" in strategies
+    # without error feedback every save searches (the first in full, then the neighbourhood of
+    # the last choice); with it a delta save stores the weights' residual and searches nothing
+    later = {"neighbourhood"} if not error_feedback else {"residual"}
+    assert strategies[0] == "full" and later <= set(strategies[1:])
     mgr.close()
 
 
-def test_every_checkpoint_of_a_training_run_stays_within_tolerance(tmp_path: Path) -> None:
-    _run_with_checkpoints(_Tiny(), tmp_path, steps=160, every=40)
+@pytest.mark.parametrize("error_feedback", [True, False])
+def test_every_checkpoint_of_a_training_run_stays_within_tolerance(
+    tmp_path: Path, error_feedback: bool
+) -> None:
+    _run_with_checkpoints(_Tiny(), tmp_path, steps=160, every=40, error_feedback=error_feedback)
 
 
 @pytest.mark.slow
@@ -193,7 +201,7 @@ def test_restore_loads_into_the_same_objects_and_returns_the_step(tmp_path: Path
     # the momentum comes back exactly as its recorded config quantizes it
     restored_m = opt.state[model[0].weight]["momentum_buffer"]
     entry = next(e for e in report.entries if e.path == "optimizer/state/0/momentum_buffer")
-    assert entry.config is not None and entry.config.bins == MomentPolicy().first_bins
+    assert entry.config is not None and entry.config.bins == mgr.moments.first_bins
     expected = dequantize(quantize(momentum, entry.config)).reshape(momentum.shape)
     torch.testing.assert_close(restored_m, expected)
     step()  # and training goes on
@@ -230,9 +238,10 @@ def test_a_search_that_gives_up_warns_naming_the_step(tmp_path: Path) -> None:
 def test_the_search_allows_at_most_the_gain_since_the_last_or_restored_save(
     tmp_path: Path,
 ) -> None:
+    # every save searches only without error feedback (with it, a delta save searches nothing)
     tiny = _Tiny()
     mgr = CheckpointManager(tmp_path, model=tiny.model, optimizer=tiny.optimizer,
-                            eval_fn=tiny.eval_fn)  # fmt: skip
+                            eval_fn=tiny.eval_fn, error_feedback=False)  # fmt: skip
     baselines, limits = [], []
     for step in range(30):
         tiny.train_step(step)
@@ -249,7 +258,7 @@ def test_the_search_allows_at_most_the_gain_since_the_last_or_restored_save(
     # from the baseline step 20's search recorded
     fresh = _Tiny()
     mgr = CheckpointManager(tmp_path, model=fresh.model, optimizer=fresh.optimizer,
-                            eval_fn=fresh.eval_fn)  # fmt: skip
+                            eval_fn=fresh.eval_fn, error_feedback=False)  # fmt: skip
     assert mgr.restore(20) == 20
     for step in range(20, 30):
         fresh.train_step(step)
@@ -263,9 +272,11 @@ def test_the_search_allows_at_most_the_gain_since_the_last_or_restored_save(
 def test_every_step_of_a_chain_restores_what_its_search_evaluated(tmp_path: Path) -> None:
     # the delta codec keeps a parent's levels only for tensors the search did not give: the
     # search's quality is what a restore of each step gives back
+    # (bin-index deltas: error_feedback=False; a residual save evaluates no quantized weights)
     tiny = _Tiny()
     mgr = CheckpointManager(tmp_path, model=tiny.model, optimizer=tiny.optimizer,
-                            eval_fn=tiny.eval_fn, keyframe_every=10)  # fmt: skip
+                            eval_fn=tiny.eval_fn, keyframe_every=10,
+                            error_feedback=False)  # fmt: skip
     evaluated = {}
     for step in range(40):
         tiny.train_step(step)

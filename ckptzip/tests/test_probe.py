@@ -187,7 +187,7 @@ def test_probe_misuse_is_rejected(tmp_path: Path) -> None:
 
 def test_research_every_searches_in_full_again_and_probes_with_it(tmp_path: Path) -> None:
     run = _Run()
-    mgr = run.manager(tmp_path, research_every=2)
+    mgr = run.manager(tmp_path, research_every=2, error_feedback=False)
     seen = []
     for step in range(40):
         run.train_step(step)
@@ -200,3 +200,26 @@ def test_research_every_searches_in_full_again_and_probes_with_it(tmp_path: Path
     assert seen[0][0] == seen[2][0] == "full"  # the second: the neighbourhood, unless it failed
     with pytest.raises(ConfigError, match="research_every"):
         CheckpointManager(tmp_path, research_every=0)
+
+
+def test_under_error_feedback_research_every_searches_at_the_first_keyframe_due(
+    tmp_path: Path,
+) -> None:
+    # a delta save stores the weights' residual and searches nothing, so the full search (and
+    # its probe) that research_every asks for waits for the next keyframe
+    run = _Run()
+    mgr = run.manager(tmp_path, research_every=3, keyframe_every=2)
+    seen = []
+    for step in range(60):
+        run.train_step(step)
+        if (step + 1) % 10 == 0:
+            search = mgr.save(step + 1).search
+            assert search is not None
+            seen.append((search.strategy, search.probe is not None))
+    mgr.close()
+    strategies = [strategy for strategy, _ in seen]
+    assert strategies[1::2] == ["residual"] * 3  # the deltas
+    # keyframes at saves 0, 2, 4: 2 saves after the first is too early, 4 is due
+    assert strategies[0] == strategies[4] == "full" and strategies[2] != "full"
+    # the probe runs every keyframe_every saves regardless (a keyframe's moments are new)
+    assert [probed for _, probed in seen] == [True, False, True, False, True, False]
