@@ -19,7 +19,11 @@ Held out, only when named (``--models chargru bytetf``): models added after the 
 chosen, to check they hold where nobody tuned them (``_workloads.HELD_OUT``): ``chargru``, a
 byte-level two-layer GRU language model with plain Adam, and ``bytetf``, a byte-level
 transformer (4 pre-norm LayerNorm blocks with biases, tied head, AdamW with betas 0.9/0.95),
-both on standard-library files no other workload reads.
+both on standard-library files no other workload reads (``chargru`` has since been used to
+choose error feedback's first-moment coding, so it is held out no more); ``cnn``, a
+convolutional classifier with BatchNorm on procedurally drawn images trained by SGD with
+momentum (a first moment with no second), and ``mlp``, a 3-layer MLP on a Gaussian mixture
+with Adam, both added to check the error-feedback default where it was never measured.
 
 Methods (the baselines are written here, faithful to their papers' descriptions; they are
 comparison points, not library features):
@@ -156,8 +160,18 @@ PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
 # Held out (opt-in, --models chargru bytetf): models added after the defaults were chosen, to
 # check they hold where nobody tuned them (_workloads.HELD_OUT); never in the default list.
 HELD_OUT_PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
-    "quick": {"chargru": (60, 10, 2), "bytetf": (60, 10, 2)},
-    "full": {"chargru": (200, 10, 10), "bytetf": (200, 10, 10)},
+    "quick": {
+        "chargru": (60, 10, 2),
+        "bytetf": (60, 10, 2),
+        "cnn": (60, 10, 2),
+        "mlp": (60, 10, 2),
+    },
+    "full": {
+        "chargru": (200, 10, 10),
+        "bytetf": (200, 10, 10),
+        "cnn": (300, 15, 10),
+        "mlp": (300, 15, 10),
+    },
 }
 SEEDS = {"quick": (0,), "full": (0, 1, 2)}
 TOLERANCE = 0.05  # CheckpointManager's defaults: the benchmark measures the defaults
