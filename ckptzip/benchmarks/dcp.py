@@ -8,7 +8,10 @@ its two moments, and saves ``{"model", "optim"}`` from ``get_state_dict`` with
 * ``dcp``: ``FileSystemWriter`` (torch.save per rank, DCP's default);
 * ``ckptzip``: ``ckptzip.dcp.Writer`` with the default ``CompressionConfig``;
 * ``ckptzip_delta``: after 5 more training steps, a ``Writer(parent=...)`` delta against the
-  first ``ckptzip`` save (its parent chain hard-linked, not counted as bytes written),
+  first ``ckptzip`` save (its parent chain hard-linked, not counted as bytes written), the
+  weights as their residual against the parent's reconstruction (error feedback, the default);
+* ``ckptzip_delta_nofb``: the same with ``Writer(error_feedback=False)``: bin-index deltas of
+  every shard (the default before),
 
 and the state of the second step through ``dcp`` too (``dcp2``), so each ``ckptzip`` row has a
 ``dcp`` row of the same state. Each save is repeated ``--repeat`` times (default 3), the two
@@ -199,6 +202,13 @@ def _run(rank: int, width: int, layers: int, out: Path, repeat: int, threads: in
         save("dcp2", i, dcp.FileSystemWriter(out / f"dcp2{i}"), state, None)
         writer = Writer(out / f"ckptzip_delta{i}", parent=out / "ckptzip0", threads=threads)
         save("ckptzip_delta", i, writer, state, parent_inodes)
+        writer = Writer(
+            out / f"ckptzip_delta_nofb{i}",
+            parent=out / "ckptzip0",
+            threads=threads,
+            error_feedback=False,
+        )
+        save("ckptzip_delta_nofb", i, writer, state, parent_inodes)
     truth2 = _weights(state)
 
     errors = {}
@@ -208,6 +218,7 @@ def _run(rank: int, width: int, layers: int, out: Path, repeat: int, threads: in
             ("ckptzip", Reader(out / "ckptzip0", threads=threads)),
             ("dcp2", dcp.FileSystemReader(out / "dcp20")),
             ("ckptzip_delta", Reader(out / "ckptzip_delta0", threads=threads)),
+            ("ckptzip_delta_nofb", Reader(out / "ckptzip_delta_nofb0", threads=threads)),
         ):
             loaded = state_now()
             load = functools.partial(dcp.load, loaded, storage_reader=reader)
@@ -231,8 +242,10 @@ def _free_port() -> int:
 _BASELINES = {
     "ckptzip": "dcp",
     "ckptzip_delta": "dcp2",
+    "ckptzip_delta_nofb": "dcp2",
     "ckptzip_load": "dcp_load",
     "ckptzip_delta_load": "dcp2_load",
+    "ckptzip_delta_nofb_load": "dcp2_load",
 }
 
 

@@ -344,6 +344,41 @@ def test_delta_chain_keyframes_and_unfinished_parents(tmp_path: Path) -> None:
     assert api.read_manifest(tmp_path / "s4" / "__0.ckz").parent is None
 
 
+def test_delta_weights_carry_error_feedback_and_moments_stay_bin_index_deltas(
+    tmp_path: Path,
+) -> None:
+    # the default, as CheckpointManager's: a weight shard of a delta is its change against the
+    # parent's reconstruction (what the parent's quantization left is corrected), the moments
+    # bin-index deltas; error_feedback=False gives bin-index deltas of every shard
+    torch.manual_seed(0)
+    w, m, v = torch.randn(64, 128), torch.randn(64, 128) * 1e-3, torch.rand(64, 128) * 1e-6
+    steps = [
+        {"model/w": w + 0.01 * k, "optim/state/w/exp_avg": m * 0.9**k,
+         "optim/state/w/exp_avg_sq": v * 0.99**k}
+        for k in range(3)
+    ]  # fmt: skip
+    codecs: dict[bool, dict[str, str]] = {}
+    errors: dict[bool, float] = {}
+    for feedback in (True, False):
+        d = tmp_path / str(feedback)
+        for k, state in enumerate(steps):
+            parent = d / f"s{k - 1}" if k else None
+            writer = Writer(d / f"s{k}", config=CONFIG, parent=parent, error_feedback=feedback)
+            dcp.save(dict(state), storage_writer=writer, no_dist=True)
+        entries = api.read_manifest(d / "s2" / "__0.ckz").tensors
+        codecs[feedback] = {e.path: e.codec for e in entries}
+        out = {key: torch.zeros_like(t) for key, t in steps[2].items()}
+        dcp.load(out, storage_reader=Reader(d / "s2"), no_dist=True)
+        want = steps[2]["model/w"]
+        errors[feedback] = float((out["model/w"] - want).norm() / want.norm())
+    assert codecs[True]["model/w"] == "residual"
+    assert codecs[True]["optim/state/w/exp_avg_sq"] == "delta"
+    assert "residual" not in codecs[False].values()
+    assert errors[True] < errors[False]  # 4 levels of change against 16 of the values
+    with pytest.raises(ckptzip.ConfigError, match="error_feedback"):
+        Writer(tmp_path / "x", error_feedback=1)  # type: ignore[arg-type]
+
+
 # --- DCP files are held to the same rules: no pickle read from a checkpoint -----------------
 
 GOLDEN_DCP = Path(__file__).parent / "golden" / "dcp"
@@ -960,7 +995,8 @@ def test_dcp_tied_and_shared_tensors_are_saved_once_and_restored_tied(
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_dcp_delta_saves_of_a_tied_model_restore_tied(tmp_path: Path) -> None:
-    """A chain of a tied model: the delta stores the tied weight once, against its parent's."""
+    """A chain of a tied model: the delta stores the tied weight once, against its parent's
+    (its residual by default, bin indices without error feedback)."""
     torch.manual_seed(0)
     model = _TiedLM()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -971,16 +1007,18 @@ def test_dcp_delta_saves_of_a_tied_model_restore_tied(tmp_path: Path) -> None:
     )
     _train_tied(model, opt, range(2, 4))
     state = _tied_state(model, opt)
-    writer = Writer(tmp_path / "s2", config=config, parent=tmp_path / "s1")
-    dcp.save(state, storage_writer=writer, no_dist=True)
+    for feedback, codec in ((True, "residual"), (False, "delta")):
+        d = tmp_path / f"s2-{feedback}"
+        writer = Writer(d, config=config, parent=tmp_path / "s1", error_feedback=feedback)
+        dcp.save(state, storage_writer=writer, no_dist=True)
 
-    manifest = api.read_manifest(tmp_path / "s2" / "__0.ckz")
-    assert manifest.parent is not None
-    codecs = {e.path: e.codec for e in manifest.tensors}
-    assert codecs["model/emb.weight"] == "delta" and "model/head.weight" not in codecs
-    fresh = _TiedLM()
-    out = {"model": fresh.state_dict()}
-    dcp.load(out, storage_reader=Reader(tmp_path / "s2"), no_dist=True)
-    assert fresh.head.weight is fresh.emb.weight
-    w = state["model"]["emb.weight"]
-    assert float((fresh.emb.weight.detach() - w).norm() / w.norm()) < 0.2
+        manifest = api.read_manifest(d / "__0.ckz")
+        assert manifest.parent is not None
+        codecs = {e.path: e.codec for e in manifest.tensors}
+        assert codecs["model/emb.weight"] == codec and "model/head.weight" not in codecs
+        fresh = _TiedLM()
+        out = {"model": fresh.state_dict()}
+        dcp.load(out, storage_reader=Reader(d), no_dist=True)
+        assert fresh.head.weight is fresh.emb.weight
+        w = state["model"]["emb.weight"]
+        assert float((fresh.emb.weight.detach() - w).norm() / w.norm()) < 0.2

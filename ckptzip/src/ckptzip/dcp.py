@@ -39,9 +39,12 @@ What is in the directory (no pickle from it reaches an unrestricted unpickler):
   what the planner unpickles is that value saved again, never the checkpoint's own bytes.
 
 Delta chains: ``Writer(path, parent=previous_dir)`` delta-encodes each rank's file against the
-same rank's file of ``previous_dir`` (bin indices of each shard against the same shard of the
-previous step). Files of a chain must share a directory (a delta names its parent by file
-name), so the parent's chain is hard-linked into the new directory (``__<rank>.<sha>.ckz``,
+same rank's file of ``previous_dir``: by default (``error_feedback=True``, as
+:class:`~ckptzip.CheckpointManager`) each weight shard as its change against the parent's
+reconstruction of that shard (the ``"residual"`` codec), the optimizer's moments as bin indices
+against the parent's; with ``error_feedback=False`` every lossy shard by its bin indices.
+Files of a chain must share a directory (a delta names its parent by file name), so the
+parent's chain is hard-linked into the new directory (``__<rank>.<sha>.ckz``,
 no bytes copied): every step directory restores on its own, and deleting an old step never
 breaks a newer one. Where shards no longer line up (a different number of ranks, a tensor of
 another shape), a tensor falls back to its full encoding; a rank with no parent file, a file
@@ -105,6 +108,7 @@ from ckptzip.errors import (
     UnsupportedFormatError,
     UnsupportedValueError,
 )
+from ckptzip.plan import RESIDUAL
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -730,6 +734,14 @@ class Writer(StorageWriter):
     threads:
         Encoding threads per rank (:func:`ckptzip.save`'s ``threads``; default one per core,
         at most 8). With several ranks on one machine, about ``cores // ranks_per_machine``.
+    error_feedback:
+        In a delta (``parent=``), store each weight shard as its change against the parent's
+        reconstruction, quantized (``CompressionConfig.residual``, by default
+        :data:`ckptzip.plan.RESIDUAL`), so what one checkpoint's quantization left is
+        corrected by the next and the errors of successive restores do not add up: the
+        manager's default, chosen on its fault-tolerant benchmark (ckptzip's README, "Error
+        feedback along the chain"). ``False``: bin-index deltas of every lossy shard. A
+        ``config`` with ``residual`` set keeps its own residual config.
 
     The call order is DCP's (module docstring). One instance may serve several saves; each
     ``dcp.save`` calls :meth:`reset` first.
@@ -744,16 +756,21 @@ class Writer(StorageWriter):
         keyframe_every: int = 10,
         overwrite: bool = False,
         threads: int | None = None,
+        error_feedback: bool = True,
     ) -> None:
         super().__init__()
         if config is not None and not isinstance(config, CompressionConfig):
             raise ConfigError(f"config={config!r} must be a CompressionConfig")
+        if not isinstance(error_feedback, bool):
+            raise ConfigError(f"error_feedback={error_feedback!r} must be True or False")
         if isinstance(keyframe_every, bool) or not isinstance(keyframe_every, int):
             raise ConfigError(f"keyframe_every={keyframe_every!r} must be an int >= 1")
         if keyframe_every < 1:
             raise ConfigError(f"keyframe_every={keyframe_every!r} must be >= 1")
         self.path = os.fspath(path)
         self.config = CompressionConfig() if config is None else config
+        if error_feedback and self.config.residual is None:
+            self.config = dataclasses.replace(self.config, residual=RESIDUAL)
         self.parent = None if parent is None else os.fspath(parent)
         self.keyframe_every = keyframe_every
         self.overwrite = overwrite
