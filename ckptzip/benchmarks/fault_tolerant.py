@@ -1147,9 +1147,7 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def _total_breakdown(
-    saves: list[dict[str, Any]], total: int | None = None
-) -> list[dict[str, Any]]:
+def _total_breakdown(saves: list[dict[str, Any]], total: int | None = None) -> list[dict[str, Any]]:
     """:func:`breakdown` summed over ``saves``: one row per (kind, coding) and per kind, with
     its ratio (bytes in memory / bytes written) and its share of ``total`` bytes written
     (default: all of ``saves``')."""

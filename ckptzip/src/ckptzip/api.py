@@ -300,7 +300,7 @@ def _parent_view(
     path = ""
 
     table: dict[str, QuantizedTensor | torch.Tensor] = {}
-    last = len(readers) - 1
+    top = len(readers) - 1
 
     def reads_siblings(entry: TensorEntry | None) -> bool:
         return entry is not None and get_codec(entry.codec).reads_siblings
@@ -309,7 +309,7 @@ def _parent_view(
         # the value at ``path`` of link k: decoded already when k is the last link
         if reads_siblings(lossy[k].get(path)):
             return None
-        v = table.get(path) if k == last else walk(path, k, 1) if path in lossy[k] else None
+        v = table.get(path) if k == top else walk(path, k, 1) if path in lossy[k] else None
         return v if v is None else _DecodedSiblings({path: v}).value(path)
 
     def walk(path: str, upto: int, inner: int) -> QuantizedTensor | torch.Tensor | None:
@@ -334,14 +334,17 @@ def _parent_view(
         # a tensor holding more than a thread's share of the work would finish last: its
         # codec may spread its independent parts (ANS blocks) over the threads too
         inner = workers if workers > 1 and target.nbytes > share else 1
-        value = walk(target.path, last, inner)
+        value = walk(target.path, top, inner)
         assert value is not None  # the last link holds the target
         return value
+
+    def where() -> str:
+        return f"{readers[-1].name}: tensor {path!r}"
 
     # the targets that read siblings in the last link are decoded after the others
     for phase in _sibling_phases(targets):
         with (
-            _memory_guard(lambda: f"{readers[-1].name}: tensor {path!r}"),
+            _memory_guard(where),
             _ordered_map(decode_path, phase, threads, [e.nbytes for e in phase]) as results,
         ):
             for target, value in zip(phase, results, strict=True):
@@ -421,7 +424,9 @@ def _largest_first(
 
 
 def _map_indices(
-    pool: ThreadPoolExecutor | None, fn: Callable[[int], _R], indices: Sequence[int],
+    pool: ThreadPoolExecutor | None,
+    fn: Callable[[int], _R],
+    indices: Sequence[int],
     sizes: Sequence[int],
 ) -> dict[int, _R]:
     """``{i: fn(i)}`` for ``indices``, on ``pool`` (largest first) when there is one."""
@@ -787,9 +792,7 @@ def _decode_entry(
     siblings: SiblingView | None = None,
 ) -> Decoded:
     codec = get_codec(entry.codec)
-    ctx = DecodeContext.from_entry(
-        entry, parent, values=values, threads=threads, siblings=siblings
-    )
+    ctx = DecodeContext.from_entry(entry, parent, values=values, threads=threads, siblings=siblings)
     if chunks is None:
         chunks = reader.tensor_chunks(entry)
     try:
@@ -1039,12 +1042,15 @@ def _decode_entries(
         )
 
     # entries whose codec reads other entries of the file ("step") are decoded after the rest
+    def where() -> str:
+        return f"{reader.name}: tensor {path!r}"
+
     phases = _sibling_phases(entries)
     for k, phase in enumerate(phases):
         if k:
             siblings.append(_DecodedSiblings(dict(out)))
         with (
-            _memory_guard(lambda: f"{reader.name}: tensor {path!r}"),
+            _memory_guard(where),
             _ordered_map(decode_one, phase, threads, [e.nbytes for e in phase]) as results,
         ):
             for entry, decoded in zip(phase, results, strict=True):

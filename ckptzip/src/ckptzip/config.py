@@ -75,9 +75,7 @@ class QuantConfig:
         if self.fit not in _FITS:
             raise ConfigError(f"fit={self.fit!r} must be one of {', '.join(_FITS)}")
         if self.fit != "values" and self.log_domain:
-            raise ConfigError(
-                f"fit={self.fit!r} is for a first moment: not with log_domain=True"
-            )
+            raise ConfigError(f"fit={self.fit!r} is for a first moment: not with log_domain=True")
         if not isinstance(self.bins, int) or not 2 <= self.bins <= 256:
             raise ConfigError(f"bins={self.bins!r} must be an integer in [2, 256]")
         if not 0.0 <= self.prune < 1.0:

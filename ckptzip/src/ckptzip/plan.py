@@ -276,9 +276,7 @@ class MomentPolicy:
                 f"first_protect={self.first_protect!r} must be None or lie in [0, 0.5)"
             )
         if self.first_fit not in ("values", "update", "step"):
-            raise ConfigError(
-                f"first_fit={self.first_fit!r} must be 'values', 'update' or 'step'"
-            )
+            raise ConfigError(f"first_fit={self.first_fit!r} must be 'values', 'update' or 'step'")
         if not 0.0 <= self.first_prune < 0.9:
             raise ConfigError(f"first_prune={self.first_prune!r} must lie in [0, 0.9)")
         if self.first_prune > 0 and self.first_bins < 3:
@@ -666,6 +664,7 @@ class Planner:
         for i, (path, x) in enumerate(leaves):
             t = decided[i]
             if t.quant is not None and t.quant.fit == "step":
+                step = t.quant
                 second = [
                     j
                     for p in second_moment_path(path)
@@ -677,7 +676,7 @@ class Planner:
                 if second and not t.shares_with:
                     t = replace(t, codec="step")
                 else:
-                    quant = replace(t.quant, fit="update")
+                    quant = replace(step, fit="update")
                     t = replace(t, quant=quant, codec=self.codec_for([path], quant))
             out.append(t)
         return tuple(out)

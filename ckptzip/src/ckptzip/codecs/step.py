@@ -84,9 +84,7 @@ def rebuild(q: QuantizedTensor, scale: torch.Tensor) -> torch.Tensor:
     return out.reshape(q.shape)
 
 
-def _second(
-    siblings: SiblingView | None, path: str, shape: tuple[int, ...]
-) -> torch.Tensor | None:
+def _second(siblings: SiblingView | None, path: str, shape: tuple[int, ...]) -> torch.Tensor | None:
     if siblings is None:
         return None
     v = siblings.value(path)
