@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,13 @@ from torch import nn
 
 import ckptzip
 from ckptzip import CheckpointManager, CompressionConfig, MomentPolicy, QuantConfig
-from ckptzip.api import encode, read_manifest
+from ckptzip.api import encode, read_manifest, read_quantized
 from ckptzip.codecs.base import get_codec
 from ckptzip.errors import CorruptCheckpointError
 from ckptzip.plan import Planner, keep_zeros, zero_fraction
 from ckptzip.quantize import dequantize, quantize
+from ckptzip.storage import sha256_file
+from ckptzip.structure import flatten
 
 M_PATH, V_PATH = "optimizer/state/0/exp_avg", "optimizer/state/0/exp_avg_sq"
 STEP = QuantConfig(bins=4, protect=0.0005, fit="step")
@@ -240,3 +243,37 @@ def test_a_chain_whose_middle_link_holds_the_step_decodes_through_it(tmp_path: P
     links = [parse_link(p.name, p.read_bytes()) for p in paths]
     _, out = decode_chain(links, cache={})
     assert torch.equal(out[M_PATH].materialize(), grandchild["exp_avg"])
+
+
+# -- golden files: a step chain written by this version decodes forever -----------------------
+
+GOLDEN = Path(__file__).parent / "golden" / "step"
+_spec = importlib.util.spec_from_file_location("make_step_golden", GOLDEN / "make_step_golden.py")
+assert _spec is not None and _spec.loader is not None
+make_step_golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_step_golden)
+EXPECTED = json.loads((GOLDEN / "expected_v1.json").read_text())
+
+
+def test_golden_step_chain_decodes_exactly_as_when_written() -> None:
+    for name, digest in EXPECTED["file_sha256"].items():
+        assert sha256_file(GOLDEN / f"v1_{name}.ckz") == digest
+    for k, name in enumerate(make_step_golden.NAMES):
+        path = GOLDEN / f"v1_{name}.ckz"
+        entries = {e.path: [e.codec, e.meta.get("mode", e.codec), e.rel_error]
+                   for e in read_manifest(path).tensors}  # fmt: skip
+        assert entries == EXPECTED["entries"][name]
+        assert entries[M_PATH][0] == "step"
+        restored = ckptzip.load(path)
+        _, leaves = flatten(restored)
+        got = {p: make_step_golden.sha256_tensor(t) for p, t in leaves}
+        assert got == EXPECTED["decoded_sha256"][name]
+        m = make_step_golden.state(k)["optimizer"]["state"]["0"]["exp_avg"]
+        back = restored["optimizer"]["state"]["0"]["exp_avg"]
+        assert torch.equal(back[:50], torch.zeros(50))
+        assert torch.isnan(back[100]) and back[101] == float("inf")
+        assert float((back[300:] - m[300:]).norm() / m[300:].norm()) < 1.0
+    assert EXPECTED["entries"]["child"][V_PATH][0] == "delta"
+    # read_quantized gives the step entry's moment as a tensor
+    q = read_quantized(GOLDEN / "v1_child.ckz")
+    assert isinstance(q[M_PATH], torch.Tensor)
