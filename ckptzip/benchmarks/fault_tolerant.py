@@ -1566,7 +1566,21 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the ckptzip methods' CheckpointManager(keyframe_every=N) (default "
         f"{KEYFRAME_EVERY}, as every other method's)",
     )
+    ap.add_argument(
+        "--table",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="run nothing: print the tables (where the bytes go included, keyframes and deltas "
+        "apart) of results files this benchmark wrote",
+    )
     args = ap.parse_args(argv)
+    if args.table:
+        for path in args.table:
+            print(f"\n{path}")
+            data = json.loads(Path(path).read_text())
+            print_table(summarize(data["runs"]), data["meta"].get("dropped"))
+        return 0
     bins, prune = args.feedback_residual.split(",")
     residual = dataclasses.replace(FEEDBACK_RESIDUAL, bins=int(bins), prune=float(prune))
     moments = None
