@@ -74,7 +74,9 @@ def moments(states: list[dict[str, Any]], bins: list[int]) -> list[dict[str, Any
             norm += float((m / r).square().sum())
             n += m.numel()
 
-            def record(name: str, q: Any, mh: torch.Tensor, m: torch.Tensor = m) -> None:
+            def record(
+                name: str, q: Any, mh: torch.Tensor, m: torch.Tensor = m, r: torch.Tensor = r
+            ) -> None:
                 bits[name] += 8 * sum(len(c) for c in encode_quantized(q, 3)[1])
                 err[name] += float(((mh - m) / r).square().sum())
 
