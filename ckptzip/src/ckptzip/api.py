@@ -303,7 +303,7 @@ def _parent_view(
     top = len(readers) - 1
 
     def reads_siblings(entry: TensorEntry | None) -> bool:
-        return entry is not None and get_codec(entry.codec).reads_siblings
+        return entry is not None and _reads_siblings(entry.codec)
 
     def sibling(path: str, k: int) -> torch.Tensor | None:
         # the value at ``path`` of link k: decoded already when k is the last link
@@ -678,7 +678,7 @@ def encode(
 
     by_path = dict(leaves)
     # entries whose codec reads other entries of the file ("step") are encoded after the rest
-    late = {i for i, t in enumerate(plan) if get_codec(t.codec).reads_siblings}
+    late = {i for i, t in enumerate(plan) if _reads_siblings(t.codec)}
     siblings: list[_EncodedSiblings] = []  # set once the entries they read are encoded
 
     def encode_one(i: int) -> tuple[Encoded, list[str]]:
@@ -1036,7 +1036,7 @@ def _decode_entries(
         with lock:
             chunks = reader.tensor_chunks(entry)
         inner = workers if workers > 1 and entry.nbytes > share else 1
-        view = siblings[0] if siblings and get_codec(entry.codec).reads_siblings else None
+        view = siblings[0] if siblings and _reads_siblings(entry.codec) else None
         return _decode_entry(
             reader, entry, parent, chunks, values=values, threads=inner, siblings=view
         )
@@ -1067,10 +1067,16 @@ def _decode_entries(
 def _sibling_phases(entries: Sequence[TensorEntry]) -> list[list[TensorEntry]]:
     """``entries`` in the order they can be decoded: those whose codec reads no siblings,
     then (when there are any) those whose codec does."""
-    late = [e for e in entries if get_codec(e.codec).reads_siblings]
+    late = [e for e in entries if _reads_siblings(e.codec)]
     if not late:
         return [list(entries)]
-    return [[e for e in entries if not get_codec(e.codec).reads_siblings], late]
+    return [[e for e in entries if not _reads_siblings(e.codec)], late]
+
+
+def _reads_siblings(codec_id: str) -> bool:
+    """Whether the codec ``codec_id`` reads other entries of its file (a codec class written
+    before the attribute existed reads none)."""
+    return bool(getattr(get_codec(codec_id), "reads_siblings", False))
 
 
 @dataclass(frozen=True)
