@@ -786,8 +786,8 @@ class Feedback(_Keyframed):
 KINDS = ("weights", "exp_avg", "exp_avg_sq", "other")
 RESTORE_EXACT = ("weights", "exp_avg", "exp_avg_sq")  # parts --restore-exact can keep exact
 # stored losslessly / quantized in full / bin-index delta / residual against the parent's
-# reconstruction (error feedback)
-CODINGS = ("exact", "full", "delta", "residual")
+# reconstruction (error feedback) / an Adam first moment as its step (the codec "step")
+CODINGS = ("exact", "full", "delta", "residual", "step")
 
 
 def _kind(path: str) -> str:
@@ -812,6 +812,8 @@ def breakdown(report: ckptzip.Report) -> dict[str, dict[str, list[int]]]:
             coding = "exact"
         elif e.codec in ("delta", "residual") and meta[e.path].get("mode") == e.codec:
             coding = e.codec
+        elif e.codec == "step":
+            coding = "step"
         else:
             coding = "full"
         cell = out.setdefault(_kind(e.path), {}).setdefault(coding, [0, 0])
@@ -842,8 +844,10 @@ class Ckptzip(Method):
         restore_noise: bool = False,
         error_feedback: bool = True,
         suffix: str = "",
+        keyframe_every: int = KEYFRAME_EVERY,
     ) -> None:
         super().__init__(directory, every)
+        self.keyframe_every = keyframe_every
         self.error_budget = error_budget
         self.error_feedback = error_feedback
         # a control: every restore's weights are the live ones plus random noise of the same
@@ -872,7 +876,7 @@ class Ckptzip(Method):
             optimizer=w.optimizer,
             eval_fn=w.val_fn,
             config=self.config,
-            keyframe_every=KEYFRAME_EVERY,
+            keyframe_every=self.keyframe_every,
             window=min(50, self.every),
             checkpoint_every=self.every,
             probe_fn=w.probe if self.probe else None,
@@ -977,6 +981,7 @@ def make_method(
     error_budget: float = ERROR_BUDGET,
     restore_noise: bool = False,
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
+    keyframe_every: int = KEYFRAME_EVERY,
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -1004,6 +1009,7 @@ def make_method(
             else "-nofeedback"
             if name == "ckptzip-nofeedback"
             else "",
+            keyframe_every=keyframe_every,
         )
     raise ValueError(f"method {name!r} unknown; choose from {METHODS + OPT_IN}")
 
@@ -1023,8 +1029,10 @@ def run(
     error_budget: float = ERROR_BUDGET,
     restore_noise: bool = False,
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
+    keyframe_every: int = KEYFRAME_EVERY,
 ) -> dict[str, Any]:
-    """One model, seed and method under the fault-tolerant protocol."""
+    """One model, seed and method under the fault-tolerant protocol (``keyframe_every``: the
+    ckptzip methods' manager's)."""
     steps, every, failures = plan
     fail_at = set(_workloads.failure_steps(steps, every, failures))
     with tempfile.TemporaryDirectory(prefix=f"ft-{method_name}-") as tmp:
@@ -1038,6 +1046,7 @@ def run(
             error_budget=error_budget,
             restore_noise=restore_noise,
             feedback_residual=feedback_residual,
+            keyframe_every=keyframe_every,
         )
         w = _workloads.make(model, seed)
         method.attach(w)
@@ -1161,9 +1170,10 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def _total_breakdown(saves: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _total_breakdown(saves: list[dict[str, Any]], total: int | None = None) -> list[dict[str, Any]]:
     """:func:`breakdown` summed over ``saves``: one row per (kind, coding) and per kind, with
-    its ratio (bytes in memory / bytes written) and its share of all bytes written."""
+    its ratio (bytes in memory / bytes written) and its share of ``total`` bytes written
+    (default: all of ``saves``')."""
     cells: dict[tuple[str, str], list[int]] = {}
     for s in saves:
         for kind, codings in s["breakdown"].items():
@@ -1172,7 +1182,7 @@ def _total_breakdown(saves: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     cell = cells.setdefault(key, [0, 0])
                     cell[0] += nbytes
                     cell[1] += written
-    total = sum(s["bytes_out"] for s in saves)
+    total = sum(s["bytes_out"] for s in saves) if total is None else total
     order = (*KINDS, "container")
     return [
         {
@@ -1189,6 +1199,25 @@ def _total_breakdown(saves: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
         if kind != "container" or coding == "all"
     ]
+
+
+def by_file(saves: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Where the bytes go in keyframes and in delta files apart: per file kind, its files,
+    ratio and share of all bytes written, and its :func:`_total_breakdown` (shares of all
+    bytes written, so the two kinds' rows add up to the whole run's)."""
+    total = sum(s["bytes_out"] for s in saves)
+    out: dict[str, dict[str, Any]] = {}
+    for kind, delta in (("keyframe", False), ("delta", True)):
+        mine = [s for s in saves if bool(s.get("delta")) == delta]
+        if mine:
+            written = sum(s["bytes_out"] for s in mine)
+            out[kind] = {
+                "files": len(mine),
+                "ratio": sum(s["bytes_in"] for s in mine) / written,
+                "share": written / total,
+                "breakdown": _total_breakdown(mine, total),
+            }
+    return out
 
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -1277,6 +1306,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     values = [s[gap] for s in saves if s.get(gap) is not None]
                     row[gap] = _spread(values) if values else None
                 row["breakdown"] = _total_breakdown(saves)
+                row["breakdown_by_file"] = by_file(saves)
                 ratios = [x for r in mine if (x := moments_ratio(r["saves"])) is not None]
                 row["moments_ratio"] = _spread(ratios) if ratios else None
             rows[method] = row
@@ -1388,6 +1418,17 @@ def print_table(summary: dict[str, Any], dropped: dict[str, str] | None = None) 
                 ):
                     if r.get(gap):
                         print(f"  {what}: {_fmt_spread(r[gap], '+.2f', pct=True)}")
+                for kind, f in r.get("breakdown_by_file", {}).items():
+                    cells = ", ".join(
+                        f"{b['kind']} {b['coding']} {100 * b['share']:.1f} %"
+                        + (f" ({b['ratio']:.1f}x)" if b["ratio"] else "")
+                        for b in f["breakdown"]
+                        if b["coding"] != "all"
+                    )
+                    print(
+                        f"  {kind}s: {f['files']} files, {f['ratio']:.1f}x, "
+                        f"{100 * f['share']:.1f} % of the bytes: {cells}"
+                    )
                 _report.print_table(
                     f"{model} {method}: where the bytes go (all checkpoints, all seeds)",
                     [{**b, "share": 100 * b["share"]} for b in r["breakdown"]],
@@ -1534,12 +1575,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--first-fit",
-        choices=("values", "update"),
+        choices=("values", "update", "step"),
         default=None,
         help="MomentPolicy.first_fit: exp_avg's levels fitted to its values or to Adam's step "
-        "(weights 1/(sqrt(v)+eps)^2; default: the policy's)",
+        "(weights 1/(sqrt(v)+eps)^2), or the step itself quantized (the codec 'step'; "
+        "default: the policy's)",
+    )
+    ap.add_argument(
+        "--keyframe-every",
+        type=int,
+        default=KEYFRAME_EVERY,
+        metavar="N",
+        help=f"the ckptzip methods' CheckpointManager(keyframe_every=N) (default "
+        f"{KEYFRAME_EVERY}, as every other method's)",
+    )
+    ap.add_argument(
+        "--table",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="run nothing: print the tables (where the bytes go included, keyframes and deltas "
+        "apart) of results files this benchmark wrote",
     )
     args = ap.parse_args(argv)
+    if args.table:
+        for path in args.table:
+            print(f"\n{path}")
+            data = json.loads(Path(path).read_text())
+            print_table(summarize(data["runs"]), data["meta"].get("dropped"))
+        return 0
     bins, prune = args.feedback_residual.split(",")
     residual = dataclasses.replace(FEEDBACK_RESIDUAL, bins=int(bins), prune=float(prune))
     moments = None
@@ -1572,6 +1636,7 @@ def main(argv: list[str] | None = None) -> int:
         "plans": {m: plans[m] for m in models},
         "seeds": seeds,
         "keyframe_every": KEYFRAME_EVERY,
+        "ckptzip_keyframe_every": args.keyframe_every,
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,
         "probe_steps": _workloads.PROBE_STEPS,
@@ -1605,6 +1670,7 @@ def main(argv: list[str] | None = None) -> int:
                         error_budget=args.error_budget,
                         restore_noise=args.restore_noise,
                         feedback_residual=residual,
+                        keyframe_every=args.keyframe_every,
                     )
                 runs.append(r)
                 if method == "exact":

@@ -305,8 +305,23 @@ def test_every_codec_passes_the_conformance_check(
     x = (base + 0.001 * torch.randn(6000, generator=g, dtype=torch.float64)).to(dtype)
     cfg = QuantConfig(bins=16, protect=0.001)
     parent = _Parent(quantize(base.to(dtype), cfg))
+    if get_codec(codec_id).reads_siblings:  # "step": an exp_avg over its exp_avg_sq
+        v = (base.square() + 1e-6).to(dtype)
+        view = _Siblings({"optimizer/state/0/exp_avg_sq": v})
+        check_round_trip(codec_id, x, quant=cfg, path="optimizer/state/0/exp_avg", siblings=view)
+        return
     check_round_trip(codec_id, x, quant=cfg, parent=parent)
     check_round_trip(codec_id, x, quant=cfg)  # no parent: delta codecs must fall back
+
+
+class _Siblings:
+    """A SiblingView holding the given tensors."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._t = tensors
+
+    def value(self, path: str) -> torch.Tensor | None:
+        return self._t.get(path)
 
 
 @pytest.mark.parametrize("layout", ["ans-lanes", "ans", "packed", "bytes"])

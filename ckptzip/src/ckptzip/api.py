@@ -34,6 +34,7 @@ from ckptzip.codecs.base import (
     EncodeContext,
     Encoded,
     ParentView,
+    SiblingView,
     get_codec,
 )
 from ckptzip.config import CompressionConfig, QuantConfig
@@ -298,31 +299,57 @@ def _parent_view(
     first = view
     path = ""
 
+    table: dict[str, QuantizedTensor | torch.Tensor] = {}
+    top = len(readers) - 1
+
+    def reads_siblings(entry: TensorEntry | None) -> bool:
+        return entry is not None and _reads_siblings(entry.codec)
+
+    def sibling(path: str, k: int) -> torch.Tensor | None:
+        # the value at ``path`` of link k: decoded already when k is the last link
+        if reads_siblings(lossy[k].get(path)):
+            return None
+        v = table.get(path) if k == top else walk(path, k, 1) if path in lossy[k] else None
+        return v if v is None else _DecodedSiblings({path: v}).value(path)
+
+    def walk(path: str, upto: int, inner: int) -> QuantizedTensor | torch.Tensor | None:
+        # an entry that reads siblings ("step") never reads its parent: start at the last one
+        start = max((k for k in range(upto + 1) if reads_siblings(lossy[k].get(path))), default=0)
+        parent, value = first, None
+        for k in range(start, upto + 1):
+            entry = lossy[k].get(path)
+            if entry is None:  # a delta at the next link finds no parent tensor: it says so
+                parent = _FileParent(todo[k].sha256, {})
+                continue
+            view = _LinkSiblings(sibling, k) if reads_siblings(entry) else None
+            with locks[k]:
+                chunks = readers[k].tensor_chunks(entry)
+            value = _decode_entry(
+                readers[k], entry, parent, chunks, threads=inner, siblings=view
+            ).value()
+            parent = _FileParent(todo[k].sha256, {path: value})
+        return value
+
     def decode_path(target: TensorEntry) -> QuantizedTensor | torch.Tensor:
         # a tensor holding more than a thread's share of the work would finish last: its
         # codec may spread its independent parts (ANS blocks) over the threads too
         inner = workers if workers > 1 and target.nbytes > share else 1
-        parent, value = first, None
-        for k, reader in enumerate(readers):
-            entry = lossy[k].get(target.path)
-            if entry is None:  # a delta at the next link finds no parent tensor: it says so
-                parent = _FileParent(todo[k].sha256, {})
-                continue
-            with locks[k]:
-                chunks = reader.tensor_chunks(entry)
-            value = _decode_entry(reader, entry, parent, chunks, threads=inner).value()
-            parent = _FileParent(todo[k].sha256, {target.path: value})
+        value = walk(target.path, top, inner)
         assert value is not None  # the last link holds the target
         return value
 
-    table: dict[str, QuantizedTensor | torch.Tensor] = {}
-    with (
-        _memory_guard(lambda: f"{readers[-1].name}: tensor {path!r}"),
-        _ordered_map(decode_path, targets, threads, [e.nbytes for e in targets]) as results,
-    ):
-        for target, value in zip(targets, results, strict=True):
-            path = target.path
-            table[path] = value
+    def where() -> str:
+        return f"{readers[-1].name}: tensor {path!r}"
+
+    # the targets that read siblings in the last link are decoded after the others
+    for phase in _sibling_phases(targets):
+        with (
+            _memory_guard(where),
+            _ordered_map(decode_path, phase, threads, [e.nbytes for e in phase]) as results,
+        ):
+            for target, value in zip(phase, results, strict=True):
+                path = target.path
+                table[path] = value
     if not vouched:
         last = readers[-1]
         for entry in last.manifest.tensors:
@@ -394,6 +421,45 @@ def _largest_first(
     finally:
         for f in futures.values():
             f.cancel()
+
+
+def _map_indices(
+    pool: ThreadPoolExecutor | None,
+    fn: Callable[[int], _R],
+    indices: Sequence[int],
+    sizes: Sequence[int],
+) -> dict[int, _R]:
+    """``{i: fn(i)}`` for ``indices``, on ``pool`` (largest first) when there is one."""
+    if pool is None:
+        return {i: fn(i) for i in indices}
+    done = _largest_first(pool, lambda k: fn(indices[k]), [sizes[i] for i in indices])
+    return dict(zip(indices, done, strict=True))
+
+
+class _EncodedSiblings:
+    """A :class:`SiblingView` over the entries of a file being encoded: what a reader will
+    decode at each path (an exact tensor as it is, a quantized one dequantized, a
+    reconstruction), for the codecs that read siblings (encoded after the others)."""
+
+    def __init__(
+        self, leaves: Sequence[tuple[str, torch.Tensor]], encoded: Mapping[int, Encoded]
+    ) -> None:
+        self._index = {p: i for i, (p, _) in enumerate(leaves) if i in encoded}
+        self._leaves = leaves
+        self._encoded = encoded
+
+    def value(self, path: str) -> torch.Tensor | None:
+        i = self._index.get(path)
+        if i is None:
+            return None
+        enc = self._encoded[i]
+        if enc.reconstruction is not None:
+            return enc.reconstruction
+        if enc.quantized is not None:
+            from ckptzip.quantize import dequantize  # only lossy entries need it
+
+            return dequantize(enc.quantized)
+        return self._leaves[i][1].detach().to("cpu")
 
 
 def _json_safe(meta: Any, where: str) -> None:
@@ -611,6 +677,9 @@ def encode(
     )
 
     by_path = dict(leaves)
+    # entries whose codec reads other entries of the file ("step") are encoded after the rest
+    late = {i for i, t in enumerate(plan) if _reads_siblings(t.codec)}
+    siblings: list[_EncodedSiblings] = []  # set once the entries they read are encoded
 
     def encode_one(i: int) -> tuple[Encoded, list[str]]:
         t, (p, x) = plan[i], leaves[i]
@@ -627,6 +696,7 @@ def encode(
             reason=t.reason,
             quantized=planner.prequantized_for(t, x, score),
             fit_weights=weights,
+            siblings=siblings[0] if i in late else None,
         )
         enc = get_codec(t.codec).encode(x, ctx)
         _json_safe(enc.meta, p)
@@ -640,13 +710,21 @@ def encode(
     try:
         results: Iterator[tuple[Encoded, list[str]]]
         bytes_in_job: Future[int] | None = None
-        if pool is None:
-            results = map(encode_one, range(len(leaves)))
-        else:
+        sizes = [x.numel() for _, x in leaves]
+        if pool is not None:
             # What torch.save would write is measured on a pool thread while the tensors
             # encode (pickling holds the GIL, the encoding mostly does not).
             bytes_in_job = pool.submit(_torch_save_size, obj, leaves)
-            results = _largest_first(pool, encode_one, [x.numel() for _, x in leaves])
+        if late:
+            early = [i for i in range(len(leaves)) if i not in late]
+            first = _map_indices(pool, encode_one, early, sizes)
+            siblings.append(_EncodedSiblings(leaves, {i: e for i, (e, _) in first.items()}))
+            first.update(_map_indices(pool, encode_one, sorted(late), sizes))
+            results = (first[i] for i in range(len(leaves)))
+        elif pool is None:
+            results = map(encode_one, range(len(leaves)))
+        else:
+            results = _largest_first(pool, encode_one, sizes)
         total = sum(x.numel() * x.element_size() for _, x in leaves)
         done = 0
         entries: list[TensorEntry] = []
@@ -711,9 +789,10 @@ def _decode_entry(
     *,
     values: bool = False,
     threads: int = 1,
+    siblings: SiblingView | None = None,
 ) -> Decoded:
     codec = get_codec(entry.codec)
-    ctx = DecodeContext.from_entry(entry, parent, values=values, threads=threads)
+    ctx = DecodeContext.from_entry(entry, parent, values=values, threads=threads, siblings=siblings)
     if chunks is None:
         chunks = reader.tensor_chunks(entry)
     try:
@@ -951,23 +1030,84 @@ def _decode_entries(
     # may spread its independent parts (ANS blocks) over the threads too
     share = total // workers
 
+    siblings: list[_DecodedSiblings] = []  # set once the entries they read are decoded
+
     def decode_one(entry: TensorEntry) -> Decoded:
         with lock:
             chunks = reader.tensor_chunks(entry)
         inner = workers if workers > 1 and entry.nbytes > share else 1
-        return _decode_entry(reader, entry, parent, chunks, values=values, threads=inner)
+        view = siblings[0] if siblings and _reads_siblings(entry.codec) else None
+        return _decode_entry(
+            reader, entry, parent, chunks, values=values, threads=inner, siblings=view
+        )
 
-    with (
-        _memory_guard(lambda: f"{reader.name}: tensor {path!r}"),
-        _ordered_map(decode_one, entries, threads, [e.nbytes for e in entries]) as results,
-    ):
-        for entry, decoded in zip(entries, results, strict=True):
-            path = entry.path
-            out[path] = decoded
-            done += entry.nbytes
-            if progress is not None:
-                progress(done, total)
+    # entries whose codec reads other entries of the file ("step") are decoded after the rest
+    def where() -> str:
+        return f"{reader.name}: tensor {path!r}"
+
+    phases = _sibling_phases(entries)
+    for k, phase in enumerate(phases):
+        if k:
+            siblings.append(_DecodedSiblings(dict(out)))
+        with (
+            _memory_guard(where),
+            _ordered_map(decode_one, phase, threads, [e.nbytes for e in phase]) as results,
+        ):
+            for entry, decoded in zip(phase, results, strict=True):
+                path = entry.path
+                out[path] = decoded
+                done += entry.nbytes
+                if progress is not None:
+                    progress(done, total)
+    if len(phases) > 1:  # the file's order
+        out = {e.path: out[e.path] for e in entries}
     return out
+
+
+def _sibling_phases(entries: Sequence[TensorEntry]) -> list[list[TensorEntry]]:
+    """``entries`` in the order they can be decoded: those whose codec reads no siblings,
+    then (when there are any) those whose codec does."""
+    late = [e for e in entries if _reads_siblings(e.codec)]
+    if not late:
+        return [list(entries)]
+    return [[e for e in entries if not _reads_siblings(e.codec)], late]
+
+
+def _reads_siblings(codec_id: str) -> bool:
+    """Whether the codec ``codec_id`` reads other entries of its file (a codec class written
+    before the attribute existed reads none)."""
+    return bool(getattr(get_codec(codec_id), "reads_siblings", False))
+
+
+@dataclass(frozen=True)
+class _LinkSiblings:
+    """A :class:`SiblingView` of link ``k`` of a chain being decoded."""
+
+    get: Callable[[str, int], torch.Tensor | None]
+    k: int
+
+    def value(self, path: str) -> torch.Tensor | None:
+        return self.get(path, self.k)
+
+
+class _DecodedSiblings:
+    """A :class:`SiblingView` over a file's entries decoded so far (the codecs that read
+    siblings are decoded after every other entry, and never read one another)."""
+
+    def __init__(self, decoded: Mapping[str, Decoded | QuantizedTensor | torch.Tensor]) -> None:
+        self._decoded = decoded
+
+    def value(self, path: str) -> torch.Tensor | None:
+        d = self._decoded.get(path)
+        if d is None:
+            return None
+        if isinstance(d, Decoded):
+            return d.materialize()
+        if isinstance(d, QuantizedTensor):
+            from ckptzip.quantize import dequantize  # only lossy entries need it
+
+            return dequantize(d)
+        return d
 
 
 def check_parent(links: Sequence[chains.Link], *, cache: DecodedCache | None = None) -> None:

@@ -18,8 +18,8 @@ __all__ = ["CompressionConfig", "QuantConfig"]
 
 PruneMetric = Literal["magnitude", "sensitivity"]
 _PRUNE_METRICS = ("magnitude", "sensitivity")
-Fit = Literal["values", "update"]
-_FITS = ("values", "update")
+Fit = Literal["values", "update", "step"]
+_FITS = ("values", "update", "step")
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,12 @@ class QuantConfig:
         moment ``v``, so the levels minimize the error of the step ``m/(sqrt(v)+eps)`` a
         restored optimizer takes (:func:`ckptzip.plan.fit_weights`); where no second moment
         is at hand it fits the values. The file format is the same either way (only the
-        levels differ).
+        levels differ). ``"step"``, for an Adam first moment: what is quantized is the step
+        ``u = m/(sqrt(v̂)+eps)`` itself, over the second moment ``v̂`` as the same file stores
+        it, and ``m`` is rebuilt as ``û·(sqrt(v̂)+eps)`` (the codec ``"step"``,
+        :mod:`ckptzip.codecs.step`): the levels then scale with each entry's own step size;
+        where the file holds no lossy second moment of the same shape the tensor is
+        quantized as with ``"update"``.
 
     Examples
     --------
@@ -69,8 +74,8 @@ class QuantConfig:
     def __post_init__(self) -> None:
         if self.fit not in _FITS:
             raise ConfigError(f"fit={self.fit!r} must be one of {', '.join(_FITS)}")
-        if self.fit == "update" and self.log_domain:
-            raise ConfigError("fit='update' is for a first moment: not with log_domain=True")
+        if self.fit != "values" and self.log_domain:
+            raise ConfigError(f"fit={self.fit!r} is for a first moment: not with log_domain=True")
         if not isinstance(self.bins, int) or not 2 <= self.bins <= 256:
             raise ConfigError(f"bins={self.bins!r} must be an integer in [2, 256]")
         if not 0.0 <= self.prune < 1.0:

@@ -24,6 +24,11 @@ Call order on load (driven by :func:`ckptzip.load` / :func:`ckptzip.read_quantiz
     out = get_codec(entry.codec).decode(entry.meta, chunks, ctx)
     tensor = out.materialize(device)       # the one way to get the tensor back
 
+A codec whose ``reads_siblings`` is true (``"step"``) is encoded and decoded after every entry
+of the file that is not: its ``EncodeContext.siblings`` / ``DecodeContext.siblings`` give
+what a reader decodes at another path of the *same* file. The entries it reads must not read
+siblings themselves, and nothing else of the file may depend on it.
+
 and ``ckptzip inspect`` calls ``get_codec(entry.codec).describe(entry.meta)``, so the CLI never
 reads a codec's private fields.
 
@@ -86,6 +91,7 @@ __all__ = [
     "EncodeContext",
     "Encoded",
     "ParentView",
+    "SiblingView",
     "available_codecs",
     "get_codec",
     "meta_get",
@@ -117,6 +123,18 @@ class ParentView(Protocol):
     def quantized(self, path: str) -> QuantizedTensor | None: ...
 
     def reconstruction(self, path: str) -> torch.Tensor | None: ...
+
+
+class SiblingView(Protocol):
+    """Read access to the other entries of the file being written or read.
+
+    ``value(path)`` returns what a reader decodes at ``path`` in this same file (an exact
+    tensor, a quantized one dequantized, a reconstruction), on the CPU, or ``None`` when the
+    file has no tensor there or it is itself an entry that reads siblings. Only codecs whose
+    ``reads_siblings`` is true are given one.
+    """
+
+    def value(self, path: str) -> torch.Tensor | None: ...
 
 
 @dataclass(frozen=True)
@@ -183,6 +201,9 @@ class EncodeContext:
     fit_weights:
         Per-element weights of the level fit (``quant.fit == "update"``: an Adam first
         moment's, :func:`ckptzip.plan.fit_weights`), if any.
+    siblings:
+        The file's other entries as a reader will decode them (only for a codec whose
+        ``reads_siblings`` is true).
     """
 
     path: str
@@ -193,6 +214,7 @@ class EncodeContext:
     reason: str | None = None
     quantized: QuantizedTensor | None = None
     fit_weights: torch.Tensor | None = None
+    siblings: SiblingView | None = None
 
 
 class EntryFields(Protocol):
@@ -233,6 +255,9 @@ class DecodeContext:
         Threads the codec may use for this one tensor's independent parts (the blocks of an
         ``"ans-lanes"`` stream); the reader gives more than 1 only to a tensor larger than a
         thread's share of the file. Codecs may ignore it.
+    siblings:
+        The file's other entries, decoded (given to a codec whose ``reads_siblings`` is
+        true).
     """
 
     path: str
@@ -243,13 +268,21 @@ class DecodeContext:
     parent: ParentView | None = None
     values: bool = False
     threads: int = 1
+    siblings: SiblingView | None = None
 
     @classmethod
     def of_encoded(
-        cls, path: str, x: torch.Tensor, enc: Encoded, parent: ParentView | None = None
+        cls,
+        path: str,
+        x: torch.Tensor,
+        enc: Encoded,
+        parent: ParentView | None = None,
+        siblings: SiblingView | None = None,
     ) -> DecodeContext:
         """The context a reader will build for ``x`` encoded as ``enc`` (for codec tests)."""
-        return cls(path, tuple(x.shape), x.dtype, enc.config, enc.rel_error, parent)
+        return cls(
+            path, tuple(x.shape), x.dtype, enc.config, enc.rel_error, parent, siblings=siblings
+        )
 
     @classmethod
     def from_entry(
@@ -259,6 +292,7 @@ class DecodeContext:
         *,
         values: bool = False,
         threads: int = 1,
+        siblings: SiblingView | None = None,
     ) -> DecodeContext:
         """The context of a manifest entry: the one place the pipeline's fields are parsed."""
         try:
@@ -274,6 +308,7 @@ class DecodeContext:
             parent=parent,
             values=values,
             threads=threads,
+            siblings=siblings,
         )
 
 
@@ -345,10 +380,14 @@ class Codec(ABC):
         Stable string id written into manifests (``"exact"``, ``"quant"``, ...).
     lossy:
         Whether decoding may differ from the input (``False`` means bit-exact).
+    reads_siblings:
+        Whether the codec reads other entries of the same file (``ctx.siblings``); see the
+        module docstring for the order this imposes.
     """
 
     id: ClassVar[str]
     lossy: ClassVar[bool] = True
+    reads_siblings: ClassVar[bool] = False
 
     @abstractmethod
     def encode(self, x: torch.Tensor, ctx: EncodeContext) -> Encoded:
@@ -383,6 +422,7 @@ _LAZY: dict[str, str] = {
     "quant": "ckptzip.codecs.quantized",
     "delta": "ckptzip.codecs.delta",
     "residual": "ckptzip.codecs.residual",
+    "step": "ckptzip.codecs.step",
 }
 
 C = TypeVar("C", bound=type[Codec])

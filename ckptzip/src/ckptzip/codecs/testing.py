@@ -30,6 +30,7 @@ from ckptzip.codecs.base import (
     Description,
     EncodeContext,
     ParentView,
+    SiblingView,
     get_codec,
 )
 from ckptzip.codecs.exact import tensor_to_bytes
@@ -45,21 +46,28 @@ def check_round_trip(
     quant: QuantConfig | None = None,
     parent: ParentView | None = None,
     config: CompressionConfig | None = None,
+    path: str = "t",
+    siblings: SiblingView | None = None,
 ) -> torch.Tensor:
     """Encode and decode ``x`` with codec ``codec_id``, assert the contract, return the result.
 
-    Raises ``AssertionError`` (with the reason) where the codec breaks the contract; returns
-    the decoded tensor, materialized.
+    ``path`` is the tensor's path; ``siblings`` the file's other entries, for a codec that
+    reads them (``"step"``: an ``exp_avg`` path and its ``exp_avg_sq``). Raises
+    ``AssertionError`` (with the reason) where the codec breaks the contract; returns the
+    decoded tensor, materialized.
     """
     codec = get_codec(codec_id)
     config = config or CompressionConfig()
-    enc = codec.encode(x, EncodeContext("t", config, quant=quant, parent=parent))
+    ctx = EncodeContext(path, config, quant=quant, parent=parent, siblings=siblings)
+    enc = codec.encode(x, ctx)
     assert all(isinstance(c, bytes) for c in enc.chunks), "chunks must be bytes"
     meta = json.loads(json.dumps(enc.meta, allow_nan=False))  # what the manifest holds
     bound = codec.max_numel(meta, [len(c) for c in enc.chunks], x.element_size())
     assert bound is None or x.numel() <= bound, f"max_numel {bound} < numel {x.numel()}"
     q = enc.quantized
-    out = codec.decode(meta, list(enc.chunks), DecodeContext.of_encoded("t", x, enc, parent))
+    out = codec.decode(
+        meta, list(enc.chunks), DecodeContext.of_encoded(path, x, enc, parent, siblings)
+    )
     assert isinstance(out, Decoded), f"decode returned {type(out).__name__}, not Decoded"
     assert isinstance(codec.describe(meta), Description), "describe must return a Description"
     y = out.materialize()
