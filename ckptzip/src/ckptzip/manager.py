@@ -312,7 +312,7 @@ class CheckpointManager:
         what one checkpoint's quantization left is corrected by the next and the errors of
         successive restores do not add up. Keyframes and the optimizer moments are stored as
         without it, except the first moment's default (``moments`` not given):
-        :data:`ckptzip.plan.FEEDBACK_MOMENTS`, Adam's step at 4 levels. At a delta save
+        :data:`ckptzip.plan.FEEDBACK_MOMENTS`, 4 levels fitted to Adam's step. At a delta save
         no weight config is searched (the residual replaces it;
         :func:`ckptzip.search.for_residuals`): the moments follow the last search's choice and
         ``eval_fn`` is called once, on the exact weights. On by default: without it (``False``:
