@@ -357,6 +357,10 @@ def test_delta_by_parent_bin_matches(bins: int, n: int, rearrange: bool, seed: i
     assert np.array_equal(sym_ref, sym_fast) and groups_ref == groups_fast
     assert np.array_equal(fast.delta_decode(prev, sym_fast, bins, rearrange), now)
     assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange), now)
+    # the group sizes a caller counted already (bindiff's ANS contexts) give the same indices
+    counts = fast.bin_counts(prev)
+    assert np.array_equal(fast.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
+    assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
 
 
 @needs_fast
@@ -561,6 +565,15 @@ def test_ans_lanes_match_constriction(
             out = torch.empty(n, dtype=dtype)
             assert k.ans_lanes_decode(words, lengths, *args, table=table, out=out) is None
             assert torch.equal(out, want)
+        # added to a base (a residual's reconstruction), into a new tensor or over the base
+        base = torch.randn(n, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+        for k in (fast, ref):
+            out = torch.empty(n, dtype=dtype)
+            k.ans_lanes_decode(words, lengths, *args, table=table, out=out, base=base)
+            assert _bits_equal(out, base + want)
+            over = base.clone()
+            k.ans_lanes_decode(words, lengths, *args, table=table, out=over, base=over)
+            assert _bits_equal(over, base + want)
 
 
 @needs_fast
@@ -600,6 +613,25 @@ def test_unpack_gather_matches(bits: int, n: int, seed: int) -> None:
         assert tops[0] == tops[1] == int(idx.max(initial=0))
         assert torch.equal(outs[0], outs[1])
         assert torch.equal(outs[0], ref.gather(table.to(dtype), idx))
+        # added to a base: one addition in the dtype, as torch's base + change (bf16 and
+        # fp16 go to the reference, which adds in the dtype too)
+        base = torch.randn(n, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+        base[::7] = float("inf")
+        want = base + ref.gather(table.to(dtype), idx)
+        for k in (fast, ref):
+            out = torch.empty(n, dtype=dtype)
+            assert k.unpack_gather(raw, bits, table.to(dtype), out, base) == tops[0]
+            assert _bits_equal(out, want)
+            over = base.clone()
+            assert k.unpack_gather(raw, bits, table.to(dtype), over, over) == tops[0]
+            assert _bits_equal(over, want)
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same bits (NaN payloads included), not only equal values."""
+    return a.dtype == b.dtype and torch.equal(
+        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+    )
 
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])

@@ -303,15 +303,21 @@ def _parent_view(
         # codec may spread its independent parts (ANS blocks) over the threads too
         inner = workers if workers > 1 and target.nbytes > share else 1
         parent, value = first, None
+        own = False  # whether parent's tensor at the path is this walk's to overwrite
         for k, reader in enumerate(readers):
             entry = lossy[k].get(target.path)
             if entry is None:  # a delta at the next link finds no parent tensor: it says so
-                parent = _FileParent(todo[k].sha256, {})
+                parent, own = _FileParent(todo[k].sha256, {}), False
                 continue
             with locks[k]:
                 chunks = reader.tensor_chunks(entry)
-            value = _decode_entry(reader, entry, parent, chunks, threads=inner).value()
-            parent = _FileParent(todo[k].sha256, {target.path: value})
+            # an intermediate whose child adds a residual to it is wanted as values only
+            # (decoded straight into the tensor); the last link's value is the cache's
+            values = k + 1 < len(readers) and _residual_child(lossy[k + 1].get(target.path))
+            value = _decode_entry(
+                reader, entry, parent, chunks, values=values, threads=inner, reuse_parent=own
+            ).value()
+            parent, own = _FileParent(todo[k].sha256, {target.path: value}), True
         assert value is not None  # the last link holds the target
         return value
 
@@ -331,6 +337,17 @@ def _parent_view(
     if cache is not None:
         cache[todo[-1].sha256] = table
     return _FileParent(todo[-1].sha256, table)
+
+
+def _residual_child(entry: TensorEntry | None) -> bool:
+    """Whether ``entry`` adds a residual to its parent's reconstruction (needs no more of the
+    parent than its values)."""
+    return (
+        entry is not None
+        and entry.codec == "residual"
+        and isinstance(entry.meta, dict)
+        and entry.meta.get("mode") == "residual"
+    )
 
 
 def _sibling_reader(path: str) -> Callable[[str], bytes]:
@@ -711,9 +728,12 @@ def _decode_entry(
     *,
     values: bool = False,
     threads: int = 1,
+    reuse_parent: bool = False,
 ) -> Decoded:
     codec = get_codec(entry.codec)
-    ctx = DecodeContext.from_entry(entry, parent, values=values, threads=threads)
+    ctx = DecodeContext.from_entry(
+        entry, parent, values=values, threads=threads, reuse_parent=reuse_parent
+    )
     if chunks is None:
         chunks = reader.tensor_chunks(entry)
     try:

@@ -467,4 +467,4 @@ def decode_delta(meta: dict[str, Any], chunks: Sequence[bytes], prev: np.ndarray
         raise CorruptCheckpointError(f"delta payload decoded to {symbols.size} symbols, not {n}")
     if n and int(symbols.max()) >= bins:
         raise CorruptCheckpointError(f"delta payload holds a difference >= bins={bins}")
-    return kernels.delta_decode(p, symbols, bins, bool(rearrange))
+    return kernels.delta_decode(p, symbols, bins, bool(rearrange), counts)

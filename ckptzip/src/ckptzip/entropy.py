@@ -669,9 +669,11 @@ def decode_ans_into(
     out: Any,
     *,
     threads: int = 1,
+    base: Any = None,
 ) -> None:
     """Decode an ``"ans-lanes"`` stream of ``out.numel()`` symbols (one context) straight into
-    ``out``: element ``i`` becomes ``table[symbol i]``, with no symbol array between.
+    ``out``: element ``i`` becomes ``table[symbol i]`` (with ``base``, a tensor like ``out``,
+    which may be ``out`` itself: ``base[i] + table[symbol i]``), with no symbol array between.
 
     ``table`` (a 1-D CPU tensor of ``out``'s dtype, the level values) must hold at least
     ``meta["alphabet"]`` entries, which the caller checks against its level count: the coder
@@ -691,7 +693,7 @@ def decode_ans_into(
     p = _ans_lanes_parse(bytes(chunk), meta, n, None)
     kernels.ans_lanes_decode(
         p.words, p.lengths, p.bounds, p.counts, n, p.block, p.lanes,
-        table=table, out=out, threads=threads,
+        table=table, out=out, threads=threads, base=base,
     )  # fmt: skip
 
 

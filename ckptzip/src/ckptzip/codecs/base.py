@@ -233,6 +233,11 @@ class DecodeContext:
         Threads the codec may use for this one tensor's independent parts (the blocks of an
         ``"ans-lanes"`` stream); the reader gives more than 1 only to a tensor larger than a
         thread's share of the file. Codecs may ignore it.
+    reuse_parent:
+        The parent's tensors at this path (what ``parent.reconstruction(path)`` returns) are
+        the reader's own intermediates, used for nothing after this decode: a codec may write
+        its result over them (a ``"residual"`` entry adds its change in place). Codecs may
+        ignore it.
     """
 
     path: str
@@ -243,6 +248,7 @@ class DecodeContext:
     parent: ParentView | None = None
     values: bool = False
     threads: int = 1
+    reuse_parent: bool = False
 
     @classmethod
     def of_encoded(
@@ -259,6 +265,7 @@ class DecodeContext:
         *,
         values: bool = False,
         threads: int = 1,
+        reuse_parent: bool = False,
     ) -> DecodeContext:
         """The context of a manifest entry: the one place the pipeline's fields are parsed."""
         try:
@@ -274,6 +281,7 @@ class DecodeContext:
             parent=parent,
             values=values,
             threads=threads,
+            reuse_parent=reuse_parent,
         )
 
 

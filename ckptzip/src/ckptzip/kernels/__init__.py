@@ -59,12 +59,16 @@ The functions (flat 1-D inputs throughout):
     ``levels[idx]``, decoded straight into a new tensor of ``levels``' dtype.
 ``pack(flat, bits, nbytes) -> bytes``, ``unpack(raw, bits, n) -> uint8``
     The LSB-first bit stream of :mod:`ckptzip.packing` (inputs already checked).
-``unpack_gather(raw, bits, table, out) -> int``
+``unpack_gather(raw, bits, table, out, base=None) -> int``
     ``out[i] = table[index i]`` of that stream, straight into the tensor ``out`` (no index
-    array between); returns the largest index, for the caller to check.
+    array between); returns the largest index, for the caller to check. With ``base`` (a
+    tensor of ``out``'s size and dtype, which may be ``out`` itself) ``out[i] = base[i] +
+    table[index i]``, one addition in the dtype (a residual's reconstruction, in one pass).
 ``delta_encode(prev, now, bins, rearrange) -> (symbols, groups)``,
-``delta_decode(prev, symbols, bins, rearrange) -> now``
-    ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back.
+``delta_decode(prev, symbols, bins, rearrange, groups=None) -> now``
+    ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back
+    (``groups``: ``bin_counts(prev)`` when the caller has it, which the decoder then does not
+    count again).
 ``ans_encode(symbols, bounds, alphabet) -> (counts, words)``,
 ``ans_decode(words, bounds, counts, n) -> symbols``
     The ANS stage of :mod:`ckptzip.entropy` for contexts ``symbols[bounds[c]:bounds[c+1]]``;
@@ -73,14 +77,15 @@ The functions (flat 1-D inputs throughout):
 ``ans_counts(symbols, bounds, alphabet) -> counts``
     The ``(contexts, alphabet)`` uint32 symbol counts of each context.
 ``ans_lanes_encode(symbols, bounds, counts, block, lanes, threads=1) -> (lengths, words)``,
-``ans_lanes_decode(words, lengths, bounds, counts, n, block, lanes, *, table, out, threads)``
+``ans_lanes_decode(words, lengths, bounds, counts, n, block, lanes, *, table, out, threads, base)``
     The ``"ans-lanes"`` layout of :mod:`ckptzip.entropy`: blocks of ``block`` symbols, each
     split into ``lanes`` interleaved streams (symbol ``i`` of a block in lane ``i mod lanes``),
     every stream its own ``AnsCoder``; ``lengths`` holds each stream's word count, block by
     block, lane by lane. Decoding returns the symbols, or with ``table`` and ``out`` writes
     ``table[symbol]`` straight into the tensor ``out`` (2, 4 or 8 bytes an element) and
-    returns ``None``. ``threads`` code or decode contiguous ranges of blocks in parallel (the
-    compiled kernels release the GIL; the reference runs on one).
+    returns ``None`` (added to ``base`` as ``unpack_gather`` adds). ``threads`` code or
+    decode contiguous ranges of blocks in parallel (the compiled kernels release the GIL; the
+    reference runs on one).
 ``rle_split(symbols, bounds) -> (tokens, values, others, base, extra, extra_bits)``,
 ``rle_join(tokens, values, extra, extra_bits, bounds, others, base) -> symbols``
     The run-length form of the ``"rle+ans"`` back end of :mod:`ckptzip.entropy` (C in

@@ -22,7 +22,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 5
+_ABI_VERSION = 6
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -57,20 +57,20 @@ _pack = _fn("ckz_pack", _I32, _P, _I64, _I32, _P)
 _unpack = _fn("ckz_unpack", None, _P, _I64, _I32, _P)
 _gather = _fn("ckz_gather", None, _P, _I64, _P, _I32, _P)
 _delta_enc = _fn("ckz_delta_encode", _I32, _P, _P, _I64, _I32, _I32, _P, _P)
-_delta_dec = _fn("ckz_delta_decode", _I32, _P, _P, _I64, _I32, _I32, _P)
+_delta_dec = _fn("ckz_delta_decode", _I32, _P, _P, _I64, _I32, _I32, _P, _P)
 _mrank = _fn("ckz_magnitude_rank", None, _P, _I64, _I32, _P)
 _positions = _fn("ckz_positions", _I64, _P, _I64, _I32, _I32, _P)
 _kmeans = _fn("ckz_kmeans", _I32, _P, _P, _I64, _I32, _I32, _P, _I32, _P)
 _ans_counts = _fn("ckz_ans_counts", None, _P, _P, _I32, _I32, _P)
 _ans_enc = _fn("ckz_ans_encode", _I64, _P, _P, _I32, _I32, _P, _P, _I64)
 _ans_dec = _fn("ckz_ans_decode", _I32, _P, _I64, _P, _I32, _I32, _P, _P)
-_unpack_gather = _fn("ckz_unpack_gather", _I32, _P, _I64, _I32, _P, _I32, _P)
+_unpack_gather = _fn("ckz_unpack_gather", _I32, _P, _I64, _I32, _P, _I32, _P, _P)
 _lanes_enc = _fn(
     "ckz_ans_lanes_encode", _I32, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P, _I64, _P
 )
 _lanes_dec = _fn(
     "ckz_ans_lanes_decode", _I32, _P, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P,
-    _I32, _P,
+    _I32, _P, _P,
 )  # fmt: skip
 # the quantizer's fused passes
 _F32 = ctypes.c_float
@@ -304,10 +304,24 @@ def delta_encode(
     return out, groups[:bins].tolist()
 
 
-def delta_decode(prev: np.ndarray, symbols: np.ndarray, bins: int, rearrange: bool) -> np.ndarray:
+def delta_decode(
+    prev: np.ndarray,
+    symbols: np.ndarray,
+    bins: int,
+    rearrange: bool,
+    groups: np.ndarray | None = None,
+) -> np.ndarray:
     p, s = _contig(prev, np.uint8), _contig(symbols, np.uint8)
     out = np.empty(p.size, dtype=np.uint8)
-    _delta_dec(_ptr(p), _ptr(s), p.size, bins, int(rearrange), _ptr(out))
+    known = None
+    if rearrange and groups is not None:
+        known = _contig(groups, np.int64)
+        if known.size != 256:
+            raise ValueError(f"groups holds {known.size} counts, not 256")
+    _delta_dec(
+        _ptr(p), _ptr(s), p.size, bins, int(rearrange), None if known is None else _ptr(known),
+        _ptr(out),
+    )  # fmt: skip
     return out
 
 
@@ -397,7 +411,12 @@ def ans_lanes_decode(
     table: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     threads: int = 1,
+    base: torch.Tensor | None = None,
 ) -> np.ndarray | None:
+    if base is not None and not _adds(base, out):
+        return ref.ans_lanes_decode(
+            words, lengths, bounds, counts, n, block, lanes, table=table, out=out, base=base
+        )
     w = _contig(words, np.uint32)
     starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
     b = _contig(bounds, np.int64)
@@ -414,7 +433,8 @@ def ans_lanes_decode(
         return int(
             _lanes_dec(
                 _ptr(w), _ptr(starts), n, _ptr(b), b.size - 1, c.shape[1], _ptr(c), block, lanes,
-                lo, hi, None if tab is None else _ptr(tab), size, dst,
+                lo, hi, None if tab is None else _ptr(tab), size,
+                None if base is None else _ptr(base), dst,
             )
         )  # fmt: skip
 
@@ -433,12 +453,40 @@ def _table256(table: torch.Tensor) -> torch.Tensor:
     return padded
 
 
-def unpack_gather(raw: np.ndarray, bits: int, table: torch.Tensor, out: torch.Tensor) -> int:
-    if out.element_size() not in (2, 4, 8) or out.device.type != "cpu":
-        return ref.unpack_gather(raw, bits, table, out)
+def _adds(base: torch.Tensor, out: torch.Tensor | None) -> bool:
+    """Whether the compiled ``out = base + table[index]`` covers these tensors: the same
+    float32 or float64 dtype and size, on the CPU, contiguous."""
+    return (
+        out is not None
+        and base.dtype == out.dtype
+        and base.dtype in (torch.float32, torch.float64)
+        and base.device.type == "cpu"
+        and out.device.type == "cpu"
+        and base.numel() == out.numel()
+        and base.is_contiguous()
+        and out.is_contiguous()
+    )
+
+
+def unpack_gather(
+    raw: np.ndarray,
+    bits: int,
+    table: torch.Tensor,
+    out: torch.Tensor,
+    base: torch.Tensor | None = None,
+) -> int:
+    if (
+        out.element_size() not in (2, 4, 8)
+        or out.device.type != "cpu"
+        or (base is not None and not _adds(base, out))
+    ):
+        return ref.unpack_gather(raw, bits, table, out, base)
     r = _contig(raw, np.uint8)
     tab = _table256(table)
-    return int(_unpack_gather(_ptr(r), out.numel(), bits, _ptr(tab), out.element_size(), _ptr(out)))
+    b = None if base is None else _ptr(base)
+    return int(
+        _unpack_gather(_ptr(r), out.numel(), bits, _ptr(tab), out.element_size(), b, _ptr(out))
+    )
 
 
 _rle_split = _fn("ckz_rle_split", _I64, _P, _P, _I32, _P, _P, _P, _P, _P, _P, _P)

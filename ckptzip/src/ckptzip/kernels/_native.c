@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 5 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 6 /* also covers _entropy.c's and _delta.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -299,14 +299,23 @@ CKZ_API int32_t ckz_delta_encode(const uint8_t *prev, const uint8_t *now, int64_
     return top_prev | (top_now << 8);
 }
 
-/* The inverse; returns 0, or 1 when a symbol is >= bins. */
+CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups); /* _delta.c */
+
+/* The inverse; returns 0, or 1 when a symbol is >= bins. With rearrange, `known` (may be
+ * NULL) holds the 256 group sizes of prev when the caller counted them already (its ANS
+ * contexts need them): counting again here cost 40 % of this pass (a store-to-load chain on
+ * the counter of the most common bin). */
 CKZ_API int32_t ckz_delta_decode(const uint8_t *prev, const uint8_t *sym, int64_t n,
-                                 int32_t bins, int32_t rearrange, uint8_t *out) {
+                                 int32_t bins, int32_t rearrange, const int64_t *known,
+                                 uint8_t *out) {
     int64_t offset[256];
     int64_t groups[256];
-    memset(groups, 0, sizeof groups);
-    if (rearrange)
-        for (int64_t i = 0; i < n; i++) groups[prev[i]]++;
+    if (rearrange && known)
+        memcpy(groups, known, sizeof groups);
+    else if (rearrange)
+        ckz_bin_counts(prev, n, groups);
+    else
+        memset(groups, 0, sizeof groups);
     int64_t acc = 0;
     for (int b = 0; b < 256; b++) {
         offset[b] = acc;
