@@ -527,6 +527,51 @@ def test_ans_damaged_streams_are_refused_alike(impl: str) -> None:
         k.ans_decode(np.concatenate([[7], words]).astype(np.uint32), bounds, counts, sym.size)
 
 
+@needs_fast
+@given(
+    st.integers(0, 2**32 - 1),
+    st.tuples(st.integers(0, 3000), st.integers(0, 3000)),
+    st.tuples(st.integers(2, 256), st.integers(2, 16)),
+    st.tuples(st.integers(1, 40), st.integers(1, 40)),
+)
+@settings(max_examples=100, deadline=None)
+def test_two_ans_streams_in_one_loop_decode_as_each_alone(
+    seed: int, n: tuple[int, int], alphabet: tuple[int, int], contexts: tuple[int, int]
+) -> None:
+    assert fast is not None
+    streams, want = [], []
+    for k in range(2):
+        sym, bounds = _stream(seed + k, n[k], alphabet[k], contexts[k])
+        counts, words = ref.ans_encode(sym, bounds, int(sym.max()) + 1 if n[k] else 1)
+        streams.append((words, bounds, counts, n[k]))
+        want.append(sym)
+    for impl in (fast, ref):
+        got = impl.ans_decode_pair(streams[0], streams[1])
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+@needs_fast
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+@pytest.mark.parametrize("damaged", [0, 1])
+def test_two_ans_streams_damaged_are_refused_as_each_alone(impl: str, damaged: int) -> None:
+    k = ref if impl == "reference" else fast
+    assert k is not None
+    streams = []
+    for seed in (3, 4):
+        sym, bounds = _stream(seed, 5000, 8, 2)
+        counts, words = ref.ans_encode(sym, bounds, int(sym.max()) + 1)
+        streams.append((words, bounds, counts, sym.size))
+    words, bounds, counts, size = streams[damaged]
+    for bad, match in (
+        (np.concatenate([words, [0]]), "zero word"),
+        (np.concatenate([[7], words]), "left after"),
+    ):
+        pair = list(streams)
+        pair[damaged] = (bad.astype(np.uint32), bounds, counts, size)
+        with pytest.raises(CorruptCheckpointError, match=match):
+            k.ans_decode_pair(pair[0], pair[1])
+
+
 # -- ANS in lanes: each lane of each block constriction's words ----------------------------------
 
 

@@ -74,6 +74,10 @@ The functions (flat 1-D inputs throughout):
     The ANS stage of :mod:`ckptzip.entropy` for contexts ``symbols[bounds[c]:bounds[c+1]]``;
     decoding raises :class:`~ckptzip.errors.CorruptCheckpointError` on a stream that does
     not end empty.
+``ans_decode_pair((words, bounds, counts, n), (words, bounds, counts, n)) -> (symbols, symbols)``
+    ``ans_decode`` of two independent streams, in one loop that steps both (the compiled
+    one: each stream's steps wait on each other, not on the other stream's); errors as two
+    calls in turn raise them.
 ``ans_counts(symbols, bounds, alphabet) -> counts``
     The ``(contexts, alphabet)`` uint32 symbol counts of each context.
 ``ans_lanes_encode(symbols, bounds, counts, block, lanes, threads=1) -> (lengths, words)``,
@@ -129,6 +133,7 @@ __all__ = [
     "members",
     "ans_counts",
     "ans_decode",
+    "ans_decode_pair",
     "ans_encode",
     "ans_lanes_decode",
     "ans_lanes_encode",
@@ -207,6 +212,7 @@ delta_encode = _active.delta_encode
 delta_decode = _active.delta_decode
 ans_encode = _active.ans_encode
 ans_decode = _active.ans_decode
+ans_decode_pair = _active.ans_decode_pair
 ans_counts = _active.ans_counts
 ans_lanes_encode = _active.ans_lanes_encode
 ans_lanes_decode = _active.ans_lanes_decode

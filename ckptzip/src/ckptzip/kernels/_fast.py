@@ -64,6 +64,9 @@ _kmeans = _fn("ckz_kmeans", _I32, _P, _P, _I64, _I32, _I32, _P, _I32, _P)
 _ans_counts = _fn("ckz_ans_counts", None, _P, _P, _I32, _I32, _P)
 _ans_enc = _fn("ckz_ans_encode", _I64, _P, _P, _I32, _I32, _P, _P, _I64)
 _ans_dec = _fn("ckz_ans_decode", _I32, _P, _I64, _P, _I32, _I32, _P, _P)
+_ans_dec2 = _fn(
+    "ckz_ans_decode2", _I32, _P, _I64, _P, _I32, _I32, _P, _P, _P, _I64, _P, _I32, _I32, _P, _P
+)
 _unpack_gather = _fn("ckz_unpack_gather", _I32, _P, _I64, _I32, _P, _I32, _P, _P)
 _lanes_enc = _fn(
     "ckz_ans_lanes_encode", _I32, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P, _I64, _P
@@ -347,7 +350,11 @@ def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int
     b = _contig(bounds, np.int64)
     c = _contig(counts, np.uint32)
     out = np.empty(n, dtype=np.uint8)
-    status = _ans_dec(_ptr(w), w.size, _ptr(b), b.size - 1, c.shape[1], _ptr(c), _ptr(out))
+    _ans_status(_ans_dec(_ptr(w), w.size, _ptr(b), b.size - 1, c.shape[1], _ptr(c), _ptr(out)))
+    return out
+
+
+def _ans_status(status: int) -> None:
     if status == 2:
         raise CorruptCheckpointError(
             "ans payload does not decode: Invalid compressed data: ANS compressed data never "
@@ -355,7 +362,27 @@ def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int
         )
     if status:
         raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
-    return out
+
+
+def ans_decode_pair(
+    first: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+    second: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    args: list[Any] = []
+    outs = []
+    keep = []  # the contiguous copies must outlive the call
+    for words, bounds, counts, n in (first, second):
+        w, b, c = _contig(words, np.uint32), _contig(bounds, np.int64), _contig(counts, np.uint32)
+        out = np.empty(n, dtype=np.uint8)
+        keep += [w, b, c]
+        outs.append(out)
+        args += [_ptr(w), w.size, _ptr(b), b.size - 1, c.shape[1], _ptr(c), _ptr(out)]
+    status = _ans_dec2(*args)
+    if status < 0:
+        raise MemoryError("ckz_ans_decode2 could not allocate its two decoders")
+    _ans_status(status & 3)  # the first stream's error first, as two calls in turn report
+    _ans_status(status >> 2)
+    return outs[0], outs[1]
 
 
 def ans_counts(symbols: np.ndarray, bounds: np.ndarray, alphabet: int) -> np.ndarray:

@@ -536,6 +536,13 @@ def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int
     return out
 
 
+def ans_decode_pair(
+    first: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+    second: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    return ans_decode(*first), ans_decode(*second)
+
+
 # -- ANS in lanes (the "ans-lanes" layout of ckptzip.entropy) --------------------------------------
 
 
