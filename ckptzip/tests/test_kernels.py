@@ -363,6 +363,20 @@ def test_delta_by_parent_bin_matches(bins: int, n: int, rearrange: bool, seed: i
     assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
 
 
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+@pytest.mark.parametrize("rearrange", [False, True])
+def test_delta_decode_refuses_a_difference_beyond_the_bins_alike(
+    impl: str, rearrange: bool
+) -> None:
+    k = ref if impl == "reference" else fast
+    if k is None:
+        pytest.skip("the compiled kernels are not built here")
+    prev = np.array([0, 1, 2, 3, 0, 1], np.uint8)
+    symbols = np.array([0, 0, 4, 0, 0, 0], np.uint8)
+    with pytest.raises(CorruptCheckpointError, match="difference >= bins=4"):
+        k.delta_decode(prev, symbols, 4, rearrange, k.bin_counts(prev))
+
+
 @needs_fast
 @given(st.integers(0, 2**32 - 1), st.integers(0, 9000), st.integers(1, 40), st.integers(0, 2))
 @settings(max_examples=100, deadline=None)

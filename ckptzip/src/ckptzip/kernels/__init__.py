@@ -68,7 +68,8 @@ The functions (flat 1-D inputs throughout):
 ``delta_decode(prev, symbols, bins, rearrange, groups=None) -> now``
     ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back
     (``groups``: ``bin_counts(prev)`` when the caller has it, which the decoder then does not
-    count again).
+    count again); decoding raises :class:`~ckptzip.errors.CorruptCheckpointError` on a
+    symbol ``>= bins``.
 ``ans_encode(symbols, bounds, alphabet) -> (counts, words)``,
 ``ans_decode(words, bounds, counts, n) -> symbols``
     The ANS stage of :mod:`ckptzip.entropy` for contexts ``symbols[bounds[c]:bounds[c+1]]``;

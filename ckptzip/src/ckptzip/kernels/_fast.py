@@ -321,10 +321,12 @@ def delta_decode(
         known = _contig(groups, np.int64)
         if known.size != 256:
             raise ValueError(f"groups holds {known.size} counts, not 256")
-    _delta_dec(
+    bad = _delta_dec(
         _ptr(p), _ptr(s), p.size, bins, int(rearrange), None if known is None else _ptr(known),
         _ptr(out),
     )  # fmt: skip
+    if bad:
+        raise CorruptCheckpointError(f"delta payload holds a difference >= bins={bins}")
     return out
 
 

@@ -467,6 +467,8 @@ def delta_decode(
     groups: np.ndarray | None = None,
 ) -> np.ndarray:
     del groups  # the fast kernel's shortcut (prev's bin counts); the sort finds the groups
+    if symbols.size and int(symbols.max()) >= bins:
+        raise CorruptCheckpointError(f"delta payload holds a difference >= bins={bins}")
     if rearrange:
         diff = np.empty_like(symbols)
         diff[np.argsort(prev, kind="stable")] = symbols
