@@ -24,7 +24,7 @@ from typing import IO, Any, BinaryIO, TypeAlias, TypeVar
 import torch
 
 import ckptzip
-from ckptzip import chains, storage
+from ckptzip import _pages, chains, storage
 from ckptzip._compat import torch_save_size
 from ckptzip._parallel import default_threads, encoding_pool
 from ckptzip._types import QuantizedTensor
@@ -1071,7 +1071,10 @@ def _lossy_values(
     for e in manifest.tensors:
         if e.path in decoded and get_codec(e.codec).lossy:
             v = decoded[e.path].value()
-            out[e.path] = v.clone() if isinstance(v, torch.Tensor) else v
+            if isinstance(v, torch.Tensor):
+                copy = _pages.empty(v.numel(), v.dtype) if v.device.type == "cpu" else None
+                v = v.clone() if copy is None else copy.copy_(v.reshape(-1)).reshape(v.shape)
+            out[e.path] = v
     return out
 
 

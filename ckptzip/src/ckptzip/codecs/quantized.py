@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ckptzip import entropy, kernels
+from ckptzip import _pages, entropy, kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
     Codec,
@@ -353,7 +353,7 @@ def decode_values(
     n = math.prod(ctx.shape)
     table = _level_values(parts.levels, config.log_domain, ctx.dtype, torch.device("cpu"))
     flat = None if base is None else base.reshape(-1)
-    out = flat if flat is not None and into_base else torch.empty(n, dtype=ctx.dtype)
+    out = flat if flat is not None and into_base else _pages.empty(n, ctx.dtype)
     beyond = CorruptCheckpointError(
         f"{ctx.path!r}: an index addresses a level beyond the {n_levels} levels"
     )

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ckptzip import _pages
 from ckptzip.errors import CorruptCheckpointError, StaleKernelsError
 from ckptzip.kernels import _native  # type: ignore[attr-defined]  # built by setup.py
 from ckptzip.kernels import _reference as ref
@@ -278,7 +279,7 @@ def gather(levels: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
     table = torch.zeros(256, dtype=levels.dtype)
     table[: levels.numel()] = levels
     flat = _contig(idx, np.uint8)
-    out = torch.empty(flat.size, dtype=levels.dtype)
+    out = _pages.empty(flat.size, levels.dtype)  # a load's output: see ckptzip._pages
     _gather(_ptr(flat), flat.size, _ptr(table), size, _ptr(out))
     return out
 
