@@ -8,7 +8,9 @@ interleaved, best of ``--repeat``, in one temp directory:
   ckptzip with its default threads and with 1 and 2;
 * a ``CheckpointManager`` delta save (object given, parent in the manager's cache) and the
   restore of the last step of a full chain (``keyframe_every`` files) by a fresh manager
-  (``--layout skip``: written with ``CheckpointManager(layout="skip")``);
+  (``--layout skip``: written with ``CheckpointManager(layout="skip")``; ``--error-feedback``:
+  with ``error_feedback=True``, weights as residuals), interleaved with ``torch.load`` and
+  ``ckptzip.load`` of the chain's keyframe;
 * a manager save with the configuration search (model, optimizer and a held-out ``eval_fn``),
   the first (full search) and the better of the next two (neighbourhood), split into the
   ``eval_fn`` calls, the rest of the search (quantizing the trials, swapping them in) and
@@ -194,14 +196,18 @@ def manager_times(
     keyframe_every: int,
     cpu: dict[str, float] | None = None,
     layout: str = "chain",
+    error_feedback: bool = False,
+    pt: Path | None = None,
 ) -> dict[str, Any]:
-    """Delta saves of consecutive training steps, and a fresh restore of the chain's end
-    (``cpu``: filled with the CPU seconds of the fastest delta save and restore)."""
+    """Delta saves of consecutive training steps, then a fresh manager's restore of the
+    chain's end and ``ckptzip.load`` of its keyframe, interleaved (with ``torch.load`` of
+    ``pt`` when given) (``cpu``: filled with the CPU seconds of the fastest of each)."""
     out: dict[str, Any] = {}
     mgr = CheckpointManager(
         d / "chain",
         keyframe_every=keyframe_every,
         layout=layout,  # type: ignore[arg-type]
+        error_feedback=error_feedback,
     )
     deltas, step = [], 0
     mgr.save(step, run.state())
@@ -217,16 +223,21 @@ def manager_times(
     mgr.close()
     out["manager delta save"], delta_cpu = min(deltas)
     out["delta ratio"] = float(sum(ratios) / len(ratios))
-    fresh = []
-    for _ in range(repeat):
-        c0, t0 = cpu_time(), time.perf_counter()
-        CheckpointManager(d / "chain", keyframe_every=keyframe_every).load(step)
-        fresh.append((time.perf_counter() - t0, cpu_time() - c0))
-    out["restore chain end"], restore_cpu = min(fresh)
+    keyframe = mgr.path(0)
+    fns: dict[str, Callable[[], Any]] = {
+        "restore chain end": lambda: CheckpointManager(
+            d / "chain", keyframe_every=keyframe_every
+        ).load(step),
+        "ckptzip.load keyframe": lambda: ckptzip.load(keyframe),
+    }
+    if pt is not None:
+        fns = {"torch.load": lambda: torch.load(pt, weights_only=True), **fns}
+    restore_cpu: dict[str, float] = {}
+    out.update(interleaved(fns, repeat, restore_cpu))
     out["chain length"] = len(CheckpointManager(d / "chain").chain(step))
     if cpu is not None:
         cpu["manager delta save"] = delta_cpu
-        cpu["restore chain end"] = restore_cpu
+        cpu.update(restore_cpu)
     return out
 
 
@@ -359,6 +370,11 @@ def main() -> None:
         default="chain",
         help="the manager's delta layout (CheckpointManager(layout=))",
     )
+    ap.add_argument(
+        "--error-feedback",
+        action="store_true",
+        help="the manager's chain with CheckpointManager(error_feedback=True)",
+    )
     ap.add_argument("--no-search", action="store_true", help="skip the manager search save")
     ap.add_argument(
         "--rates-only", action="store_true", help="only the one-thread tensor path (GB/s)"
@@ -411,23 +427,38 @@ def main() -> None:
             }
             res.update(interleaved(fns, args.repeat, cpu))
             res["layout"] = args.layout
+            res["error feedback"] = args.error_feedback
+            before = {k: (res[k], cpu[k]) for k in fns}
             res.update(
-                manager_times(run, d, args.repeat, args.keyframe_every, cpu, layout=args.layout)
+                manager_times(
+                    run,
+                    d,
+                    args.repeat,
+                    args.keyframe_every,
+                    cpu,
+                    layout=args.layout,
+                    error_feedback=args.error_feedback,
+                    pt=pt,
+                )
             )
-            # and torch's again after the chain: the load moves within a run
+            # torch's best of all its calls: before the chain, beside the restores and after
+            # (the load moves within a run)
             after_cpu: dict[str, float] = {}
             after = interleaved(fns, args.repeat, after_cpu)
             for k in fns:
-                if after[k] < res[k]:
-                    res[k], cpu[k] = after[k], after_cpu[k]
+                for wall, c in (before[k], (after[k], after_cpu[k])):
+                    if wall < res[k]:
+                        res[k], cpu[k] = wall, c
             res["load average after"] = os.getloadavg()[0]
             res["cpu s"] = cpu
             res["delta save x torch.save"] = res["manager delta save"] / res["torch.save"]
             res["restore x torch.load"] = res["restore chain end"] / res["torch.load"]
+            res["load x torch.load"] = res["ckptzip.load keyframe"] / res["torch.load"]
             ts, tl = res["torch.save"], res["torch.load"]
             print_table(
                 f"{res['params'] / 1e6:.1f}M parameters + AdamW, kernels={res['kernels']}, "
                 f"delta ratio {res['delta ratio']:.2f}x, layout {args.layout}, "
+                f"error feedback {'on' if args.error_feedback else 'off'}, "
                 f"the last step's chain {res['chain length']} files",
                 [
                     {
@@ -436,7 +467,13 @@ def main() -> None:
                         "x": res[k] / (tl if "load" in k or "restore" in k else ts),
                         "cpu": cpu.get(k),
                     }
-                    for k in ("torch.save", "torch.load", "manager delta save", "restore chain end")
+                    for k in (
+                        "torch.save",
+                        "torch.load",
+                        "ckptzip.load keyframe",
+                        "manager delta save",
+                        "restore chain end",
+                    )
                 ],
                 [
                     ("what", "what", ""),
@@ -452,7 +489,18 @@ def main() -> None:
         res.update(cores_available(args.repeat))
         res.update(save_load(run, d, args.repeat, cpu))
         res.update(tensor_rates(run, args.repeat))
-        res.update(manager_times(run, d, args.repeat, args.keyframe_every, cpu, layout=args.layout))
+        res["error feedback"] = args.error_feedback
+        res.update(
+            manager_times(
+                run,
+                d,
+                args.repeat,
+                args.keyframe_every,
+                cpu,
+                layout=args.layout,
+                error_feedback=args.error_feedback,
+            )
+        )
         if not args.no_search:
             res.update(search_save(run, d, cpu))
     finally:

@@ -357,6 +357,24 @@ def test_delta_by_parent_bin_matches(bins: int, n: int, rearrange: bool, seed: i
     assert np.array_equal(sym_ref, sym_fast) and groups_ref == groups_fast
     assert np.array_equal(fast.delta_decode(prev, sym_fast, bins, rearrange), now)
     assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange), now)
+    # the group sizes a caller counted already (bindiff's ANS contexts) give the same indices
+    counts = fast.bin_counts(prev)
+    assert np.array_equal(fast.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
+    assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
+
+
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+@pytest.mark.parametrize("rearrange", [False, True])
+def test_delta_decode_refuses_a_difference_beyond_the_bins_alike(
+    impl: str, rearrange: bool
+) -> None:
+    k = ref if impl == "reference" else fast
+    if k is None:
+        pytest.skip("the compiled kernels are not built here")
+    prev = np.array([0, 1, 2, 3, 0, 1], np.uint8)
+    symbols = np.array([0, 0, 4, 0, 0, 0], np.uint8)
+    with pytest.raises(CorruptCheckpointError, match="difference >= bins=4"):
+        k.delta_decode(prev, symbols, 4, rearrange, k.bin_counts(prev))
 
 
 @needs_fast
@@ -523,6 +541,51 @@ def test_ans_damaged_streams_are_refused_alike(impl: str) -> None:
         k.ans_decode(np.concatenate([[7], words]).astype(np.uint32), bounds, counts, sym.size)
 
 
+@needs_fast
+@given(
+    st.integers(0, 2**32 - 1),
+    st.tuples(st.integers(0, 3000), st.integers(0, 3000)),
+    st.tuples(st.integers(2, 256), st.integers(2, 16)),
+    st.tuples(st.integers(1, 40), st.integers(1, 40)),
+)
+@settings(max_examples=100, deadline=None)
+def test_two_ans_streams_in_one_loop_decode_as_each_alone(
+    seed: int, n: tuple[int, int], alphabet: tuple[int, int], contexts: tuple[int, int]
+) -> None:
+    assert fast is not None
+    streams, want = [], []
+    for k in range(2):
+        sym, bounds = _stream(seed + k, n[k], alphabet[k], contexts[k])
+        counts, words = ref.ans_encode(sym, bounds, int(sym.max()) + 1 if n[k] else 1)
+        streams.append((words, bounds, counts, n[k]))
+        want.append(sym)
+    for impl in (fast, ref):
+        got = impl.ans_decode_pair(streams[0], streams[1])
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+@needs_fast
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+@pytest.mark.parametrize("damaged", [0, 1])
+def test_two_ans_streams_damaged_are_refused_as_each_alone(impl: str, damaged: int) -> None:
+    k = ref if impl == "reference" else fast
+    assert k is not None
+    streams = []
+    for seed in (3, 4):
+        sym, bounds = _stream(seed, 5000, 8, 2)
+        counts, words = ref.ans_encode(sym, bounds, int(sym.max()) + 1)
+        streams.append((words, bounds, counts, sym.size))
+    words, bounds, counts, size = streams[damaged]
+    for bad, match in (
+        (np.concatenate([words, [0]]), "zero word"),
+        (np.concatenate([[7], words]), "left after"),
+    ):
+        pair = list(streams)
+        pair[damaged] = (bad.astype(np.uint32), bounds, counts, size)
+        with pytest.raises(CorruptCheckpointError, match=match):
+            k.ans_decode_pair(pair[0], pair[1])
+
+
 # -- ANS in lanes: each lane of each block constriction's words ----------------------------------
 
 
@@ -561,6 +624,15 @@ def test_ans_lanes_match_constriction(
             out = torch.empty(n, dtype=dtype)
             assert k.ans_lanes_decode(words, lengths, *args, table=table, out=out) is None
             assert torch.equal(out, want)
+        # added to a base (a residual's reconstruction), into a new tensor or over the base
+        base = torch.randn(n, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+        for k in (fast, ref):
+            out = torch.empty(n, dtype=dtype)
+            k.ans_lanes_decode(words, lengths, *args, table=table, out=out, base=base)
+            assert _bits_equal(out, base + want)
+            over = base.clone()
+            k.ans_lanes_decode(words, lengths, *args, table=table, out=over, base=over)
+            assert _bits_equal(over, base + want)
 
 
 @needs_fast
@@ -600,6 +672,25 @@ def test_unpack_gather_matches(bits: int, n: int, seed: int) -> None:
         assert tops[0] == tops[1] == int(idx.max(initial=0))
         assert torch.equal(outs[0], outs[1])
         assert torch.equal(outs[0], ref.gather(table.to(dtype), idx))
+        # added to a base: one addition in the dtype, as torch's base + change (bf16 and
+        # fp16 go to the reference, which adds in the dtype too)
+        base = torch.randn(n, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+        base[::7] = float("inf")
+        want = base + ref.gather(table.to(dtype), idx)
+        for k in (fast, ref):
+            out = torch.empty(n, dtype=dtype)
+            assert k.unpack_gather(raw, bits, table.to(dtype), out, base) == tops[0]
+            assert _bits_equal(out, want)
+            over = base.clone()
+            assert k.unpack_gather(raw, bits, table.to(dtype), over, over) == tops[0]
+            assert _bits_equal(over, want)
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same bits (NaN payloads included), not only equal values."""
+    return a.dtype == b.dtype and torch.equal(
+        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+    )
 
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])

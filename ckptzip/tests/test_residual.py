@@ -7,6 +7,7 @@ import importlib.util
 import json
 import shutil
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import ckptzip
 from ckptzip import CheckpointManager, CompressionConfig, QuantConfig
 from ckptzip.api import _FileParent, read_manifest, read_quantized
 from ckptzip.codecs import DecodeContext, EncodeContext, get_codec
+from ckptzip.codecs.quantized import decode_quantized
+from ckptzip.codecs.residual import reconstruct
 from ckptzip.codecs.testing import check_round_trip
 from ckptzip.errors import CorruptCheckpointError, MissingParentError
 from ckptzip.plan import RESIDUAL, Planner
@@ -178,6 +181,41 @@ def test_hostile_meta_is_corrupt_never_a_crash(mutate: Any) -> None:
         codec.decode(meta, chunks, ctx)
     codec.describe(meta)  # never raises
     codec.max_numel(meta, [len(c) for c in chunks], 4)
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1).contiguous().view(torch.uint8)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [6000, 300_000])  # under and over the lanes' 65 536 symbols
+@pytest.mark.parametrize("reuse", [False, True])
+def test_the_one_pass_reconstruction_gives_the_two_pass_bits(
+    dtype: torch.dtype, n: int, reuse: bool
+) -> None:
+    p, x = (t.to(dtype) for t in _drifting(n, 1, seed=n))
+    x[5], x[17], p[40] = float("nan"), float("inf"), float("-inf")  # protected, kept exactly
+    codec = get_codec("residual")
+    enc = codec.encode(x, EncodeContext("t", CONFIG, quant=KEY, parent=_parent({"t": p})))
+    meta, chunks = json.loads(json.dumps(enc.meta)), list(enc.chunks)
+    assert meta["mode"] == "residual"
+    plain = DecodeContext.of_encoded("t", x, enc)
+    # the two passes: the change decoded to a QuantizedTensor, then added to the parent
+    want = reconstruct(p, decode_quantized(meta["residual"], chunks, plain))
+    mine = p.clone()
+    ctx = replace(plain, parent=_parent({"t": mine}), reuse_parent=reuse)
+    got = codec.decode(meta, chunks, ctx).value()
+    assert isinstance(got, torch.Tensor) and got.shape == x.shape and got.dtype == dtype
+    assert torch.equal(_bits(got), _bits(want))
+    overwritten = got.data_ptr() == mine.data_ptr()
+    # float32 and float64 add in one pass (over the parent when the reader allows it) where
+    # the indices decode straight into a tensor; float16 and bfloat16, and the single ANS
+    # stream of a small tensor, take the two passes, never over the parent
+    one_pass = meta["residual"]["index_layout"] in ("packed", "bytes", "ans-lanes")
+    assert one_pass == (n > 65_536)
+    assert overwritten == (reuse and one_pass and dtype in (torch.float32, torch.float64))
+    if not overwritten:
+        assert torch.equal(_bits(mine), _bits(p))
 
 
 def test_wrong_chunks_are_corrupt_before_the_parent_is_looked_at() -> None:

@@ -24,7 +24,7 @@ from typing import IO, Any, BinaryIO, TypeAlias, TypeVar
 import torch
 
 import ckptzip
-from ckptzip import chains, storage
+from ckptzip import _pages, chains, storage
 from ckptzip._compat import torch_save_size
 from ckptzip._parallel import default_threads, encoding_pool
 from ckptzip._types import QuantizedTensor
@@ -285,7 +285,9 @@ def _parent_view(
         if view is None:
             raise ValueError("a chain has at least one link")
         return view
-    readers = [link.reader() for link in todo]
+    # every link but the last was checked whole against its child's record, and the last
+    # one too when vouched: their chunks are not hashed again
+    readers = [link.reader(vouched=vouched or i + 1 < len(todo)) for i, link in enumerate(todo)]
     for reader in readers:
         _check_sizes(reader, max_bytes)
     lossy = [
@@ -316,18 +318,29 @@ def _parent_view(
         # an entry that reads siblings ("step") never reads its parent: start at the last one
         start = max((k for k in range(upto + 1) if reads_siblings(lossy[k].get(path))), default=0)
         parent, value = first, None
+        own = False  # whether parent's tensor at the path is this walk's to overwrite
         for k in range(start, upto + 1):
             entry = lossy[k].get(path)
             if entry is None:  # a delta at the next link finds no parent tensor: it says so
-                parent = _FileParent(todo[k].sha256, {})
+                parent, own = _FileParent(todo[k].sha256, {}), False
                 continue
             view = _LinkSiblings(sibling, k) if reads_siblings(entry) else None
             with locks[k]:
                 chunks = readers[k].tensor_chunks(entry)
+            # an intermediate whose child adds a residual to it is wanted as values only
+            # (decoded straight into the tensor); the walk's last value is the caller's
+            values = k < upto and _residual_child(lossy[k + 1].get(path))
             value = _decode_entry(
-                readers[k], entry, parent, chunks, threads=inner, siblings=view
+                readers[k],
+                entry,
+                parent,
+                chunks,
+                values=values,
+                threads=inner,
+                siblings=view,
+                reuse_parent=own,
             ).value()
-            parent = _FileParent(todo[k].sha256, {path: value})
+            parent, own = _FileParent(todo[k].sha256, {path: value}), True
         return value
 
     def decode_path(target: TensorEntry) -> QuantizedTensor | torch.Tensor:
@@ -358,6 +371,17 @@ def _parent_view(
     if cache is not None:
         cache[todo[-1].sha256] = table
     return _FileParent(todo[-1].sha256, table)
+
+
+def _residual_child(entry: TensorEntry | None) -> bool:
+    """Whether ``entry`` adds a residual to its parent's reconstruction (needs no more of the
+    parent than its values)."""
+    return (
+        entry is not None
+        and entry.codec == "residual"
+        and isinstance(entry.meta, dict)
+        and entry.meta.get("mode") == "residual"
+    )
 
 
 def _sibling_reader(path: str) -> Callable[[str], bytes]:
@@ -790,9 +814,12 @@ def _decode_entry(
     values: bool = False,
     threads: int = 1,
     siblings: SiblingView | None = None,
+    reuse_parent: bool = False,
 ) -> Decoded:
     codec = get_codec(entry.codec)
-    ctx = DecodeContext.from_entry(entry, parent, values=values, threads=threads, siblings=siblings)
+    ctx = DecodeContext.from_entry(
+        entry, parent, values=values, threads=threads, siblings=siblings, reuse_parent=reuse_parent
+    )
     if chunks is None:
         chunks = reader.tensor_chunks(entry)
     try:
@@ -1189,7 +1216,10 @@ def _lossy_values(
     for e in manifest.tensors:
         if e.path in decoded and get_codec(e.codec).lossy:
             v = decoded[e.path].value()
-            out[e.path] = v.clone() if isinstance(v, torch.Tensor) else v
+            if isinstance(v, torch.Tensor):
+                copy = _pages.empty(v.numel(), v.dtype) if v.device.type == "cpu" else None
+                v = v.clone() if copy is None else copy.copy_(v.reshape(-1)).reshape(v.shape)
+            out[e.path] = v
     return out
 
 

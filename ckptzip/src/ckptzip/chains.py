@@ -149,13 +149,19 @@ class Link:
         ref = self.manifest.parent
         return None if ref is None else ref["name"]
 
-    def reader(self) -> Reader:
+    def reader(self, *, vouched: bool = False) -> Reader:
         """A :class:`~ckptzip.container.Reader` of the link's own bytes (chunks read from
-        ``data`` and checked against their digests as they are read)."""
+        ``data`` and checked against their digests as they are read).
+
+        ``vouched``: ``sha256`` was compared with the one this link's child records (every
+        link of :func:`resolve_parents`), which checks every chunk of ``data`` at once: the
+        reader does not hash its chunks again.
+        """
         f = io.BytesIO(self.data)
-        if self.opened is not None and self.opened.manifest is self.manifest:
-            return self.opened.reopen(f)
-        return Reader(f, name=repr(self.name))
+        opened = self.opened
+        if opened is None or opened.manifest is not self.manifest:
+            opened = Reader(io.BytesIO(self.data), name=repr(self.name))
+        return opened.reopen(f, checked=vouched)
 
 
 def _link(name: str, data: bytes, sha256: str) -> Link:

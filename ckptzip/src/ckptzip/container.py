@@ -639,16 +639,22 @@ class Reader:
             raise type(exc)(f"{name}: {exc}") from None
         self.manifest_size = mlen
         self.flags = flags
+        self._checked = False  # see reopen
 
-    def reopen(self, f: BinaryIO) -> Reader:
+    def reopen(self, f: BinaryIO, *, checked: bool = False) -> Reader:
         """A reader of the same bytes in ``f`` (another handle on this reader's file, or a
         buffer of a copy of its bytes), sharing this one's validated header and manifest:
         opening it parses nothing. A chain's links are read whole and checked once, then
         decoded through readers of their own bytes (:meth:`ckptzip.chains.Link.reader`).
+
+        ``checked``: ``f`` holds bytes whose sha256 as a whole was just compared with the one
+        a child file records (a parent of a delta chain), which covers every chunk: the
+        reader does not hash its chunks again.
         """
         other = object.__new__(Reader)
         other.__dict__.update(self.__dict__)
         other._f = f
+        other._checked = checked
         return other
 
     @property
@@ -681,12 +687,15 @@ class Reader:
         )
 
     def read_chunk(self, i: int) -> bytes:
-        """Chunk ``i``'s bytes, checked against its sha256 (as long as the file stores it)."""
+        """Chunk ``i``'s bytes, checked against its sha256 (as long as the file stores it;
+        a reader of bytes checked whole, :meth:`reopen`, does not check each again)."""
         ref = self.manifest.chunks[i]
         self._f.seek(self.data_start + ref.offset)
         data = self._f.read(ref.length)
         if len(data) != ref.length:
             raise CorruptCheckpointError(f"{self.name}: chunk {i} is truncated")
+        if self._checked:
+            return data
         if hashlib.sha256(data).hexdigest()[: len(ref.sha256)] != ref.sha256:
             raise CorruptCheckpointError(
                 f"{self.name}: chunk {i} checksum mismatch (the file is damaged)"

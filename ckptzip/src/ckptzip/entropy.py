@@ -562,14 +562,21 @@ def _ans_counts(data: bytes, meta: dict[str, Any], bounds: np.ndarray) -> tuple[
     return counts, table_bytes
 
 
-def _ans_decode(
-    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
-) -> np.ndarray:
-    data = _one_chunk(chunks)
+def _ans_stream(
+    data: bytes, meta: dict[str, Any], n: int, segments: _Segments
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """An ``"ans"`` payload's words, context bounds and counts, checked: what
+    :func:`kernels.ans_decode` takes."""
     bounds = _bounds(segments, n)
     counts, table_bytes = _ans_counts(data, meta, bounds)
     words = np.frombuffer(data[table_bytes:], dtype="<u4").astype(np.uint32)
-    return kernels.ans_decode(words, bounds, counts, n)
+    return words, bounds, counts, n
+
+
+def _ans_decode(
+    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
+) -> np.ndarray:
+    return kernels.ans_decode(*_ans_stream(_one_chunk(chunks), meta, n, segments))
 
 
 ANS_BLOCK = 1 << 18
@@ -669,9 +676,11 @@ def decode_ans_into(
     out: Any,
     *,
     threads: int = 1,
+    base: Any = None,
 ) -> None:
     """Decode an ``"ans-lanes"`` stream of ``out.numel()`` symbols (one context) straight into
-    ``out``: element ``i`` becomes ``table[symbol i]``, with no symbol array between.
+    ``out``: element ``i`` becomes ``table[symbol i]`` (with ``base``, a tensor like ``out``,
+    which may be ``out`` itself: ``base[i] + table[symbol i]``), with no symbol array between.
 
     ``table`` (a 1-D CPU tensor of ``out``'s dtype, the level values) must hold at least
     ``meta["alphabet"]`` entries, which the caller checks against its level count: the coder
@@ -691,7 +700,7 @@ def decode_ans_into(
     p = _ans_lanes_parse(bytes(chunk), meta, n, None)
     kernels.ans_lanes_decode(
         p.words, p.lengths, p.bounds, p.counts, n, p.block, p.lanes,
-        table=table, out=out, threads=threads,
+        table=table, out=out, threads=threads, base=base,
     )  # fmt: skip
 
 
@@ -808,9 +817,12 @@ def _rle_ans_decode(
             f"rle+ans payload holds {extra.size} bytes of run bits, not {(extra_bits + 7) // 8}"
         )
     runs_seg, values_seg = _rle_ans_parts(others, sizes)
-    tokens = _ans_decode([data[:runs_bytes]], runs_meta, sum(runs_seg), runs_seg)
     end = runs_bytes + values_bytes
-    values = _ans_decode([data[runs_bytes:end]], values_meta, sum(values_seg), values_seg)
+    # two independent streams of about the same length: decoded side by side in one loop
+    tokens, values = kernels.ans_decode_pair(
+        _ans_stream(data[:runs_bytes], runs_meta, sum(runs_seg), runs_seg),
+        _ans_stream(data[runs_bytes:end], values_meta, sum(values_seg), values_seg),
+    )
     return kernels.rle_join(
         tokens, values, extra, extra_bits, bounds, np.asarray(others), np.asarray(base, np.uint8)
     )

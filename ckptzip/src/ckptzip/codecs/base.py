@@ -258,6 +258,11 @@ class DecodeContext:
     siblings:
         The file's other entries, decoded (given to a codec whose ``reads_siblings`` is
         true).
+    reuse_parent:
+        The parent's tensors at this path (what ``parent.reconstruction(path)`` returns) are
+        the reader's own intermediates, used for nothing after this decode: a codec may write
+        its result over them (a ``"residual"`` entry adds its change in place). Codecs may
+        ignore it.
     """
 
     path: str
@@ -269,6 +274,7 @@ class DecodeContext:
     values: bool = False
     threads: int = 1
     siblings: SiblingView | None = None
+    reuse_parent: bool = False
 
     @classmethod
     def of_encoded(
@@ -293,6 +299,7 @@ class DecodeContext:
         values: bool = False,
         threads: int = 1,
         siblings: SiblingView | None = None,
+        reuse_parent: bool = False,
     ) -> DecodeContext:
         """The context of a manifest entry: the one place the pipeline's fields are parsed."""
         try:
@@ -309,6 +316,7 @@ class DecodeContext:
             values=values,
             threads=threads,
             siblings=siblings,
+            reuse_parent=reuse_parent,
         )
 
 

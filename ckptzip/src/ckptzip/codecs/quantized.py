@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ckptzip import entropy, kernels
+from ckptzip import _pages, entropy, kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
     Codec,
@@ -57,6 +57,7 @@ __all__ = [
     "decode_indices",
     "decode_quantized",
     "decode_side",
+    "decode_values",
     "encode_indices",
     "encode_full",
     "encode_quantized",
@@ -65,6 +66,7 @@ __all__ = [
     "full_note",
     "n_levels_of",
     "quantized_for",
+    "values_decodable",
 ]
 
 _F64 = np.dtype("<f8")
@@ -306,16 +308,38 @@ def decode_side(side: SideParts, indices: np.ndarray, ctx: DecodeContext) -> Qua
 
 
 _VALUE_LAYOUTS = ("ans-lanes", "packed", "bytes")
-"""Index layouts :func:`_decode_values` decodes straight into the output tensor."""
+"""Index layouts :func:`decode_values` decodes straight into the output tensor."""
 
 
-def _decode_values(
-    meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
+def values_decodable(meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> bool:
+    """Whether :func:`decode_values` takes this ``"quant"`` entry (meta and chunks)."""
+    return (
+        meta.get("index_layout") in _VALUE_LAYOUTS
+        and ctx.dtype.itemsize in (2, 4, 8)
+        and len(chunks) == 4
+        and math.prod(ctx.shape) > 0
+    )
+
+
+def decode_values(
+    meta: dict[str, Any],
+    chunks: Sequence[bytes],
+    ctx: DecodeContext,
+    *,
+    base: torch.Tensor | None = None,
+    into_base: bool = False,
 ) -> torch.Tensor:
     """The dequantized tensor, its indices decoded straight into it (each becomes its level's
     value as it leaves the coder or the bit stream), then the protected values: the values
     :func:`decode_quantized` and :func:`~ckptzip.quantize.dequantize` give, with the same
-    checks, and no index array."""
+    checks, and no index array (the entry must be :func:`values_decodable`).
+
+    With ``base`` (a contiguous float32 or float64 CPU tensor of the entry's dtype and size)
+    every element is ``base[i] + level``, one addition in the dtype, before the protected
+    values replace theirs: a ``"residual"`` entry's reconstruction in one pass, the values
+    :func:`ckptzip.codecs.residual.reconstruct` gives. ``into_base``: the result is written
+    over ``base`` (the caller's to overwrite) instead of into a new tensor.
+    """
     from ckptzip.quantize import _level_values  # the one definition of a level's value
 
     config = _config(ctx)
@@ -328,7 +352,8 @@ def _decode_values(
     stage = meta_get(meta, "index_stage", dict)
     n = math.prod(ctx.shape)
     table = _level_values(parts.levels, config.log_domain, ctx.dtype, torch.device("cpu"))
-    out = torch.empty(n, dtype=ctx.dtype)
+    flat = None if base is None else base.reshape(-1)
+    out = flat if flat is not None and into_base else _pages.empty(n, ctx.dtype)
     beyond = CorruptCheckpointError(
         f"{ctx.path!r}: an index addresses a level beyond the {n_levels} levels"
     )
@@ -337,7 +362,7 @@ def _decode_values(
         # the coder writes no symbol outside its alphabet: within the levels, every index is
         if not isinstance(alphabet, int) or not 1 <= alphabet <= n_levels:
             raise beyond
-        entropy.decode_ans_into(chunks[1], stage, table, out, threads=ctx.threads)
+        entropy.decode_ans_into(chunks[1], stage, table, out, threads=ctx.threads, base=flat)
     else:
         width = bits if layout == "packed" else 8
         expected = packed_size(n, width)
@@ -348,7 +373,8 @@ def _decode_values(
         data = entropy.decode(chunks[1], stage)
         if len(data) != expected:
             raise CorruptCheckpointError(f"{len(data)} index bytes for {n} elements")
-        if kernels.unpack_gather(np.frombuffer(data, np.uint8), width, table, out) >= n_levels:
+        raw = np.frombuffer(data, np.uint8)
+        if kernels.unpack_gather(raw, width, table, out, flat) >= n_levels:
             raise beyond
     if parts.positions.size:
         out.index_copy_(0, torch.from_numpy(parts.positions), parts.values)
@@ -445,14 +471,8 @@ class QuantCodec(Codec):
         return Encoded(meta=meta, chunks=chunks, quantized=q)
 
     def decode(self, meta: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext) -> Decoded:
-        if (
-            ctx.values
-            and meta.get("index_layout") in _VALUE_LAYOUTS
-            and ctx.dtype.itemsize in (2, 4, 8)
-            and len(chunks) == 4
-            and math.prod(ctx.shape) > 0
-        ):
-            return Decoded(tensor=_decode_values(meta, chunks, ctx))
+        if ctx.values and values_decodable(meta, chunks, ctx):
+            return Decoded(tensor=decode_values(meta, chunks, ctx))
         return Decoded(quantized=decode_quantized(meta, chunks, ctx))
 
     def max_numel(

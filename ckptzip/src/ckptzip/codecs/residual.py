@@ -56,11 +56,13 @@ from ckptzip.codecs.base import (
 )
 from ckptzip.codecs.quantized import (
     decode_quantized,
+    decode_values,
     describe_quantized,
     encode_full,
     encode_quantized,
     full_note,
     quantized_for,
+    values_decodable,
 )
 from ckptzip.errors import ConfigError, CorruptCheckpointError, MissingParentError
 
@@ -104,6 +106,31 @@ def reconstruct(parent: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
         pos = torch.from_numpy(q.protected_positions)
         out.index_copy_(0, pos, q.protected_values.to(q.dtype))
     return out.reshape(q.shape)
+
+
+def _fused(
+    inner: dict[str, Any], chunks: Sequence[bytes], ctx: DecodeContext
+) -> torch.Tensor | None:
+    """:func:`reconstruct` of the stored change in one pass, or ``None`` where that does not
+    apply (the caller then decodes the change first, then adds it).
+
+    Where the parent's reconstruction is present and fits, and the tensor is float32 or
+    float64 (its own arithmetic, so each element is one addition either way), every index
+    becomes ``p[i] + level`` as it leaves the coder or the bit stream: no index array, no
+    change tensor, and over the parent itself when ``ctx.reuse_parent``. The same checks as
+    :func:`decode_quantized`, the same bits as :func:`reconstruct` (``tests/test_residual.py``).
+    """
+    if ctx.dtype not in (torch.float32, torch.float64) or ctx.parent is None:
+        return None
+    if not values_decodable(inner, chunks, ctx):
+        return None
+    p = _parent_tensor(ctx.parent, ctx.path)
+    if p is None or tuple(p.shape) != ctx.shape or p.dtype != ctx.dtype or p.device.type != "cpu":
+        return None
+    if not p.is_contiguous():
+        p = p.contiguous()
+    decoded = decode_values(inner, chunks, ctx, base=p, into_base=ctx.reuse_parent)
+    return decoded.reshape(ctx.shape)
 
 
 def _relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -176,6 +203,9 @@ class ResidualCodec(Codec):
         if mode != "residual":
             raise CorruptCheckpointError(f"{ctx.path!r}: unknown residual entry mode {mode!r}")
         inner = meta_get(meta, "residual", dict)
+        fused = _fused(inner, chunks, ctx)
+        if fused is not None:
+            return Decoded(tensor=fused)
         # every check of the stored change first: a damaged entry is damage, whatever the parent
         q = decode_quantized(inner, chunks, ctx)
         if ctx.parent is None:

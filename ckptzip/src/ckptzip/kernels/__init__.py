@@ -59,28 +59,38 @@ The functions (flat 1-D inputs throughout):
     ``levels[idx]``, decoded straight into a new tensor of ``levels``' dtype.
 ``pack(flat, bits, nbytes) -> bytes``, ``unpack(raw, bits, n) -> uint8``
     The LSB-first bit stream of :mod:`ckptzip.packing` (inputs already checked).
-``unpack_gather(raw, bits, table, out) -> int``
+``unpack_gather(raw, bits, table, out, base=None) -> int``
     ``out[i] = table[index i]`` of that stream, straight into the tensor ``out`` (no index
-    array between); returns the largest index, for the caller to check.
+    array between); returns the largest index, for the caller to check. With ``base`` (a
+    tensor of ``out``'s size and dtype, which may be ``out`` itself) ``out[i] = base[i] +
+    table[index i]``, one addition in the dtype (a residual's reconstruction, in one pass).
 ``delta_encode(prev, now, bins, rearrange) -> (symbols, groups)``,
-``delta_decode(prev, symbols, bins, rearrange) -> now``
-    ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back.
+``delta_decode(prev, symbols, bins, rearrange, groups=None) -> now``
+    ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back
+    (``groups``: ``bin_counts(prev)`` when the caller has it, which the decoder then does not
+    count again); decoding raises :class:`~ckptzip.errors.CorruptCheckpointError` on a
+    symbol ``>= bins``.
 ``ans_encode(symbols, bounds, alphabet) -> (counts, words)``,
 ``ans_decode(words, bounds, counts, n) -> symbols``
     The ANS stage of :mod:`ckptzip.entropy` for contexts ``symbols[bounds[c]:bounds[c+1]]``;
     decoding raises :class:`~ckptzip.errors.CorruptCheckpointError` on a stream that does
     not end empty.
+``ans_decode_pair((words, bounds, counts, n), (words, bounds, counts, n)) -> (symbols, symbols)``
+    ``ans_decode`` of two independent streams, in one loop that steps both (the compiled
+    one: each stream's steps wait on each other, not on the other stream's); errors as two
+    calls in turn raise them.
 ``ans_counts(symbols, bounds, alphabet) -> counts``
     The ``(contexts, alphabet)`` uint32 symbol counts of each context.
 ``ans_lanes_encode(symbols, bounds, counts, block, lanes, threads=1) -> (lengths, words)``,
-``ans_lanes_decode(words, lengths, bounds, counts, n, block, lanes, *, table, out, threads)``
+``ans_lanes_decode(words, lengths, bounds, counts, n, block, lanes, *, table, out, threads, base)``
     The ``"ans-lanes"`` layout of :mod:`ckptzip.entropy`: blocks of ``block`` symbols, each
     split into ``lanes`` interleaved streams (symbol ``i`` of a block in lane ``i mod lanes``),
     every stream its own ``AnsCoder``; ``lengths`` holds each stream's word count, block by
     block, lane by lane. Decoding returns the symbols, or with ``table`` and ``out`` writes
     ``table[symbol]`` straight into the tensor ``out`` (2, 4 or 8 bytes an element) and
-    returns ``None``. ``threads`` code or decode contiguous ranges of blocks in parallel (the
-    compiled kernels release the GIL; the reference runs on one).
+    returns ``None`` (added to ``base`` as ``unpack_gather`` adds). ``threads`` code or
+    decode contiguous ranges of blocks in parallel (the compiled kernels release the GIL; the
+    reference runs on one).
 ``rle_split(symbols, bounds) -> (tokens, values, others, base, extra, extra_bits)``,
 ``rle_join(tokens, values, extra, extra_bits, bounds, others, base) -> symbols``
     The run-length form of the ``"rle+ans"`` back end of :mod:`ckptzip.entropy` (C in
@@ -124,6 +134,7 @@ __all__ = [
     "members",
     "ans_counts",
     "ans_decode",
+    "ans_decode_pair",
     "ans_encode",
     "ans_lanes_decode",
     "ans_lanes_encode",
@@ -202,6 +213,7 @@ delta_encode = _active.delta_encode
 delta_decode = _active.delta_decode
 ans_encode = _active.ans_encode
 ans_decode = _active.ans_decode
+ans_decode_pair = _active.ans_decode_pair
 ans_counts = _active.ans_counts
 ans_lanes_encode = _active.ans_lanes_encode
 ans_lanes_decode = _active.ans_lanes_decode

@@ -123,10 +123,24 @@ CKZ_API int32_t ckz_ans_lanes_encode(const uint8_t *sym, int64_t n, const int64_
 
 /* -- decoding -------------------------------------------------------------------------------*/
 
-static void put(const uint8_t *chunk, int64_t k, const void *table, int32_t size, void *out,
-                int64_t at) {
+/* out[at + j] = table[chunk[j]] (size 2, 4 or 8 bytes; the symbols themselves when table is
+ * NULL); with base (size 4: float, 8: double), out[at + j] = base[at + j] + table[chunk[j]],
+ * one IEEE addition in the tensor's dtype, which is what torch's `base + change` computes
+ * (a residual's reconstruction; base may be out itself). */
+static void put(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
+                const void *base, void *out, int64_t at) {
     if (table == NULL) {
         memcpy((uint8_t *)out + at, chunk, (size_t)k);
+    } else if (base != NULL && size == 4) {
+        const float *t = (const float *)table;
+        const float *b = (const float *)base + at;
+        float *o = (float *)out + at;
+        for (int64_t j = 0; j < k; j++) o[j] = b[j] + t[chunk[j]];
+    } else if (base != NULL) {
+        const double *t = (const double *)table;
+        const double *b = (const double *)base + at;
+        double *o = (double *)out + at;
+        for (int64_t j = 0; j < k; j++) o[j] = b[j] + t[chunk[j]];
     } else if (size == 2) {
         const uint16_t *t = (const uint16_t *)table;
         uint16_t *o = (uint16_t *)out + at;
@@ -142,11 +156,12 @@ static void put(const uint8_t *chunk, int64_t k, const void *table, int32_t size
     }
 }
 
-static void fill(int32_t s, int64_t k, const void *table, int32_t size, void *out, int64_t at) {
+static void fill(int32_t s, int64_t k, const void *table, int32_t size, const void *base,
+                 void *out, int64_t at) {
     uint8_t chunk[CHUNK];
     memset(chunk, s, sizeof chunk);
     for (int64_t j = 0; j < k; j += CHUNK)
-        put(chunk, k - j < CHUNK ? k - j : CHUNK, table, size, out, at + j);
+        put(chunk, k - j < CHUNK ? k - j : CHUNK, table, size, base, out, at + j);
 }
 
 /* One decoding step of lane state `s` (its words below `t`, down to `floor`). */
@@ -162,14 +177,16 @@ static void fill(int32_t s, int64_t k, const void *table, int32_t size, void *ou
     } while (0)
 
 /* Blocks [b_lo, b_hi) of the layout, into out: the symbols (table NULL, out uint8) or
- * table[symbol] (size 2, 4 or 8 bytes). starts[s] .. starts[s + 1] are stream s's words.
+ * table[symbol] (size 2, 4 or 8 bytes), added to base when it is not NULL (see put).
+ * starts[s] .. starts[s + 1] are stream s's words.
  * Returns 0 when every stream ends empty, 1 when coded data is left, 2 when a stream ends in
  * a zero word (no coder writes one). */
 CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *starts, int64_t n,
                                      const int64_t *bounds, int32_t contexts,
                                      int32_t alphabet, const uint32_t *counts, int64_t block,
                                      int32_t lanes, int64_t b_lo, int64_t b_hi,
-                                     const void *table, int32_t size, void *out) {
+                                     const void *table, int32_t size, const void *base,
+                                     void *out) {
     uint32_t left[257];
     uint8_t slot[1 << SLOT_BITS];
     uint8_t chunk[CHUNK];
@@ -196,7 +213,7 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
             const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
             int32_t only = only_symbol(row, alphabet);
             if (only >= 0) {
-                fill(only, run_hi - i, table, size, out, i);
+                fill(only, run_hi - i, table, size, base, out, i);
                 i = run_hi;
                 continue;
             }
@@ -232,7 +249,7 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
                         if (++l == lanes) l = 0;
                     }
                 }
-                put(chunk, stop - at, table, size, out, at);
+                put(chunk, stop - at, table, size, base, out, at);
             }
         }
         for (int32_t l = 0; l < lanes; l++)
@@ -244,11 +261,12 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
 /* -- packed indices straight into the output tensor --------------------------------------
  *
  * The LSB-first `bits`-bit stream of ckptzip/packing.py (the inverse of ckz_pack), each
- * index written as table[index] (size 2, 4 or 8 bytes) into out, CHUNK at a time through a
- * cache-resident buffer. Returns the largest index seen, which the caller checks against
- * its level count. */
+ * index written as table[index] (size 2, 4 or 8 bytes) into out, or added to base (see put),
+ * CHUNK at a time through a cache-resident buffer. Returns the largest index seen, which the
+ * caller checks against its level count. */
 CKZ_API int32_t ckz_unpack_gather(const uint8_t *data, int64_t n, int32_t bits,
-                                  const void *table, int32_t size, void *out) {
+                                  const void *table, int32_t size, const void *base,
+                                  void *out) {
     uint8_t chunk[CHUNK];
     uint8_t top = 0;
     uint64_t acc = 0;
@@ -279,7 +297,7 @@ CKZ_API int32_t ckz_unpack_gather(const uint8_t *data, int64_t n, int32_t bits,
             }
         }
         for (int64_t j = 0; j < k; j++) top = chunk[j] > top ? chunk[j] : top;
-        put(chunk, k, table, size, out, at);
+        put(chunk, k, table, size, base, out, at);
     }
     return top;
 }

@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ckptzip import _pages
 from ckptzip.errors import CorruptCheckpointError, StaleKernelsError
 from ckptzip.kernels import _native  # type: ignore[attr-defined]  # built by setup.py
 from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 5
+_ABI_VERSION = 6
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -57,20 +58,23 @@ _pack = _fn("ckz_pack", _I32, _P, _I64, _I32, _P)
 _unpack = _fn("ckz_unpack", None, _P, _I64, _I32, _P)
 _gather = _fn("ckz_gather", None, _P, _I64, _P, _I32, _P)
 _delta_enc = _fn("ckz_delta_encode", _I32, _P, _P, _I64, _I32, _I32, _P, _P)
-_delta_dec = _fn("ckz_delta_decode", _I32, _P, _P, _I64, _I32, _I32, _P)
+_delta_dec = _fn("ckz_delta_decode", _I32, _P, _P, _I64, _I32, _I32, _P, _P)
 _mrank = _fn("ckz_magnitude_rank", None, _P, _I64, _I32, _P)
 _positions = _fn("ckz_positions", _I64, _P, _I64, _I32, _I32, _P)
 _kmeans = _fn("ckz_kmeans", _I32, _P, _P, _I64, _I32, _I32, _P, _I32, _P)
 _ans_counts = _fn("ckz_ans_counts", None, _P, _P, _I32, _I32, _P)
 _ans_enc = _fn("ckz_ans_encode", _I64, _P, _P, _I32, _I32, _P, _P, _I64)
 _ans_dec = _fn("ckz_ans_decode", _I32, _P, _I64, _P, _I32, _I32, _P, _P)
-_unpack_gather = _fn("ckz_unpack_gather", _I32, _P, _I64, _I32, _P, _I32, _P)
+_ans_dec2 = _fn(
+    "ckz_ans_decode2", _I32, _P, _I64, _P, _I32, _I32, _P, _P, _P, _I64, _P, _I32, _I32, _P, _P
+)
+_unpack_gather = _fn("ckz_unpack_gather", _I32, _P, _I64, _I32, _P, _I32, _P, _P)
 _lanes_enc = _fn(
     "ckz_ans_lanes_encode", _I32, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P, _I64, _P
 )
 _lanes_dec = _fn(
     "ckz_ans_lanes_decode", _I32, _P, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P,
-    _I32, _P,
+    _I32, _P, _P,
 )  # fmt: skip
 # the quantizer's fused passes
 _F32 = ctypes.c_float
@@ -275,7 +279,7 @@ def gather(levels: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
     table = torch.zeros(256, dtype=levels.dtype)
     table[: levels.numel()] = levels
     flat = _contig(idx, np.uint8)
-    out = torch.empty(flat.size, dtype=levels.dtype)
+    out = _pages.empty(flat.size, levels.dtype)  # a load's output: see ckptzip._pages
     _gather(_ptr(flat), flat.size, _ptr(table), size, _ptr(out))
     return out
 
@@ -304,10 +308,26 @@ def delta_encode(
     return out, groups[:bins].tolist()
 
 
-def delta_decode(prev: np.ndarray, symbols: np.ndarray, bins: int, rearrange: bool) -> np.ndarray:
+def delta_decode(
+    prev: np.ndarray,
+    symbols: np.ndarray,
+    bins: int,
+    rearrange: bool,
+    groups: np.ndarray | None = None,
+) -> np.ndarray:
     p, s = _contig(prev, np.uint8), _contig(symbols, np.uint8)
     out = np.empty(p.size, dtype=np.uint8)
-    _delta_dec(_ptr(p), _ptr(s), p.size, bins, int(rearrange), _ptr(out))
+    known = None
+    if rearrange and groups is not None:
+        known = _contig(groups, np.int64)
+        if known.size != 256:
+            raise ValueError(f"groups holds {known.size} counts, not 256")
+    bad = _delta_dec(
+        _ptr(p), _ptr(s), p.size, bins, int(rearrange), None if known is None else _ptr(known),
+        _ptr(out),
+    )  # fmt: skip
+    if bad:
+        raise CorruptCheckpointError(f"delta payload holds a difference >= bins={bins}")
     return out
 
 
@@ -333,7 +353,11 @@ def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int
     b = _contig(bounds, np.int64)
     c = _contig(counts, np.uint32)
     out = np.empty(n, dtype=np.uint8)
-    status = _ans_dec(_ptr(w), w.size, _ptr(b), b.size - 1, c.shape[1], _ptr(c), _ptr(out))
+    _ans_status(_ans_dec(_ptr(w), w.size, _ptr(b), b.size - 1, c.shape[1], _ptr(c), _ptr(out)))
+    return out
+
+
+def _ans_status(status: int) -> None:
     if status == 2:
         raise CorruptCheckpointError(
             "ans payload does not decode: Invalid compressed data: ANS compressed data never "
@@ -341,7 +365,27 @@ def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int
         )
     if status:
         raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
-    return out
+
+
+def ans_decode_pair(
+    first: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+    second: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    args: list[Any] = []
+    outs = []
+    keep = []  # the contiguous copies must outlive the call
+    for words, bounds, counts, n in (first, second):
+        w, b, c = _contig(words, np.uint32), _contig(bounds, np.int64), _contig(counts, np.uint32)
+        out = np.empty(n, dtype=np.uint8)
+        keep += [w, b, c]
+        outs.append(out)
+        args += [_ptr(w), w.size, _ptr(b), b.size - 1, c.shape[1], _ptr(c), _ptr(out)]
+    status = _ans_dec2(*args)
+    if status < 0:
+        raise MemoryError("ckz_ans_decode2 could not allocate its two decoders")
+    _ans_status(status & 3)  # the first stream's error first, as two calls in turn report
+    _ans_status(status >> 2)
+    return outs[0], outs[1]
 
 
 def ans_counts(symbols: np.ndarray, bounds: np.ndarray, alphabet: int) -> np.ndarray:
@@ -397,7 +441,12 @@ def ans_lanes_decode(
     table: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     threads: int = 1,
+    base: torch.Tensor | None = None,
 ) -> np.ndarray | None:
+    if base is not None and not _adds(base, out):
+        return ref.ans_lanes_decode(
+            words, lengths, bounds, counts, n, block, lanes, table=table, out=out, base=base
+        )
     w = _contig(words, np.uint32)
     starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
     b = _contig(bounds, np.int64)
@@ -414,7 +463,8 @@ def ans_lanes_decode(
         return int(
             _lanes_dec(
                 _ptr(w), _ptr(starts), n, _ptr(b), b.size - 1, c.shape[1], _ptr(c), block, lanes,
-                lo, hi, None if tab is None else _ptr(tab), size, dst,
+                lo, hi, None if tab is None else _ptr(tab), size,
+                None if base is None else _ptr(base), dst,
             )
         )  # fmt: skip
 
@@ -433,12 +483,40 @@ def _table256(table: torch.Tensor) -> torch.Tensor:
     return padded
 
 
-def unpack_gather(raw: np.ndarray, bits: int, table: torch.Tensor, out: torch.Tensor) -> int:
-    if out.element_size() not in (2, 4, 8) or out.device.type != "cpu":
-        return ref.unpack_gather(raw, bits, table, out)
+def _adds(base: torch.Tensor, out: torch.Tensor | None) -> bool:
+    """Whether the compiled ``out = base + table[index]`` covers these tensors: the same
+    float32 or float64 dtype and size, on the CPU, contiguous."""
+    return (
+        out is not None
+        and base.dtype == out.dtype
+        and base.dtype in (torch.float32, torch.float64)
+        and base.device.type == "cpu"
+        and out.device.type == "cpu"
+        and base.numel() == out.numel()
+        and base.is_contiguous()
+        and out.is_contiguous()
+    )
+
+
+def unpack_gather(
+    raw: np.ndarray,
+    bits: int,
+    table: torch.Tensor,
+    out: torch.Tensor,
+    base: torch.Tensor | None = None,
+) -> int:
+    if (
+        out.element_size() not in (2, 4, 8)
+        or out.device.type != "cpu"
+        or (base is not None and not _adds(base, out))
+    ):
+        return ref.unpack_gather(raw, bits, table, out, base)
     r = _contig(raw, np.uint8)
     tab = _table256(table)
-    return int(_unpack_gather(_ptr(r), out.numel(), bits, _ptr(tab), out.element_size(), _ptr(out)))
+    b = None if base is None else _ptr(base)
+    return int(
+        _unpack_gather(_ptr(r), out.numel(), bits, _ptr(tab), out.element_size(), b, _ptr(out))
+    )
 
 
 _rle_split = _fn("ckz_rle_split", _I64, _P, _P, _I32, _P, _P, _P, _P, _P, _P, _P)

@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 5 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 6 /* also covers _entropy.c's and _delta.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -299,14 +299,23 @@ CKZ_API int32_t ckz_delta_encode(const uint8_t *prev, const uint8_t *now, int64_
     return top_prev | (top_now << 8);
 }
 
-/* The inverse; returns 0, or 1 when a symbol is >= bins. */
+CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups); /* _delta.c */
+
+/* The inverse; returns 0, or 1 when a symbol is >= bins. With rearrange, `known` (may be
+ * NULL) holds the 256 group sizes of prev when the caller counted them already (its ANS
+ * contexts need them): counting again here cost 40 % of this pass (a store-to-load chain on
+ * the counter of the most common bin). */
 CKZ_API int32_t ckz_delta_decode(const uint8_t *prev, const uint8_t *sym, int64_t n,
-                                 int32_t bins, int32_t rearrange, uint8_t *out) {
+                                 int32_t bins, int32_t rearrange, const int64_t *known,
+                                 uint8_t *out) {
     int64_t offset[256];
     int64_t groups[256];
-    memset(groups, 0, sizeof groups);
-    if (rearrange)
-        for (int64_t i = 0; i < n; i++) groups[prev[i]]++;
+    if (rearrange && known)
+        memcpy(groups, known, sizeof groups);
+    else if (rearrange)
+        ckz_bin_counts(prev, n, groups);
+    else
+        memset(groups, 0, sizeof groups);
     int64_t acc = 0;
     for (int b = 0; b < 256; b++) {
         offset[b] = acc;
@@ -592,6 +601,124 @@ CKZ_API int32_t ckz_ans_decode(const uint32_t *words, int64_t nw, const int64_t 
         }
     }
     return state == 0 ? 0 : 1;
+}
+
+/* Two independent streams decoded in one loop: ckz_ans_decode of each, the same symbols and
+ * status, but each step of one stream waits on its own last step only, so the two chains of
+ * dependent loads and multiplies overlap (the run tokens and the other symbols of an "rle+ans"
+ * payload are two such streams of about the same length). Returns status_a | status_b << 2. */
+typedef struct {
+    const uint32_t *words;
+    int64_t top;
+    uint64_t state;
+    const int64_t *bounds;
+    int32_t contexts, alphabet, c;
+    const uint32_t *counts;
+    uint8_t *out;
+    int64_t i, hi; /* the current context's next position and end */
+    uint32_t left[257];
+    uint8_t slot[4096];
+} ans_stream;
+
+static int32_t ans_stream_open(ans_stream *d, const uint32_t *words, int64_t nw,
+                               const int64_t *bounds, int32_t contexts, int32_t alphabet,
+                               const uint32_t *counts, uint8_t *out) {
+    d->words = words, d->top = nw, d->state = 0, d->bounds = bounds;
+    d->contexts = contexts, d->alphabet = alphabet, d->counts = counts, d->out = out;
+    d->c = -1, d->i = d->hi = 0;
+    if (nw > 0 && words[nw - 1] == 0) return 2;
+    if (d->top > 0) d->state = words[--d->top];
+    if (d->top > 0) d->state = (d->state << 32) | words[--d->top];
+    return 0;
+}
+
+/* Move to the next context with symbols to decode (filling single-symbol ones); 0 at the end */
+static int ans_stream_next(ans_stream *d) {
+    while (++d->c < d->contexts) {
+        const uint32_t *row = d->counts + (size_t)d->c * (size_t)d->alphabet;
+        int64_t lo = d->bounds[d->c], hi = d->bounds[d->c + 1];
+        if (hi <= lo) continue;
+        if (distinct(row, d->alphabet) <= 1) {
+            uint8_t only = 0;
+            for (int32_t s = 0; s < d->alphabet; s++)
+                if (row[s]) only = (uint8_t)s;
+            memset(d->out + lo, only, (size_t)(hi - lo));
+            continue;
+        }
+        ckz_ans_model(row, d->alphabet, d->left);
+        int32_t s = 0;
+        for (uint32_t k = 0; k < 4096; k++) {
+            uint32_t q = k << (ANS_PRECISION - 12);
+            while (d->left[s + 1] <= q) s++;
+            d->slot[k] = (uint8_t)s;
+        }
+        d->i = lo, d->hi = hi;
+        return 1;
+    }
+    return 0;
+}
+
+#define ANS_STEP(state, top, words, left, slot, dst)                                       \
+    do {                                                                                   \
+        uint32_t q_ = (uint32_t)((state) & (ANS_TOTAL - 1));                               \
+        uint32_t y_ = (slot)[q_ >> (ANS_PRECISION - 12)];                                  \
+        while ((left)[y_ + 1] <= q_) y_++;                                                 \
+        (state) = ((state) >> ANS_PRECISION) * (uint64_t)((left)[y_ + 1] - (left)[y_]) +    \
+                  (uint64_t)(q_ - (left)[y_]);                                             \
+        if ((state) < ((uint64_t)1 << 32) && (top) > 0)                                    \
+            (state) = ((state) << 32) | (words)[--(top)];                                  \
+        (dst) = (uint8_t)y_;                                                               \
+    } while (0)
+
+static void ans_stream_run(ans_stream *d, int64_t k) { /* k symbols of the current context */
+    uint64_t state = d->state;
+    int64_t top = d->top, i = d->i;
+    const uint32_t *words = d->words, *left = d->left;
+    const uint8_t *slot = d->slot;
+    uint8_t *out = d->out;
+    for (int64_t end = i + k; i < end; i++) ANS_STEP(state, top, words, left, slot, out[i]);
+    d->state = state, d->top = top, d->i = i;
+}
+
+CKZ_API int32_t ckz_ans_decode2(const uint32_t *words_a, int64_t nw_a, const int64_t *bounds_a,
+                                int32_t contexts_a, int32_t alphabet_a,
+                                const uint32_t *counts_a, uint8_t *out_a,
+                                const uint32_t *words_b, int64_t nw_b, const int64_t *bounds_b,
+                                int32_t contexts_b, int32_t alphabet_b,
+                                const uint32_t *counts_b, uint8_t *out_b) {
+    ans_stream *d = (ans_stream *)malloc(2 * sizeof(ans_stream));
+    if (d == NULL) return -1;
+    ans_stream *a = d, *b = d + 1;
+    int32_t sa = ans_stream_open(a, words_a, nw_a, bounds_a, contexts_a, alphabet_a, counts_a,
+                                 out_a);
+    int32_t sb = ans_stream_open(b, words_b, nw_b, bounds_b, contexts_b, alphabet_b, counts_b,
+                                 out_b);
+    if (sa || sb) {
+        free(d);
+        return sa | (sb << 2);
+    }
+    int live_a = ans_stream_next(a), live_b = ans_stream_next(b);
+    while (live_a && live_b) {
+        int64_t k = a->hi - a->i < b->hi - b->i ? a->hi - a->i : b->hi - b->i;
+        uint64_t st_a = a->state, st_b = b->state;
+        int64_t top_a = a->top, top_b = b->top, ia = a->i, ib = b->i;
+        const uint32_t *wa = a->words, *wb = b->words, *la = a->left, *lb = b->left;
+        const uint8_t *ta = a->slot, *tb = b->slot;
+        uint8_t *oa = a->out, *ob = b->out;
+        for (int64_t j = 0; j < k; j++, ia++, ib++) {
+            ANS_STEP(st_a, top_a, wa, la, ta, oa[ia]);
+            ANS_STEP(st_b, top_b, wb, lb, tb, ob[ib]);
+        }
+        a->state = st_a, b->state = st_b, a->top = top_a, b->top = top_b, a->i = ia, b->i = ib;
+        if (a->i == a->hi) live_a = ans_stream_next(a);
+        if (b->i == b->hi) live_b = ans_stream_next(b);
+    }
+    for (; live_a; live_a = ans_stream_next(a)) ans_stream_run(a, a->hi - a->i);
+    for (; live_b; live_b = ans_stream_next(b)) ans_stream_run(b, b->hi - b->i);
+    sa = a->state == 0 ? 0 : 1;
+    sb = b->state == 0 ? 0 : 1;
+    free(d);
+    return sa | (sb << 2);
 }
 
 /* == the quantizer's fused passes ========================================================

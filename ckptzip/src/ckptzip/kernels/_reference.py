@@ -423,11 +423,25 @@ def unpack(raw: np.ndarray, bits: int, n: int) -> np.ndarray:
     return out.reshape(-1)[:n].copy()
 
 
-def unpack_gather(raw: np.ndarray, bits: int, table: torch.Tensor, out: torch.Tensor) -> int:
+def _put(values: torch.Tensor, out: torch.Tensor, base: torch.Tensor | None) -> None:
+    """``out = values``, or ``out = base + values`` (one addition in the dtype)."""
+    if base is None:
+        out.copy_(values)
+    else:
+        torch.add(base.reshape(-1), values, out=out.reshape(-1))
+
+
+def unpack_gather(
+    raw: np.ndarray,
+    bits: int,
+    table: torch.Tensor,
+    out: torch.Tensor,
+    base: torch.Tensor | None = None,
+) -> int:
     idx = unpack(raw, bits, out.numel())
     top = int(idx.max(initial=0))
     if top < table.numel():  # else the caller refuses the stream: nothing to gather
-        out.copy_(gather(table, idx))
+        _put(gather(table, idx), out, base)
     return top
 
 
@@ -445,7 +459,16 @@ def delta_encode(
     return diff, groups
 
 
-def delta_decode(prev: np.ndarray, symbols: np.ndarray, bins: int, rearrange: bool) -> np.ndarray:
+def delta_decode(
+    prev: np.ndarray,
+    symbols: np.ndarray,
+    bins: int,
+    rearrange: bool,
+    groups: np.ndarray | None = None,
+) -> np.ndarray:
+    del groups  # the fast kernel's shortcut (prev's bin counts); the sort finds the groups
+    if symbols.size and int(symbols.max()) >= bins:
+        raise CorruptCheckpointError(f"delta payload holds a difference >= bins={bins}")
     if rearrange:
         diff = np.empty_like(symbols)
         diff[np.argsort(prev, kind="stable")] = symbols
@@ -513,6 +536,13 @@ def ans_decode(words: np.ndarray, bounds: np.ndarray, counts: np.ndarray, n: int
     if not empty:
         raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
     return out
+
+
+def ans_decode_pair(
+    first: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+    second: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    return ans_decode(*first), ans_decode(*second)
 
 
 # -- ANS in lanes (the "ans-lanes" layout of ckptzip.entropy) --------------------------------------
@@ -596,6 +626,7 @@ def ans_lanes_decode(
     table: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     threads: int = 1,
+    base: torch.Tensor | None = None,
 ) -> np.ndarray | None:
     from constriction import stream
 
@@ -625,7 +656,7 @@ def ans_lanes_decode(
         raise CorruptCheckpointError(f"ans payload does not decode: {exc}") from exc
     if table is None or out is None:
         return symbols
-    out.copy_(gather(table, symbols))
+    _put(gather(table, symbols), out, base)
     return None
 
 
