@@ -63,3 +63,14 @@ def test_a_load_returns_the_same_values_with_and_without_the_advice(
     plain = ckptzip.load(tmp_path / "s.ckz")
     for k in state:
         assert torch.equal(advised[k].view(torch.int32), plain[k].view(torch.int32))
+
+
+def test_the_environment_turns_the_advice_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    _pages._madvise.cache_clear()
+    monkeypatch.setenv("CKPTZIP_HUGE_PAGES", "0")
+    try:
+        assert _pages._madvise() is None
+        x = _pages.empty(_pages.MIN_BYTES, torch.uint8)  # an ordinary tensor, not advised
+        assert x.numel() == _pages.MIN_BYTES
+    finally:
+        _pages._madvise.cache_clear()  # the next caller reads the environment again

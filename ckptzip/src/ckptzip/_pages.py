@@ -12,7 +12,10 @@ this and 87.9 ms without.
 a large tensor's memory before anything touches it: what ``torch``'s own
 ``THP_MEM_ALLOC_ENABLE=1`` does for every allocation, here only for a load's outputs. It
 changes no value, only how the memory is mapped; where the call is unavailable (not Linux,
-no such advice) or refused, the tensor is an ordinary one.
+no such advice) or refused, the tensor is an ordinary one. ``CKPTZIP_HUGE_PAGES=0`` in the
+environment (read once, at the first large load) turns the advice off: on a host whose memory
+is fragmented, the kernel may compact memory to find huge pages, a stall the process would
+rather not take.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import mmap
+import os
 import sys
 from collections.abc import Callable
 
@@ -38,6 +42,8 @@ allocation shares its pages with other objects."""
 
 @functools.cache
 def _madvise() -> Callable[[int, int], int] | None:
+    if os.environ.get("CKPTZIP_HUGE_PAGES", "1") == "0":
+        return None  # turned off by the user
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if not sys.platform.startswith("linux") or advice is None:
         return None
