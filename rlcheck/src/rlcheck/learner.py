@@ -968,9 +968,9 @@ class Policy:
         ):
             return self.mark()  # a cap dropped tables or rows: mark what is held
         for point, states in merged:
-            rows, held = held_now[point]._rows, marked[point]
+            now, held = held_now[point]._rows, marked[point]
             for state in states:
-                held[state] = rows[state][_HEAD:]
+                held[state] = now[state][_HEAD:]
         return PolicyMark(marked)
 
 
