@@ -113,13 +113,16 @@ from rlcheck.hypothesis.compat import (
     ConstantSource,
     IntervalSet,
     PrimitiveProvider,
+    RunEnd,
     bounded_fetch,
     choice_permitted,
     current_test,
     database_directory,
     database_key,
     default_provider,
+    ends_run,
     make_float_clamper,
+    on_run_end,
     run_random,
     simplest_choices,
 )
@@ -328,7 +331,13 @@ def policy_path(database: Any, database_key: bytes | None) -> Path | None:
 
 class _Persistence:
     """The learned policy of one test in its example database: load once, save the new
-    visits when asked and at the end (:class:`rlcheck.policy_store.DatabasePolicy`)."""
+    visits when asked and at the end (:class:`rlcheck.policy_store.DatabasePolicy`).
+
+    The end is the run's: :meth:`final_save` runs when the engine's run ends
+    (:func:`~rlcheck.hypothesis.compat.on_run_end`), or as the exception that ends it
+    leaves the test case (:func:`~rlcheck.hypothesis.compat.ends_run`); only a run that
+    ends some other way leaves it to the provider's collection (``weakref.finalize``:
+    garbage collection or interpreter exit). It holds no reference to the provider."""
 
     def __init__(self, database: Any, key: bytes, policy: Policy) -> None:
         self.store = DatabasePolicy(
@@ -360,7 +369,7 @@ class _Persistence:
         self.last_save = time.monotonic()
 
     def final_save(self) -> None:
-        # Runs from weakref.finalize (garbage collection or interpreter exit): never raise.
+        # Runs at the run's end, or from weakref.finalize: never raises.
         try:
             self.save(final=True)
         except Exception as exc:
@@ -537,6 +546,8 @@ class RLCheckProvider(PrimitiveProvider):
         self._started = False
         self._broken: BaseException | None = None
         self._persistence: _Persistence | None = None
+        self._final_save: weakref.finalize[Any, Any] | None = None
+        self._run_end: RunEnd | None = None
         self._name = "<unknown test>"
         self._in_test = False  # running inside a Hypothesis test (not called directly)
         self._max_examples = 100
@@ -586,22 +597,27 @@ class RLCheckProvider(PrimitiveProvider):
     def _episode(self) -> Iterator[None]:
         self._begin()
         outcome: Outcome | None = "valid"
+        last = False
         try:
             yield
         except REJECTIONS:
             # assume()/filter rejections and overruns: the input is not valid.
             outcome = "invalid"
             raise
-        except PASS_THROUGH:
+        except PASS_THROUGH as exc:
             # Interrupts, exits, hand-backs: no outcome, no reward.
             outcome = None
+            last = ends_run(exc)
             raise
-        except BaseException:
+        except BaseException as exc:
             # The test failed: an input that found a bug.
             outcome = "failure"
+            last = ends_run(exc)
             raise
         finally:
             self._end(outcome)
+            if last:
+                self._end_run()  # the exception ends the run: its end is now
 
     def _begin(self) -> None:
         if not self._started:
@@ -622,8 +638,8 @@ class RLCheckProvider(PrimitiveProvider):
             hand_back = self._should_hand_back() or exhausted
             if hand_back or self._tail_reached():
                 # The rest of the run is Hypothesis's own backend's: a hand-back (recorded
-                # as such), or the planned tail. Nothing more is learned in this run: save
-                # now, not whenever the provider is collected.
+                # as such), or the planned tail. Nothing more is learned in this run: the
+                # final save is now, not at the run's end.
                 if hand_back:
                     self._record(handed_back=True)
                 persistence = self._persistence
@@ -822,6 +838,21 @@ class RLCheckProvider(PrimitiveProvider):
 
     def _end(self, outcome: Outcome | None) -> None:
         # Never raises: an exception here would replace the test's own outcome.
+        try:
+            self._learn(outcome)
+        finally:
+            # The case's Hypothesis provider holds its ConjectureData, which holds this
+            # provider: dropped here, so no case outlives its run through a cycle of ours.
+            self._delegate = self._probe_case = None
+
+    def _end_run(self) -> None:
+        """The run's end: the final save now (see :class:`_Persistence`); never raises."""
+        if self._run_end is not None:
+            self._run_end.cancel()
+        if self._final_save is not None:
+            self._final_save()  # a weakref.finalize: runs once, then never again
+
+    def _learn(self, outcome: Outcome | None) -> None:
         if outcome is None or self._broken is not None:
             self._tree.abandon()
             return
@@ -921,7 +952,9 @@ class RLCheckProvider(PrimitiveProvider):
             if current.database is not None and key:
                 self._persistence = _Persistence(current.database, key, self._policy)
                 self._warm = self._persistence.load()
-                weakref.finalize(self, self._persistence.final_save)
+                self._final_save = weakref.finalize(self, self._persistence.final_save)
+                if self._in_test:
+                    self._run_end = on_run_end(self, self._final_save)
                 if self._warm and self._in_test:
                     # Guidance paid in earlier runs: learned cases from the first one on,
                     # with the earlier probes' valid rate (for the tail), where they ran
