@@ -32,6 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -73,16 +74,18 @@ def _key_and_db(name: str, root: Path) -> tuple[bytes, Any]:
     return keys[0], DirectoryBasedExampleDatabase(root / "db")
 
 
-def first_tests(name: str, mode: str, trained: Path, run_seed: int, n: int) -> list[float]:
+def first_tests(
+    name: str, mode: str, trained: Path, key: bytes, run_seed: int, n: int
+) -> list[float]:
     """One run of ``name``'s property in ``mode``, stopped after its ``n``-th test: the
-    CPU seconds from the call to the end of each test, then to the run's return."""
+    CPU seconds from the call to the end of each test, then to the run's return. The test
+    is filed under ``key`` (the trained one's: a warm run finds its policy)."""
+    from _runs import generate_only
     from etna import WORKLOADS as ALL
     from etna import _library, _Stop
     from hypothesis import given, seed
     from hypothesis.database import DirectoryBasedExampleDatabase
     from hypothesis.errors import UnsatisfiedAssumption
-
-    from _runs import generate_only
 
     workload = ALL[name]
     lib = _library(workload, None)
@@ -109,11 +112,10 @@ def first_tests(name: str, mode: str, trained: Path, run_seed: int, n: int) -> l
         probe._hypothesis_internal_add_digest = name.encode()  # type: ignore[attr-defined]
         backend = "hypothesis" if mode == "default" else "rlcheck"
         test = generate_only(backend, 10 * n, db)(seed(run_seed)(given(workload.strategy)(probe)))
+        test._hypothesis_internal_database_key = key  # type: ignore[attr-defined]
         start = time.process_time()
-        try:
+        with contextlib.suppress(_Stop):
             test()
-        except _Stop:
-            pass
         cpu.append(time.process_time() - start)
     return cpu
 
@@ -151,7 +153,9 @@ def measure(
                 runs: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
                 for rep in range(first_reps):
                     for mode in MODES:
-                        runs[mode].append(first_tests(name, mode, root / "db", 1000 + rep, first))
+                        runs[mode].append(
+                            first_tests(name, mode, root / "db", key, 1000 + rep, first)
+                        )
                 out[name]["first"] = {
                     mode: _first_summary(cpus, first) for mode, cpus in runs.items()
                 }
@@ -166,8 +170,7 @@ def _first_summary(cpus: list[list[float]], first: int) -> dict[str, Any]:
     shown = sorted({k for k in SHOWN if k <= first} | {first})
     return {
         **{
-            f"test_{k}_ms": round(statistics.median(c[k - 1] for c in cpus) * 1e3, 3)
-            for k in shown
+            f"test_{k}_ms": round(statistics.median(c[k - 1] for c in cpus) * 1e3, 3) for k in shown
         },
         "end_ms": round(statistics.median(c[-1] for c in cpus) * 1e3, 3),
         "runs_ms": [[round(x * 1e3, 3) for x in c] for c in cpus],
@@ -295,8 +298,10 @@ def _first_table(rounds: list[dict[str, Any]], first: int) -> dict[str, Any]:
     to the end of the shown tests and to the return; printed as a table."""
     shown = sorted({k for k in SHOWN if k <= first} | {first})
     table: dict[str, Any] = {}
-    print(f"CPU ms from the call to the end of test k (median of runs), and to the return")
-    print(f"{'tree':<8}{'workload':<10}{'mode':<9}" + "".join(f"{k:>8}" for k in shown) + "     end")
+    print("CPU ms from the call to the end of test k (median of runs), and to the return")
+    print(
+        f"{'tree':<8}{'workload':<10}{'mode':<9}" + "".join(f"{k:>8}" for k in shown) + "     end"
+    )
     for label in rounds[0]:
         for name in WORKLOADS:
             for mode in MODES:

@@ -866,8 +866,15 @@ def test_a_run_saves_its_final_policy_before_the_test_returns(
     # some later run (or never, here). Each way a run ends saves at that end. The probe
     # is on: its low valid rate here interleaves the tail, so no hand-back saves first.
     monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
-    db = InMemoryExampleDatabase()
+    made: list[RLCheckProvider] = []
+    original = RLCheckProvider.__init__
 
+    def spy(self: RLCheckProvider, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(RLCheckProvider, "__init__", spy)
+    db = InMemoryExampleDatabase()
     valid = 0
 
     @settings(backend="rlcheck", max_examples=40, database=db, **QUIET)
@@ -894,6 +901,9 @@ def test_a_run_saves_its_final_policy_before_the_test_returns(
         if enabled:
             gc.enable()
     assert len(writers) == 1 and writers[0]["final"], writers  # one value, this run's last
+    # and the run's tables are let go of then, not with the provider
+    (provider,) = made
+    assert provider._policy.n_states() == 0
 
 
 def test_the_run_end_hook_passes_every_run_s_statistics_on_and_unhooks() -> None:

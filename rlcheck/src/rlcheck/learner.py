@@ -433,6 +433,19 @@ class Policy:
             t = self._tables[point] = QTable(max_states=self.max_states)
         return t
 
+    def clear(self) -> None:
+        """Forget every learned value, in place (choosers made before see empty tables).
+
+        >>> p = Policy(seed=0)
+        >>> p.learn([("coin", (), 1)], 20.0)
+        >>> p.clear()
+        >>> p.n_states()
+        0
+        """
+        for table in self._tables.values():
+            _detach(table._rows.values())
+        self._tables.clear()
+
     @property
     def points(self) -> list[Hashable]:
         return list(self._tables)
@@ -1019,8 +1032,8 @@ def _row_since(row: list[float], head: int, before: list[float] | None) -> list[
     ``None`` if none."""
     if before is None:
         return row[head:] if any(row[head + 1 :: 2]) else None
-    if row[head + 1 :: 2] == before[1::2]:
-        return None  # no visit since (the usual row of a warm run): no list built
+    if row[head:] == before:
+        return None  # no visit since (most rows of a warm run)
     out = [0.0] * (len(row) - head)
     fresh = False
     for i in range(0, len(out), 2):

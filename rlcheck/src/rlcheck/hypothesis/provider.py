@@ -81,6 +81,7 @@ Hence:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import math
@@ -846,11 +847,18 @@ class RLCheckProvider(PrimitiveProvider):
             self._delegate = self._probe_case = None
 
     def _end_run(self) -> None:
-        """The run's end: the final save now (see :class:`_Persistence`); never raises."""
+        """The run's end: the final save now (see :class:`_Persistence`), then let go of
+        what only the run needed (the learned tables, the tree of its cases), which would
+        otherwise live as long as the provider: until a full garbage collection, since
+        Hypothesis's reference cycles hold it. Never raises."""
         if self._run_end is not None:
             self._run_end.cancel()
+            self._run_end = None
         if self._final_save is not None:
             self._final_save()  # a weakref.finalize: runs once, then never again
+        self._persistence = None
+        self._policy.clear()
+        self._tree = ChoiceTree()
 
     def _learn(self, outcome: Outcome | None) -> None:
         if outcome is None or self._broken is not None:
@@ -953,8 +961,9 @@ class RLCheckProvider(PrimitiveProvider):
                 self._persistence = _Persistence(current.database, key, self._policy)
                 self._warm = self._persistence.load()
                 self._final_save = weakref.finalize(self, self._persistence.final_save)
-                if self._in_test:
-                    self._run_end = on_run_end(self, self._final_save)
+                if self._in_test:  # (the hook must not keep the provider alive)
+                    ended = weakref.WeakMethod(self._end_run)
+                    self._run_end = on_run_end(self, functools.partial(_call_weak, ended))
                 if self._warm and self._in_test:
                     # Guidance paid in earlier runs: learned cases from the first one on,
                     # with the earlier probes' valid rate (for the tail), where they ran
@@ -1733,6 +1742,13 @@ class _ProbeCase(_Shaped):
         for value in self._values:
             node = node.setdefault(value, {})
         node[_END] = {}
+
+
+def _call_weak(method: weakref.WeakMethod[Any]) -> None:
+    """Call a weakly held method unless its object is gone."""
+    bound = method()
+    if bound is not None:
+        bound()
 
 
 def _small_range(min_value: int | None, max_value: int | None) -> bool:
