@@ -840,6 +840,33 @@ def test_a_warm_run_still_runs_the_probes_simplest_extensions_between_learned_ca
     assert at == list(range(1, 2 * len(at), 2))
 
 
+def test_a_warm_run_interleaves_provider_cases_with_its_first_learned_cases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With warm_probe_cases (off by default: measured worse on benchmarks/etna.py), a warm
+    # run, which runs no probe, still runs that many of Hypothesis's provider cases, one
+    # before each of its first learned cases; their rate joins the stored probe's.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_cases", 6)
+    trained = InMemoryExampleDatabase()
+    _first_inputs(trained, 0, 0)
+    at: list[int] = []
+    seen: list[Any] = []
+    original = provider_module._ProbeCase.__init__
+
+    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool) -> None:
+        assert not simplest  # the provider's own cases, no simplest extension
+        at.append(len(seen))
+        original(self, inner, tree, simplest=simplest)
+
+    monkeypatch.setattr(provider_module._ProbeCase, "__init__", spy)
+    _, test = _first_inputs(trained, 0, 0, every=seen)
+    assert at == [1, 3, 5, 7, 9, 11]  # after the engine's own first case, alternating
+    stored = Policy()
+    DatabasePolicy(trained, database_key(test), meta=provider_module._POLICY_META).load(stored)
+    assert stored.table(provider_module._PROBE_POINT).value((), 0)[1] == 20 + 6
+
+
 class _RunStopped(BaseException):
     """A BaseException of the test's own: Hypothesis lets it end the run."""
 

@@ -462,6 +462,10 @@ class RLCheckProvider(PrimitiveProvider):
     #: warm runs took 0.71x the default's tests to failure with them, 0.48x without
     #: (10 seeds; README).
     warm_probe_simplest: ClassVar[bool] = False
+    #: How many cases of Hypothesis's provider a run that loaded a policy interleaves
+    #: with its first learned cases, one before each (:meth:`_warm_provider_turn`; they
+    #: are the probe's cases, counted in its stored rate). 0: off (measured: README).
+    warm_probe_cases: ClassVar[int] = 0
     #: Valid cases (and failures) per case of the probe at or above which guidance has
     #: nothing to gain: the test rejects too few inputs for learning to raise the rate.
     #: Repeats do not count against it: Hypothesis's engine steers away from the choice
@@ -668,6 +672,9 @@ class RLCheckProvider(PrimitiveProvider):
                 cases = self._ledger.cases
                 if self._delegate is None or not self._in_test:
                     pass
+                elif self._warm_provider_turn():
+                    self._probe_case = _ProbeCase(self._delegate, self._probe_tree, simplest=False)
+                    self._delegate = self._probe_case
                 elif self._probing() or self._warm_simplest_turn():
                     self._probe_case = _ProbeCase(
                         self._delegate,
@@ -709,6 +716,7 @@ class RLCheckProvider(PrimitiveProvider):
             self._probing()
             or self._probe_length <= self._ledger.cases < self._probe_end()  # its small cases
             or self._warm_simplest_turn()
+            or self._warm_provider_turn()
         ):
             return True  # the probe: what Hypothesis's own provider makes of this test
         share = type(self).default_share
@@ -780,6 +788,17 @@ class RLCheckProvider(PrimitiveProvider):
             and self._probe_simplest < type(self).probe_simplest_cases
             and 2 * self._probe_simplest <= self._ledger.cases
             and self._simplest_streak < _SIMPLEST_PATIENCE
+        )
+
+    def _warm_provider_turn(self) -> bool:
+        """Whether a warm run's next case is Hypothesis's provider's (with
+        :attr:`warm_probe_cases`): one before each of its first learned cases, until
+        there are that many."""
+        return (
+            self._warm
+            and self._probe_seen < type(self).warm_probe_cases
+            and self._probe_rate is not None
+            and 2 * self._probe_seen <= self._ledger.cases
         )
 
     def _probe_end(self) -> int:
