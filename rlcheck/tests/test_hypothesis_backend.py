@@ -1024,6 +1024,7 @@ def test_a_provider_keeps_no_test_case_after_it_ended(monkeypatch: pytest.Monkey
 
     # A case's data holds its provider: a reference back would be a cycle through us.
     assert not reaches_data(provider, 8)
+    assert provider._policy.n_states() == 0  # its tables let go of as the run ended
 
 
 @pytest.mark.parametrize(

@@ -961,6 +961,9 @@ class RLCheckProvider(PrimitiveProvider):
             self._fail(exc)
 
     def _configure(self, test: Any, source: random.Random | None) -> None:
+        if self._in_test:  # its end: _end_run (the hook must not keep the provider alive)
+            ended = weakref.WeakMethod(self._end_run)
+            self._run_end = on_run_end(self, functools.partial(_call_weak, ended))
         current = hypothesis_settings.default
         if current is not None:
             from hypothesis import HealthCheck
@@ -980,9 +983,6 @@ class RLCheckProvider(PrimitiveProvider):
                 self._persistence = _Persistence(current.database, key, self._policy)
                 self._warm = self._persistence.load()
                 self._final_save = weakref.finalize(self, self._persistence.final_save)
-                if self._in_test:  # (the hook must not keep the provider alive)
-                    ended = weakref.WeakMethod(self._end_run)
-                    self._run_end = on_run_end(self, functools.partial(_call_weak, ended))
                 if self._warm and self._in_test:
                     # Guidance paid in earlier runs: learned cases from the first one on,
                     # with the earlier probes' valid rate (for the tail), where they ran
