@@ -104,6 +104,17 @@ _variant("rlcheck-nosimplest", probe_simplest_cases=0)
 # measured as "rlcheck-warm-ws1": a warm backend "rlcheck-warm<x>" runs "rlcheck<x>" on
 # the policy "rlcheck" learned
 _variant("rlcheck-ws1", warm_probe_simplest=True)
+# how much of the learned half mutates earlier valid cases (the default: 0.5)
+_variant("rlcheck-ms25", mutate_share=0.25)
+_variant("rlcheck-ms75", mutate_share=0.75)
+# invalid cases of Hypothesis's provider in a row before a learned one, where its valid
+# rate is below the tail's (the default: 30)
+_variant("rlcheck-p1", default_patience=1)
+_variant("rlcheck-p5", default_patience=5)
+# a warm run that interleaves that many of Hypothesis's provider cases with its first
+# learned ones (measured as "rlcheck-warm-wp10" / "-wp20")
+_variant("rlcheck-wp10", warm_probe_cases=10)
+_variant("rlcheck-wp20", warm_probe_cases=20)
 
 
 class _Stop(BaseException):

@@ -16,6 +16,14 @@ plain run. Any other suite can be measured in its own directory::
     python benchmarks/overhead.py --rounds 5 --json out.json
     python benchmarks/overhead.py --suite /path/to/project/tests --cwd /path/to/project \\
         --modes default rlcheck -- -k "not slow"
+    python benchmarks/overhead.py --before /tmp/main/rlcheck   # each mode on both trees
+
+With ``--before DIR`` (another checkout's ``rlcheck`` directory) every mode also runs with
+that tree's ``src`` first on ``PYTHONPATH`` (``<mode>@before``), right after the same mode
+on this tree, in every round: the plain run too, since pytest loads rlcheck's plugin in
+every run of an environment where it is installed. Each tree then keeps its example
+database (learned policies) in a fresh directory of its own
+(``HYPOTHESIS_STORAGE_DIRECTORY``): the first round starts cold, later rounds warm, alike.
 
 Every run gets ``-p no:cacheprovider -p no:randomly -q`` and writes a JUnit XML report; the
 benchmark compares each test's outcome with the plain run's of the same round and lists every
@@ -38,6 +46,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -61,14 +70,28 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(suite: str, cwd: Path, flags: list[str], extra: list[str]) -> dict[str, Any]:
-    """One pytest run: its wall-clock and CPU seconds, and each test's outcome."""
+def run_once(
+    suite: str,
+    cwd: Path,
+    flags: list[str],
+    extra: list[str],
+    src: Path | None = None,
+    storage: Path | None = None,
+) -> dict[str, Any]:
+    """One pytest run (``src``: rlcheck's source tree, first on ``PYTHONPATH``;
+    ``storage``: Hypothesis's storage directory): its wall-clock and CPU seconds, and each
+    test's outcome."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
+    if storage is not None:
+        env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(storage)
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider"]
         cmd += ["-p", "no:randomly", f"--junitxml={junit}", *flags, *extra]
         cpu0, wall0 = _children_cpu(), time.perf_counter()
-        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, env=env)
         wall, cpu = time.perf_counter() - wall0, _children_cpu() - cpu0
         if done.returncode not in (0, 1, 5) or not junit.exists():
             sys.stderr.write(done.stdout[-3000:] + done.stderr[-2000:])
@@ -135,8 +158,19 @@ def broken_tests(plain: dict[str, str], other: dict[str, str]) -> list[str]:
 
 
 def measure(
-    suite: str, cwd: Path, modes: list[str], rounds: int, extra: list[str]
+    suite: str,
+    cwd: Path,
+    modes: list[str],
+    rounds: int,
+    extra: list[str],
+    before: Path | None = None,
 ) -> dict[str, Any]:
+    trees: dict[str, Path | None] = {"": None}
+    storage: dict[str, Path | None] = {"": None}
+    if before is not None:
+        trees["@before"] = before / "src"
+        storage = {label: Path(tempfile.mkdtemp(prefix="overhead-db-")) for label in trees}
+    modes = [mode + label for mode in modes for label in trees]
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     broken: dict[str, list[str]] = {mode: [] for mode in modes}
     changed: dict[str, list[str]] = {mode: [] for mode in modes}
@@ -145,7 +179,9 @@ def measure(
     for r in range(rounds):
         plain: dict[str, str] | None = None
         for mode in modes:
-            run = run_once(suite, cwd, MODES[mode], extra)
+            flags, _, label = mode.partition("@")
+            tree = "@" + label if label else ""
+            run = run_once(suite, cwd, MODES[flags], extra, trees[tree], storage[tree])
             outcomes = run.pop("outcomes")
             durations[mode].append(run.pop("durations"))
             if mode == "default":
@@ -166,6 +202,9 @@ def measure(
                 f"  cpu {last['cpu_s']:7.2f} s  passed {passed}/{len(outcomes)}",
                 flush=True,
             )
+    for path in storage.values():
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
     summary: dict[str, dict[str, float]] = {}
     for mode, samples in runs.items():
         summary[mode] = {
@@ -214,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=HERE / "results" / "overhead.json")
+    parser.add_argument("--before", type=Path, default=None, help="another rlcheck checkout")
     parser.add_argument("extra", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
     cwd = args.cwd or Path(args.suite).resolve().parent
@@ -222,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError:  # pragma: no cover - platforms without it
         load = float("nan")
     print(f"suite {args.suite}: {args.rounds} rounds of {', '.join(args.modes)}", flush=True)
-    result = measure(args.suite, cwd, args.modes, args.rounds, args.extra)
+    result = measure(args.suite, cwd, args.modes, args.rounds, args.extra, args.before)
     print()
     print(format_table(result["summary"]))
     if result["failing_plain"]:
@@ -241,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"BROKEN by {mode}: {name} passed in the plain run of its round")
     result.update(
         suite=args.suite,
+        before=None if args.before is None else str(args.before),
         extra=args.extra,
         rounds=args.rounds,
         load_before=load,

@@ -492,9 +492,7 @@ def test_a_run_that_ran_its_whole_small_domain_saves_no_policy(
 
         with collect_stats() as collected:
             small()
-        key = database_key(small)
-        del small  # the provider's last save, if any, runs now
-        gc.collect()
+        key = database_key(small)  # a run's last save, if any, came as it ended
         (only,) = collected.as_dict().values()
         return only, key
 
@@ -842,6 +840,193 @@ def test_a_warm_run_still_runs_the_probes_simplest_extensions_between_learned_ca
     assert at == list(range(1, 2 * len(at), 2))
 
 
+def test_a_warm_run_interleaves_provider_cases_with_its_first_learned_cases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With warm_probe_cases (off by default: measured worse on benchmarks/etna.py), a warm
+    # run, which runs no probe, still runs that many of Hypothesis's provider cases, one
+    # before each of its first learned cases; their rate joins the stored probe's.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_cases", 6)
+    trained = InMemoryExampleDatabase()
+    _first_inputs(trained, 0, 0)
+    at: list[int] = []
+    seen: list[Any] = []
+    original = provider_module._ProbeCase.__init__
+
+    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool) -> None:
+        assert not simplest  # the provider's own cases, no simplest extension
+        at.append(len(seen))
+        original(self, inner, tree, simplest=simplest)
+
+    monkeypatch.setattr(provider_module._ProbeCase, "__init__", spy)
+    _, test = _first_inputs(trained, 0, 0, every=seen)
+    assert at == [1, 3, 5, 7, 9, 11]  # after the engine's own first case, alternating
+    stored = Policy()
+    DatabasePolicy(trained, database_key(test), meta=provider_module._POLICY_META).load(stored)
+    assert stored.table(provider_module._PROBE_POINT).value((), 0)[1] == 20 + 6
+
+
+class _RunStopped(BaseException):
+    """A BaseException of the test's own: Hypothesis lets it end the run."""
+
+
+def _writers(db: Any, test: Any) -> list[dict[str, Any]]:
+    """The writer records of the policy values stored for ``test``."""
+    from rlcheck.policy_store import MAX_BYTES, MAX_ITEMS, _open_compact, _parse_compact
+
+    key = database_key(test)
+    assert key is not None
+    records = []
+    for value in db.fetch(key + KEY_SUFFIX):
+        header, _ = _parse_compact(_open_compact(value, MAX_BYTES, MAX_ITEMS)[0], None)
+        records.append(header["writer"])
+    return records
+
+
+@pytest.mark.parametrize("end", ["max_examples", "failure", "base_exception"])
+def test_a_run_saves_its_final_policy_before_the_test_returns(
+    end: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No garbage collection anywhere: the provider sits in Hypothesis's reference cycles
+    # (the runner, each case's data), so a save left to its collection would run during
+    # some later run (or never, here). Each way a run ends saves at that end. The probe
+    # is on: its low valid rate here interleaves the tail, so no hand-back saves first.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    made: list[RLCheckProvider] = []
+    original = RLCheckProvider.__init__
+
+    def spy(self: RLCheckProvider, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(RLCheckProvider, "__init__", spy)
+    db = InMemoryExampleDatabase()
+    valid = 0
+
+    @settings(backend="rlcheck", max_examples=40, database=db, **QUIET)
+    @given(st.lists(st.integers(0, 30)))
+    def inner(xs: list[int]) -> None:
+        nonlocal valid
+        assume(len(xs) >= 3 and _strictly_increasing(xs))
+        valid += 1
+        if end == "failure" and valid >= 30:
+            raise ValueError("found")
+        if end == "base_exception" and valid >= 30:
+            raise _RunStopped
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if end == "max_examples":
+            inner()
+        else:
+            with pytest.raises(ValueError if end == "failure" else _RunStopped):
+                inner()
+        writers = _writers(db, inner)
+    finally:
+        if enabled:
+            gc.enable()
+    assert len(writers) == 1 and writers[0]["final"], writers  # one value, this run's last
+    # and the run's tables are let go of then, not with the provider
+    (provider,) = made
+    assert provider._policy.n_states() == 0
+
+
+def test_the_run_end_hook_passes_every_run_s_statistics_on_and_unhooks() -> None:
+    from hypothesis.statistics import collector
+
+    from rlcheck.hypothesis.compat import run_statistics
+
+    seen: list[dict[str, Any]] = []
+    saves: list[bool] = []
+    original = provider_module._Persistence.final_save
+
+    def spy(self: Any) -> None:
+        saves.append(True)
+        original(self)
+
+    db = InMemoryExampleDatabase()
+    with pytest.MonkeyPatch.context() as m, run_statistics(seen.append):
+        m.setattr(provider_module._Persistence, "final_save", spy)
+        outer = collector.value
+        _make_test(db)()
+        assert collector.value is outer  # the hook is gone with its run
+        assert saves == [True]  # the final save, once, at the run's end
+        _make_test(db)()
+    assert len(seen) == 2 and all("generate-phase" in s for s in seen)  # still delivered
+
+
+def test_a_run_nested_in_a_case_does_not_end_the_outer_run() -> None:
+    events: list[str] = []
+    original = provider_module._Persistence.final_save
+
+    def spy(self: Any) -> None:
+        events.append("final save")
+        original(self)
+
+    @settings(backend="hypothesis", max_examples=3, database=None, **QUIET)
+    @given(st.integers())
+    def nested(n: int) -> None:
+        pass
+
+    db = InMemoryExampleDatabase()
+
+    @settings(backend="rlcheck", max_examples=30, database=db, **QUIET)
+    @given(st.lists(st.integers(0, 9)))
+    def outer(xs: list[int]) -> None:
+        assume(len(xs) >= 2 and _strictly_increasing(xs))
+        if "nested" not in events:
+            nested()  # its end is not the outer run's
+            events.append("nested")
+        events.append("case")
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(provider_module._Persistence, "final_save", spy)
+        outer()
+    assert events.count("final save") == 1
+    assert events.index("final save") > len(events) - 2 - events[::-1].index("case")
+
+
+def test_a_provider_keeps_no_test_case_after_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hypothesis.internal.conjecture.data import ConjectureData
+
+    made: list[RLCheckProvider] = []
+    original = RLCheckProvider.__init__
+
+    def spy(self: RLCheckProvider, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(RLCheckProvider, "__init__", spy)
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+
+    # The run ends within the probe, whose cases are Hypothesis's provider's.
+    @settings(backend="rlcheck", max_examples=5, database=None, **QUIET)
+    @given(st.integers())
+    def inner(n: int) -> None:
+        pass
+
+    inner()
+    (provider,) = made
+
+    import types
+
+    seen: set[int] = set()
+
+    def reaches_data(obj: Any, depth: int) -> bool:
+        if isinstance(obj, ConjectureData):
+            return True
+        if depth == 0 or id(obj) in seen or isinstance(obj, (type, types.ModuleType)):
+            return False
+        seen.add(id(obj))
+        return any(reaches_data(o, depth - 1) for o in gc.get_referents(obj))
+
+    # A case's data holds its provider: a reference back would be a cycle through us.
+    assert not reaches_data(provider, 8)
+    assert provider._policy.n_states() == 0  # its tables let go of as the run ended
+
+
 @pytest.mark.parametrize(
     "make_db",
     [
@@ -858,8 +1043,7 @@ def test_policy_persists_in_any_database(make_db: Any) -> None:
 
 def test_a_read_only_database_is_read_and_never_written(tmp_path: Path) -> None:
     shared = DirectoryBasedExampleDatabase(tmp_path)
-    _make_test(shared)()
-    gc.collect()  # the run's provider saves its last (final) value when collected
+    _make_test(shared)()  # its last (final) value saved as the run ended
     learned = _stored_policy(shared).to_dict()
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     reader = ReadOnlyDatabase(shared)
@@ -889,7 +1073,6 @@ def test_a_github_artifact_database_is_read_and_its_write_refusal_said_once(
 
     shared = DirectoryBasedExampleDatabase(tmp_path / "ci")
     _make_test(shared)()
-    gc.collect()
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat().replace(":", "_")
     (tmp_path / "gh").mkdir()
     with zipfile.ZipFile(tmp_path / "gh" / f"{stamp}.zip", "w") as zf:
@@ -908,9 +1091,7 @@ def test_a_github_artifact_database_is_read_and_its_write_refusal_said_once(
         warnings.simplefilter("always")
         m.setattr(DatabasePolicy, "load", spy)
         test = _make_test(artifact)
-        test()
-        del test
-        gc.collect()
+        test()  # its write refused at the run's end, not at its collection
     assert loads == [True]  # started from what CI learned
     ours = [str(w.message) for w in caught if issubclass(w.category, RLCheckWarning)]
     assert len(ours) == 1 and "refused a write" in ours[0], ours  # said once, not a failure

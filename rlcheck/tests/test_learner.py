@@ -233,3 +233,64 @@ def test_an_integer_too_large_for_a_float_in_a_snapshot_is_rejected(row: list[in
         Policy().merge_dict(data)
     with pytest.raises(PolicyFileError, match="malformed"):
         Policy().load_dict(data)
+
+
+# -- a run's load: the bulk path against the row-by-row reference ----------------------
+
+_ROWS = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # states: few, so contributions overlap and tables repeat one
+        st.lists(
+            st.tuples(st.integers(-20, 20).map(float), st.integers(0, 9).map(float)),
+            min_size=1,
+            max_size=3,
+        ).map(lambda pairs: [x for pair in pairs for x in pair]),
+    ),
+    max_size=8,
+)
+_CONTRIBUTIONS = st.lists(
+    st.lists(st.tuples(st.sampled_from("abc"), _ROWS), max_size=4), min_size=1, max_size=3
+)
+
+
+def _row_by_row(monkeypatch: pytest.MonkeyPatch, policy: Policy, contributions: list) -> object:
+    """The reference: each row merged on its own (no bulk fill), then a copy of each row."""
+    with monkeypatch.context() as m:
+        m.setattr(QTable, "_fill", lambda self, rows: False)
+        for tables in contributions:
+            policy.merge_tables(tables)
+    return policy.mark()
+
+
+@given(contributions=_CONTRIBUTIONS, caps=st.sampled_from([(10_000, 200_000), (2, 3)]))
+def test_a_load_in_bulk_is_the_merge_row_by_row(contributions: list, caps: tuple) -> None:
+    max_tables, max_states = caps
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        plain = Policy(seed=0, max_tables=max_tables, max_states=max_states)
+        reference = _row_by_row(monkeypatch, plain, contributions)
+    bulk = Policy(seed=0, max_tables=max_tables, max_states=max_states)
+    mark = bulk.merge_contributions(json.loads(json.dumps(contributions)))
+    assert bulk.tables_since() == plain.tables_since()  # same rows, same order
+    assert {p: t._order for p, t in bulk._tables.items()} == {  # same eviction order
+        p: t._order for p, t in plain._tables.items()
+    }
+    assert mark.rows == reference.rows
+    # What is learned next is told apart from what was loaded alike.
+    for policy in (bulk, plain):
+        for point in "ab":
+            policy.learn([(point, 0, 1), (point, 9, 0)], 20.0)
+    assert bulk.tables_since(mark) == plain.tables_since(reference)
+
+
+def test_a_load_marks_the_incoming_rows_and_copies_only_merged_ones() -> None:
+    first = [("p", [(0, [1.0, 1.0]), (1, [2.0, 1.0])])]
+    second = [("p", [(1, [4.0, 1.0])])]
+    policy = Policy(seed=0)
+    mark = policy.merge_contributions([first, second])
+    assert mark.rows["p"][0] is first[0][1][0][1]  # from one contribution: not copied
+    assert mark.rows["p"][1] == [3.0, 2.0]  # merged from both: the merged row, a copy
+    row = policy.table("p")._rows[0]
+    assert row is not mark.rows["p"][0]  # the table's row is its own
+    policy.learn([("p", 0, 0)], 10.0)
+    assert mark.rows["p"][0] == [1.0, 1.0]
+    assert policy.tables_since(mark) == [("p", [(0, [10.0, 1.0])])]

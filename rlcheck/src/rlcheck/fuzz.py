@@ -44,7 +44,6 @@ all workers. ``failures`` counts the runs whose generation found a failing input
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import json
 import math
@@ -480,10 +479,9 @@ class _WorkerPlugin:
             observing(observe, choices=True),
             self._reports(reports),
         ):
+            # The run's provider saves its final policy value as the run ends, so finished
+            # runs' values are compacted instead of piling up unfinished.
             item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
-        # The run's provider saves its final policy value when it is collected; collect it
-        # now, so finished runs' values are compacted instead of piling up unfinished.
-        gc.collect()
         after = ledger.counts()
         failed = any(r.failed for r in reports) and not self._gave_up()
         message = ""

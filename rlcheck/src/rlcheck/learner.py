@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 import random
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
@@ -111,6 +112,11 @@ _NEG_INF = float("-inf")
 
 def _new_row() -> _Row:
     return [0, 0, 0.0]
+
+
+_HEADER: _Row = _new_row()  # never changed: rows are built as _HEADER + values
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
 
 
 def _greedy(row: _Row, n_actions: int, rng: random.Random) -> int:
@@ -345,6 +351,19 @@ class QTable:
             _detach((rows[state],))
         rows[state] = row
 
+    def _fill(self, rows: Sequence[tuple[Hashable, list[float]]]) -> bool:
+        """Fill this empty table with checked ``(state, [q_0, n_0, ...])`` rows at C
+        speed, the first ``max_states`` of them (a load into a fresh policy); ``False``
+        (and nothing changed) when a state comes twice, whose rows must be merged."""
+        if len(rows) > self.max_states:
+            rows = rows[: self.max_states]
+        built = dict(zip(map(_first, rows), map(_HEADER.__add__, map(_second, rows)), strict=True))
+        if len(built) != len(rows):
+            return False
+        self._rows = built
+        self._order = deque(built)
+        return True
+
     def items(self) -> Iterator[tuple[Hashable, list[float]]]:
         """``(state, [q_0, n_0, q_1, n_1, ...])`` for each state, oldest first (copies)."""
         for state, row in self._rows.items():
@@ -413,6 +432,19 @@ class Policy:
                 _detach(self._tables.pop(next(iter(self._tables)))._rows.values())
             t = self._tables[point] = QTable(max_states=self.max_states)
         return t
+
+    def clear(self) -> None:
+        """Forget every learned value, in place (choosers made before see empty tables).
+
+        >>> p = Policy(seed=0)
+        >>> p.learn([("coin", (), 1)], 20.0)
+        >>> p.clear()
+        >>> p.n_states()
+        0
+        """
+        for table in self._tables.values():
+            _detach(table._rows.values())
+        self._tables.clear()
 
     @property
     def points(self) -> list[Hashable]:
@@ -802,15 +834,19 @@ class Policy:
         >>> p.tables_since()
         [('coin', [((), [0.0, 0.0, 20.0, 1.0])])]
         """
-        base = None if since is None else since.rows
         tables: Tables = []
+        if since is None:
+            for point, table in self._tables.items():
+                tables.append((point, list(table.items())))
+            return tables
         for point, table in self._tables.items():
+            before = since.rows.get(point, {}).get
             rows = []
-            for state, row in table.items():
-                kept = row if base is None else _row_since(row, base.get((point, state)))
+            for state, row in table._rows.items():
+                kept = _row_since(row, _HEAD, before(state))
                 if kept is not None:
                     rows.append((state, kept))
-            if rows or base is None:
+            if rows:
                 tables.append((point, rows))
         return tables
 
@@ -818,9 +854,8 @@ class Policy:
         """What the policy holds now, for ``to_dict(since=...)`` (a copy of every row)."""
         return PolicyMark(
             {
-                (point, state): row
-                for point, table in self._tables.items()
-                for state, row in table.items()
+                point: {s: row[_HEAD:] for s, row in t._rows.items()}
+                for point, t in self._tables.items()
             }
         )
 
@@ -881,6 +916,8 @@ class Policy:
         """
         for point, rows in itertools.islice(tables, self.max_tables):
             table = self.table(point)
+            if not table._rows and table._fill(rows):
+                continue
             got = table._rows.get
             put = table._put
             for state, incoming in itertools.islice(rows, self.max_states):
@@ -900,6 +937,54 @@ class Policy:
                     row[at] = (n1 * row[at] + n2 * incoming[i]) / n
                     row[at + 1] = n
                 row[_N_CACHED] = 0  # values changed: the greedy action is found again
+
+    def merge_contributions(self, contributions: Iterable[Tables]) -> PolicyMark:
+        """:meth:`merge_tables` of each of ``contributions`` in turn, then what
+        :meth:`mark` would give, built from the incoming rows: into an empty policy (a
+        run's load), a row that came from one contribution alone is marked as it came,
+        without a copy, and only rows merged from several are copied. The incoming rows
+        then belong to the mark (the caller must not change them).
+
+        Examples
+        --------
+        >>> a, b = Policy(seed=0), Policy(seed=0)
+        >>> a.learn([("coin", (), 1)], 20.0)
+        >>> b.learn([("coin", (), 1)], -1.0)
+        >>> merged = Policy(seed=0)
+        >>> mark = merged.merge_contributions([a.tables_since(), b.tables_since()])
+        >>> mark.rows["coin"][()], merged.table("coin").value((), 1)
+        ([0.0, 0.0, 9.5, 2.0], (9.5, 2))
+        """
+        if self._tables:  # rows learned here: the mark copies them anyway
+            for tables in contributions:
+                self.merge_tables(tables)
+            return self.mark()
+        marked: dict[Hashable, dict[Hashable, list[float]]] = {}
+        merged: list[tuple[Hashable, Iterable[Hashable]]] = []
+        for tables in contributions:
+            tables = list(itertools.islice(tables, self.max_tables))
+            for point, rows in tables:
+                incoming = dict(itertools.islice(rows, self.max_states))
+                held = marked.get(point)
+                if held is None:
+                    marked[point] = incoming
+                else:
+                    merged.append((point, held.keys() & incoming.keys()))
+                    held.update(incoming)
+                if len(incoming) < min(len(rows), self.max_states):
+                    merged.append((point, incoming))  # a state twice in one table
+            self.merge_tables(tables)
+        held_now = self._tables
+        if len(marked) != len(held_now) or any(
+            point not in held_now or len(rows) != len(held_now[point])
+            for point, rows in marked.items()
+        ):
+            return self.mark()  # a cap dropped tables or rows: mark what is held
+        for point, states in merged:
+            now, held = held_now[point]._rows, marked[point]
+            for state in states:
+                held[state] = now[state][_HEAD:]
+        return PolicyMark(marked)
 
 
 Tables = list[tuple[Hashable, list[tuple[Hashable, list[float]]]]]
@@ -936,25 +1021,29 @@ def check_flat_rows(values: Sequence[float]) -> None:
 
 
 class PolicyMark(NamedTuple):
-    """The rows of a policy at one moment (:meth:`Policy.mark`)."""
+    """The rows of a policy at one moment (:meth:`Policy.mark`): per point, per state,
+    ``[q_0, n_0, ...]`` (never changed after: a mark's rows are its own)."""
 
-    rows: dict[tuple[Hashable, Hashable], list[float]]
+    rows: dict[Hashable, dict[Hashable, list[float]]]
 
 
-def _row_since(row: list[float], before: list[float] | None) -> list[float] | None:
-    """The visits of ``row`` made after ``before`` (same layout), ``None`` if none."""
+def _row_since(row: list[float], head: int, before: list[float] | None) -> list[float] | None:
+    """The visits of ``row[head:]`` made after ``before`` (``q_0, n_0, ...``), a new list,
+    ``None`` if none."""
     if before is None:
-        return row if any(row[1::2]) else None
-    out = [0.0] * len(row)
+        return row[head:] if any(row[head + 1 :: 2]) else None
+    if row[head:] == before:
+        return None  # no visit since (most rows of a warm run)
+    out = [0.0] * (len(row) - head)
     fresh = False
-    for i in range(0, len(row), 2):
-        n = row[i + 1]
+    for i in range(0, len(out), 2):
+        n = row[head + i + 1]
         if i + 1 < len(before):
             n0, q0 = before[i + 1], before[i]
         else:
             n0, q0 = 0.0, 0.0
         if n > n0:  # fewer visits than at the mark: the row was evicted and re-made
-            out[i] = (n * row[i] - n0 * q0) / (n - n0)
+            out[i] = (n * row[head + i] - n0 * q0) / (n - n0)
             out[i + 1] = n - n0
             fresh = True
     return out if fresh else None

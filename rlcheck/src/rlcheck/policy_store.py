@@ -967,14 +967,14 @@ class DatabasePolicy:
         """Merge every stored contribution (and a legacy file) into ``policy``; whether
         anything was loaded. Marks what the policy holds: what :meth:`save` writes is
         learned after this."""
-        loaded = False
-        for _, read in self._contributions():
-            assert read.tables is not None
-            policy.merge_tables(read.tables)
+        tables = [read.tables for _, read in self._contributions()]
+        assert None not in tables
+        # The rows just decoded become the mark, uncopied (merge_contributions).
+        self._mark = policy.merge_contributions(tables)  # type: ignore[arg-type]
+        loaded = bool(tables)
+        if self.legacy_file is not None and self._load_legacy(policy):
             loaded = True
-        if self.legacy_file is not None:
-            loaded |= self._load_legacy(policy)
-        self._mark = policy.mark()
+            self._mark = policy.mark()
         return loaded
 
     def _load_legacy(self, policy: Policy) -> bool:

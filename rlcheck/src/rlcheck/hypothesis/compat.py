@@ -43,7 +43,14 @@ health-check limits (10 valid /           none: local constants of
 ``statistics.collector``                  none: the per-run statistics behind
                                           ``--hypothesis-show-statistics`` (observability
                                           gives more, at the price of pretty-printing
-                                          every test case)
+                                          every test case); also the end of a run
+                                          (:func:`on_run_end`: a provider has no hook
+                                          there; ``add_observability_callback`` scopes a
+                                          run too, but turns observability on)
+``BuildContext.data.provider``            none: whether a nested run's end is inside a
+                                          case of the run :func:`on_run_end` waits for
+``core.failure_exceptions_to_catch``'s    none: which exceptions of a test case end the
+rule                                      run (:func:`ends_run`, written out)
 ``StopTest``, ``UnsatisfiedAssumption``   none: the engine's control-flow exceptions
 ``run_conformance_test``                  none: Hypothesis's conformance test for
 (``internal.conjecture                    providers (the test suite runs it through
@@ -65,6 +72,8 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -99,6 +108,8 @@ __all__ = [
     "simplest_choices",
     "current_test",
     "default_provider",
+    "ends_run",
+    "on_run_end",
     "bounded_fetch",
     "database_directory",
     "database_key",
@@ -143,6 +154,84 @@ PASS_THROUGH: tuple[type[BaseException], ...] = (
 )
 """Exceptions that end a test case with no outcome at all: not counted, not rewarded,
 passed on untouched."""
+
+
+def ends_run(exc: BaseException) -> bool:
+    """Whether an exception out of a test case ends Hypothesis's run: one its engine
+    neither treats as a failure (``Exception``, ``SystemExit``, ``GeneratorExit``,
+    pytest's ``Failed``: ``core.failure_exceptions_to_catch``) nor as an overrun
+    (``StopTest``), such as ``KeyboardInterrupt``, a skip, or any other
+    ``BaseException`` of the test.
+
+    >>> ends_run(KeyboardInterrupt()), ends_run(ValueError()), ends_run(SystemExit())
+    (True, False, False)
+    """
+    if isinstance(exc, (Exception, SystemExit, GeneratorExit, StopTest)):
+        return False
+    outcomes = sys.modules.get("_pytest.outcomes")
+    failed = getattr(outcomes, "Failed", None)
+    return not (isinstance(failed, type) and isinstance(exc, failed))
+
+
+class RunEnd:
+    """The hook :func:`on_run_end` installs: a statistics collector that calls its
+    callback at its run's end, then whatever collector it wrapped."""
+
+    __slots__ = ("_callback", "_provider", "outer")
+
+    def __init__(
+        self, provider: PrimitiveProvider, callback: Callable[[], object], outer: Any
+    ) -> None:
+        self._provider = weakref.ref(provider)
+        self._callback: Callable[[], object] | None = callback
+        self.outer = outer
+
+    def __call__(self, statistics: Any) -> None:
+        callback = self._callback
+        try:
+            if callback is not None and not self._inside_a_case():
+                self.cancel()
+                callback()
+        except Exception:  # pragma: no cover - the callback reports its own errors
+            pass  # never the test's failure (the collector runs inside Hypothesis's run)
+        if self.outer is not None:
+            self.outer(statistics)
+
+    def _inside_a_case(self) -> bool:
+        # A run nested in one of our run's cases (``find()``, a @given called from the
+        # test) ends while that case runs: not our run's end.
+        from hypothesis.control import _current_build_context
+
+        context = _current_build_context.value
+        provider = getattr(getattr(context, "data", None), "provider", None)
+        return provider is not None and provider is self._provider()
+
+    def cancel(self) -> None:
+        """Never call the callback (its run ended otherwise); unhook if on top."""
+        from hypothesis.statistics import collector
+
+        self._callback = None
+        if collector.value is self:
+            collector.value = self.outer
+
+
+def on_run_end(provider: PrimitiveProvider, callback: Callable[[], object]) -> RunEnd:
+    """Have ``callback`` called once when the engine run that ``provider`` serves ends
+    normally (after generation and shrinking, before the test reports its outcome), in
+    the thread that runs it; call from inside the run (one of its test cases).
+
+    Hypothesis gives a provider no end-of-run hook. The engine hands each run's
+    statistics to the statistics collector as the run ends (``note_statistics``), so
+    this wraps the collector for the rest of the run; the collector it wrapped is still
+    called, with every run's statistics. A run ended by an exception through the engine
+    (:func:`ends_run`) never calls it: :meth:`RunEnd.cancel` the hook then. Nor does a
+    block that set the collector around the run and reset it before the end.
+    """
+    from hypothesis.statistics import collector
+
+    hook = RunEnd(provider, callback, collector.value)
+    collector.value = hook  # type: ignore[assignment]
+    return hook
 
 
 def _version() -> tuple[int, int, int]:
@@ -489,6 +578,7 @@ def check_compat() -> dict[str, bool]:
             database.DirectoryBasedExampleDatabase, "_key_path"
         ),
         "statistics.collector": hasattr(statistics, "collector"),
+        "note_statistics (the end of a run)": hasattr(statistics, "note_statistics"),
         "with_observability_callback": hasattr(observability, "with_observability_callback"),
         "OBSERVABILITY_COLLECT_COVERAGE": hasattr(observability, "OBSERVABILITY_COLLECT_COVERAGE"),
         "OBSERVABILITY_CHOICES": hasattr(observability, "OBSERVABILITY_CHOICES"),

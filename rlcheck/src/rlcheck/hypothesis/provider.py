@@ -81,6 +81,7 @@ Hence:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import math
@@ -113,13 +114,16 @@ from rlcheck.hypothesis.compat import (
     ConstantSource,
     IntervalSet,
     PrimitiveProvider,
+    RunEnd,
     bounded_fetch,
     choice_permitted,
     current_test,
     database_directory,
     database_key,
     default_provider,
+    ends_run,
     make_float_clamper,
+    on_run_end,
     run_random,
     simplest_choices,
 )
@@ -328,7 +332,13 @@ def policy_path(database: Any, database_key: bytes | None) -> Path | None:
 
 class _Persistence:
     """The learned policy of one test in its example database: load once, save the new
-    visits when asked and at the end (:class:`rlcheck.policy_store.DatabasePolicy`)."""
+    visits when asked and at the end (:class:`rlcheck.policy_store.DatabasePolicy`).
+
+    The end is the run's: :meth:`final_save` runs when the engine's run ends
+    (:func:`~rlcheck.hypothesis.compat.on_run_end`), or as the exception that ends it
+    leaves the test case (:func:`~rlcheck.hypothesis.compat.ends_run`); only a run that
+    ends some other way leaves it to the provider's collection (``weakref.finalize``:
+    garbage collection or interpreter exit). It holds no reference to the provider."""
 
     def __init__(self, database: Any, key: bytes, policy: Policy) -> None:
         self.store = DatabasePolicy(
@@ -360,7 +370,7 @@ class _Persistence:
         self.last_save = time.monotonic()
 
     def final_save(self) -> None:
-        # Runs from weakref.finalize (garbage collection or interpreter exit): never raise.
+        # Runs at the run's end, or from weakref.finalize: never raises.
         try:
             self.save(final=True)
         except Exception as exc:
@@ -452,6 +462,10 @@ class RLCheckProvider(PrimitiveProvider):
     #: warm runs took 0.71x the default's tests to failure with them, 0.48x without
     #: (10 seeds; README).
     warm_probe_simplest: ClassVar[bool] = False
+    #: How many cases of Hypothesis's provider a run that loaded a policy interleaves
+    #: with its first learned cases, one before each (:meth:`_warm_provider_turn`; they
+    #: are the probe's cases, counted in its stored rate). 0: off (measured: README).
+    warm_probe_cases: ClassVar[int] = 0
     #: Valid cases (and failures) per case of the probe at or above which guidance has
     #: nothing to gain: the test rejects too few inputs for learning to raise the rate.
     #: Repeats do not count against it: Hypothesis's engine steers away from the choice
@@ -537,6 +551,8 @@ class RLCheckProvider(PrimitiveProvider):
         self._started = False
         self._broken: BaseException | None = None
         self._persistence: _Persistence | None = None
+        self._final_save: weakref.finalize[Any, Any] | None = None
+        self._run_end: RunEnd | None = None
         self._name = "<unknown test>"
         self._in_test = False  # running inside a Hypothesis test (not called directly)
         self._max_examples = 100
@@ -586,22 +602,27 @@ class RLCheckProvider(PrimitiveProvider):
     def _episode(self) -> Iterator[None]:
         self._begin()
         outcome: Outcome | None = "valid"
+        last = False
         try:
             yield
         except REJECTIONS:
             # assume()/filter rejections and overruns: the input is not valid.
             outcome = "invalid"
             raise
-        except PASS_THROUGH:
+        except PASS_THROUGH as exc:
             # Interrupts, exits, hand-backs: no outcome, no reward.
             outcome = None
+            last = ends_run(exc)
             raise
-        except BaseException:
+        except BaseException as exc:
             # The test failed: an input that found a bug.
             outcome = "failure"
+            last = ends_run(exc)
             raise
         finally:
             self._end(outcome)
+            if last:
+                self._end_run()  # the exception ends the run: its end is now
 
     def _begin(self) -> None:
         if not self._started:
@@ -622,8 +643,8 @@ class RLCheckProvider(PrimitiveProvider):
             hand_back = self._should_hand_back() or exhausted
             if hand_back or self._tail_reached():
                 # The rest of the run is Hypothesis's own backend's: a hand-back (recorded
-                # as such), or the planned tail. Nothing more is learned in this run: save
-                # now, not whenever the provider is collected.
+                # as such), or the planned tail. Nothing more is learned in this run: the
+                # final save is now, not at the run's end.
                 if hand_back:
                     self._record(handed_back=True)
                 persistence = self._persistence
@@ -651,6 +672,9 @@ class RLCheckProvider(PrimitiveProvider):
                 cases = self._ledger.cases
                 if self._delegate is None or not self._in_test:
                     pass
+                elif self._warm_provider_turn():
+                    self._probe_case = _ProbeCase(self._delegate, self._probe_tree, simplest=False)
+                    self._delegate = self._probe_case
                 elif self._probing() or self._warm_simplest_turn():
                     self._probe_case = _ProbeCase(
                         self._delegate,
@@ -692,6 +716,7 @@ class RLCheckProvider(PrimitiveProvider):
             self._probing()
             or self._probe_length <= self._ledger.cases < self._probe_end()  # its small cases
             or self._warm_simplest_turn()
+            or self._warm_provider_turn()
         ):
             return True  # the probe: what Hypothesis's own provider makes of this test
         share = type(self).default_share
@@ -765,6 +790,17 @@ class RLCheckProvider(PrimitiveProvider):
             and self._simplest_streak < _SIMPLEST_PATIENCE
         )
 
+    def _warm_provider_turn(self) -> bool:
+        """Whether a warm run's next case is Hypothesis's provider's (with
+        :attr:`warm_probe_cases`): one before each of its first learned cases, until
+        there are that many."""
+        return (
+            self._warm
+            and self._probe_seen < type(self).warm_probe_cases
+            and self._probe_rate is not None
+            and 2 * self._probe_seen <= self._ledger.cases
+        )
+
     def _probe_end(self) -> int:
         """The number of cases the probe makes: Hypothesis's provider's and their simplest
         extensions, and the small ones (:attr:`small_probe_cases`) after a probe below the
@@ -822,6 +858,28 @@ class RLCheckProvider(PrimitiveProvider):
 
     def _end(self, outcome: Outcome | None) -> None:
         # Never raises: an exception here would replace the test's own outcome.
+        try:
+            self._learn(outcome)
+        finally:
+            # The case's Hypothesis provider holds its ConjectureData, which holds this
+            # provider: dropped here, so no case outlives its run through a cycle of ours.
+            self._delegate = self._probe_case = None
+
+    def _end_run(self) -> None:
+        """The run's end: the final save now (see :class:`_Persistence`), then let go of
+        what only the run needed (the learned tables, the tree of its cases), which would
+        otherwise live as long as the provider: until a full garbage collection, since
+        Hypothesis's reference cycles hold it. Never raises."""
+        if self._run_end is not None:
+            self._run_end.cancel()
+            self._run_end = None
+        if self._final_save is not None:
+            self._final_save()  # a weakref.finalize: runs once, then never again
+        self._persistence = None
+        self._policy.clear()
+        self._tree = ChoiceTree()
+
+    def _learn(self, outcome: Outcome | None) -> None:
         if outcome is None or self._broken is not None:
             self._tree.abandon()
             return
@@ -903,6 +961,9 @@ class RLCheckProvider(PrimitiveProvider):
             self._fail(exc)
 
     def _configure(self, test: Any, source: random.Random | None) -> None:
+        if self._in_test:  # its end: _end_run (the hook must not keep the provider alive)
+            ended = weakref.WeakMethod(self._end_run)
+            self._run_end = on_run_end(self, functools.partial(_call_weak, ended))
         current = hypothesis_settings.default
         if current is not None:
             from hypothesis import HealthCheck
@@ -921,7 +982,7 @@ class RLCheckProvider(PrimitiveProvider):
             if current.database is not None and key:
                 self._persistence = _Persistence(current.database, key, self._policy)
                 self._warm = self._persistence.load()
-                weakref.finalize(self, self._persistence.final_save)
+                self._final_save = weakref.finalize(self, self._persistence.final_save)
                 if self._warm and self._in_test:
                     # Guidance paid in earlier runs: learned cases from the first one on,
                     # with the earlier probes' valid rate (for the tail), where they ran
@@ -1700,6 +1761,13 @@ class _ProbeCase(_Shaped):
         for value in self._values:
             node = node.setdefault(value, {})
         node[_END] = {}
+
+
+def _call_weak(method: weakref.WeakMethod[Any]) -> None:
+    """Call a weakly held method unless its object is gone."""
+    bound = method()
+    if bound is not None:
+        bound()
 
 
 def _small_range(min_value: int | None, max_value: int | None) -> bool:
