@@ -11,7 +11,10 @@ coder (bytes of the four ``quant`` chunks; no container):
   values (count and magnitude: what ``QuantConfig(fit="step")`` does) or by plain L2 k-means.
 
 Error: ``||(m̂ − m) / r|| / ||m / r||`` with the exact ``r = sqrt(v) + eps``: how far the first
-step after a restore moves from the exact one, relative to its size. The second table is the
+step after a restore moves from the exact one, relative to its size. The second table is
+where that error lies (:func:`step_groups`): entries grouped by the exact step's size and by
+their second moment, the coded step's length, error and sign against the exact one's. The
+third is the
 weights' residual of error feedback (4 levels, a keyframe at 16 levels at the first ``--at``
 step, then one residual per ``--every`` steps): the order-0 entropy of its indices alone and
 given a context a decoder could know (the sign of the first moment of the same file, the
@@ -40,6 +43,7 @@ import _workloads
 
 from ckptzip.codecs.quantized import encode_quantized
 from ckptzip.codecs.residual import reconstruct
+from ckptzip.codecs.step import centroid_levels
 from ckptzip.config import QuantConfig
 from ckptzip.plan import ADAM_EPS, RESIDUAL, state_indices
 from ckptzip.quantize import dequantize, quantize
@@ -92,6 +96,64 @@ def moments(states: list[dict[str, Any]], bins: list[int]) -> list[dict[str, Any
         {"coding": k, "bits_per_entry": bits[k] / n, "step_error": math.sqrt(err[k] / norm)}
         for k in bits
     ]
+
+
+GROUP_QUANTILES = (0.1, 0.5, 0.9)
+
+
+def step_groups(states: list[dict[str, Any]], bins: int = 4) -> list[dict[str, Any]]:
+    """Where each coding of ``exp_avg`` moves the step: entries grouped by the exact step's
+    size ``|m/r|`` and by ``r`` over its tensor's median (quantiles over every entry of every
+    state); per group its share of ``||m/r||²``, the coded step's length and error relative to
+    the exact one's, and the fraction of entries whose sign differs. Codings: ``m`` at
+    ``bins`` levels fitted to the step (error feedback's default), the step at ``bins``
+    levels as the quantizer fits them, and with each level at its members' mean."""
+    s_all, r_all, coded = [], [], defaultdict(list)
+    for st in states:
+        for row in st["optimizer"]["state"].values():
+            m, v = row["exp_avg"].reshape(-1), row["exp_avg_sq"].reshape(-1)
+            if m.numel() < MIN_NUMEL:
+                continue
+            r = v.sqrt() + ADAM_EPS
+            rh = dequantize(quantize(v, V_CONFIG)).reshape(-1).sqrt() + ADAM_EPS
+            s_all.append(m / r)
+            r_all.append(r / r.median())
+            q = quantize(
+                m, QuantConfig(bins=bins, protect=0.0005, fit="update"), fit_weights=1 / (r * r)
+            )
+            coded[f"m{bins}u"].append(dequantize(q).reshape(-1) / r)
+            u = m / rh
+            q = quantize(u, QuantConfig(bins=bins, protect=0.0005))
+            for name, qq in ((f"u{bins}v", q), (f"u{bins}v, level means", centroid_levels(q, u))):
+                mh = dequantize(qq).reshape(-1) * rh
+                pos = torch.from_numpy(qq.protected_positions)
+                mh[pos] = m[pos]
+                coded[name].append(mh / r)
+    s = torch.cat(s_all)
+    total = float(s.square().sum())
+    rows = []
+    for key, label in ((s.abs(), "|m/r|"), (torch.cat(r_all), "r / median r")):
+        sample = key[
+            torch.randperm(key.numel(), generator=torch.Generator().manual_seed(0))[:200_000]
+        ]
+        cuts = torch.quantile(sample.double(), torch.tensor(GROUP_QUANTILES, dtype=torch.float64))
+        edges = [-math.inf, *cuts.tolist(), math.inf]
+        names = ["<p10", "p10-p50", "p50-p90", ">p90"]
+        for gname, lo, hi in zip(names, edges[:-1], edges[1:], strict=True):
+            g = (key > lo) & (key <= hi)
+            sg = s[g]
+            row: dict[str, Any] = {
+                "by": label,
+                "group": gname,
+                "share": float(sg.square().sum()) / total,
+            }
+            for name, parts in coded.items():
+                x = torch.cat(parts)[g]
+                row[f"{name}: length"] = float(x.norm() / sg.norm())
+                row[f"{name}: error"] = float((x - sg).norm() / sg.norm())
+                row[f"{name}: sign"] = float((torch.sign(x) != torch.sign(sg)).float().mean())
+            rows.append(row)
+    return rows
 
 
 def residual_contexts(w: _workloads.Workload, states: list[dict[str, Any]]) -> dict[str, float]:
@@ -154,6 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         [("coding", "coding", ""), ("bits_per_entry", "bits/entry", ".3f"),
          ("step_error", "step error", ".3f")],
     )  # fmt: skip
+    groups = step_groups([by_step[s] for s in args.at])
+    keys = [k for k in groups[0] if k not in ("by", "group", "share")]
+    _report.print_table(
+        f"{args.model}: the coded step against the exact one, by group (length, error, sign)",
+        groups,
+        [("by", "by", ""), ("group", "group", ""), ("share", "share of |s|²", ".3f")]
+        + [(k, k, ".2f") for k in keys],
+    )
     contexts = residual_contexts(w, [by_step[s] for s in chain])
     _report.print_table(
         f"{args.model}: error feedback's weight residual (4 levels), steps {chain[0]}-{chain[-1]}",
@@ -161,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         [("entropy of the indices", "entropy of the indices", ""), ("bits/weight", "bits", ".3f")],
     )
     out = _report.results_path(args.out, f"step_coding-{args.model}.json")
-    _report.write_json(out, {"meta": vars(args), "exp_avg": rows, "residual": contexts})
+    _report.write_json(
+        out, {"meta": vars(args), "exp_avg": rows, "groups": groups, "residual": contexts}
+    )
     return 0
 
 
