@@ -14,11 +14,10 @@ Error: ``||(m̂ − m) / r|| / ||m / r||`` with the exact ``r = sqrt(v) + eps``:
 step after a restore moves from the exact one, relative to its size. The second table is
 where that error lies (:func:`step_groups`): entries grouped by the exact step's size and by
 their second moment, the coded step's length, error and sign against the exact one's. The
-third is the
-weights' residual of error feedback (4 levels, a keyframe at 16 levels at the first ``--at``
-step, then one residual per ``--every`` steps): the order-0 entropy of its indices alone and
-given a context a decoder could know (the sign of the first moment of the same file, the
-previous residual's index): what a context-modelling entropy stage could save.
+third is the weights' residual of error feedback (4 levels, a keyframe at 16 levels at the
+first ``--at`` step, then one residual per ``--every`` steps): the order-0 entropy of its
+indices alone and given a context a decoder could know (the sign of the first moment of the
+same file, the previous residual's index): what a context-modelling entropy stage could save.
 
 Run ``python benchmarks/step_coding.py --model llm`` (about 1-2 minutes on a shared 2-core
 machine). Writes ``benchmarks/results/step_coding-<model>.json``.
@@ -30,6 +29,7 @@ import argparse
 import math
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report
 import _workloads
 
+from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.quantized import encode_quantized
 from ckptzip.codecs.residual import reconstruct
-from ckptzip.codecs.step import centroid_levels
 from ckptzip.config import QuantConfig
 from ckptzip.plan import ADAM_EPS, RESIDUAL, state_indices
 from ckptzip.quantize import dequantize, quantize
@@ -64,9 +64,12 @@ def _conditional(a: np.ndarray, ctx: np.ndarray) -> float:
 
 
 def moments(states: list[dict[str, Any]], bins: list[int]) -> list[dict[str, Any]]:
-    """Bits per entry and step error of each coding of ``exp_avg``, over every state."""
+    """Bits per entry and step error of each coding of ``exp_avg``, over every state; also the
+    error of the step a restored Adam takes, ``m̂ / r̂`` with ``r̂`` from the stored second
+    moment (``restored_step_error``; the row ``m exact`` is that of ``v̂`` alone)."""
     bits: dict[str, float] = defaultdict(float)
     err: dict[str, float] = defaultdict(float)
+    rest: dict[str, float] = defaultdict(float)
     norm = n = 0.0
     for st in states:
         for row in st["optimizer"]["state"].values():
@@ -79,10 +82,19 @@ def moments(states: list[dict[str, Any]], bins: list[int]) -> list[dict[str, Any
             n += m.numel()
 
             def record(
-                name: str, q: Any, mh: torch.Tensor, m: torch.Tensor = m, r: torch.Tensor = r
+                name: str,
+                q: Any,
+                mh: torch.Tensor,
+                m: torch.Tensor = m,
+                r: torch.Tensor = r,
+                rh: torch.Tensor = rh,
             ) -> None:
-                bits[name] += 8 * sum(len(c) for c in encode_quantized(q, 3)[1])
+                if q is not None:
+                    bits[name] += 8 * sum(len(c) for c in encode_quantized(q, 3)[1])
                 err[name] += float(((mh - m) / r).square().sum())
+                rest[name] += float((mh / rh - m / r).square().sum())
+
+            record("m exact", None, m)
 
             for b in bins:
                 cfg = QuantConfig(bins=b, protect=0.0005, fit="update")
@@ -93,9 +105,48 @@ def moments(states: list[dict[str, Any]], bins: list[int]) -> list[dict[str, Any
                     q = quantize(u, QuantConfig(bins=b, protect=0.0005), fit_weights=fit)
                     record(f"u{b}{tag}", q, dequantize(q) * rh)
     return [
-        {"coding": k, "bits_per_entry": bits[k] / n, "step_error": math.sqrt(err[k] / norm)}
-        for k in bits
+        {
+            "coding": k,
+            "bits_per_entry": bits[k] / n,
+            "step_error": math.sqrt(err[k] / norm),
+            "restored_step_error": math.sqrt(rest[k] / norm),
+        }
+        for k in err
     ]
+
+
+def centroid_levels(q: QuantizedTensor, step: torch.Tensor) -> QuantizedTensor:
+    """``q`` with each non-zero level moved to the mean of the steps assigned to it (same
+    indices, same bytes; the smallest squared error for those indices). The codec ``"step"``
+    did this at commit e902abd, reverted after the full protocol (README, "Adam's first moment
+    as its step"). Protected positions are left out; a level at exactly zero, an empty one, or
+    a result that would not be strictly increasing keeps the fit's levels.
+
+    Examples
+    --------
+    >>> from ckptzip.config import QuantConfig
+    >>> from ckptzip.quantize import quantize
+    >>> x = torch.tensor([1.0, 2.0, 3.0, 10.0, 20.0])
+    >>> q = quantize(x, QuantConfig(bins=2, protect=0.0))
+    >>> q.levels.round(2).tolist(), centroid_levels(q, x).levels.tolist()
+    ([6.21, 19.89], [4.0, 20.0])
+    """
+    levels = np.asarray(q.levels, dtype=np.float64)
+    if levels.size < 2:
+        return q
+    idx = torch.from_numpy(q.indices.reshape(-1).astype(np.int64))
+    keep = torch.ones(idx.numel(), dtype=torch.bool)
+    if q.protected_positions.size:
+        keep[torch.from_numpy(q.protected_positions)] = False
+    values = step.reshape(-1).to(torch.float64)
+    keep &= torch.isfinite(values)
+    sums = torch.bincount(idx[keep], weights=values[keep], minlength=levels.size)
+    counts = torch.bincount(idx[keep], minlength=levels.size)
+    sums, counts = sums[: levels.size].numpy(), counts[: levels.size].numpy()
+    moved = np.where((counts > 0) & (levels != 0.0), sums / np.maximum(counts, 1), levels)
+    if not bool(np.all(np.isfinite(moved))) or not bool(np.all(moved[1:] > moved[:-1])):
+        return q
+    return replace(q, levels=moved)
 
 
 GROUP_QUANTILES = (0.1, 0.5, 0.9)
@@ -214,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.model}: exp_avg codings at steps {args.at}",
         rows,
         [("coding", "coding", ""), ("bits_per_entry", "bits/entry", ".3f"),
-         ("step_error", "step error", ".3f")],
+         ("step_error", "step error", ".3f"),
+         ("restored_step_error", "over v̂", ".3f")],
     )  # fmt: skip
     groups = step_groups([by_step[s] for s in args.at])
     keys = [k for k in groups[0] if k not in ("by", "group", "share")]

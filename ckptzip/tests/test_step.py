@@ -18,7 +18,6 @@ import ckptzip
 from ckptzip import CheckpointManager, CompressionConfig, MomentPolicy, QuantConfig
 from ckptzip.api import encode, read_manifest, read_quantized
 from ckptzip.codecs.base import get_codec
-from ckptzip.codecs.step import centroid_levels
 from ckptzip.errors import CorruptCheckpointError
 from ckptzip.plan import Planner, keep_zeros, zero_fraction
 from ckptzip.quantize import dequantize, quantize
@@ -64,7 +63,7 @@ def test_round_trip_rebuilds_the_moment_from_the_stored_step(tmp_path: Path) -> 
     assert torch.equal(out["exp_avg_sq"], vh)
     # what was quantized is m / (sqrt(v̂) + eps): the moment comes back as û·(sqrt(v̂) + eps)
     u = (m.double() / (vh.double().sqrt() + 1e-8)).float()
-    uh = dequantize(centroid_levels(quantize(u, STEP), u))
+    uh = dequantize(quantize(u, STEP))
     want = (uh * (vh.sqrt() + 1e-8)).to(m.dtype)
     entry = next(e for e in read_manifest(path).tensors if e.path == M_PATH)
     pos = torch.from_numpy(quantize(u, STEP).protected_positions)
@@ -86,23 +85,6 @@ def test_the_step_beats_the_update_fit_at_the_same_levels(tmp_path: Path) -> Non
     # per-entry scales: a smaller error of Adam's step for no more bytes
     assert errors["step"] < errors["update"], errors
     assert sizes["step"] <= 1.05 * sizes["update"], sizes
-
-
-def test_centroid_levels_keep_the_indices_and_stop_the_step_growing() -> None:
-    m, v = _moments()
-    u = m / (v.sqrt() + 1e-8)
-    q = quantize(u, STEP)
-    c = centroid_levels(q, u)
-    assert (c.indices == q.indices).all() and c.levels.size == q.levels.size
-    assert bool((c.levels[1:] > c.levels[:-1]).all())
-    keep = torch.ones(u.numel(), dtype=torch.bool)
-    keep[torch.from_numpy(q.protected_positions)] = False
-    fit, mean = dequantize(q)[keep], dequantize(c)[keep]
-    # the fit's levels lengthen the step; each level at its members' mean cannot, and it
-    # has the smaller squared error for the same indices
-    assert float(fit.norm()) > float(u[keep].norm())
-    assert float(mean.norm()) <= float(u[keep].norm())
-    assert float((mean - u[keep]).norm()) < float((fit - u[keep]).norm())
 
 
 def test_zeros_and_non_finite_values_come_back_exactly(tmp_path: Path) -> None:

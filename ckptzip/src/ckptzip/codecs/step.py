@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from ckptzip._types import QuantizedTensor
@@ -83,44 +82,6 @@ def rebuild(q: QuantizedTensor, scale: torch.Tensor) -> torch.Tensor:
         pos = torch.from_numpy(q.protected_positions)
         out.index_copy_(0, pos, q.protected_values.to(q.dtype))
     return out.reshape(q.shape)
-
-
-def centroid_levels(q: QuantizedTensor, step: torch.Tensor) -> QuantizedTensor:
-    """``q`` with each non-zero level moved to the mean of the steps assigned to it.
-
-    The quantizer's fit (count and magnitude weights) sets the cuts between levels where the
-    indices cost few bits, but its levels sit above most of their members: the step comes back
-    about 15 % longer than it is, the small entries most (README, "Adam's first moment as its
-    step"). The mean of each level's members keeps the indices (so the bytes) and minimises
-    the step's squared error for them. Protected positions are left out; a level at exactly
-    zero (pruned entries), an empty one, or a result that would not be strictly increasing
-    keeps the fit's levels.
-
-    Examples
-    --------
-    >>> from ckptzip.config import QuantConfig
-    >>> from ckptzip.quantize import quantize
-    >>> x = torch.tensor([1.0, 2.0, 3.0, 10.0, 20.0])
-    >>> q = quantize(x, QuantConfig(bins=2, protect=0.0))
-    >>> q.levels.round(2).tolist(), centroid_levels(q, x).levels.tolist()
-    ([6.21, 19.89], [4.0, 20.0])
-    """
-    levels = np.asarray(q.levels, dtype=np.float64)
-    if levels.size < 2:
-        return q
-    idx = torch.from_numpy(q.indices.reshape(-1).astype(np.int64))
-    keep = torch.ones(idx.numel(), dtype=torch.bool)
-    if q.protected_positions.size:
-        keep[torch.from_numpy(q.protected_positions)] = False
-    values = step.reshape(-1).to(torch.float64)
-    keep &= torch.isfinite(values)
-    sums = torch.bincount(idx[keep], weights=values[keep], minlength=levels.size)
-    counts = torch.bincount(idx[keep], minlength=levels.size)
-    sums, counts = sums[: levels.size].numpy(), counts[: levels.size].numpy()
-    moved = np.where((counts > 0) & (levels != 0.0), sums / np.maximum(counts, 1), levels)
-    if not bool(np.all(np.isfinite(moved))) or not bool(np.all(moved[1:] > moved[:-1])):
-        return q
-    return replace(q, levels=moved)
 
 
 def _second(siblings: SiblingView | None, path: str, shape: tuple[int, ...]) -> torch.Tensor | None:
@@ -180,7 +141,6 @@ class StepCodec(Codec):
         # a step that is not finite (m or v̂ not finite) is protected: exact after decoding
         step = torch.where(torch.isfinite(scale), step, torch.full_like(step, math.nan))
         q = quantize(step.to(x.dtype).reshape(x.shape), ctx.quant, scores=ctx.scores)
-        q = centroid_levels(q, step)
         values = xs.reshape(-1)[torch.from_numpy(q.protected_positions)].clone()
         q = replace(q, protected_values=values)
         recon = rebuild(q, scale)
