@@ -11,11 +11,13 @@ coder (bytes of the four ``quant`` chunks; no container):
   values (count and magnitude: what ``QuantConfig(fit="step")`` does) or by plain L2 k-means.
 
 Error: ``||(m̂ − m) / r|| / ||m / r||`` with the exact ``r = sqrt(v) + eps``: how far the first
-step after a restore moves from the exact one, relative to its size. The second table is the
-weights' residual of error feedback (4 levels, a keyframe at 16 levels at the first ``--at``
-step, then one residual per ``--every`` steps): the order-0 entropy of its indices alone and
-given a context a decoder could know (the sign of the first moment of the same file, the
-previous residual's index): what a context-modelling entropy stage could save.
+step after a restore moves from the exact one, relative to its size. The second table is
+where that error lies (:func:`step_groups`): entries grouped by the exact step's size and by
+their second moment, the coded step's length, error and sign against the exact one's. The
+third is the weights' residual of error feedback (4 levels, a keyframe at 16 levels at the
+first ``--at`` step, then one residual per ``--every`` steps): the order-0 entropy of its
+indices alone and given a context a decoder could know (the sign of the first moment of the
+same file, the previous residual's index): what a context-modelling entropy stage could save.
 
 Run ``python benchmarks/step_coding.py --model llm`` (about 1-2 minutes on a shared 2-core
 machine). Writes ``benchmarks/results/step_coding-<model>.json``.
@@ -27,6 +29,7 @@ import argparse
 import math
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report
 import _workloads
 
+from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.quantized import encode_quantized
 from ckptzip.codecs.residual import reconstruct
 from ckptzip.config import QuantConfig
@@ -60,9 +64,12 @@ def _conditional(a: np.ndarray, ctx: np.ndarray) -> float:
 
 
 def moments(states: list[dict[str, Any]], bins: list[int]) -> list[dict[str, Any]]:
-    """Bits per entry and step error of each coding of ``exp_avg``, over every state."""
+    """Bits per entry and step error of each coding of ``exp_avg``, over every state; also the
+    error of the step a restored Adam takes, ``m̂ / r̂`` with ``r̂`` from the stored second
+    moment (``restored_step_error``; the row ``m exact`` is that of ``v̂`` alone)."""
     bits: dict[str, float] = defaultdict(float)
     err: dict[str, float] = defaultdict(float)
+    rest: dict[str, float] = defaultdict(float)
     norm = n = 0.0
     for st in states:
         for row in st["optimizer"]["state"].values():
@@ -75,10 +82,19 @@ def moments(states: list[dict[str, Any]], bins: list[int]) -> list[dict[str, Any
             n += m.numel()
 
             def record(
-                name: str, q: Any, mh: torch.Tensor, m: torch.Tensor = m, r: torch.Tensor = r
+                name: str,
+                q: Any,
+                mh: torch.Tensor,
+                m: torch.Tensor = m,
+                r: torch.Tensor = r,
+                rh: torch.Tensor = rh,
             ) -> None:
-                bits[name] += 8 * sum(len(c) for c in encode_quantized(q, 3)[1])
+                if q is not None:
+                    bits[name] += 8 * sum(len(c) for c in encode_quantized(q, 3)[1])
                 err[name] += float(((mh - m) / r).square().sum())
+                rest[name] += float((mh / rh - m / r).square().sum())
+
+            record("m exact", None, m)
 
             for b in bins:
                 cfg = QuantConfig(bins=b, protect=0.0005, fit="update")
@@ -89,9 +105,106 @@ def moments(states: list[dict[str, Any]], bins: list[int]) -> list[dict[str, Any
                     q = quantize(u, QuantConfig(bins=b, protect=0.0005), fit_weights=fit)
                     record(f"u{b}{tag}", q, dequantize(q) * rh)
     return [
-        {"coding": k, "bits_per_entry": bits[k] / n, "step_error": math.sqrt(err[k] / norm)}
-        for k in bits
+        {
+            "coding": k,
+            "bits_per_entry": bits[k] / n,
+            "step_error": math.sqrt(err[k] / norm),
+            "restored_step_error": math.sqrt(rest[k] / norm),
+        }
+        for k in err
     ]
+
+
+def centroid_levels(q: QuantizedTensor, step: torch.Tensor) -> QuantizedTensor:
+    """``q`` with each non-zero level moved to the mean of the steps assigned to it (same
+    indices, same bytes; the smallest squared error for those indices). The codec ``"step"``
+    did this at commit e902abd, reverted after the full protocol (README, "Adam's first moment
+    as its step"). Protected positions are left out; a level at exactly zero, an empty one, or
+    a result that would not be strictly increasing keeps the fit's levels.
+
+    Examples
+    --------
+    >>> from ckptzip.config import QuantConfig
+    >>> from ckptzip.quantize import quantize
+    >>> x = torch.tensor([1.0, 2.0, 3.0, 10.0, 20.0])
+    >>> q = quantize(x, QuantConfig(bins=2, protect=0.0))
+    >>> q.levels.round(2).tolist(), centroid_levels(q, x).levels.tolist()
+    ([6.21, 19.89], [4.0, 20.0])
+    """
+    levels = np.asarray(q.levels, dtype=np.float64)
+    if levels.size < 2:
+        return q
+    idx = torch.from_numpy(q.indices.reshape(-1).astype(np.int64))
+    keep = torch.ones(idx.numel(), dtype=torch.bool)
+    if q.protected_positions.size:
+        keep[torch.from_numpy(q.protected_positions)] = False
+    values = step.reshape(-1).to(torch.float64)
+    keep &= torch.isfinite(values)
+    sums = torch.bincount(idx[keep], weights=values[keep], minlength=levels.size)
+    counts = torch.bincount(idx[keep], minlength=levels.size)
+    sums, counts = sums[: levels.size].numpy(), counts[: levels.size].numpy()
+    moved = np.where((counts > 0) & (levels != 0.0), sums / np.maximum(counts, 1), levels)
+    if not bool(np.all(np.isfinite(moved))) or not bool(np.all(moved[1:] > moved[:-1])):
+        return q
+    return replace(q, levels=moved)
+
+
+GROUP_QUANTILES = (0.1, 0.5, 0.9)
+
+
+def step_groups(states: list[dict[str, Any]], bins: int = 4) -> list[dict[str, Any]]:
+    """Where each coding of ``exp_avg`` moves the step: entries grouped by the exact step's
+    size ``|m/r|`` and by ``r`` over its tensor's median (quantiles over every entry of every
+    state); per group its share of ``||m/r||²``, the coded step's length and error relative to
+    the exact one's, and the fraction of entries whose sign differs. Codings: ``m`` at
+    ``bins`` levels fitted to the step (error feedback's default), the step at ``bins``
+    levels as the quantizer fits them, and with each level at its members' mean."""
+    s_all, r_all, coded = [], [], defaultdict(list)
+    for st in states:
+        for row in st["optimizer"]["state"].values():
+            m, v = row["exp_avg"].reshape(-1), row["exp_avg_sq"].reshape(-1)
+            if m.numel() < MIN_NUMEL:
+                continue
+            r = v.sqrt() + ADAM_EPS
+            rh = dequantize(quantize(v, V_CONFIG)).reshape(-1).sqrt() + ADAM_EPS
+            s_all.append(m / r)
+            r_all.append(r / r.median())
+            q = quantize(
+                m, QuantConfig(bins=bins, protect=0.0005, fit="update"), fit_weights=1 / (r * r)
+            )
+            coded[f"m{bins}u"].append(dequantize(q).reshape(-1) / r)
+            u = m / rh
+            q = quantize(u, QuantConfig(bins=bins, protect=0.0005))
+            for name, qq in ((f"u{bins}v", q), (f"u{bins}v, level means", centroid_levels(q, u))):
+                mh = dequantize(qq).reshape(-1) * rh
+                pos = torch.from_numpy(qq.protected_positions)
+                mh[pos] = m[pos]
+                coded[name].append(mh / r)
+    s = torch.cat(s_all)
+    total = float(s.square().sum())
+    rows = []
+    for key, label in ((s.abs(), "|m/r|"), (torch.cat(r_all), "r / median r")):
+        sample = key[
+            torch.randperm(key.numel(), generator=torch.Generator().manual_seed(0))[:200_000]
+        ]
+        cuts = torch.quantile(sample.double(), torch.tensor(GROUP_QUANTILES, dtype=torch.float64))
+        edges = [-math.inf, *cuts.tolist(), math.inf]
+        names = ["<p10", "p10-p50", "p50-p90", ">p90"]
+        for gname, lo, hi in zip(names, edges[:-1], edges[1:], strict=True):
+            g = (key > lo) & (key <= hi)
+            sg = s[g]
+            row: dict[str, Any] = {
+                "by": label,
+                "group": gname,
+                "share": float(sg.square().sum()) / total,
+            }
+            for name, parts in coded.items():
+                x = torch.cat(parts)[g]
+                row[f"{name}: length"] = float(x.norm() / sg.norm())
+                row[f"{name}: error"] = float((x - sg).norm() / sg.norm())
+                row[f"{name}: sign"] = float((torch.sign(x) != torch.sign(sg)).float().mean())
+            rows.append(row)
+    return rows
 
 
 def residual_contexts(w: _workloads.Workload, states: list[dict[str, Any]]) -> dict[str, float]:
@@ -152,8 +265,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.model}: exp_avg codings at steps {args.at}",
         rows,
         [("coding", "coding", ""), ("bits_per_entry", "bits/entry", ".3f"),
-         ("step_error", "step error", ".3f")],
+         ("step_error", "step error", ".3f"),
+         ("restored_step_error", "over v̂", ".3f")],
     )  # fmt: skip
+    groups = step_groups([by_step[s] for s in args.at])
+    keys = [k for k in groups[0] if k not in ("by", "group", "share")]
+    _report.print_table(
+        f"{args.model}: the coded step against the exact one, by group (length, error, sign)",
+        groups,
+        [("by", "by", ""), ("group", "group", ""), ("share", "share of |s|²", ".3f")]
+        + [(k, k, ".2f") for k in keys],
+    )
     contexts = residual_contexts(w, [by_step[s] for s in chain])
     _report.print_table(
         f"{args.model}: error feedback's weight residual (4 levels), steps {chain[0]}-{chain[-1]}",
@@ -161,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         [("entropy of the indices", "entropy of the indices", ""), ("bits/weight", "bits", ".3f")],
     )
     out = _report.results_path(args.out, f"step_coding-{args.model}.json")
-    _report.write_json(out, {"meta": vars(args), "exp_avg": rows, "residual": contexts})
+    _report.write_json(
+        out, {"meta": vars(args), "exp_avg": rows, "groups": groups, "residual": contexts}
+    )
     return 0
 
 
