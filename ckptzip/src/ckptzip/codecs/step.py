@@ -65,8 +65,8 @@ def step_scale(v: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
 
     Examples
     --------
-    >>> step_scale(torch.tensor([4.0, -1.0]), 1e-8, torch.float32).tolist()
-    [2.0, 1e-08]
+    >>> step_scale(torch.tensor([4.0, -1.0]), 0.5, torch.float32).tolist()
+    [2.5, 0.5]
     """
     wide = _wide(dtype)
     return v.reshape(-1).to(device="cpu", dtype=wide).clamp_min(0.0).sqrt() + eps

@@ -1,7 +1,7 @@
 """Hugging Face ``transformers``: the ``Trainer``'s checkpoints written through ckptzip.
 
 >>> trainer = CkptzipTrainer(model=model, args=args, train_dataset=ds)   # doctest: +SKIP
->>> trainer.train()                                  # checkpoint-N/ directories, compressed
+>>> trainer.train()                    # checkpoint-N/ directories, compressed  # doctest: +SKIP
 >>> trainer.train(resume_from_checkpoint=True)       # or a checkpoint-N path   # doctest: +SKIP
 
 :class:`CkptzipCallback` (added by :class:`CkptzipTrainer`, or to any ``Trainer`` by hand)
