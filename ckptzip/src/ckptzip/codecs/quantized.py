@@ -117,20 +117,21 @@ def encode_indices(
     """
     flat = np.ascontiguousarray(indices, dtype=np.uint8).reshape(-1)
     bits = bits_for(n_levels)
-    packed, packed_info = encode_packed(flat, n_levels, level) if packed is None else packed
-    best = (packed, {"bits": bits, "index_layout": "packed", "index_stage": packed_info})
+    first = encode_packed(flat, n_levels, level) if packed is None else packed
+    stream, packed_info = first
+    best = (stream, {"bits": bits, "index_layout": "packed", "index_stage": packed_info})
     # ANS reaches the indices' order-0 entropy (k-means levels are far from equally used, and
     # Adam moments' much less); zstd can beat it on runs (heavily pruned tensors), so both
     # are tried, unless zstd is already under what ANS could reach.
     ans_won = False
     # counted once, for the entropy floor and the ANS model both
     bins = kernels.bin_counts(flat) if flat.size else None
-    if bins is not None and len(packed) >= _ans_floor(flat, bins):
+    if bins is not None and len(stream) >= _ans_floor(flat, bins):
         # long streams in independent lanes and blocks (decoded several symbols at a time,
         # on as many threads as there are), short ones as one stream (no per-lane cost)
         method = "ans-lanes" if flat.size >= entropy.ANS_LANES_MIN else "ans"
         (coded,), ans_info = entropy.encode_symbols(flat, method, bins=bins)
-        if len(coded) < len(packed):
+        if len(coded) < len(stream):
             best = (coded, {"bits": bits, "index_layout": method, "index_stage": ans_info})
             ans_won = True
     if bits == 8 or (ans_won and 8 % bits == 0):
