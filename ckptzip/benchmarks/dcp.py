@@ -12,6 +12,9 @@ its two moments, and saves ``{"model", "optim"}`` from ``get_state_dict`` with
   weights as their residual against the parent's reconstruction (error feedback, the default);
 * ``ckptzip_delta_nofb``: the same with ``Writer(error_feedback=False)``: bin-index deltas of
   every shard (the default before),
+* ``ckptzip_delta_cached``: ``ckptzip_delta`` with ``Writer(cache=recent_files(...))``, the
+  cache the first ``ckptzip`` save filled: the parent's tensors are not decoded from disk
+  (the same files as ``ckptzip_delta``),
 
 and the state of the second step through ``dcp`` too (``dcp2``), so each ``ckptzip`` row has a
 ``dcp`` row of the same state. Each save is repeated ``--repeat`` times (default 3), the two
@@ -64,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS, print_table, write_json
 
 import ckptzip
-from ckptzip.dcp import Reader, Writer
+from ckptzip.dcp import Reader, Writer, recent_files
 
 
 def _model(width: int, layers: int) -> torch.nn.Module:
@@ -191,9 +194,12 @@ def _run(rank: int, width: int, layers: int, out: Path, repeat: int, threads: in
         return {"model": msd, "optim": osd}
 
     state = state_now()
+    # the parent's tables, kept by its save; room for every cached delta after it
+    cache = recent_files(repeat + 1)
     for i in range(repeat):  # alternating, each into a new directory
         save("dcp", i, dcp.FileSystemWriter(out / f"dcp{i}"), state, None)
-        save("ckptzip", i, Writer(out / f"ckptzip{i}", threads=threads), state, None)
+        kept = cache if i == 0 else None
+        save("ckptzip", i, Writer(out / f"ckptzip{i}", threads=threads, cache=kept), state, None)
     truth1 = _weights(state)
     _train(model, opt, 5, width)
     state = state_now()
@@ -209,6 +215,10 @@ def _run(rank: int, width: int, layers: int, out: Path, repeat: int, threads: in
             error_feedback=False,
         )
         save("ckptzip_delta_nofb", i, writer, state, parent_inodes)
+        writer = Writer(
+            out / f"ckptzip_delta_cached{i}", parent=out / "ckptzip0", threads=threads, cache=cache
+        )
+        save("ckptzip_delta_cached", i, writer, state, parent_inodes)
     truth2 = _weights(state)
 
     errors = {}
@@ -243,6 +253,7 @@ _BASELINES = {
     "ckptzip": "dcp",
     "ckptzip_delta": "dcp2",
     "ckptzip_delta_nofb": "dcp2",
+    "ckptzip_delta_cached": "dcp2",
     "ckptzip_load": "dcp_load",
     "ckptzip_delta_load": "dcp2_load",
     "ckptzip_delta_nofb_load": "dcp2_load",

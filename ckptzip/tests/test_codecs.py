@@ -370,3 +370,20 @@ def test_indices_beyond_levels_are_rejected_straight_into_the_tensor() -> None:
     meta.update(index_layout="ans-lanes", index_stage=stage)
     with pytest.raises(CorruptCheckpointError, match="beyond"):
         get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=True))
+
+
+def test_encode_indices_reuses_a_packed_candidate_as_coded() -> None:
+    # a caller that coded the packed stream already (the delta codec's floor) passes it on:
+    # the same bytes and meta as coding it again, whichever candidate wins
+    from ckptzip.codecs.quantized import encode_indices, encode_packed
+
+    rng = np.random.default_rng(5)
+    runs = np.repeat(rng.integers(0, 16, 400), 250).astype(np.uint8)
+    skewed = rng.choice(16, 100_000, p=np.r_[0.7, np.full(15, 0.02)]).astype(np.uint8)
+    layouts = set()
+    for idx, levels in ((runs, 16), (skewed, 16), (skewed % 11, 11)):
+        packed = encode_packed(idx, levels, 3)
+        reused = encode_indices(idx, levels, 3, packed=packed)
+        assert reused == encode_indices(idx, levels, 3)
+        layouts.add(reused[1]["index_layout"])
+    assert len(layouts) >= 2  # both the packed stream and another candidate won somewhere

@@ -1022,3 +1022,58 @@ def test_dcp_delta_saves_of_a_tied_model_restore_tied(tmp_path: Path) -> None:
         assert fresh.head.weight is fresh.emb.weight
         w = state["model"]["emb.weight"]
         assert float((fresh.emb.weight.detach() - w).norm() / w.norm()) < 0.2
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_writer_cache_skips_decoding_the_parent_and_writes_the_same_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Writer(cache=recent_files())``: a delta takes its parent's tensors from the cache the
+    parent's save filled (no link of the chain is read to decode it), and every file is the
+    same as without the cache; a cache whose entry is gone decodes from disk again."""
+    from ckptzip import chains
+    from ckptzip.dcp import recent_files
+
+    torch.manual_seed(0)
+    model = _TiedLM()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    config = ckptzip.CompressionConfig(min_numel=256)
+    _train_tied(model, opt, range(2))
+    first = _tied_state(model, opt)
+    _train_tied(model, opt, range(2, 4))
+    second = _tied_state(model, opt)
+    decoded: list[str] = []
+    real = chains.Link.reader
+
+    def reader(link: chains.Link, **kw: Any) -> Any:
+        decoded.append(link.name)
+        return real(link, **kw)
+
+    monkeypatch.setattr(chains.Link, "reader", reader)
+
+    def files(d: Path) -> dict[str, bytes]:
+        return {f.name: f.read_bytes() for f in sorted(d.iterdir()) if f.suffix == ".ckz"}
+
+    cache = recent_files(2)
+    for feedback in (True, False):
+        for cached in (None, cache):
+            p, d = tmp_path / f"p-{feedback}-{cached is None}", tmp_path / f"d-{feedback}"
+            writer = Writer(p, config=config, cache=cached, error_feedback=feedback)
+            dcp.save(first, storage_writer=writer, no_dist=True)
+            decoded.clear()
+            d = d.with_name(f"{d.name}-{cached is None}")
+            writer = Writer(d, config=config, parent=p, cache=cached, error_feedback=feedback)
+            dcp.save(second, storage_writer=writer, no_dist=True)
+            assert len(decoded) == (0 if cached is not None else 1)  # the parent, linked
+        assert files(tmp_path / f"d-{feedback}-True") == files(tmp_path / f"d-{feedback}-False")
+    assert len(cache) == 2  # bounded: the last two files saved
+    cache.clear()  # evicted: the parent is decoded from disk
+    decoded.clear()
+    again = Writer(tmp_path / "again", config=config, parent=tmp_path / "p-True-False", cache=cache)
+    dcp.save(second, storage_writer=again, no_dist=True)
+    assert len(decoded) == 1
+    assert files(tmp_path / "again") == files(tmp_path / "d-True-True")
+    with pytest.raises(ckptzip.ConfigError):
+        Writer(tmp_path / "x", cache=[])  # type: ignore[arg-type]
+    with pytest.raises(ckptzip.ConfigError):
+        recent_files(0)

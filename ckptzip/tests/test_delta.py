@@ -376,7 +376,9 @@ def test_a_delta_far_below_the_indices_entropy_is_kept_without_a_full_trial(
 
     calls = []
     real = delta_codec.encode_full
-    monkeypatch.setattr(delta_codec, "encode_full", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(
+        delta_codec, "encode_full", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
     g = torch.Generator().manual_seed(0)
     base = torch.randn(50_000, generator=g)
     quant = QuantConfig(bins=16)

@@ -794,3 +794,25 @@ def test_the_scalar_assignment_writes_what_the_vector_one_writes() -> None:
         assert done.returncode == 0, done.stderr
         runs.append(done.stdout.strip())
     assert runs[0] == runs[1]
+
+
+@needs_fast
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 20_001])
+def test_residual_error_matches_the_reference(n: int) -> None:
+    # the float64 sums over the finite entries of x, in another order: equal to rounding
+    assert fast is not None
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g)
+    y = x + 1e-3 * torch.randn(n, generator=g)
+    if n > 10:
+        x[[3, 7, 9]] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+        y[5] = float("inf")  # a reconstruction that overflowed where x is finite counts
+    got, want = fast.residual_error(x, y), ref.residual_error(x, y)
+    assert got == pytest.approx(want, rel=1e-12, abs=0.0, nan_ok=True)
+    if n > 10:
+        assert math.isinf(got[0]) and math.isfinite(got[1])
+        y[5] = x[5]
+        got, want = fast.residual_error(x, y), ref.residual_error(x, y)
+        assert got == pytest.approx(want, rel=1e-12, abs=0.0) and got[0] > 0
+    # another dtype goes to the reference
+    assert fast.residual_error(x.double(), y.double()) == ref.residual_error(x.double(), y.double())

@@ -183,7 +183,9 @@ def test_every_index_layout_of_a_huge_ratio_loads(
 ) -> None:
     real = quant_codec.encode_indices
 
-    def forced(indices: np.ndarray, n_levels: int, level: int) -> tuple[bytes, dict[str, Any]]:
+    def forced(
+        indices: np.ndarray, n_levels: int, level: int, *, packed: Any = None
+    ) -> tuple[bytes, dict[str, Any]]:  # a packed stream coded beforehand is not the layout forced
         flat = np.ascontiguousarray(indices, dtype=np.uint8).reshape(-1)
         bits = bits_for(n_levels)
         if layout == "packed":

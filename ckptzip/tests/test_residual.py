@@ -501,3 +501,25 @@ def test_asynchronous_saves_with_error_feedback_restore_what_they_believed(
     mgr.close()
     got = CheckpointManager(tmp_path).load(4)["model"]["weight"]
     assert torch.equal(got, believed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_relative_error_matches_the_masked_float64_definition(dtype: torch.dtype) -> None:
+    # the all-finite path skips the mask: the same float64 sums, the same rounded figure
+    from ckptzip.codecs.residual import _relative_error
+    from ckptzip.quantize import _relative_error as rounded
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(20_000, generator=g).to(dtype)
+    y = (x.double() + 1e-3 * torch.randn(20_000, generator=g, dtype=torch.float64)).to(dtype)
+
+    def masked(a: torch.Tensor, b: torch.Tensor) -> float:
+        a, b = a.double(), b.double()
+        keep = torch.isfinite(a)
+        a, b = a[keep], b[keep]
+        return rounded(float((b - a).square().sum()), float(a.square().sum()))
+
+    assert _relative_error(x, y) == masked(x, y) > 0
+    x[[5, 17, 400]] = torch.tensor([float("inf"), float("nan"), -float("inf")], dtype=dtype)
+    assert _relative_error(x, y) == masked(x, y) > 0
+    assert _relative_error(torch.zeros(4, dtype=dtype), torch.ones(4, dtype=dtype)) == 0.0

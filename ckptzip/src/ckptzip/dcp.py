@@ -68,7 +68,7 @@ import pickle
 import pickletools
 import posixpath
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -118,6 +118,7 @@ __all__ = [
     "Reader",
     "Writer",
     "rank_file_name",
+    "recent_files",
 ]
 
 METADATA_NAME = ".metadata"
@@ -125,6 +126,25 @@ METADATA_NAME = ".metadata"
 
 _DEPTH_KEY = "dcp.chain_depth"
 """File metadata: deltas since the last full file of this rank's chain (0 for a full file)."""
+
+
+def recent_files(size: int = 2) -> api.DecodedCache:
+    """A :data:`ckptzip.api.DecodedCache` for :class:`Writer`'s ``cache`` holding the last
+    ``size`` files saved or decoded, keyed by sha256 (so a file replaced on disk never hits),
+    safe to share between threads. Two per rank suffice for a chain (the next save's parent
+    and the file just written); more where several deltas share one parent.
+
+    Examples
+    --------
+    >>> cache = recent_files(2)
+    >>> len(cache)
+    0
+    """
+    from ckptzip.manager import _RecentFiles  # the manager's own, imported when asked for
+
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"size={size!r} must be an int >= 1")
+    return _RecentFiles(size)
 
 
 def rank_file_name(rank: int) -> str:
@@ -742,6 +762,14 @@ class Writer(StorageWriter):
         manager's default, chosen on its fault-tolerant benchmark (ckptzip's README, "Error
         feedback along the chain"). ``False``: bin-index deltas of every lossy shard. A
         ``config`` with ``residual`` set keeps its own residual config.
+    cache:
+        A :data:`ckptzip.api.DecodedCache` (opt-in; :func:`recent_files` makes a bounded
+        one): a delta takes its parent's decoded tensors from it when the parent file's
+        sha256 is there, instead of decoding the parent's chain from disk, and each save adds
+        its own file's. Pass the same one to the ``Writer`` of every save of a process (one
+        per rank), as :class:`~ckptzip.CheckpointManager` keeps its own: the files are the
+        same with it or without; it holds each kept file's lossy tensors (about a rank's
+        weights in float32 and its moments' bin indices).
 
     The call order is DCP's (module docstring). One instance may serve several saves; each
     ``dcp.save`` calls :meth:`reset` first.
@@ -757,8 +785,11 @@ class Writer(StorageWriter):
         overwrite: bool = False,
         threads: int | None = None,
         error_feedback: bool = True,
+        cache: api.DecodedCache | None = None,
     ) -> None:
         super().__init__()
+        if cache is not None and not isinstance(cache, MutableMapping):
+            raise ConfigError(f"cache={cache!r} must be a mutable mapping (see recent_files)")
         if config is not None and not isinstance(config, CompressionConfig):
             raise ConfigError(f"config={config!r} must be a CompressionConfig")
         if not isinstance(error_feedback, bool):
@@ -775,6 +806,7 @@ class Writer(StorageWriter):
         self.keyframe_every = keyframe_every
         self.overwrite = overwrite
         self.threads = threads
+        self.cache = cache
         self.rank: int | None = None
         self.use_collectives = True
         self.reports: list[api.Report] = []
@@ -846,6 +878,7 @@ class Writer(StorageWriter):
             overwrite=True,
             metadata={_DEPTH_KEY: str(depth)},
             threads=self.threads,
+            cache=self.cache,
         )
         self.reports = [report]
         # Items sharing storage on this rank (tied weights, a module used twice, views) are

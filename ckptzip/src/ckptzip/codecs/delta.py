@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ckptzip import entropy, kernels
+from ckptzip import kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.bindiff import decode_delta, encode_smallest
 from ckptzip.codecs.base import (
@@ -66,13 +66,13 @@ from ckptzip.codecs.quantized import (
     decode_side,
     describe_quantized,
     encode_full,
+    encode_packed,
     encode_side,
     full_note,
     n_levels_of,
     quantized_for,
 )
 from ckptzip.errors import CorruptCheckpointError, MissingParentError, UnsupportedFormatError
-from ckptzip.packing import bits_for, pack_indices
 
 __all__ = ["DeltaCodec"]
 
@@ -128,14 +128,6 @@ def _order0_bytes(indices: np.ndarray) -> float:
     return float(-(c * np.log2(c / c.sum())).sum()) / 8
 
 
-def _packed_bytes(q: QuantizedTensor, level: int) -> int:
-    """zstd of the packed indices: :func:`~ckptzip.codecs.quantized.encode_indices`' first
-    candidate, so the full encoding's indices take at most this (under a millisecond for
-    a million indices)."""
-    flat = np.ascontiguousarray(q.indices, dtype=np.uint8).reshape(-1)
-    return len(entropy.encode(pack_indices(flat, bits_for(len(q.levels))), level)[0])
-
-
 @register_codec
 class DeltaCodec(Codec):
     """Bin-index delta against the parent checkpoint; see the module docstring.
@@ -171,15 +163,18 @@ class DeltaCodec(Codec):
             # restored against +2.9 % evaluated).
             q = _keep_parent_levels(x, q, prev)
         bins = max(len(prev.levels), len(q.levels))
-        packed = _packed_bytes(q, level)
+        # zstd of the packed indices: the full encoding's first candidate, so its indices
+        # take at most this (under a millisecond for a million indices); coded once, kept for
+        # the full encoding
+        packed = encode_packed(q.indices, len(q.levels), level)
         # a back end sized above the packed stream cannot beat the full encoding: not coded
-        payload = encode_smallest(prev.indices, q.indices, bins, limit=packed)
+        payload = encode_smallest(prev.indices, q.indices, bins, limit=len(packed[0]))
         if payload is None:
-            return full("delta not smaller")
+            return encode_full(q, level, "delta not smaller", packed=packed)
         side = encode_side(q, level)
         chunks = [side.levels, *payload.chunks, side.positions, side.values]
-        if payload.nbytes >= FULL_TRIAL * min(_order0_bytes(q.indices), packed):
-            whole = full("delta not smaller")
+        if payload.nbytes >= FULL_TRIAL * min(_order0_bytes(q.indices), len(packed[0])):
+            whole = encode_full(q, level, "delta not smaller", side=side, packed=packed)
             if sum(map(len, chunks)) >= sum(map(len, whole.chunks)):
                 return whole
         meta = {**side.meta, "mode": "delta", "delta": payload.meta}

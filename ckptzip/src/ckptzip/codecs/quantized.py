@@ -59,6 +59,7 @@ __all__ = [
     "decode_side",
     "decode_values",
     "encode_indices",
+    "encode_packed",
     "encode_full",
     "encode_quantized",
     "encode_side",
@@ -90,8 +91,17 @@ def _sample(indices: np.ndarray) -> np.ndarray:
     return np.concatenate([indices[s : s + width] for s in starts])
 
 
-def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[bytes, dict[str, Any]]:
+def encode_indices(
+    indices: np.ndarray,
+    n_levels: int,
+    level: int,
+    *,
+    packed: tuple[bytes, dict[str, Any]] | None = None,
+) -> tuple[bytes, dict[str, Any]]:
     """The smallest of packed+zstd, bytes+zstd and ANS for an index stream, with its meta.
+
+    ``packed``: the first candidate when the caller already coded it (:func:`encode_packed`
+    of the same indices at the same level), so it is not coded twice.
 
     Each candidate costs a pass, so two are skipped where they cannot win or never did:
     ANS when the packed stream is already below the order-0 entropy (no ANS coding can come
@@ -107,20 +117,21 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     """
     flat = np.ascontiguousarray(indices, dtype=np.uint8).reshape(-1)
     bits = bits_for(n_levels)
-    packed, packed_info = entropy.encode(pack_indices(flat, bits), level)
-    best = (packed, {"bits": bits, "index_layout": "packed", "index_stage": packed_info})
+    first = encode_packed(flat, n_levels, level) if packed is None else packed
+    stream, packed_info = first
+    best = (stream, {"bits": bits, "index_layout": "packed", "index_stage": packed_info})
     # ANS reaches the indices' order-0 entropy (k-means levels are far from equally used, and
     # Adam moments' much less); zstd can beat it on runs (heavily pruned tensors), so both
     # are tried, unless zstd is already under what ANS could reach.
     ans_won = False
     # counted once, for the entropy floor and the ANS model both
     bins = kernels.bin_counts(flat) if flat.size else None
-    if bins is not None and len(packed) >= _ans_floor(flat, bins):
+    if bins is not None and len(stream) >= _ans_floor(flat, bins):
         # long streams in independent lanes and blocks (decoded several symbols at a time,
         # on as many threads as there are), short ones as one stream (no per-lane cost)
         method = "ans-lanes" if flat.size >= entropy.ANS_LANES_MIN else "ans"
         (coded,), ans_info = entropy.encode_symbols(flat, method, bins=bins)
-        if len(coded) < len(packed):
+        if len(coded) < len(stream):
             best = (coded, {"bits": bits, "index_layout": method, "index_stage": ans_info})
             ans_won = True
     if bits == 8 or (ans_won and 8 % bits == 0):
@@ -135,6 +146,12 @@ def encode_indices(indices: np.ndarray, n_levels: int, level: int) -> tuple[byte
     if len(whole) < len(best[0]):
         best = (whole, {"bits": bits, "index_layout": "bytes", "index_stage": whole_info})
     return best
+
+
+def encode_packed(indices: np.ndarray, n_levels: int, level: int) -> tuple[bytes, dict[str, Any]]:
+    """:func:`encode_indices`' first candidate: the indices packed to their bit width, zstd."""
+    flat = np.ascontiguousarray(indices, dtype=np.uint8).reshape(-1)
+    return entropy.encode(pack_indices(flat, bits_for(n_levels)), level)
 
 
 def _ans_floor(flat: np.ndarray, bins: np.ndarray) -> float:
@@ -381,8 +398,17 @@ def decode_values(
     return out.reshape(ctx.shape)
 
 
-def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], list[bytes]]:
+def encode_quantized(
+    q: QuantizedTensor,
+    level: int,
+    *,
+    side: SideParts | None = None,
+    packed: tuple[bytes, dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], list[bytes]]:
     """The ``"quant"`` codec's meta and four chunks (levels, indices, positions, values).
+
+    ``side`` (:func:`encode_side` of ``q``) and ``packed`` (:func:`encode_packed` of its
+    indices): parts a caller already coded at ``level``, reused as they are.
 
     Examples
     --------
@@ -392,17 +418,25 @@ def encode_quantized(q: QuantizedTensor, level: int) -> tuple[dict[str, Any], li
     >>> meta["n_levels"], meta["bits"], len(chunks)
     (4, 2, 4)
     """
-    side = encode_side(q, level)
-    idx_payload, idx_meta = encode_indices(q.indices, side.meta["n_levels"], level)
+    side = encode_side(q, level) if side is None else side
+    idx_payload, idx_meta = encode_indices(q.indices, side.meta["n_levels"], level, packed=packed)
     meta = {**side.meta, **idx_meta}
     return meta, [side.levels, idx_payload, side.positions, side.values]
 
 
-def encode_full(q: QuantizedTensor, level: int, why: str) -> Encoded:
+def encode_full(
+    q: QuantizedTensor,
+    level: int,
+    why: str,
+    *,
+    side: SideParts | None = None,
+    packed: tuple[bytes, dict[str, Any]] | None = None,
+) -> Encoded:
     """``q`` as the ``"full"`` entry of a codec coded against a parent (``"delta"``,
     ``"residual"``), for a tensor stored without it: meta ``{"mode": "full", "inner_codec":
-    "quant", "inner": <the quant meta>, "why": why}`` and the ``"quant"`` codec's chunks."""
-    meta, chunks = encode_quantized(q, level)
+    "quant", "inner": <the quant meta>, "why": why}`` and the ``"quant"`` codec's chunks
+    (``side``, ``packed``: as :func:`encode_quantized` takes them)."""
+    meta, chunks = encode_quantized(q, level, side=side, packed=packed)
     wrapped = {"mode": "full", "inner_codec": QuantCodec.id, "inner": meta, "why": why}
     return Encoded(wrapped, chunks, q)
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from ckptzip import kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
     Codec,
@@ -138,10 +139,7 @@ def _relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
     rounded as the quantizer rounds its own (8 significant digits)."""
     from ckptzip.quantize import _relative_error as rounded
 
-    a, b = x.reshape(-1).double(), y.reshape(-1).double()
-    finite = torch.isfinite(a)
-    a, b = a[finite], b[finite]
-    return rounded(float((b - a).square().sum()), float(a.square().sum()))
+    return rounded(*kernels.residual_error(x.reshape(-1), y.reshape(-1)))
 
 
 @register_codec

@@ -48,6 +48,9 @@ The functions (flat 1-D inputs throughout):
 ``squared_error(v, indices, levels, protected) -> (err2, norm2)``
     ``Σ (levels[idx] − v)²`` over the non-protected entries (difference in ``v``'s dtype,
     sum in float64) and ``Σ v²``.
+``residual_error(x, y) -> (err2, norm2)``
+    ``Σ (y − x)²`` and ``Σ x²`` in float64 over the entries where ``x`` is finite (a
+    residual's reconstruction ``y`` against the tensor ``x``).
 ``bucket_extremes(codes, v, n_codes) -> (lo, hi)``, ``magnitude_rank(codes, cap)``
 (``|code − cap|``), ``positions(x, lo, hi)`` (sorted int64 positions of ``lo <= x <= hi``),
 ``blocks(n, x)``
@@ -153,6 +156,7 @@ __all__ = [
     "positions",
     "reference",
     "requantize",
+    "residual_error",
     "rle_join",
     "rle_split",
     "sketch_codes",
@@ -199,6 +203,7 @@ assign_fused = _active.assign_fused
 sketch_codes = _active.sketch_codes
 assign_codes = _active.assign_codes
 squared_error = _active.squared_error
+residual_error = _active.residual_error
 nearest = _active.nearest
 bucket_extremes = _active.bucket_extremes
 magnitude_rank = _active.magnitude_rank

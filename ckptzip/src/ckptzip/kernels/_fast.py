@@ -23,7 +23,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 6
+_ABI_VERSION = 7
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -54,6 +54,7 @@ _sketch = _fn("ckz_sketch_codes", None, _P, _I64, _P, _I32, _P, _P)
 _assign = _fn("ckz_assign_codes", None, _P, _P, _I64, _P, _I32, _P, _I32, _P, _I32, _P)
 _nearest = _fn("ckz_nearest", None, _P, _I64, _P, _I32, _P)
 _sqerr = _fn("ckz_squared_error", None, _P, _P, _I64, _P, _P, _I64, _P)
+_reserr = _fn("ckz_residual_error", None, _P, _P, _I64, _P)
 _pack = _fn("ckz_pack", _I32, _P, _I64, _I32, _P)
 _unpack = _fn("ckz_unpack", None, _P, _I64, _I32, _P)
 _gather = _fn("ckz_gather", None, _P, _I64, _P, _I32, _P)
@@ -257,6 +258,15 @@ def squared_error(
     prot = protected.to(torch.int64).contiguous()
     out = np.zeros(2, dtype=np.float64)
     _sqerr(_ptr(x), _ptr(idx), x.numel(), _ptr(lv), _ptr(prot), prot.numel(), _ptr(out))
+    return float(out[0]), float(out[1])
+
+
+def residual_error(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    if not _host_f32(x, y) or x.numel() != y.numel():
+        return ref.residual_error(x, y)
+    a, b = x.contiguous(), y.contiguous()
+    out = np.zeros(2, dtype=np.float64)
+    _reserr(_ptr(a), _ptr(b), a.numel(), _ptr(out))
     return float(out[0]), float(out[1])
 
 

@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 6 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 7 /* also covers _entropy.c's and _delta.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -187,6 +187,27 @@ CKZ_API void ckz_squared_error(const float *v, const uint8_t *idx, int64_t n,
             }
             float d = levels[idx[i]] - x;
             e += (double)d * (double)d;
+        }
+        err += e;
+        norm += m;
+    }
+    out[0] = err;
+    out[1] = norm;
+}
+
+/* Σ (y - x)² and Σ x² in float64 over the entries where x is finite: a residual's relative
+ * error against its reconstruction y, in one pass (summed by blocks of 4096, as above) */
+CKZ_API void ckz_residual_error(const float *x, const float *y, int64_t n, double *out) {
+    double err = 0.0, norm = 0.0;
+    for (int64_t lo = 0; lo < n; lo += 4096) {
+        int64_t hi = lo + 4096 < n ? lo + 4096 : n;
+        double e = 0.0, m = 0.0;
+        for (int64_t i = lo; i < hi; i++) {
+            double a = (double)x[i];
+            if (!isfinite(a)) continue;
+            double d = (double)y[i] - a;
+            e += d * d;
+            m += a * a;
         }
         err += e;
         norm += m;

@@ -295,6 +295,15 @@ def squared_error(
     return err, norm
 
 
+def residual_error(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    a, b = x.reshape(-1), y.reshape(-1)
+    finite = torch.isfinite(a)  # as in float64: widening keeps every value's class
+    if not bool(finite.all()):  # masking costs a pass and a copy of each: only where it bites
+        a, b = a[finite], b[finite]
+    a, b = a.double(), b.double()
+    return float((b - a).square().sum()), float(a.square().sum())
+
+
 def bucket_extremes(
     codes: torch.Tensor, v: torch.Tensor, n_codes: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
