@@ -845,9 +845,11 @@ class Ckptzip(Method):
         error_feedback: bool = True,
         suffix: str = "",
         keyframe_every: int = KEYFRAME_EVERY,
+        layout: str = "chain",
     ) -> None:
         super().__init__(directory, every)
         self.keyframe_every = keyframe_every
+        self.layout = layout
         self.error_budget = error_budget
         self.error_feedback = error_feedback
         # a control: every restore's weights are the live ones plus random noise of the same
@@ -877,6 +879,7 @@ class Ckptzip(Method):
             eval_fn=w.val_fn,
             config=self.config,
             keyframe_every=self.keyframe_every,
+            layout=self.layout,  # type: ignore[arg-type]
             window=min(50, self.every),
             checkpoint_every=self.every,
             probe_fn=w.probe if self.probe else None,
@@ -982,6 +985,7 @@ def make_method(
     restore_noise: bool = False,
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
     keyframe_every: int = KEYFRAME_EVERY,
+    layout: str = "chain",
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -1010,6 +1014,7 @@ def make_method(
             if name == "ckptzip-nofeedback"
             else "",
             keyframe_every=keyframe_every,
+            layout=layout,
         )
     raise ValueError(f"method {name!r} unknown; choose from {METHODS + OPT_IN}")
 
@@ -1030,9 +1035,10 @@ def run(
     restore_noise: bool = False,
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
     keyframe_every: int = KEYFRAME_EVERY,
+    layout: str = "chain",
 ) -> dict[str, Any]:
-    """One model, seed and method under the fault-tolerant protocol (``keyframe_every``: the
-    ckptzip methods' manager's)."""
+    """One model, seed and method under the fault-tolerant protocol (``keyframe_every`` and
+    ``layout``: the ckptzip methods' manager's)."""
     steps, every, failures = plan
     fail_at = set(_workloads.failure_steps(steps, every, failures))
     with tempfile.TemporaryDirectory(prefix=f"ft-{method_name}-") as tmp:
@@ -1047,6 +1053,7 @@ def run(
             restore_noise=restore_noise,
             feedback_residual=feedback_residual,
             keyframe_every=keyframe_every,
+            layout=layout,
         )
         w = _workloads.make(model, seed)
         method.attach(w)
@@ -1590,6 +1597,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{KEYFRAME_EVERY}, as every other method's)",
     )
     ap.add_argument(
+        "--layout",
+        choices=("chain", "skip"),
+        default="chain",
+        help="the ckptzip methods' CheckpointManager(layout=) (default chain)",
+    )
+    ap.add_argument(
         "--table",
         nargs="+",
         default=None,
@@ -1637,6 +1650,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": seeds,
         "keyframe_every": KEYFRAME_EVERY,
         "ckptzip_keyframe_every": args.keyframe_every,
+        "ckptzip_layout": args.layout,
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,
         "probe_steps": _workloads.PROBE_STEPS,
@@ -1671,6 +1685,7 @@ def main(argv: list[str] | None = None) -> int:
                         restore_noise=args.restore_noise,
                         feedback_residual=residual,
                         keyframe_every=args.keyframe_every,
+                        layout=args.layout,
                     )
                 runs.append(r)
                 if method == "exact":

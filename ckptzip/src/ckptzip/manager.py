@@ -240,9 +240,11 @@ class CheckpointManager:
         ``log2(keyframe_every) + 2`` files, for more bytes (the deltas against files further
         back hold more change): measured in the README ("The layout is the lever"). Any
         manager reads either layout; a directory may mix them. With ``error_feedback`` a
-        delta corrects its own parent's error only, so a delta against a file far back
-        (the keyframe at ``2, 4, 8``) restores with a larger error than the chain's, where
-        every delta corrects the one before.
+        delta stores 4 levels of its change against a parent up to ``keyframe_every / 2``
+        files back, so it restores with a larger error than the chain's, where every delta
+        corrects the one before: measured on the README's fault-tolerant benchmark (``gru``,
+        3 seeds), ``"skip"`` ended +1.10 % against exact checkpoints with jumps of +11 % right
+        after restores, ``"chain"`` −0.90 % and +0.56 %.
     keep:
         Keep only the ``keep`` most recent steps restorable (``None``: keep everything),
         and always the step just saved. Files still needed by a kept step (its keyframe and
