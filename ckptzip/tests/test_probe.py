@@ -185,17 +185,22 @@ def test_probe_misuse_is_rejected(tmp_path: Path) -> None:
     mgr.close()
 
 
-def test_research_every_searches_in_full_again_and_probes_with_it(tmp_path: Path) -> None:
-    run = _Run()
-    mgr = run.manager(tmp_path, research_every=2, error_feedback=False)
+def _searches(run: _Run, mgr: CheckpointManager, steps: int) -> list[tuple[str, bool]]:
+    """Train ``steps`` steps saving every 10: each save's (search strategy, probed)."""
     seen = []
-    for step in range(40):
+    for step in range(steps):
         run.train_step(step)
         if (step + 1) % 10 == 0:
             search = mgr.save(step + 1).search
             assert search is not None
             seen.append((search.strategy, search.probe is not None))
     mgr.close()
+    return seen
+
+
+def test_research_every_searches_in_full_again_and_probes_with_it(tmp_path: Path) -> None:
+    run = _Run()
+    seen = _searches(run, run.manager(tmp_path, research_every=2, error_feedback=False), 40)
     assert [probed for _, probed in seen] == [True, False, True, False]
     assert seen[0][0] == seen[2][0] == "full"  # the second: the neighbourhood, unless it failed
     with pytest.raises(ConfigError, match="research_every"):
@@ -208,15 +213,7 @@ def test_under_error_feedback_research_every_searches_at_the_first_keyframe_due(
     # a delta save stores the weights' residual and searches nothing, so the full search (and
     # its probe) that research_every asks for waits for the next keyframe
     run = _Run()
-    mgr = run.manager(tmp_path, research_every=3, keyframe_every=2)
-    seen = []
-    for step in range(60):
-        run.train_step(step)
-        if (step + 1) % 10 == 0:
-            search = mgr.save(step + 1).search
-            assert search is not None
-            seen.append((search.strategy, search.probe is not None))
-    mgr.close()
+    seen = _searches(run, run.manager(tmp_path, research_every=3, keyframe_every=2), 60)
     strategies = [strategy for strategy, _ in seen]
     assert strategies[1::2] == ["residual"] * 3  # the deltas
     # keyframes at saves 0, 2, 4: 2 saves after the first is too early, 4 is due

@@ -68,6 +68,7 @@ __all__ = [
     "n_levels_of",
     "quantized_for",
     "values_decodable",
+    "wide_dtype",
 ]
 
 _F64 = np.dtype("<f8")
@@ -81,6 +82,12 @@ _SAMPLE_SLICES = 8
 _SAMPLE_SLICE = 1 << 15
 _SAMPLE_GAIN = 0.97
 _SAMPLE_MIN = 1 << 16
+
+
+def wide_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The arithmetic of a tensor rebuilt from a stored one (a residual's change and
+    reconstruction, a step's scale): float32, float64 for float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _sample(indices: np.ndarray) -> np.ndarray:

@@ -64,17 +64,13 @@ from ckptzip.codecs.quantized import (
     full_note,
     quantized_for,
     values_decodable,
+    wide_dtype,
 )
 from ckptzip.errors import ConfigError, CorruptCheckpointError, MissingParentError
 
 __all__ = ["ResidualCodec", "reconstruct"]
 
 _FULL_CODEC = "quant"
-
-
-def _wide(dtype: torch.dtype) -> torch.dtype:
-    """The arithmetic of a change and a reconstruction: float32, float64 for float64."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _parent_tensor(parent: ParentView | None, path: str) -> torch.Tensor | None:
@@ -100,7 +96,7 @@ def reconstruct(parent: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
     """
     from ckptzip.quantize import dequantize  # the quantizer pulls in the sketch machinery
 
-    wide = _wide(q.dtype)
+    wide = wide_dtype(q.dtype)
     change = dequantize(q).reshape(-1).to(wide)
     out = (parent.reshape(-1).to(device="cpu", dtype=wide) + change).to(q.dtype)
     if q.protected_positions.size:
@@ -177,7 +173,7 @@ class ResidualCodec(Codec):
 
         config = ctx.config.residual or ctx.quant
         xs = x.detach().to("cpu")
-        wide = _wide(x.dtype)
+        wide = wide_dtype(x.dtype)
         change = (xs.to(wide) - p.to(device="cpu", dtype=wide)).to(x.dtype)
         q = quantize(change, config)
         # the protected entries are stored as the tensor's own values: exact after decoding

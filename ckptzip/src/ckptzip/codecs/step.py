@@ -47,16 +47,17 @@ from ckptzip.codecs.base import (
     meta_get,
     register_codec,
 )
-from ckptzip.codecs.quantized import decode_quantized, describe_quantized, encode_quantized
+from ckptzip.codecs.quantized import (
+    decode_quantized,
+    describe_quantized,
+    encode_quantized,
+    wide_dtype,
+)
 from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = ["StepCodec", "step_scale"]
 
 _INNER = "quant"
-
-
-def _wide(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def step_scale(v: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
@@ -68,7 +69,7 @@ def step_scale(v: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
     >>> step_scale(torch.tensor([4.0, -1.0]), 0.5, torch.float32).tolist()
     [2.5, 0.5]
     """
-    wide = _wide(dtype)
+    wide = wide_dtype(dtype)
     return v.reshape(-1).to(device="cpu", dtype=wide).clamp_min(0.0).sqrt() + eps
 
 
