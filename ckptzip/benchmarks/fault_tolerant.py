@@ -177,7 +177,10 @@ SEEDS = {"quick": (0,), "full": (0, 1, 2)}
 TOLERANCE = 0.05  # CheckpointManager's defaults: the benchmark measures the defaults
 ERROR_BUDGET = 0.1
 METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckptzip-probe")
-OPT_IN = ("feedback", "ckptzip-feedback", "ckptzip-nofeedback")  # run only when named in --methods
+# run only when named in --methods; "ckptzip-file": every checkpoint a plain
+# ckptzip.save(state, path) at the default CompressionConfig, restored with ckptzip.load (what
+# the Lightning and Hugging Face integrations write: no manager, no chain, no search)
+OPT_IN = ("feedback", "ckptzip-feedback", "ckptzip-nofeedback", "ckptzip-file")
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
 
@@ -952,6 +955,45 @@ class Ckptzip(Method):
             self.mgr = None
 
 
+class CkptzipFile(Method):
+    """Every checkpoint one ``ckptzip.save(state, path)`` at the default
+    :class:`~ckptzip.CompressionConfig` (no manager: no chain, no search, no error
+    feedback), restored with ``ckptzip.load``: what a framework integration writes."""
+
+    name = "ckptzip-file"
+
+    def __init__(self, directory: Path, every: int) -> None:
+        super().__init__(directory, every)
+        self.saved: tuple[int, dict[str, Any]] | None = None
+
+    def _cz(self, step: int) -> Path:
+        return self.directory / f"{step:08d}.ckz"
+
+    def save(self, step: int, w: _workloads.Workload) -> SaveStat:
+        t0 = time.perf_counter()
+        state = _state(w)
+        r = ckptzip.save(state, self._cz(step))
+        seconds = time.perf_counter() - t0
+        self.saved = (step, copy.deepcopy(state))  # outside the timing: measurement only
+        model = [e for e in r.entries if e.path.startswith("model/")]
+        return SaveStat(
+            step,
+            r.bytes_in,
+            r.bytes_out,
+            sum(e.nbytes for e in model),
+            sum(e.bytes for e in model),
+            seconds,
+            {"breakdown": breakdown(r)},
+        )
+
+    def restore(self, w: _workloads.Workload) -> int:
+        step = max(int(p.stem) for p in self.directory.glob("*.ckz"))
+        _load_state(w, ckptzip.load(self._cz(step)))
+        assert self.saved is not None and self.saved[0] == step
+        self._measure_restore(w, self.saved[1]["model"])
+        return step
+
+
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
     n = float(a.norm() * b.norm())
     return float(a @ b) / n if n > 0 else 0.0
@@ -995,6 +1037,8 @@ def make_method(
         return ExCP(directory, every)
     if name == "feedback":
         return Feedback(directory, every, feedback_residual)
+    if name == "ckptzip-file":
+        return CkptzipFile(directory, every)
     if name in ("ckptzip", "ckptzip-w", "ckptzip-probe", "ckptzip-feedback", "ckptzip-nofeedback"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
         return Ckptzip(
@@ -1305,8 +1349,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     [r["run_seconds"] / exact[r["seed"]]["run_seconds"] for r in mine]
                 )
             if method.startswith("ckptzip"):
-                row["trials"] = _spread([s["trials"] for s in saves])
-                row["search_seconds"] = statistics.mean(s["search_seconds"] for s in saves)
+                row["trials"] = _spread([s.get("trials", 0) for s in saves])
+                row["search_seconds"] = statistics.mean(s.get("search_seconds", 0.0) for s in saves)
                 row["probe_seconds"] = statistics.mean(s.get("probe_seconds", 0.0) for s in saves)
                 row["moments"] = sorted({tuple(s["moments"]) for s in saves if s.get("moments")})
                 for gap in ("weight_gap", "probe_gap"):

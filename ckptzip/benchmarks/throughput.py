@@ -8,8 +8,9 @@ interleaved, best of ``--repeat``, in one temp directory:
   ckptzip with its default threads and with 1 and 2;
 * a ``CheckpointManager`` delta save (object given, parent in the manager's cache) and the
   restore of the last step of a full chain (``keyframe_every`` files) by a fresh manager
-  (``--layout skip``: written with ``CheckpointManager(layout="skip")``; ``--error-feedback``:
-  with ``error_feedback=True``, weights as residuals), interleaved with ``torch.load`` and
+  (``--layout skip``: written with ``CheckpointManager(layout="skip")``; by default with
+  ``error_feedback=True``, the manager's default, weights as residuals; ``--no-error-feedback``:
+  bin-index deltas of every weight), interleaved with ``torch.load`` and
   ``ckptzip.load`` of the chain's keyframe;
 * a manager save with the configuration search (model, optimizer and a held-out ``eval_fn``),
   the first (full search) and the better of the next two (neighbourhood), split into the
@@ -196,7 +197,7 @@ def manager_times(
     keyframe_every: int,
     cpu: dict[str, float] | None = None,
     layout: str = "chain",
-    error_feedback: bool = False,
+    error_feedback: bool = True,
     pt: Path | None = None,
 ) -> dict[str, Any]:
     """Delta saves of consecutive training steps, then a fresh manager's restore of the
@@ -372,8 +373,10 @@ def main() -> None:
     )
     ap.add_argument(
         "--error-feedback",
-        action="store_true",
-        help="the manager's chain with CheckpointManager(error_feedback=True)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the manager's chain with CheckpointManager(error_feedback=...) (default on, as the "
+        "manager's own default; --no-error-feedback: bin-index deltas of every weight)",
     )
     ap.add_argument("--no-search", action="store_true", help="skip the manager search save")
     ap.add_argument(

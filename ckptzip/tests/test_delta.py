@@ -555,6 +555,38 @@ def test_requantize_keeps_pruned_and_protected_entries() -> None:
     assert requantize(x, q, np.linspace(-1, 1, 9)) is None
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_requantize_log_domain_takes_the_nearest_level_in_log_space(seed: int) -> None:
+    """A log-domain tensor (a second moment, with exact zeros) requantized against another
+    codebook: every entry but the kept zeros and the protected ones takes the non-zero level
+    nearest in log space (the value-space cut-offs are the levels' geometric midpoints; an
+    entry within float32 rounding of one may go either way)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(50_000, generator=g).square() * 1e-6
+    x[torch.rand(50_000, generator=g) < 0.03] = 0.0
+    cfg = QuantConfig(bins=16, protect=0.001, log_domain=True)
+    q = quantize(x, cfg)
+    other = quantize(x * 1.3, cfg).levels  # zeros too: a zero level to keep them
+    r = requantize(x, q, other)
+    assert r is not None
+    np.testing.assert_array_equal(r.levels, other)
+    idx = r.indices.reshape(-1).astype(np.int64)
+    nonzero = np.flatnonzero(other != 0.0)
+    xs = x.double().numpy()
+    kept_zero = dequantize(q).numpy() == 0
+    free = ~kept_zero
+    free[q.protected_positions] = False
+    logs = np.log(xs[free])
+    want = nonzero[np.abs(logs[:, None] - other[nonzero][None, :]).argmin(axis=1)]
+    cuts = (other[nonzero][1:] + other[nonzero][:-1]) / 2
+    near_cut = (np.abs(logs[:, None] - cuts[None, :]) < 1e-6).any(axis=1)
+    assert (idx[free] == want)[~near_cut].all()
+    zero_at = int(np.flatnonzero(other == 0.0)[0])
+    assert (idx[kept_zero & ~np.isin(np.arange(x.numel()), q.protected_positions)] == zero_at).all()
+    recon = dequantize(r)
+    assert float((recon - x).norm() / x.norm()) == pytest.approx(r.rel_error, rel=1e-5)
+
+
 def _smallest_by_trying_all(prev: np.ndarray, now: np.ndarray, bins: int) -> DeltaPayload:
     tried = (encode_delta(prev, now, bins, method=m) for m in delta_methods(prev.size))
     return min(tried, key=lambda p: p.nbytes)

@@ -378,10 +378,19 @@ def test_delta_decode_refuses_a_difference_beyond_the_bins_alike(
 
 
 @needs_fast
-@given(st.integers(0, 2**32 - 1), st.integers(0, 9000), st.integers(1, 40), st.integers(0, 2))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 9000),
+    st.integers(1, 40),
+    st.integers(0, 2),
+    st.booleans(),
+)
 @settings(max_examples=100, deadline=None)
-def test_requantize_pass_matches(seed: int, n: int, n_levels: int, zeros: int) -> None:
-    # zeros: 0 none kept, 1 some kept with a zero level, 2 some kept without one (None)
+def test_requantize_pass_matches(
+    seed: int, n: int, n_levels: int, zeros: int, mapped: bool
+) -> None:
+    # zeros: 0 none kept, 1 some kept with a zero level, 2 some kept without one (None);
+    # mapped: the counts go through an o2i table (a log-domain codebook's non-zero levels)
     assert fast is not None
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -401,8 +410,9 @@ def test_requantize_pass_matches(seed: int, n: int, n_levels: int, zeros: int) -
     lv_t = torch.as_tensor(lv)
     mids = ((lv_t[1:] + lv_t[:-1]) / 2).to(torch.float32)
     values = lv_t.to(torch.float32)
-    got = fast.requantize(x, qidx, own, prot, mids, zero_at, values)
-    want = ref.requantize(x, qidx, own, prot, mids, zero_at, values)
+    o2i = rng.permutation(n_levels).astype(np.uint8) if mapped else None
+    got = fast.requantize(x, qidx, own, prot, mids, zero_at, values, o2i)
+    want = ref.requantize(x, qidx, own, prot, mids, zero_at, values, o2i)
     if want is None:
         assert got is None
         return
@@ -411,6 +421,8 @@ def test_requantize_pass_matches(seed: int, n: int, n_levels: int, zeros: int) -
     assert got[1:] == pytest.approx(want[1:], rel=1e-9, abs=1e-12)
     # the one pass is the separate passes it replaces
     idx = fast.nearest(x, mids)
+    if o2i is not None:
+        idx = torch.from_numpy(o2i)[idx.long()]
     zero = own[torch.from_numpy(qidx).long()]
     zero[prot] = False
     if zero_at >= 0:

@@ -968,55 +968,27 @@ def requantize(x: torch.Tensor, q: QuantizedTensor, levels: np.ndarray) -> Quant
     work = flat if flat.dtype == torch.float64 else flat.to(torch.float32)
     # entries q decoded to exactly zero, read off its levels (no dequantized copy)
     own = _level_values(q.levels, cfg.log_domain, q.dtype, work.device) == 0
-    if not cfg.log_domain:  # the zeros, the nearest levels and the error in one pass
-        return _requantize_linear(work, q, lv, own)
-    zero = own.index_select(0, torch.from_numpy(q.indices.reshape(-1)).to(work.device).long())
-    if q.protected_positions.size:
-        zero[torch.from_numpy(q.protected_positions)] = False
     zero_at = np.flatnonzero(lv == 0.0)
-    if bool(zero.any()) and zero_at.size == 0:
-        return None
+    o2i = None
     if cfg.log_domain:
-        nonzero = np.flatnonzero(lv != 0.0)
-        if nonzero.size == 0:
+        # the nearest in log space among the non-zero levels: value-space cut-offs at their
+        # geometric midpoints, as quantize cuts (no logarithm per entry); the ordinal among
+        # the non-zero levels is mapped to the index in lv
+        o2i = np.flatnonzero(lv != 0.0)
+        if o2i.size == 0:
             return None
-        logs = torch.log(work.abs().clamp_min(torch.finfo(work.dtype).tiny))
-        # the ordinal among the non-zero levels, mapped to the index in lv
-        o2i = torch.from_numpy(nonzero.astype(np.uint8)).to(work.device)
-        idx = o2i.index_select(0, assign(logs, lv[nonzero]).to(torch.int32))
+        cuts = _cutoffs(np.exp(lv[o2i]), exact=False, log_domain=True)
+        mids = torch.as_tensor(cuts).to(device=work.device, dtype=work.dtype)
+        o2i = o2i.astype(np.uint8)
     else:
-        idx = assign(work, lv)
-    if zero_at.size:
-        idx.masked_fill_(zero, int(zero_at[0]))
-    # measured on what decoding gives: levels in the tensor's own dtype, protected exact
+        lv_t = torch.as_tensor(lv)
+        mids = ((lv_t[1:] + lv_t[:-1]) / 2).to(device=work.device, dtype=work.dtype)
+    # the zeros, the nearest levels and the error in one pass
     values = _level_values(lv, cfg.log_domain, q.dtype, work.device)
-    pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions)).to(work.device)
-    err = _measure(work, idx, values, pos)
-    return QuantizedTensor(
-        shape=q.shape,
-        dtype=q.dtype,
-        config=cfg,
-        levels=lv.copy(),
-        indices=idx.cpu().numpy(),
-        protected_positions=q.protected_positions,
-        protected_values=q.protected_values,
-        rel_error=err,
-    )
-
-
-def _requantize_linear(
-    work: torch.Tensor, q: QuantizedTensor, lv: np.ndarray, own: torch.Tensor
-) -> QuantizedTensor | None:
-    """:func:`requantize` of a linear-domain tensor by :func:`ckptzip.kernels.requantize`:
-    the indices :func:`assign` gives, the kept zeros and the measured error, in one pass."""
-    zero_at = np.flatnonzero(lv == 0.0)
-    lv_t = torch.as_tensor(lv)
-    mids = ((lv_t[1:] + lv_t[:-1]) / 2).to(device=work.device, dtype=work.dtype)
-    values = _level_values(lv, False, q.dtype, work.device)
     pos = torch.from_numpy(np.ascontiguousarray(q.protected_positions)).to(work.device)
     qidx = np.ascontiguousarray(q.indices).reshape(-1)
     got = kernels.requantize(
-        work, qidx, own, pos, mids, int(zero_at[0]) if zero_at.size else -1, values
+        work, qidx, own, pos, mids, int(zero_at[0]) if zero_at.size else -1, values, o2i
     )
     if got is None:
         return None

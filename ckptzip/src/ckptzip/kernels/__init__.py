@@ -103,12 +103,14 @@ The functions (flat 1-D inputs throughout):
     longer one the token ``11 + bitlen(r)`` and the ``bitlen(r) - 1`` bits of ``r`` under its
     leading one LSB first in ``extra``; the other symbols in order. ``rle_join`` raises
     :class:`~ckptzip.errors.CorruptCheckpointError` on parts that do not fit.
-``requantize(work, qidx, own_zero, protected, mids, zero_at, values) -> (indices, err2, norm2)``
-    :func:`ckptzip.quantize.requantize`'s pass over a linear-domain tensor: the nearest of
-    the new levels (``#{mids < v}``), ``zero_at`` where the first quantization gave exact
-    zero (``own_zero[qidx]``, protected entries aside), and :func:`squared_error` of the
-    result, in one pass (C in ``_delta.c``); ``None`` when a zero is to be kept but
-    ``zero_at < 0`` (no zero level).
+``requantize(work, qidx, own_zero, protected, mids, zero_at, values, o2i=None)``
+    ``-> (indices, err2, norm2)``:
+    :func:`ckptzip.quantize.requantize`'s pass: the nearest of the new levels
+    (``#{mids < v}``, mapped through ``o2i`` when given: a log-domain codebook's value-space
+    cut-offs between its non-zero levels, ``o2i`` their indices), ``zero_at`` where the first
+    quantization gave exact zero (``own_zero[qidx]``, protected entries aside), and
+    :func:`squared_error` of the result, in one pass (C in ``_delta.c``); ``None`` when a
+    zero is to be kept but ``zero_at < 0`` (no zero level).
 ``bin_counts(prev) -> counts``
     ``np.bincount(prev, minlength=256)`` of uint8 indices (int64): the group sizes of a
     rearranged delta stream.

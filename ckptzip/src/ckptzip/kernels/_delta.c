@@ -160,8 +160,10 @@ CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups) {
  * quantization set to exactly zero (own_zero[its index], protected entries aside), which
  * take zero_at; the squared error of the result is summed as ckz_squared_error sums it
  * (blocks of 4096, float32 differences, double sums), so the measured error is the same
- * to the bit. Returns 1, having written nothing meaningful, when a zero entry needs a zero
- * level and zero_at < 0; else 0. */
+ * to the bit. With `o2i` (may be NULL; 256 entries) the count is an ordinal among the
+ * non-zero levels of a log-domain codebook and the index is o2i[count] (the cut-offs are
+ * then the value-space geometric midpoints of those levels). Returns 1, having written
+ * nothing meaningful, when a zero entry needs a zero level and zero_at < 0; else 0. */
 /* out[i] = #{j : mids[j] < v[i]} for a block of at most 4096 values, a level at a time over
  * the block, so the compare and the add vectorise (AVX2 where the processor has it: the
  * same exact comparisons, so the same counts). */
@@ -197,8 +199,9 @@ static void count_below(const float *v, int64_t k, const float *mids, int32_t n_
 
 CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
                                const uint8_t *own_zero, const int64_t *prot, int64_t n_prot,
-                               const float *mids, int32_t n_mids, int32_t zero_at,
-                               const float *levels, uint8_t *out, double *sums) {
+                               const float *mids, int32_t n_mids, const uint8_t *o2i,
+                               int32_t zero_at, const float *levels, uint8_t *out,
+                               double *sums) {
     double err = 0.0, norm = 0.0;
     int64_t next = 0;
     int64_t stop = n_prot > 0 ? prot[0] : n;
@@ -210,6 +213,8 @@ CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
             count_below(v + lo, hi - lo, mids, n_mids, out + lo);
         else
             ckz_nearest(v + lo, hi - lo, mids, n_mids, out + lo);
+        if (o2i)
+            for (int64_t i = lo; i < hi; i++) out[i] = o2i[out[i]];
         double e = 0.0, m = 0.0;
         for (int64_t i = lo; i < hi; i++) {
             float x = v[i];

@@ -23,7 +23,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 7
+_ABI_VERSION = 8
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -586,7 +586,9 @@ def bin_counts(prev: np.ndarray) -> np.ndarray:
     return out
 
 
-_requantize = _fn("ckz_requantize", _I32, _P, _I64, _P, _P, _P, _I64, _P, _I32, _I32, _P, _P, _P)
+_requantize = _fn(
+    "ckz_requantize", _I32, _P, _I64, _P, _P, _P, _I64, _P, _I32, _P, _I32, _P, _P, _P
+)
 
 
 def requantize(
@@ -597,9 +599,14 @@ def requantize(
     mids: torch.Tensor,
     zero_at: int,
     values: torch.Tensor,
+    o2i: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, float, float] | None:
     if not _host_f32(work, mids) or own_zero.numel() > 256:
-        return ref.requantize(work, qidx, own_zero, protected, mids, zero_at, values)
+        return ref.requantize(work, qidx, own_zero, protected, mids, zero_at, values, o2i)
+    table = None
+    if o2i is not None:
+        table = np.zeros(256, dtype=np.uint8)
+        table[: o2i.size] = o2i
     x, m = work.contiguous(), mids.contiguous()
     q = _contig(qidx, np.uint8)
     own = np.zeros(256, dtype=np.uint8)
@@ -610,7 +617,7 @@ def requantize(
     sums = np.zeros(2, dtype=np.float64)
     if _requantize(
         _ptr(x), x.numel(), _ptr(q), _ptr(own), _ptr(prot), prot.numel(), _ptr(m), m.numel(),
-        zero_at, _ptr(lv), _ptr(out), _ptr(sums),
+        None if table is None else _ptr(table), zero_at, _ptr(lv), _ptr(out), _ptr(sums),
     ):  # fmt: skip
         return None
     return out, float(sums[0]), float(sums[1])

@@ -766,6 +766,7 @@ def requantize(
     mids: torch.Tensor,
     zero_at: int,
     values: torch.Tensor,
+    o2i: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, float, float] | None:
     zero = own_zero.index_select(0, torch.from_numpy(qidx).to(work.device).long())
     if protected.numel():
@@ -773,6 +774,9 @@ def requantize(
     if zero_at < 0 and bool(zero.any()):
         return None
     idx = nearest(work, mids)
+    if o2i is not None:
+        table = torch.from_numpy(np.ascontiguousarray(o2i, dtype=np.uint8)).to(work.device)
+        idx = table.index_select(0, idx.to(torch.int32))
     if zero_at >= 0:
         idx.masked_fill_(zero, zero_at)
     return (idx, *squared_error(work, idx, values, protected))
