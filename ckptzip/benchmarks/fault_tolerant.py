@@ -179,8 +179,16 @@ ERROR_BUDGET = 0.1
 METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckptzip-probe")
 # run only when named in --methods; "ckptzip-file": every checkpoint a plain
 # ckptzip.save(state, path) at the default CompressionConfig, restored with ckptzip.load (what
-# the Lightning and Hugging Face integrations write: no manager, no chain, no search)
-OPT_IN = ("feedback", "ckptzip-feedback", "ckptzip-nofeedback", "ckptzip-file")
+# the Lightning and Hugging Face integrations write: no manager, no chain, no search);
+# "ckptzip-file-nearest": the same with CompressionConfig(rounding="nearest"), the default
+# before stochastic rounding
+OPT_IN = (
+    "feedback",
+    "ckptzip-feedback",
+    "ckptzip-nofeedback",
+    "ckptzip-file",
+    "ckptzip-file-nearest",
+)
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
 
@@ -956,15 +964,19 @@ class Ckptzip(Method):
 
 
 class CkptzipFile(Method):
-    """Every checkpoint one ``ckptzip.save(state, path)`` at the default
-    :class:`~ckptzip.CompressionConfig` (no manager: no chain, no search, no error
-    feedback), restored with ``ckptzip.load``: what a framework integration writes."""
+    """Every checkpoint one ``ckptzip.save(state, path)`` (no manager: no chain, no search,
+    no error feedback), restored with ``ckptzip.load``: what a framework integration writes.
+    At the default :class:`~ckptzip.CompressionConfig` (weights rounded stochastically), or
+    with ``rounding="nearest"`` (``nearest``)."""
 
     name = "ckptzip-file"
 
-    def __init__(self, directory: Path, every: int) -> None:
+    def __init__(self, directory: Path, every: int, nearest: bool = False) -> None:
         super().__init__(directory, every)
         self.saved: tuple[int, dict[str, Any]] | None = None
+        self.config = ckptzip.CompressionConfig(rounding="nearest") if nearest else None
+        if nearest:
+            self.name = "ckptzip-file-nearest"
 
     def _cz(self, step: int) -> Path:
         return self.directory / f"{step:08d}.ckz"
@@ -972,7 +984,7 @@ class CkptzipFile(Method):
     def save(self, step: int, w: _workloads.Workload) -> SaveStat:
         t0 = time.perf_counter()
         state = _state(w)
-        r = ckptzip.save(state, self._cz(step))
+        r = ckptzip.save(state, self._cz(step), config=self.config)
         seconds = time.perf_counter() - t0
         self.saved = (step, copy.deepcopy(state))  # outside the timing: measurement only
         model = [e for e in r.entries if e.path.startswith("model/")]
@@ -990,6 +1002,7 @@ class CkptzipFile(Method):
         step = max(int(p.stem) for p in self.directory.glob("*.ckz"))
         _load_state(w, ckptzip.load(self._cz(step)))
         assert self.saved is not None and self.saved[0] == step
+        # what this restore alone cost, against the state it was saved from
         self._measure_restore(w, self.saved[1]["model"])
         return step
 
@@ -1037,8 +1050,8 @@ def make_method(
         return ExCP(directory, every)
     if name == "feedback":
         return Feedback(directory, every, feedback_residual)
-    if name == "ckptzip-file":
-        return CkptzipFile(directory, every)
+    if name in ("ckptzip-file", "ckptzip-file-nearest"):
+        return CkptzipFile(directory, every, nearest=name == "ckptzip-file-nearest")
     if name in ("ckptzip", "ckptzip-w", "ckptzip-probe", "ckptzip-feedback", "ckptzip-nofeedback"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
         return Ckptzip(

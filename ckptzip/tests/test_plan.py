@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +200,29 @@ def test_shared_storage_gets_one_treatment_whatever_the_key_order(reverse: bool)
     assert plan["model/other"].codec == "quant"
     overrides = (("model/emb", QuantConfig(bins=4)), ("model/head", QuantConfig(bins=8)))
     plan = {x.path: x for x in Planner(CompressionConfig(overrides=overrides)).plan(leaves)}
-    assert plan["model/emb"].quant == plan["model/head"].quant == QuantConfig(bins=4)
+    # a file standing alone: its weights' configs round stochastically (config.rounding)
+    want = QuantConfig(bins=4, rounding="stochastic")
+    assert plan["model/emb"].quant == plan["model/head"].quant == want
+
+
+@pytest.mark.parametrize("parent", [False, True])
+def test_stochastic_rounding_goes_to_the_weights_of_files_standing_alone(parent: bool) -> None:
+    leaves = [
+        ("model/w", torch.randn(5000)),
+        ("model/pruned", torch.randn(5000)),
+        ("optimizer/state/0/exp_avg", torch.randn(5000)),
+        ("optimizer/state/0/exp_avg_sq", torch.rand(5000)),
+    ]
+    cfg = CompressionConfig(overrides=(("model/pruned", QuantConfig(prune=0.5)),))
+    got = {t.path: t.quant for t in Planner(cfg, parent=parent).plan(leaves)}
+    assert {p: q.rounding for p, q in got.items() if q is not None} == {
+        "model/w": "nearest" if parent else "stochastic",
+        "model/pruned": "nearest",  # pruned entries are meant to be zero
+        "optimizer/state/0/exp_avg": "nearest",
+        "optimizer/state/0/exp_avg_sq": "nearest",
+    }
+    off = Planner(replace(cfg, rounding="nearest"), parent=parent).plan(leaves)
+    assert {t.quant.rounding for t in off if t.quant is not None} == {"nearest"}
 
 
 @settings(max_examples=40, deadline=None)

@@ -659,6 +659,15 @@ class EncodedCheckpoint:
         )
 
 
+def _stored_config(cfg: QuantConfig) -> dict[str, Any]:
+    """A tensor's config as its manifest entry stores it: without ``rounding``, which
+    decoding never needs (the levels and indices are the same kind either way), so files of
+    stochastically rounded weights stay readable by readers that predate the field."""
+    out = cfg.to_json()
+    out.pop("rounding", None)
+    return out
+
+
 def encode(
     obj: Any,
     *,
@@ -771,7 +780,7 @@ def encode(
                     dtype=dtype_name(x.dtype),
                     codec=codec.id,
                     meta=enc.meta,
-                    config=None if cfg is None else cfg.to_json(),
+                    config=None if cfg is None else _stored_config(cfg),
                     rel_error=enc.rel_error,
                     chunks=(len(chunks), len(enc.chunks)),
                 )

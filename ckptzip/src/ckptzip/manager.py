@@ -417,7 +417,11 @@ class CheckpointManager:
         self.store = ChainStore(
             open_storage(directory), keyframe_every=keyframe_every, keep=keep, layout=layout
         )
-        self.config = config if config is not None else CompressionConfig()
+        # nearest rounding throughout: a chain corrects its rounding (error feedback) or
+        # delta-codes its indices, which stochastic draws would scramble at every save
+        self.config = replace(
+            config if config is not None else CompressionConfig(), rounding="nearest"
+        )
         if error_feedback and self.config.residual is None:
             self.config = replace(self.config, residual=RESIDUAL)
         # The decoded quantized tensors of the last files saved or loaded: the next delta's

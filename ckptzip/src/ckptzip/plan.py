@@ -599,6 +599,26 @@ class Planner:
 
     def quant_for(self, path: str, x: torch.Tensor) -> tuple[QuantConfig | None, str | None]:
         """The config of the tensor at ``path`` (``None`` when exact) and why it is exact."""
+        quant, reason = self._configured(path, x)
+        return self._rounded(path, quant), reason
+
+    def _rounded(self, path: str, quant: QuantConfig | None) -> QuantConfig | None:
+        """``quant`` with stochastic rounding where ``config.rounding`` asks for it: a file
+        without a parent, a tensor that is no optimizer moment, a config that allows it."""
+        if (
+            quant is None
+            or self.parent
+            or self.config.rounding != "stochastic"
+            or quant.rounding == "stochastic"
+            or moment_kind(path) is not None
+            or quant.log_domain
+            or quant.prune > 0
+            or quant.fit != "values"
+        ):
+            return quant
+        return replace(quant, rounding="stochastic")
+
+    def _configured(self, path: str, x: torch.Tensor) -> tuple[QuantConfig | None, str | None]:
         reason = exact_reason(path, x, self.config)
         if reason is not None:
             return None, reason

@@ -47,6 +47,7 @@ True
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -236,6 +237,9 @@ def _assemble(
     indices: torch.Tensor,
     protected: torch.Tensor,
 ) -> QuantizedTensor:
+    rel_error = res.rel_error
+    if config.rounding == "stochastic" and res.levels.size > 1:
+        indices, rel_error = _round_stochastic(flat, dtype, res.levels, indices, protected)
     return QuantizedTensor(
         shape=shape,
         dtype=dtype,
@@ -244,8 +248,52 @@ def _assemble(
         indices=indices.cpu().numpy(),
         protected_positions=protected.cpu().numpy().astype(np.int64, copy=False),
         protected_values=flat[protected].cpu().clone(),
-        rel_error=res.rel_error,
+        rel_error=rel_error,
     )
+
+
+ROUNDING_SAMPLE = 4096
+"""How many evenly spaced entries of a tensor seed its stochastic rounding (with its size)."""
+
+
+def rounding_seed(x: torch.Tensor) -> int:
+    """The seed of ``x``'s stochastic rounding: a CRC-32 of :data:`ROUNDING_SAMPLE` evenly
+    spaced entries' bytes and of the size, so the same tensor rounds the same way (the same
+    file) and a tensor training has moved draws anew.
+
+    Examples
+    --------
+    >>> x = torch.arange(10_000, dtype=torch.float32)
+    >>> rounding_seed(x) == rounding_seed(x.clone()), rounding_seed(x) == rounding_seed(x + 1)
+    (True, False)
+    """
+    flat = x.detach().reshape(-1)
+    step = max(1, flat.numel() // ROUNDING_SAMPLE)
+    sample = flat[::step][:ROUNDING_SAMPLE].to("cpu").contiguous()
+    raw = sample.view(torch.uint8) if sample.numel() else torch.zeros(0, dtype=torch.uint8)
+    return zlib.crc32(raw.numpy().tobytes(), zlib.crc32(str(flat.numel()).encode()))
+
+
+def _round_stochastic(
+    flat: torch.Tensor,
+    dtype: torch.dtype,
+    levels: np.ndarray,
+    indices: torch.Tensor,
+    protected: torch.Tensor,
+) -> tuple[torch.Tensor, float]:
+    """Nearest-level ``indices`` rounded stochastically between the two levels (as decoding
+    gives them, in ``dtype``) around each value, and the measured error of the result."""
+    work = flat if flat.dtype in (torch.float32, torch.float64) else flat.to(torch.float32)
+    values = _level_values(levels, False, dtype, work.device)
+    grid = values.to(torch.float32)
+    rounded = kernels.round_stochastic(
+        work.to(torch.float32) if work.dtype != torch.float32 else work,
+        indices,
+        grid,
+        protected,
+        rounding_seed(flat),
+    )
+    return rounded, _measure(work, rounded, values, protected)
 
 
 def dequantize(q: QuantizedTensor, *, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -48,6 +48,14 @@ The functions (flat 1-D inputs throughout):
 ``squared_error(v, indices, levels, protected) -> (err2, norm2)``
     ``Σ (levels[idx] − v)²`` over the non-protected entries (difference in ``v``'s dtype,
     sum in float64) and ``Σ v²``.
+``round_stochastic(v, indices, levels, protected, seed) -> indices``
+    Unbiased rounding: each entry's nearest-level index (``indices``, of the sorted float32
+    ``levels``) moved to the lower or the upper of the two levels around its value, the upper
+    with probability ``(v − lo) / (hi − lo)`` (float64), so the expectation of the rounded
+    value is ``v``; entries outside the levels' range, non-finite ones and ``protected``
+    positions keep their index. Position ``i``'s draw is a 32-bit hash of ``i`` under
+    ``seed`` (lowbias32's finaliser on the low, then the high half of ``i``) over ``2^32``:
+    the same integers in both implementations, so the same indices.
 ``residual_error(x, y) -> (err2, norm2)``
     ``Σ (y − x)²`` and ``Σ x²`` in float64 over the entries where ``x`` is finite (a
     residual's reconstruction ``y`` against the tensor ``x``).
@@ -160,6 +168,7 @@ __all__ = [
     "requantize",
     "residual_error",
     "rle_join",
+    "round_stochastic",
     "rle_split",
     "sketch_codes",
     "squared_error",
@@ -206,6 +215,7 @@ sketch_codes = _active.sketch_codes
 assign_codes = _active.assign_codes
 squared_error = _active.squared_error
 residual_error = _active.residual_error
+round_stochastic = _active.round_stochastic
 nearest = _active.nearest
 bucket_extremes = _active.bucket_extremes
 magnitude_rank = _active.magnitude_rank

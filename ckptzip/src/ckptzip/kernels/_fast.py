@@ -35,6 +35,7 @@ if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _I32 = ctypes.c_int32
+_U32 = ctypes.c_uint32
 
 
 def _fn(name: str, restype: Any, *argtypes: Any) -> Any:
@@ -259,6 +260,22 @@ def squared_error(
     out = np.zeros(2, dtype=np.float64)
     _sqerr(_ptr(x), _ptr(idx), x.numel(), _ptr(lv), _ptr(prot), prot.numel(), _ptr(out))
     return float(out[0]), float(out[1])
+
+
+_round = _fn("ckz_round_stochastic", None, _P, _I64, _P, _I32, _P, _I64, _U32, _P)
+
+
+def round_stochastic(
+    v: torch.Tensor, indices: torch.Tensor, levels: torch.Tensor, protected: torch.Tensor, seed: int
+) -> torch.Tensor:
+    if not _host_f32(v) or indices.device.type != "cpu" or levels.dtype != torch.float32:
+        return ref.round_stochastic(v, indices, levels, protected, seed)
+    x = v.contiguous()
+    out = indices.to(torch.uint8).contiguous().clone()
+    lv = levels.contiguous()
+    prot = protected.to(torch.int64).contiguous()
+    _round(_ptr(x), x.numel(), _ptr(lv), lv.numel(), _ptr(prot), prot.numel(), seed, _ptr(out))
+    return out
 
 
 def residual_error(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:

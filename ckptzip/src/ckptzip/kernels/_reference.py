@@ -295,6 +295,47 @@ def squared_error(
     return err, norm
 
 
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(a: torch.Tensor, c: int) -> torch.Tensor:
+    """``a * c mod 2^32`` for int64 ``a`` in ``[0, 2^32)``, in halves so no product overflows."""
+    return (a * (c & 0xFFFF) + (((a * (c >> 16)) & 0xFFFF) << 16)) & _M32
+
+
+def _mix32(h: torch.Tensor) -> torch.Tensor:
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x7FEB352D)
+    h = h ^ (h >> 15)
+    h = _mul32(h, 0x846CA68B)
+    return h ^ (h >> 16)
+
+
+def round_stochastic(
+    v: torch.Tensor, indices: torch.Tensor, levels: torch.Tensor, protected: torch.Tensor, seed: int
+) -> torch.Tensor:
+    out = indices.to(torch.uint8).clone()
+    n_levels = levels.numel()
+    lv = levels.to(device=v.device, dtype=torch.float32)
+    keep = torch.ones(v.numel(), dtype=torch.bool, device=v.device)
+    if protected.numel():
+        keep[protected] = False
+    for lo_, hi_ in blocks(v.numel(), v):
+        x = v[lo_:hi_]
+        k = indices[lo_:hi_].long()
+        a_i = k - (x < lv[k]).long()
+        ok = keep[lo_:hi_] & torch.isfinite(x) & (a_i >= 0) & (a_i + 1 < n_levels)
+        a_c = torch.where(ok, a_i, torch.zeros_like(a_i))
+        a = lv[a_c]
+        b = lv[a_c + (1 if n_levels > 1 else 0)]
+        i = torch.arange(lo_, hi_, dtype=torch.int64, device=v.device)
+        h = _mix32((i & _M32) ^ (seed & _M32) ^ _mul32((i >> 32) & _M32, 0x9E3779B9))
+        u = (h >> 8).to(torch.float32) * (1.0 / 16777216.0)  # exact: 24 bits, a power of 2
+        up = (u * (b - a) < x - a).long()
+        out[lo_:hi_] = torch.where(ok & (b > a), a_i + up, k).to(torch.uint8)
+    return out
+
+
 def residual_error(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     a, b = x.reshape(-1), y.reshape(-1)
     finite = torch.isfinite(a)  # as in float64: widening keeps every value's class
