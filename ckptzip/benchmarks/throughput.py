@@ -5,7 +5,8 @@ its ``{"model", "optimizer"}`` state (about 200 MB of fp32) is saved and loaded 
 interleaved, best of ``--repeat``, in one temp directory:
 
 * ``torch.save`` / ``ckptzip.save`` (default config) and ``torch.load`` / ``ckptzip.load``,
-  ckptzip with its default threads and with 1 and 2;
+  ckptzip with its default threads and with 1 and 2, and ``ckptzip.save`` with
+  ``CompressionConfig(rounding="nearest")`` (what the default's stochastic rounding costs);
 * a ``CheckpointManager`` delta save (object given, parent in the manager's cache) and the
   restore of the last step of a full chain (``keyframe_every`` files) by a fresh manager
   (``--layout skip``: written with ``CheckpointManager(layout="skip")``; by default with
@@ -172,6 +173,10 @@ def save_load(run: Run, d: Path, repeat: int, cpu: dict[str, float]) -> dict[str
             "ckptzip.save": lambda: ckptzip.save(state, ckz, overwrite=True),
             "ckptzip.save threads=1": lambda: ckptzip.save(state, ckz, overwrite=True, threads=1),
             "ckptzip.save threads=2": lambda: ckptzip.save(state, ckz, overwrite=True, threads=2),
+            # the default rounds the weights stochastically: what that pass costs
+            "ckptzip.save nearest": lambda: ckptzip.save(
+                state, d / "n.ckz", overwrite=True, config=CompressionConfig(rounding="nearest")
+            ),
         },
         repeat,
         cpu,

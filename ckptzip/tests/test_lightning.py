@@ -27,7 +27,12 @@ try:
 except ImportError:  # neither pytorch_lightning nor lightning
     pytest.skip("needs ckptzip[lightning]", allow_module_level=True)
 
-CONFIG = ckptzip.CompressionConfig(min_numel=256)
+# Rounded to nearest: this module checks the plugin's plumbing (resume, callbacks, hparams)
+# and that the resumed losses follow the uninterrupted run step by step within TOLERANCE.
+# The default's stochastic rounding perturbs one restore of this 64-wide regressor more (its
+# first resumed loss came 7 % below the reference's) in exchange for no drift over many
+# restores, which the fault-tolerant benchmark measures (README, "Files standing alone").
+CONFIG = ckptzip.CompressionConfig(min_numel=256, rounding="nearest")
 TOLERANCE = 0.05
 
 
