@@ -906,7 +906,6 @@ class Ckptzip(Method):
         r = self.mgr.save(step)
         seconds = time.perf_counter() - t0
         self.saved = (step, copy.deepcopy(_state(w)))  # outside the timing: measurement only
-        model = [e for e in r.entries if e.path.startswith("model/")]
         search = r.search
         probe = search.probe if search else None
         extra = {
@@ -925,15 +924,7 @@ class Ckptzip(Method):
             "layer_configs": search.to_json()["layer_configs"] if search else None,
             "breakdown": breakdown(r),
         }
-        return SaveStat(
-            step,
-            r.bytes_in,
-            r.bytes_out,
-            sum(e.nbytes for e in model),
-            sum(e.bytes for e in model),
-            seconds,
-            extra,
-        )
+        return _report_stat(step, r, seconds, extra)
 
     def restore(self, w: _workloads.Workload) -> int:
         assert self.mgr is not None
@@ -963,6 +954,20 @@ class Ckptzip(Method):
             self.mgr = None
 
 
+def _report_stat(step: int, r: ckptzip.Report, seconds: float, extra: dict[str, Any]) -> SaveStat:
+    """The :class:`SaveStat` of a ckptzip save's report (the model's entries apart)."""
+    model = [e for e in r.entries if e.path.startswith("model/")]
+    return SaveStat(
+        step,
+        r.bytes_in,
+        r.bytes_out,
+        sum(e.nbytes for e in model),
+        sum(e.bytes for e in model),
+        seconds,
+        extra,
+    )
+
+
 class CkptzipFile(Method):
     """Every checkpoint one ``ckptzip.save(state, path)`` (no manager: no chain, no search,
     no error feedback), restored with ``ckptzip.load``: what a framework integration writes.
@@ -987,16 +992,7 @@ class CkptzipFile(Method):
         r = ckptzip.save(state, self._cz(step), config=self.config)
         seconds = time.perf_counter() - t0
         self.saved = (step, copy.deepcopy(state))  # outside the timing: measurement only
-        model = [e for e in r.entries if e.path.startswith("model/")]
-        return SaveStat(
-            step,
-            r.bytes_in,
-            r.bytes_out,
-            sum(e.nbytes for e in model),
-            sum(e.bytes for e in model),
-            seconds,
-            {"breakdown": breakdown(r)},
-        )
+        return _report_stat(step, r, seconds, {"breakdown": breakdown(r)})
 
     def restore(self, w: _workloads.Workload) -> int:
         step = max(int(p.stem) for p in self.directory.glob("*.ckz"))
