@@ -150,3 +150,10 @@ def test_the_manager_rounds_to_nearest(tmp_path: Path) -> None:
     r = mgr.save(0, {"model": model.state_dict()})
     mgr.close()
     assert {e.config.rounding for e in r.entries if e.config is not None} == {"nearest"}
+
+
+def test_a_dcp_writer_without_error_feedback_rounds_to_nearest(tmp_path: Path) -> None:
+    from ckptzip.dcp import Writer
+
+    assert Writer(tmp_path / "a", error_feedback=False).config.rounding == "nearest"
+    assert Writer(tmp_path / "b").config.rounding == "stochastic"

@@ -760,8 +760,11 @@ class Writer(StorageWriter):
         :data:`ckptzip.plan.RESIDUAL`), so what one checkpoint's quantization left is
         corrected by the next and the errors of successive restores do not add up: the
         manager's default, chosen on its fault-tolerant benchmark (ckptzip's README, "Error
-        feedback along the chain"). ``False``: bin-index deltas of every lossy shard. A
-        ``config`` with ``residual`` set keeps its own residual config.
+        feedback along the chain"). ``False``: bin-index deltas of every lossy shard, and
+        every file's weights rounded to nearest (``CompressionConfig.rounding``), which keeps
+        those deltas small. A ``config`` with ``residual`` set keeps its own residual config.
+        A full file (no ``parent``) rounds its weights as ``config.rounding`` says
+        (stochastically by default, as a file standing alone).
     cache:
         A :data:`ckptzip.api.DecodedCache` (opt-in; :func:`recent_files` makes a bounded
         one): a delta takes its parent's decoded tensors from it when the parent file's
@@ -802,6 +805,10 @@ class Writer(StorageWriter):
         self.config = CompressionConfig() if config is None else config
         if error_feedback and self.config.residual is None:
             self.config = dataclasses.replace(self.config, residual=RESIDUAL)
+        if not error_feedback:
+            # bin-index deltas of the weights against this file: a stochastically rounded
+            # keyframe would change a quarter of their indices at the first delta
+            self.config = dataclasses.replace(self.config, rounding="nearest")
         self.parent = None if parent is None else os.fspath(parent)
         self.keyframe_every = keyframe_every
         self.overwrite = overwrite
