@@ -218,21 +218,30 @@ static inline uint32_t ckz_mix32(uint32_t h) {
  * keep their index. Branch-free between protected positions, so the compiler vectorises it
  * (AVX2 gathers where the processor has them: the same integer and float32 operations, so
  * the same indices); random branches mispredicted half the time (14.6 ns an entry). */
-static inline void round_run_any(const float *v, int64_t lo, int64_t hi, const float *levels,
-                                 int32_t n_levels, uint32_t seed, uint8_t *idx) {
+static inline void round_run_any(const float *restrict v, int64_t lo, int64_t hi,
+                                 const float *restrict levels, int32_t n_levels,
+                                 uint32_t seed, uint8_t *restrict idx) {
+    /* a run never crosses a multiple of 2^32 (the caller splits there), so the high half
+     * of the position is the run's own; masks instead of branches, restrict for the
+     * aliasing a uint8_t store would otherwise allow: the compiler vectorises the loop */
     int32_t top = n_levels > 1 ? 1 : 0;
-    for (int64_t i = lo; i < hi; i++) {
-        float x = v[i];
-        int32_t k = idx[i];
+    uint32_t key = ((uint32_t)((uint64_t)lo >> 32) * 0x9e3779b9U) ^ seed;
+    uint32_t low = (uint32_t)lo;
+    const float *restrict vv = v + lo;
+    uint8_t *restrict ii = idx + lo;
+    int64_t m = hi - lo;
+    for (int64_t j = 0; j < m; j++) {
+        float x = vv[j];
+        int32_t k = ii[j];
         int32_t a_i = k - (x < levels[k]);
         int32_t ok = (a_i >= 0) & (a_i + 1 < n_levels) & (x - x == 0.0f);
-        int32_t a_c = ok ? a_i : 0;
+        int32_t a_c = a_i & -ok;
         float a = levels[a_c], b = levels[a_c + top];
-        uint32_t h = ckz_mix32(((uint32_t)i ^ seed) ^
-                               ((uint32_t)((uint64_t)i >> 32) * 0x9e3779b9U));
+        uint32_t h = ckz_mix32((low + (uint32_t)j) ^ key);
         float u = (float)(int32_t)(h >> 8) * (1.0f / 16777216.0f);
         int32_t up = u * (b - a) < x - a;
-        idx[i] = (uint8_t)((ok & (b > a)) ? a_i + up : k);
+        int32_t take = ok & (b > a);
+        ii[j] = (uint8_t)(k + ((a_i + up - k) & -take));
     }
 }
 
@@ -258,6 +267,16 @@ static void round_run(const float *v, int64_t lo, int64_t hi, const float *level
     round_run_any(v, lo, hi, levels, n_levels, seed, idx);
 }
 
+static void round_span(const float *v, int64_t lo, int64_t hi, const float *levels,
+                       int32_t n_levels, uint32_t seed, uint8_t *idx) {
+    while (lo < hi) { /* split at multiples of 2^32: a run keeps one high half */
+        int64_t edge = (int64_t)(((uint64_t)lo >> 32) + 1) << 32;
+        int64_t end = edge < hi ? edge : hi;
+        round_run(v, lo, end, levels, n_levels, seed, idx);
+        lo = end;
+    }
+}
+
 CKZ_API void ckz_round_stochastic(const float *v, int64_t n, const float *levels,
                                   int32_t n_levels, const int64_t *prot, int64_t n_prot,
                                   uint32_t seed, uint8_t *idx) {
@@ -265,10 +284,10 @@ CKZ_API void ckz_round_stochastic(const float *v, int64_t n, const float *levels
     for (int64_t j = 0; j < n_prot; j++) { /* the runs between protected positions */
         int64_t p = prot[j];
         if (p < start || p >= n) continue;
-        round_run(v, start, p, levels, n_levels, seed, idx);
+        round_span(v, start, p, levels, n_levels, seed, idx);
         start = p + 1;
     }
-    round_run(v, start, n, levels, n_levels, seed, idx);
+    round_span(v, start, n, levels, n_levels, seed, idx);
 }
 
 /* Σ (y - x)² and Σ x² in float64 over the entries where x is finite: a residual's relative
