@@ -104,6 +104,10 @@ _variant("rlcheck-nosimplest", probe_simplest_cases=0)
 # measured as "rlcheck-warm-ws1": a warm backend "rlcheck-warm<x>" runs "rlcheck<x>" on
 # the policy "rlcheck" learned
 _variant("rlcheck-ws1", warm_probe_simplest=True)
+# the probe without its small cases (README: time to failure, small cases)
+_variant("rlcheck-nosmall", probe_small_cases=0)
+# a warm run without them (measured as "rlcheck-warm-wsm0")
+_variant("rlcheck-wsm0", warm_probe_small=False)
 # how much of the learned half mutates earlier valid cases (the default: 0.5)
 _variant("rlcheck-ms25", mutate_share=0.25)
 _variant("rlcheck-ms75", mutate_share=0.75)
