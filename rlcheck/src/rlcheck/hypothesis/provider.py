@@ -1899,7 +1899,7 @@ class _SmallCase(_ProbeCase):
         """The small cases one move further: ``(changes, last moved, None)``."""
         if self.scan is not None and self.at is None:
             return []  # the scan moved nothing: the simplest case, run by the engine
-        out = []
+        out: list[tuple[dict[int, int], int, int | None]] = []
         for j in range(self._last, min(len(self._ranks), self._last + _SMALL_CHILD_DRAWS)):
             k = self._changes.get(j, 0) + 1
             if k < self._ranks[j]:
