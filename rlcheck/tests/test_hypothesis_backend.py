@@ -888,13 +888,24 @@ def test_a_warm_run_still_runs_the_probes_simplest_extensions_between_learned_ca
     assert at == list(range(1, 2 * len(at), 2))
 
 
-def _sum_run(db: Any, every: list[Any]) -> Any:
-    @settings(backend="rlcheck", max_examples=40, database=db, **QUIET)
+def _sum_run(db: Any, every: list[Any], bug: list[int] | None = None) -> Any:
+    """One run (seed 0) of a test whose valid inputs are lists with a sum divisible by 3
+    and which fails on ``bug`` (the same database key in every call)."""
+
+    @settings(
+        backend="rlcheck",
+        max_examples=40,
+        database=db,
+        report_multiple_bugs=False,
+        phases=[Phase.generate],
+        **QUIET,
+    )
     @seed(0)
     @given(st.lists(st.integers(0, 9)))
     def inner(xs: list[int]) -> None:
         every.append(xs)
         assume(sum(xs) % 3 == 0)
+        assert xs != bug
 
     inner()
     return inner
@@ -937,7 +948,32 @@ def test_a_warm_run_runs_the_small_cases_where_they_were_valid_before(
 
     monkeypatch.setattr(provider_module._SmallCase, "__init__", spy)
     _first_inputs(trained, 0, 0)
-    assert made == []
+    assert len(made) == 1  # the first, run before the stored policy loads
+
+
+def test_a_run_loads_its_stored_policy_after_its_first_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A run's first case is a small case, warm or cold: the stored policy loads as the
+    # second begins, so a bug that dies in the first case dies without the load's cost.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    trained = InMemoryExampleDatabase()
+    _sum_run(trained, [])
+    loads: list[int] = []
+    original = provider_module._Persistence.load
+
+    def spy(self: Any) -> bool:
+        loads.append(1)
+        return original(self)
+
+    monkeypatch.setattr(provider_module._Persistence, "load", spy)
+    seen: list[Any] = []
+    with pytest.raises(AssertionError):
+        _sum_run(trained, seen, bug=[0])  # the first small case
+    assert seen[:2] == [[], [0]] and loads == []  # then replayed by Hypothesis
+    inputs: list[Any] = []
+    _sum_run(trained, inputs)
+    assert loads == [1] and inputs[1] == [0]  # loaded once, after it
 
 
 def test_a_warm_run_interleaves_provider_cases_with_its_first_learned_cases(
@@ -948,6 +984,7 @@ def test_a_warm_run_interleaves_provider_cases_with_its_first_learned_cases(
     # before each of its first learned cases; their rate joins the stored probe's.
     monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
     monkeypatch.setattr(RLCheckProvider, "warm_probe_cases", 6)
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_small", False)  # those alone
     trained = InMemoryExampleDatabase()
     _first_inputs(trained, 0, 0)
     at: list[int] = []

@@ -361,12 +361,14 @@ class _Persistence:
         self.final = False  # the last save said this run is done learning
         self.broken = False  # a save failed: no more saves in this run
         self.last_save = time.monotonic()
+        self.loaded = False  # a run that ends before its load learned nothing to save
 
     def load(self) -> bool:
+        self.loaded = True
         return self.store.load(self.policy)
 
     def save(self, *, final: bool = False) -> None:
-        if self.broken or (not self.dirty and not (final and not self.final)):
+        if self.broken or not self.loaded or (not self.dirty and not (final and not self.final)):
             return
         try:
             self.store.save(self.policy, final=final)
@@ -616,6 +618,8 @@ class RLCheckProvider(PrimitiveProvider):
         # simplest case's draws first, then the children of valid ones: _SmallCase)
         self._probe_small = 0
         self._warm_small = True  # a warm run's small cases: none if earlier ones were invalid
+        self._load_pending = False  # the stored policy loads at the second case (_configure)
+        self._small_hits: list[float] = []  # small cases' outcomes before it loaded
         self._small_queue: collections.deque[tuple[dict[int, int], int, int | None]] = (
             collections.deque([({}, 0, 0)])
         )
@@ -658,6 +662,8 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            if self._load_pending and self._ledger.cases:
+                self._load()
             if not self._guidance_pays():
                 # Step aside: Hypothesis's own backend runs the rest at its own cost.
                 # Nothing worth keeping was learned: the stored policy stays as it was
@@ -981,7 +987,10 @@ class RLCheckProvider(PrimitiveProvider):
                     if isinstance(probe_case, _SmallCase):
                         self._probe_small += 1
                         self._small_ran(probe_case, hit)
-                        self._policy.learn([(_SMALL_POINT, (), 0)], float(hit))
+                        if self._load_pending:
+                            self._small_hits.append(float(hit))
+                        else:
+                            self._policy.learn([(_SMALL_POINT, (), 0)], float(hit))
                 else:
                     self._probe_seen += 1
                     self._probe_hits += hit
@@ -1064,17 +1073,45 @@ class RLCheckProvider(PrimitiveProvider):
             key = database_key(test)
             if current.database is not None and key:
                 self._persistence = _Persistence(current.database, key, self._policy)
-                self._warm = self._persistence.load()
                 self._final_save = weakref.finalize(self, self._persistence.final_save)
-                if self._warm and self._in_test:
-                    # Guidance paid in earlier runs: learned cases from the first one on,
-                    # with the earlier probes' valid rate (for the tail), where they ran
-                    # enough of them; else the probe runs (and the run never steps aside).
-                    rate, probed = self._policy.table(_PROBE_POINT).value((), 0)
-                    if probed >= type(self).probe_cases > 0:
-                        self._probe_rate = rate
-                    small, tried = self._policy.table(_SMALL_POINT).value((), 0)
-                    self._warm_small = tried == 0 or small > 0
+                if self._in_test and self._small_first():
+                    # The run's first case is a small case, warm or cold, and needs no
+                    # policy: the load waits for the next one (a bug that dies there,
+                    # one of Hypothesis's cheap early ones, dies without it).
+                    self._load_pending = True
+                else:
+                    self._load()
+
+    def _small_first(self) -> bool:
+        """Whether the run's first case is a small case whatever the stored policy says
+        (the probe's first, or a warm run's first: :meth:`_warm_small_turn`)."""
+        cls = type(self)
+        return (
+            cls.probe_small_cases > 0
+            and cls.warm_probe_small
+            and cls.probe_cases > 0
+            and cls.probe_simplest_cases > 0
+        )
+
+    def _load(self) -> None:
+        """Load the stored policy (:class:`_Persistence`) and what it says of this run."""
+        self._load_pending = False
+        persistence = self._persistence
+        if persistence is None:
+            return
+        self._warm = persistence.load()
+        if self._warm and self._in_test:
+            # Guidance paid in earlier runs: learned cases from the first one on, with the
+            # earlier probes' valid rate (for the tail), where they ran enough of them;
+            # else the probe runs (and the run never steps aside).
+            rate, probed = self._policy.table(_PROBE_POINT).value((), 0)
+            if probed >= type(self).probe_cases > 0:
+                self._probe_rate = rate
+            small, tried = self._policy.table(_SMALL_POINT).value((), 0)
+            self._warm_small = tried == 0 or small > 0
+        for hit in self._small_hits:  # small cases run before the load
+            self._policy.learn([(_SMALL_POINT, (), 0)], hit)
+        self._small_hits.clear()
 
     def _record(
         self,
