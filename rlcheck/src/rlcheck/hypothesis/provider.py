@@ -364,8 +364,9 @@ class _Persistence:
         self.loaded = False  # a run that ends before its load learned nothing to save
 
     def load(self) -> bool:
-        self.loaded = True
-        return self.store.load(self.policy)
+        warm = self.store.load(self.policy)
+        self.loaded = True  # not where it raised: then nothing is saved either
+        return warm
 
     def save(self, *, final: bool = False) -> None:
         if self.broken or not self.loaded or (not self.dirty and not (final and not self.final)):
