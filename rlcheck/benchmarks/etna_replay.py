@@ -51,14 +51,15 @@ STRICT = [name for name, w in WORKLOADS.items() if w.strict]
 def case_kind(seen: list[Any]) -> str:
     """Which kind of case the running test case is (``seen``: the run's rlcheck provider,
     once met): ``probe`` (Hypothesis's provider, the probe), ``simplest`` (the probe's
-    simplest extension of a novel prefix), ``small`` (a small probe case), ``provider``
+    simplest extension of a novel prefix), ``small`` (a small case: ``probe_small_cases``),
+    ``small-probe`` (one of ``small_probe_cases``, off by default), ``provider``
     (Hypothesis's provider interleaved with learned cases), ``mutation`` (an earlier valid
     case mutated), ``learned`` (the policy's own draws), ``engine`` (Hypothesis's own
     backend: the default, a run's first case, or an rlcheck run's tail or hand-back) and
     ``aside`` (Hypothesis's own backend after an rlcheck run stepped aside)."""
     from hypothesis.control import _current_build_context
 
-    from rlcheck.hypothesis.provider import RLCheckProvider
+    from rlcheck.hypothesis.provider import RLCheckProvider, _SmallCase
 
     data = getattr(_current_build_context.value, "data", None)
     provider = getattr(data, "provider", None)
@@ -71,10 +72,13 @@ def case_kind(seen: list[Any]) -> str:
         return "engine"
     if not seen:
         seen.append(provider)
-    if provider._probe_case is not None:
-        return "simplest" if provider._probe_case.simplest else "probe"
+    case = provider._probe_case
+    if case is not None:
+        if isinstance(case, _SmallCase):
+            return "small"
+        return "simplest" if case.simplest else "probe"
     if provider._small:
-        return "small"
+        return "small-probe"
     if provider._delegate is not None:
         return "provider"
     return "mutation" if provider._plan is not None else "learned"
@@ -185,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                         for *_, kind in inputs[: found[0]]:
                             counts[kind] = counts.get(kind, 0) + 1
                         before[f"{m.function}:{m.index}"] = counts
+                last = max((found[0] for found in kills.values() if found), default=0)
                 rows.append(
                     {
                         "workload": name,
@@ -195,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                         "distinct_valid": len(set(valid)),
                         "kills": kills,
                         "kinds_before": before,
-                        "kinds": _runs_of([k for *_, k in inputs]),
+                        # the run's kinds of case up to its last first failure
+                        "kinds": _runs_of([k for *_, k in inputs[:last]]),
                     }
                 )
                 if args.show:
