@@ -918,6 +918,7 @@ def test_a_warm_run_runs_the_small_cases_where_they_were_valid_before(
     # first learned cases, unless the earlier runs' small cases were all invalid (their
     # valid rate is saved with the policy, as the probe's is).
     monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    monkeypatch.setattr(RLCheckProvider, "warm_small_by_rate", False)  # every other case
     trained = InMemoryExampleDatabase()
     _sum_run(trained, [])  # [] valid, [0] too, [1] not...: guided, small cases valid
     inputs: list[Any] = []
@@ -935,6 +936,24 @@ def test_a_warm_run_runs_the_small_cases_where_they_were_valid_before(
     off: list[Any] = []
     _sum_run(trained, off)
     assert off[1:8:2] != small
+    # Spaced by the earlier runs' valid rate of them (the default; under 1 here: [1]
+    # was invalid): the first still first, then more learned cases between them.
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_small", True)
+    monkeypatch.setattr(RLCheckProvider, "warm_small_by_rate", True)
+    at: list[int] = []
+    spaced: list[Any] = []
+    original_init = provider_module._SmallCase.__init__
+
+    def spy_at(self: Any, *args: Any) -> None:
+        at.append(len(spaced))
+        original_init(self, *args)
+
+    monkeypatch.setattr(provider_module._SmallCase, "__init__", spy_at)
+    _sum_run(trained, spaced)
+    gaps = [b - a for a, b in itertools.pairwise(at)]
+    assert at[0] == 1 and len(at) == RLCheckProvider.probe_small_cases
+    assert min(gaps) >= 2 and max(gaps) >= 3  # every other case at the most
+    monkeypatch.setattr(provider_module._SmallCase, "__init__", original_init)
     # Where every small case was invalid before, a warm run runs none.
     trained = InMemoryExampleDatabase()
     _first_inputs(trained, 0, 0)  # strictly increasing lists: [1], [0, 0]... invalid

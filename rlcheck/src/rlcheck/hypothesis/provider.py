@@ -482,10 +482,16 @@ class RLCheckProvider(PrimitiveProvider):
     #: (10 seeds; README).
     warm_probe_simplest: ClassVar[bool] = False
     #: Whether a run that loaded a policy (and so runs no probe) still runs the probe's
-    #: small cases (:attr:`probe_small_cases`), one before each of its first learned
-    #: cases (:meth:`_warm_small_turn`), unless the earlier runs' small cases were all
-    #: invalid (their valid rate is saved with the policy).
+    #: small cases (:attr:`probe_small_cases`) between its first learned cases
+    #: (:meth:`_warm_small_turn`, :attr:`warm_small_by_rate`), unless the earlier runs'
+    #: small cases were all invalid (their valid rate is saved with the policy).
     warm_probe_small: ClassVar[bool] = True
+    #: Space a warm run's small cases by the earlier runs' valid rate of them: about one
+    #: small case per ``1 / rate`` learned ones (every other case at a rate of 1), so a
+    #: test whose small cases were mostly invalid gives its learned cases more of its
+    #: first tests (``benchmarks/etna.py``'s jsonpointer: 0.27x the default's tests to
+    #: failure warm against 0.50x with every other case; README).
+    warm_small_by_rate: ClassVar[bool] = True
     #: How many cases of Hypothesis's provider a run that loaded a policy interleaves
     #: with its first learned cases, one before each (:meth:`_warm_provider_turn`; they
     #: are the probe's cases, counted in its stored rate). 0: off (measured: README).
@@ -619,6 +625,7 @@ class RLCheckProvider(PrimitiveProvider):
         # simplest case's draws first, then the children of valid ones: _SmallCase)
         self._probe_small = 0
         self._warm_small = True  # a warm run's small cases: none if earlier ones were invalid
+        self._warm_small_rate = 1.0  # small cases per learned case (warm_small_by_rate)
         self._load_pending = False  # the stored policy loads at the second case (_configure)
         self._small_hits: list[float] = []  # small cases' outcomes before it loaded
         self._small_queue: collections.deque[tuple[dict[int, int], int, int | None]] = (
@@ -832,17 +839,19 @@ class RLCheckProvider(PrimitiveProvider):
         )
 
     def _warm_small_turn(self) -> bool:
-        """Whether a warm run's next case is a small case (:attr:`warm_probe_small`): one
-        before each of its first learned cases, a small case first, until there are
-        :attr:`probe_small_cases` or 5 in a row were invalid; none where the earlier
-        runs' were all invalid."""
+        """Whether a warm run's next case is a small case (:attr:`warm_probe_small`): a
+        small case first, then one after every ``1 / rate`` learned cases (the earlier
+        runs' valid rate of them, :attr:`warm_small_by_rate`; else after each), until
+        there are :attr:`probe_small_cases` or 5 in a row were invalid; none where the
+        earlier runs' were all invalid."""
         return (
             type(self).warm_probe_small
             and self._warm_small
             and self._probe_rate is not None
             and self._probe_seen == 0  # no probe ran: the stored rate (_configure)
             and self._probe_small < type(self).probe_small_cases
-            and 2 * self._probe_small <= self._ledger.cases
+            and self._probe_small
+            <= self._warm_small_rate * (self._ledger.cases - self._probe_small)
             and self._simplest_streak < _SIMPLEST_PATIENCE
             and bool(self._small_queue)
         )
@@ -1110,6 +1119,8 @@ class RLCheckProvider(PrimitiveProvider):
                 self._probe_rate = rate
             small, tried = self._policy.table(_SMALL_POINT).value((), 0)
             self._warm_small = tried == 0 or small > 0
+            if tried and type(self).warm_small_by_rate:
+                self._warm_small_rate = small
         for hit in self._small_hits:  # small cases run before the load
             self._policy.learn([(_SMALL_POINT, (), 0)], hit)
         self._small_hits.clear()
