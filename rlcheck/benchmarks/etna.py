@@ -104,6 +104,13 @@ _variant("rlcheck-nosimplest", probe_simplest_cases=0)
 # measured as "rlcheck-warm-ws1": a warm backend "rlcheck-warm<x>" runs "rlcheck<x>" on
 # the policy "rlcheck" learned
 _variant("rlcheck-ws1", warm_probe_simplest=True)
+# the probe without its small cases (README: time to failure, small cases)
+_variant("rlcheck-nosmall", probe_small_cases=0)
+# a warm run without them (measured as "rlcheck-warm-wsm0")
+_variant("rlcheck-wsm0", warm_probe_small=False)
+# a warm run that runs them every other case whatever their earlier valid rate
+# ("rlcheck-warm-wsr0"; the default spaces them by it)
+_variant("rlcheck-wsr0", warm_small_by_rate=False)
 # how much of the learned half mutates earlier valid cases (the default: 0.5)
 _variant("rlcheck-ms25", mutate_share=0.25)
 _variant("rlcheck-ms75", mutate_share=0.75)

@@ -27,14 +27,17 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from hypothesis import given, seed
+from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import UnsatisfiedAssumption
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,45 +48,107 @@ from _runs import generate_only
 STRICT = [name for name, w in WORKLOADS.items() if w.strict]
 
 
-def record(name: str, backend: str, budget: int, seconds: float, run_seed: int) -> list[Any]:
-    """Every input of one run on the unmutated library: ``(value, valid, seconds)``."""
+def case_kind(seen: list[Any]) -> str:
+    """Which kind of case the running test case is (``seen``: the run's rlcheck provider,
+    once met): ``probe`` (Hypothesis's provider, the probe), ``simplest`` (the probe's
+    simplest extension of a novel prefix), ``small`` (a small case: ``probe_small_cases``),
+    ``small-probe`` (one of ``small_probe_cases``, off by default), ``provider``
+    (Hypothesis's provider interleaved with learned cases), ``mutation`` (an earlier valid
+    case mutated), ``learned`` (the policy's own draws), ``engine`` (Hypothesis's own
+    backend: the default, a run's first case, or an rlcheck run's tail or hand-back) and
+    ``aside`` (Hypothesis's own backend after an rlcheck run stepped aside)."""
+    from hypothesis.control import _current_build_context
+
+    from rlcheck.hypothesis.provider import RLCheckProvider, _SmallCase
+
+    data = getattr(_current_build_context.value, "data", None)
+    provider = getattr(data, "provider", None)
+    if not isinstance(provider, RLCheckProvider):
+        if seen:
+            rlc = seen[0]
+            rate = rlc._probe_rate
+            if not rlc._warm and rate is not None and rate >= type(rlc).step_aside_rate:
+                return "aside"
+        return "engine"
+    if not seen:
+        seen.append(provider)
+    case = provider._probe_case
+    if case is not None:
+        if isinstance(case, _SmallCase):
+            return "small"
+        return "simplest" if case.simplest else "probe"
+    if provider._small:
+        return "small-probe"
+    if provider._delegate is not None:
+        return "provider"
+    return "mutation" if provider._plan is not None else "learned"
+
+
+def record(
+    name: str,
+    backend: str,
+    budget: int,
+    seconds: float,
+    run_seed: int,
+    database: Path | None = None,
+) -> list[Any]:
+    """Every input of one run on the unmutated library: ``(value, valid, seconds, kind)``
+    (:func:`case_kind`)."""
     workload = WORKLOADS[name]
     lib = etna._library(workload, None)
     inputs: list[Any] = []
+    seen: list[Any] = []
     start = time.perf_counter()
 
     def probe(value: Any) -> None:
         elapsed = time.perf_counter() - start
         if elapsed > seconds:
             raise etna._Stop
+        kind = case_kind(seen)
         try:
             workload.check(lib, value)
         except UnsatisfiedAssumption:
-            inputs.append((value, False, elapsed))
+            inputs.append((value, False, elapsed, kind))
             raise
-        inputs.append((value, True, elapsed))
+        inputs.append((value, True, elapsed, kind))
 
     probe._hypothesis_internal_add_digest = name.encode()  # type: ignore[attr-defined]
-    test = generate_only(backend, budget)(seed(run_seed)(given(workload.strategy)(probe)))
+    db = None if database is None else DirectoryBasedExampleDatabase(database)
+    test = generate_only(backend, budget, db)(seed(run_seed)(given(workload.strategy)(probe)))
     with contextlib.suppress(etna._Stop):
         test()
     return inputs
 
 
-def first_failure(name: str, mutant: Any, inputs: list[Any]) -> tuple[int, float, str] | None:
-    """The first recorded input on which the mutant fails: (tests, seconds, input)."""
+def record_warm(name: str, backend: str, budget: int, seconds: float, run_seed: int) -> list[Any]:
+    """:func:`record` of a warm backend (``rlcheck-warm<x>``): ``rlcheck<x>`` on a copy of
+    the database in which ``rlcheck`` learned on the unmutated library in an earlier run of
+    the same seed (as ``etna.py``'s warm start)."""
+    with tempfile.TemporaryDirectory(prefix="etna-replay-warm-") as tmp:
+        trained, database = Path(tmp) / "trained", Path(tmp) / "db"
+        # here, not etna.run_once: the database key is the recording test function's
+        record(name, "rlcheck", budget, 600.0, run_seed, trained)
+        trained.mkdir(exist_ok=True)  # a run that stepped aside saved nothing
+        shutil.copytree(trained, database)
+        base = "rlcheck" + backend[len(etna.WARM) :]
+        return record(name, base, budget, seconds, run_seed, database)
+
+
+def first_failure(name: str, mutant: Any, inputs: list[Any]) -> tuple[int, float, str, str] | None:
+    """The first recorded input on which the mutant fails: (tests, seconds, input, its
+    kind of case)."""
     workload = WORKLOADS[name]
     lib = etna._library(workload, mutant)
     previous = signal.signal(signal.SIGALRM, etna._on_alarm)
     try:
-        for i, (value, _valid, elapsed) in enumerate(inputs):
+        for i, (value, _valid, elapsed, kind) in enumerate(inputs):
             signal.setitimer(signal.ITIMER_REAL, etna._HANG_S)
             try:
                 workload.check(lib, value)
             except UnsatisfiedAssumption:
                 pass
             except Exception:
-                return i + 1, elapsed, repr(value)
+                return i + 1, elapsed, repr(value), kind
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
@@ -111,12 +176,20 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.only:
         for backend in args.backends:
             for run_seed in range(args.seeds):
-                inputs = record(name, backend, args.budget, args.seconds, run_seed)
-                valid = [repr(v) for v, ok, _ in inputs if ok]
+                rec = record_warm if backend.startswith(etna.WARM) else record
+                inputs = rec(name, backend, args.budget, args.seconds, run_seed)
+                valid = [repr(v) for v, ok, _, _ in inputs if ok]
                 kills = {}
+                before: dict[str, dict[str, int]] = {}
                 for m in mutants.get(name, []):
                     found = first_failure(name, m, inputs)
                     kills[f"{m.function}:{m.index}"] = found
+                    if found is not None:  # the kinds of the cases up to the failure
+                        counts: dict[str, int] = {}
+                        for *_, kind in inputs[: found[0]]:
+                            counts[kind] = counts.get(kind, 0) + 1
+                        before[f"{m.function}:{m.index}"] = counts
+                last = max((found[0] for found in kills.values() if found), default=0)
                 rows.append(
                     {
                         "workload": name,
@@ -126,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                         "valid": len(valid),
                         "distinct_valid": len(set(valid)),
                         "kills": kills,
+                        "kinds_before": before,
+                        # the run's kinds of case up to its last first failure
+                        "kinds": _runs_of([k for *_, k in inputs[:last]]),
                     }
                 )
                 if args.show:
@@ -133,12 +209,15 @@ def main(argv: list[str] | None = None) -> int:
                         f"{name} {backend} seed {run_seed}: {len(inputs)} tests, "
                         f"{len(valid)} valid, {len(set(valid))} distinct"
                     )
-                    for i, (v, ok, _) in enumerate(inputs[: args.show]):
-                        print(f"  {i + 1:>4} {'valid  ' if ok else 'invalid'} {v!r}")
+                    for i, (v, ok, _, kind) in enumerate(inputs[: args.show]):
+                        print(f"  {i + 1:>4} {'valid  ' if ok else 'invalid'} {kind:<8} {v!r}")
                     for k, found in kills.items():
                         print(f"  {k}: {'missed' if found is None else found}")
     summary = _summarize(rows, args.backends, args.seconds)
     for line in _table(summary, args.backends):
+        print(line)
+    by_kind = _kinds(rows)
+    for line in _kinds_table(by_kind):
         print(line)
     elapsed = time.perf_counter() - start
     load = os.getloadavg()[0]
@@ -152,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seeds": args.seeds,
                 "load_average": round(load, 2),
                 "summary": summary,
+                "kinds": by_kind,
                 "runs": rows,
             },
             indent=1,
@@ -200,6 +280,49 @@ def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> d
                 "seconds_ratio": _geomean(s_ratios),
             }
     return out
+
+
+def _runs_of(kinds: list[str]) -> list[tuple[str, int]]:
+    """``kinds`` as runs: ``[(kind, how many in a row), ...]``."""
+    out: list[tuple[str, int]] = []
+    for kind in kinds:
+        if out and out[-1][0] == kind:
+            out[-1] = (kind, out[-1][1] + 1)
+        else:
+            out.append((kind, 1))
+    return out
+
+
+def _kinds(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per workload and backend, over every (mutant, seed) found: which kind of case found
+    the bug (how many times), and the mean tests of each kind up to the failure."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        cell = out.setdefault(r["workload"], {}).setdefault(
+            r["backend"], {"found": 0, "found_by": {}, "tests_before": {}}
+        )
+        for key, found in r["kills"].items():
+            if found is None:
+                continue
+            cell["found"] += 1
+            cell["found_by"][found[3]] = cell["found_by"].get(found[3], 0) + 1
+            for kind, n in r["kinds_before"][key].items():
+                cell["tests_before"][kind] = cell["tests_before"].get(kind, 0) + n
+    for cells in out.values():
+        for cell in cells.values():
+            n = max(cell["found"], 1)
+            cell["tests_before"] = {k: round(v / n, 1) for k, v in cell["tests_before"].items()}
+    return out
+
+
+def _kinds_table(by_kind: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["which kind of case found each bug (times), and mean tests of each kind up to it"]
+    for name, cells in by_kind.items():
+        for backend, cell in cells.items():
+            found = " ".join(f"{k} {v}" for k, v in sorted(cell["found_by"].items()))
+            before = " ".join(f"{k} {v}" for k, v in sorted(cell["tests_before"].items()))
+            lines.append(f"  {name:<14} {backend:<22} found by: {found}; tests before: {before}")
+    return lines
 
 
 def _table(summary: dict[str, Any], backends: list[str]) -> list[str]:

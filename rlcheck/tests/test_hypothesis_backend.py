@@ -623,6 +623,52 @@ def test_the_probes_simplest_extensions_walk_a_novel_prefix_then_the_simplest() 
     assert case(_Script(0, 3, 3, 8)) == [8, 0, False]
 
 
+def test_small_cases_move_the_simplest_cases_draws_one_step_at_a_time() -> None:
+    tree: dict[Any, Any] = {}
+
+    def run(item: Any) -> tuple[Any, list[Any]]:
+        case = provider_module._SmallCase(_Script(), tree, *item)  # type: ignore[arg-type]
+        drawn = [case.draw_integer(0, 12), case.draw_integer(0, 12), case.draw_boolean()]
+        case.remember()
+        return case, drawn
+
+    # The scan: the first draw at or after its position that has a second simplest value
+    # takes it, every other draw its simplest (the engine's first case, moved one step).
+    case, drawn = run(({}, 0, 0))
+    assert drawn == [1, 0, False] and case.at == 0 and case.draws == 3
+    # Its children move one more draw one more step, at or after the last one moved.
+    assert [c for c, _, _ in case.children()] == [{0: 2}, {0: 1, 1: 1}, {0: 1, 2: 1}]
+    case, drawn = run(({}, 0, 2))
+    assert drawn == [0, 0, True] and case.at == 2
+    assert case.children() == []  # a boolean has no third value
+    case, drawn = run(({0: 1, 1: 1}, 1, None))
+    assert drawn == [1, 1, False] and case.at is None
+    assert [c for c, _, _ in case.children()] == [{0: 1, 1: 2}, {0: 1, 1: 1, 2: 1}]
+    case, drawn = run(({}, 0, 3))  # a scan past the last draw moves nothing
+    assert drawn == [0, 0, False] and case.at is None and case.children() == []
+
+
+def test_the_probes_small_cases_come_in_smallcheck_order(
+    monkeypatch: pytest.MonkeyPatch, stats: BackendStats
+) -> None:
+    # A small case before every other simplest extension: each draw moved one step
+    # (1, 0, 0), (0, 1, 0), (0, 0, 1), then two steps, breadth first: where a bug needs
+    # one small value that a comparison treats apart, it dies in the run's first cases.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)  # as shipped
+    monkeypatch.setattr(RLCheckProvider, "probe_small_cases", 5)
+    for n in range(3):
+        inputs, ours = _triples_run(n, stats)
+        assert inputs[0] == (0, 0, 0)  # the engine's own first case
+        small = [inputs[i] for i in range(1, 20, 4)]
+        assert small == [(1, 0, 0), (0, 1, 0), (0, 0, 1), (2, 0, 0), (1, 1, 0)]
+        simplest = [inputs[i] for i in range(3, 20, 4)]  # the engine's kind, between
+        assert all(t[-1] == 0 for t in simplest)
+        assert ours.stepped_aside and ours.cases == 20 + RLCheckProvider.probe_simplest_cases
+    monkeypatch.setattr(RLCheckProvider, "probe_small_cases", 0)
+    inputs, _ = _triples_run(0, stats)
+    assert (0, 1, 0) not in inputs[:21]  # off: simplest extensions alone
+
+
 def _triples_run(n: int, stats: BackendStats) -> tuple[list[tuple[int, int, int]], Any]:
     inputs: list[tuple[int, int, int]] = []
 
@@ -656,6 +702,8 @@ def test_the_probes_simplest_extensions_stop_after_five_invalid_in_a_row(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    # the small cases alone (they find b = 1 here: a valid one resets the count)
+    monkeypatch.setattr(RLCheckProvider, "probe_small_cases", 0)
     kinds: list[bool] = []
     original = provider_module._ProbeCase.__init__
 
@@ -840,6 +888,113 @@ def test_a_warm_run_still_runs_the_probes_simplest_extensions_between_learned_ca
     assert at == list(range(1, 2 * len(at), 2))
 
 
+def _sum_run(db: Any, every: list[Any], bug: list[int] | None = None) -> Any:
+    """One run (seed 0) of a test whose valid inputs are lists with a sum divisible by 3
+    and which fails on ``bug`` (the same database key in every call)."""
+
+    @settings(
+        backend="rlcheck",
+        max_examples=40,
+        database=db,
+        report_multiple_bugs=False,
+        phases=[Phase.generate],
+        **QUIET,
+    )
+    @seed(0)
+    @given(st.lists(st.integers(0, 9)))
+    def inner(xs: list[int]) -> None:
+        every.append(xs)
+        assume(sum(xs) % 3 == 0)
+        assert xs != bug
+
+    inner()
+    return inner
+
+
+def test_a_warm_run_runs_the_small_cases_where_they_were_valid_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A warm run runs no probe, but still the probe's small cases, one before each of its
+    # first learned cases, unless the earlier runs' small cases were all invalid (their
+    # valid rate is saved with the policy, as the probe's is).
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    monkeypatch.setattr(RLCheckProvider, "warm_small_by_rate", False)  # every other case
+    trained = InMemoryExampleDatabase()
+    _sum_run(trained, [])  # [] valid, [0] too, [1] not...: guided, small cases valid
+    inputs: list[Any] = []
+    test = _sum_run(trained, inputs)
+    stored = Policy()
+    DatabasePolicy(trained, database_key(test), meta=provider_module._POLICY_META).load(stored)
+    rate, n = stored.table(provider_module._SMALL_POINT).value((), 0)
+    assert n >= RLCheckProvider.probe_small_cases and rate > 0
+    # the engine's first case, then the small cases, one before each learned case: one
+    # more element ([0]), the scan past the simplest case's one draw (the simplest case
+    # again: the scan cannot know its length), that element one step up, two elements
+    small = [[0], [], [1], [0, 0]]
+    assert inputs[0] == [] and inputs[1:8:2] == small
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_small", False)
+    off: list[Any] = []
+    _sum_run(trained, off)
+    assert off[1:8:2] != small
+    # Spaced by the earlier runs' valid rate of them (the default; under 1 here: [1]
+    # was invalid): the first still first, then more learned cases between them.
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_small", True)
+    monkeypatch.setattr(RLCheckProvider, "warm_small_by_rate", True)
+    at: list[int] = []
+    spaced: list[Any] = []
+    original_init = provider_module._SmallCase.__init__
+
+    def spy_at(self: Any, *args: Any) -> None:
+        at.append(len(spaced))
+        original_init(self, *args)
+
+    monkeypatch.setattr(provider_module._SmallCase, "__init__", spy_at)
+    _sum_run(trained, spaced)
+    gaps = [b - a for a, b in itertools.pairwise(at)]
+    assert at[0] == 1 and len(at) == RLCheckProvider.probe_small_cases
+    assert min(gaps) >= 2 and max(gaps) >= 3  # every other case at the most
+    monkeypatch.setattr(provider_module._SmallCase, "__init__", original_init)
+    # Where every small case was invalid before, a warm run runs none.
+    trained = InMemoryExampleDatabase()
+    _first_inputs(trained, 0, 0)  # strictly increasing lists: [1], [0, 0]... invalid
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_small", True)
+    made: list[Any] = []
+    original = provider_module._SmallCase.__init__
+
+    def spy(self: Any, *args: Any) -> None:
+        made.append(args)
+        original(self, *args)
+
+    monkeypatch.setattr(provider_module._SmallCase, "__init__", spy)
+    _first_inputs(trained, 0, 0)
+    assert len(made) == 1  # the first, run before the stored policy loads
+
+
+def test_a_run_loads_its_stored_policy_after_its_first_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A run's first case is a small case, warm or cold: the stored policy loads as the
+    # second begins, so a bug that dies in the first case dies without the load's cost.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
+    trained = InMemoryExampleDatabase()
+    _sum_run(trained, [])
+    loads: list[int] = []
+    original = provider_module._Persistence.load
+
+    def spy(self: Any) -> bool:
+        loads.append(1)
+        return original(self)
+
+    monkeypatch.setattr(provider_module._Persistence, "load", spy)
+    seen: list[Any] = []
+    with pytest.raises(AssertionError):
+        _sum_run(trained, seen, bug=[0])  # the first small case
+    assert seen[:2] == [[], [0]] and loads == []  # then replayed by Hypothesis
+    inputs: list[Any] = []
+    _sum_run(trained, inputs)
+    assert loads == [1] and inputs[1] == [0]  # loaded once, after it
+
+
 def test_a_warm_run_interleaves_provider_cases_with_its_first_learned_cases(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -848,6 +1003,7 @@ def test_a_warm_run_interleaves_provider_cases_with_its_first_learned_cases(
     # before each of its first learned cases; their rate joins the stored probe's.
     monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)
     monkeypatch.setattr(RLCheckProvider, "warm_probe_cases", 6)
+    monkeypatch.setattr(RLCheckProvider, "warm_probe_small", False)  # those alone
     trained = InMemoryExampleDatabase()
     _first_inputs(trained, 0, 0)
     at: list[int] = []

@@ -80,6 +80,7 @@ Hence:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -173,11 +174,18 @@ _POLICY_META = {"kind": "rlcheck-hypothesis-backend", "layout": 1}
 # over the probe's cases (return 1 valid or failed, 0 invalid) is that rate; merged across
 # runs by the same rule as every value, so a warm run knows it without a probe of its own.
 _PROBE_POINT = ("probe-valid",)
+# Likewise the small cases' valid rate (_SmallCase): a warm run runs them where it is not 0.
+_SMALL_POINT = ("small-valid",)
 # Invalid simplest extensions in a row after which the probe makes no more (engine.py's
 # consecutive_zero_extend_is_invalid < 5), and the draws of Hypothesis's provider a novel
 # prefix retries for a value the probe's tree has not seen (its generate_novel_prefix: 10).
 _SIMPLEST_PATIENCE = 5
 _NOVEL_ATTEMPTS = 10
+# Small cases (_SmallCase): a draw takes at most its 4th simplest value, a case's children
+# are kept for at most this many draws, and the queue of cases to run is bounded.
+_SMALL_RANK = 3
+_SMALL_CHILD_DRAWS = 32
+_SMALL_QUEUE = 256
 _NOTHING = object()
 _END = object()  # in the probe's tree: a case ended here
 
@@ -353,12 +361,15 @@ class _Persistence:
         self.final = False  # the last save said this run is done learning
         self.broken = False  # a save failed: no more saves in this run
         self.last_save = time.monotonic()
+        self.loaded = False  # a run that ends before its load learned nothing to save
 
     def load(self) -> bool:
-        return self.store.load(self.policy)
+        warm = self.store.load(self.policy)
+        self.loaded = True  # not where it raised: then nothing is saved either
+        return warm
 
     def save(self, *, final: bool = False) -> None:
-        if self.broken or (not self.dirty and not (final and not self.final)):
+        if self.broken or not self.loaded or (not self.dirty and not (final and not self.final)):
             return
         try:
             self.store.save(self.policy, final=final)
@@ -456,12 +467,31 @@ class RLCheckProvider(PrimitiveProvider):
     #: (:attr:`probe_cases` of the provider alone still decide), and they stop after 5
     #: invalid ones in a row, as the engine's do. 0: off.
     probe_simplest_cases: ClassVar[int] = 10
+    #: How many of the probe's :attr:`probe_simplest_cases` are *small cases* instead
+    #: (:class:`_SmallCase`; alternating with the simplest extensions, a small case
+    #: first): the simplest case with a few draws moved to their next simplest values,
+    #: in order of how many steps they moved (SmallCheck's order: ``1.0.0``, ``0.1.0``,
+    #: ``0.0.1``, then ``2.0.0``, ``1.1.0``...), only valid cases extended further.
+    #: The engine's simplest extensions take one random draw and zeros after it; these
+    #: take small values everywhere, where bugs of comparisons and bounds sit. 0: off.
+    probe_small_cases: ClassVar[int] = 5
     #: Whether a run that loaded a policy (and so runs no probe) still runs the probe's
     #: simplest extensions, one before each of its first learned cases
     #: (:meth:`_warm_simplest_turn`). Off: on ``benchmarks/etna.py``'s strict workloads
     #: warm runs took 0.71x the default's tests to failure with them, 0.48x without
     #: (10 seeds; README).
     warm_probe_simplest: ClassVar[bool] = False
+    #: Whether a run that loaded a policy (and so runs no probe) still runs the probe's
+    #: small cases (:attr:`probe_small_cases`) between its first learned cases
+    #: (:meth:`_warm_small_turn`, :attr:`warm_small_by_rate`), unless the earlier runs'
+    #: small cases were all invalid (their valid rate is saved with the policy).
+    warm_probe_small: ClassVar[bool] = True
+    #: Space a warm run's small cases by the earlier runs' valid rate of them: about one
+    #: small case per ``1 / rate`` learned ones (every other case at a rate of 1), so a
+    #: test whose small cases were mostly invalid gives its learned cases more of its
+    #: first tests (``benchmarks/etna.py``'s jsonpointer: 0.27x the default's tests to
+    #: failure warm against 0.50x with every other case; README).
+    warm_small_by_rate: ClassVar[bool] = True
     #: How many cases of Hypothesis's provider a run that loaded a policy interleaves
     #: with its first learned cases, one before each (:meth:`_warm_provider_turn`; they
     #: are the probe's cases, counted in its stored rate). 0: off (measured: README).
@@ -591,6 +621,16 @@ class RLCheckProvider(PrimitiveProvider):
         self._probe_hits = 0
         self._probe_simplest = 0
         self._simplest_streak = 0
+        # small cases (probe_small_cases): run so far, and those to run (a scan of the
+        # simplest case's draws first, then the children of valid ones: _SmallCase)
+        self._probe_small = 0
+        self._warm_small = True  # a warm run's small cases: none if earlier ones were invalid
+        self._warm_small_rate = 1.0  # small cases per learned case (warm_small_by_rate)
+        self._load_pending = False  # the stored policy loads at the second case (_configure)
+        self._small_hits: list[float] = []  # small cases' outcomes before it loaded
+        self._small_queue: collections.deque[tuple[dict[int, int], int, int | None]] = (
+            collections.deque([({}, 0, 0)])
+        )
         self._probe_length = 0
 
     # -- episodes -------------------------------------------------------------------
@@ -630,6 +670,8 @@ class RLCheckProvider(PrimitiveProvider):
         if self._broken is not None:
             raise BackendCannotProceed("exhausted")
         try:
+            if self._load_pending and self._ledger.cases:
+                self._load()
             if not self._guidance_pays():
                 # Step aside: Hypothesis's own backend runs the rest at its own cost.
                 # Nothing worth keeping was learned: the stored policy stays as it was
@@ -675,12 +717,23 @@ class RLCheckProvider(PrimitiveProvider):
                 elif self._warm_provider_turn():
                     self._probe_case = _ProbeCase(self._delegate, self._probe_tree, simplest=False)
                     self._delegate = self._probe_case
-                elif self._probing() or self._warm_simplest_turn():
-                    self._probe_case = _ProbeCase(
-                        self._delegate,
-                        self._probe_tree,
-                        simplest=not self._probing() or self._simplest_turn(),
+                elif self._warm_small_turn():
+                    changes, last, scan = self._small_queue.popleft()
+                    self._probe_case = _SmallCase(
+                        self._delegate, self._probe_tree, changes, last, scan
                     )
+                    self._delegate = self._probe_case
+                elif self._probing() or self._warm_simplest_turn():
+                    simplest = not self._probing() or self._simplest_turn()
+                    if simplest and self._small_turn():
+                        changes, last, scan = self._small_queue.popleft()
+                        self._probe_case = _SmallCase(
+                            self._delegate, self._probe_tree, changes, last, scan
+                        )
+                    else:
+                        self._probe_case = _ProbeCase(
+                            self._delegate, self._probe_tree, simplest=simplest
+                        )
                     self._delegate = self._probe_case
                 elif self._probe_length <= cases < self._probe_end():
                     self._delegate = _SimplestAfter(self._delegate, self._rng.randrange(8))
@@ -716,6 +769,7 @@ class RLCheckProvider(PrimitiveProvider):
             self._probing()
             or self._probe_length <= self._ledger.cases < self._probe_end()  # its small cases
             or self._warm_simplest_turn()
+            or self._warm_small_turn()
             or self._warm_provider_turn()
         ):
             return True  # the probe: what Hypothesis's own provider makes of this test
@@ -772,6 +826,47 @@ class RLCheckProvider(PrimitiveProvider):
             and self._probe_simplest <= self._probe_seen
             and self._simplest_streak < _SIMPLEST_PATIENCE
         )
+
+    def _small_turn(self) -> bool:
+        """Whether the probe's next simplest-kind case is a small case
+        (:attr:`probe_small_cases`): alternating with the simplest extensions, a small
+        case first, while there are any to run."""
+        small = self._probe_small
+        return (
+            small < type(self).probe_small_cases
+            and small <= self._probe_simplest - small
+            and bool(self._small_queue)
+        )
+
+    def _warm_small_turn(self) -> bool:
+        """Whether a warm run's next case is a small case (:attr:`warm_probe_small`): a
+        small case first, then one after every ``1 / rate`` learned cases (the earlier
+        runs' valid rate of them, :attr:`warm_small_by_rate`; else after each), until
+        there are :attr:`probe_small_cases` or 5 in a row were invalid; none where the
+        earlier runs' were all invalid."""
+        return (
+            type(self).warm_probe_small
+            and self._warm_small
+            and self._probe_rate is not None
+            and self._probe_seen == 0  # no probe ran: the stored rate (_configure)
+            and self._probe_small < type(self).probe_small_cases
+            and self._probe_small
+            <= self._warm_small_rate * (self._ledger.cases - self._probe_small)
+            and self._simplest_streak < _SIMPLEST_PATIENCE
+            and bool(self._small_queue)
+        )
+
+    def _small_ran(self, case: _SmallCase, hit: bool) -> None:
+        """Queue what follows a small case: the scan's next draw first (every draw moved
+        one step is tried before two steps), then, where it was valid (or failed), its
+        children at the back (breadth first)."""
+        queue = self._small_queue
+        if case.scan is not None and case.at is not None and case.at + 1 < case.draws:
+            # the simplest case's draws, as far as this one tells (its length): a scan
+            # past them would run the simplest case again
+            queue.appendleft(({}, 0, case.at + 1))
+        if hit and len(queue) < _SMALL_QUEUE:
+            queue.extend(case.children())
 
     def _warm_simplest_turn(self) -> bool:
         """Whether a warm run's next case is a simplest extension (with
@@ -899,6 +994,13 @@ class RLCheckProvider(PrimitiveProvider):
                 if probe_case.simplest:
                     self._probe_simplest += 1
                     self._simplest_streak = 0 if hit else self._simplest_streak + 1
+                    if isinstance(probe_case, _SmallCase):
+                        self._probe_small += 1
+                        self._small_ran(probe_case, hit)
+                        if self._load_pending:
+                            self._small_hits.append(float(hit))
+                        else:
+                            self._policy.learn([(_SMALL_POINT, (), 0)], float(hit))
                 else:
                     self._probe_seen += 1
                     self._probe_hits += hit
@@ -981,15 +1083,47 @@ class RLCheckProvider(PrimitiveProvider):
             key = database_key(test)
             if current.database is not None and key:
                 self._persistence = _Persistence(current.database, key, self._policy)
-                self._warm = self._persistence.load()
                 self._final_save = weakref.finalize(self, self._persistence.final_save)
-                if self._warm and self._in_test:
-                    # Guidance paid in earlier runs: learned cases from the first one on,
-                    # with the earlier probes' valid rate (for the tail), where they ran
-                    # enough of them; else the probe runs (and the run never steps aside).
-                    rate, probed = self._policy.table(_PROBE_POINT).value((), 0)
-                    if probed >= type(self).probe_cases > 0:
-                        self._probe_rate = rate
+                if self._in_test and self._small_first():
+                    # The run's first case is a small case, warm or cold, and needs no
+                    # policy: the load waits for the next one (a bug that dies there,
+                    # one of Hypothesis's cheap early ones, dies without it).
+                    self._load_pending = True
+                else:
+                    self._load()
+
+    def _small_first(self) -> bool:
+        """Whether the run's first case is a small case whatever the stored policy says
+        (the probe's first, or a warm run's first: :meth:`_warm_small_turn`)."""
+        cls = type(self)
+        return (
+            cls.probe_small_cases > 0
+            and cls.warm_probe_small
+            and cls.probe_cases > 0
+            and cls.probe_simplest_cases > 0
+        )
+
+    def _load(self) -> None:
+        """Load the stored policy (:class:`_Persistence`) and what it says of this run."""
+        self._load_pending = False
+        persistence = self._persistence
+        if persistence is None:
+            return
+        self._warm = persistence.load()
+        if self._warm and self._in_test:
+            # Guidance paid in earlier runs: learned cases from the first one on, with the
+            # earlier probes' valid rate (for the tail), where they ran enough of them;
+            # else the probe runs (and the run never steps aside).
+            rate, probed = self._policy.table(_PROBE_POINT).value((), 0)
+            if probed >= type(self).probe_cases > 0:
+                self._probe_rate = rate
+            small, tried = self._policy.table(_SMALL_POINT).value((), 0)
+            self._warm_small = tried == 0 or small > 0
+            if tried and type(self).warm_small_by_rate:
+                self._warm_small_rate = small
+        for hit in self._small_hits:  # small cases run before the load
+            self._policy.learn([(_SMALL_POINT, (), 0)], hit)
+        self._small_hits.clear()
 
     def _record(
         self,
@@ -1761,6 +1895,65 @@ class _ProbeCase(_Shaped):
         for value in self._values:
             node = node.setdefault(value, {})
         node[_END] = {}
+
+
+class _SmallCase(_ProbeCase):
+    """A small case of the probe (:attr:`RLCheckProvider.probe_small_cases`): every draw
+    its simplest value (the engine's first case), but draw ``i`` its ``changes[i]``-th
+    simplest (0: the simplest), in Hypothesis's order (:func:`simplest_choices`); with
+    ``scan``, the first draw at or after position ``scan`` that has a second simplest
+    value takes it (:attr:`at`): a sweep over the simplest case's draws, one moved one
+    step, that needs no record of that case (the engine ran it on its own backend).
+
+    A case's children (:meth:`children`) move one more draw one more step, at or after
+    ``last`` (the last position moved), so each set of moves is made once; the draws a
+    case made (how many simplest values each has) say which moves exist.
+    """
+
+    def __init__(
+        self,
+        inner: PrimitiveProvider,
+        tree: dict[Any, Any],
+        changes: dict[int, int],
+        last: int,
+        scan: int | None,
+    ) -> None:
+        super().__init__(inner, tree, simplest=True)
+        self._changes = changes
+        self._last = last
+        self.scan = scan
+        self.at: int | None = None  # the scan's moved draw
+        self._ranks: list[int] = []  # per draw: how many simplest values it has
+
+    def _draw(self, kind: str, constraints: dict[str, Any], draw: Any) -> Any:
+        i = len(self._ranks)
+        choices = simplest_choices(kind, constraints, _SMALL_RANK + 1)
+        self._ranks.append(len(choices))
+        if not choices:
+            value = draw()
+        else:
+            k = self._changes.get(i, 0)
+            if self.scan is not None and self.at is None and i >= self.scan and len(choices) > 1:
+                self.at, self._changes, self._last, k = i, {i: 1}, i, 1
+            value = choices[min(k, len(choices) - 1)]
+        self._values.append(value)
+        return value
+
+    @property
+    def draws(self) -> int:
+        """How many draws the case made."""
+        return len(self._ranks)
+
+    def children(self) -> list[tuple[dict[int, int], int, int | None]]:
+        """The small cases one move further: ``(changes, last moved, None)``."""
+        if self.scan is not None and self.at is None:
+            return []  # the scan moved nothing: the simplest case, run by the engine
+        out: list[tuple[dict[int, int], int, int | None]] = []
+        for j in range(self._last, min(len(self._ranks), self._last + _SMALL_CHILD_DRAWS)):
+            k = self._changes.get(j, 0) + 1
+            if k < self._ranks[j]:
+                out.append(({**self._changes, j: k}, j, None))
+        return out
 
 
 def _call_weak(method: weakref.WeakMethod[Any]) -> None:
