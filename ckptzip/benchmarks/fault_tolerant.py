@@ -138,7 +138,7 @@ from ckptzip._types import QuantizedTensor
 from ckptzip.api import read_manifest
 from ckptzip.codecs.quantized import decode_indices, encode_indices
 from ckptzip.config import QuantConfig
-from ckptzip.plan import moment_kind
+from ckptzip.plan import RESIDUAL, moment_kind
 from ckptzip.quantize import dequantize, quantize
 
 RESULTS = _report.RESULTS
@@ -846,6 +846,7 @@ class Ckptzip(Method):
         suffix: str = "",
         keyframe_every: int = KEYFRAME_EVERY,
         layout: str = "chain",
+        residual: QuantConfig | None = None,
     ) -> None:
         super().__init__(directory, every)
         self.keyframe_every = keyframe_every
@@ -863,6 +864,10 @@ class Ckptzip(Method):
         self.restore_exact = restore_exact
         self.saved: tuple[int, dict[str, Any]] | None = None  # the last save's live state
         self.config = ckptzip.CompressionConfig(exact=("optimizer/*",)) if weights_only else None
+        if residual is not None:  # error feedback's residual config (default plan.RESIDUAL)
+            self.config = dataclasses.replace(
+                self.config or ckptzip.CompressionConfig(), residual=residual
+            )
         # the moments are searched by training after a restore (the optimizer state of
         # ckptzip-w is exact: nothing to probe)
         self.probe = probe and not weights_only
@@ -986,6 +991,7 @@ def make_method(
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
     keyframe_every: int = KEYFRAME_EVERY,
     layout: str = "chain",
+    residual: QuantConfig | None = None,
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -1015,6 +1021,7 @@ def make_method(
             else "",
             keyframe_every=keyframe_every,
             layout=layout,
+            residual=residual,
         )
     raise ValueError(f"method {name!r} unknown; choose from {METHODS + OPT_IN}")
 
@@ -1036,6 +1043,7 @@ def run(
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
     keyframe_every: int = KEYFRAME_EVERY,
     layout: str = "chain",
+    residual: QuantConfig | None = None,
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol (``keyframe_every`` and
     ``layout``: the ckptzip methods' manager's)."""
@@ -1054,6 +1062,7 @@ def run(
             feedback_residual=feedback_residual,
             keyframe_every=keyframe_every,
             layout=layout,
+            residual=residual,
         )
         w = _workloads.make(model, seed)
         method.attach(w)
@@ -1582,11 +1591,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--first-fit",
-        choices=("values", "update", "step"),
+        choices=("values", "update", "step", "damped"),
         default=None,
         help="MomentPolicy.first_fit: exp_avg's levels fitted to its values or to Adam's step "
         "(weights 1/(sqrt(v)+eps)^2), or the step itself quantized (the codec 'step'; "
+        "'damped': the same codec, 2 levels a side fitted to a damped step; "
         "default: the policy's)",
+    )
+    ap.add_argument(
+        "--residual",
+        metavar="BINS,PRUNE",
+        default=None,
+        help="the ckptzip methods' error-feedback residual (CompressionConfig.residual): "
+        "levels and pruned fraction, the smallest changes by magnitude, whose error the next "
+        "save carries (default: plan.RESIDUAL, 4,0)",
+    )
+    ap.add_argument(
+        "--step-damping",
+        type=float,
+        default=None,
+        help="an experiment: ckptzip.codecs.step.DAMPING for --first-fit damped",
     )
     ap.add_argument(
         "--keyframe-every",
@@ -1619,6 +1643,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     bins, prune = args.feedback_residual.split(",")
     residual = dataclasses.replace(FEEDBACK_RESIDUAL, bins=int(bins), prune=float(prune))
+    ckptzip_residual = None
+    if args.residual:
+        bins, prune = args.residual.split(",")
+        ckptzip_residual = dataclasses.replace(RESIDUAL, bins=int(bins), prune=float(prune))
     moments = None
     if args.moments:
         m, v, p = args.moments.split(",")
@@ -1627,6 +1655,10 @@ def main(argv: list[str] | None = None) -> int:
         moments = dataclasses.replace(
             moments or ckptzip.MomentPolicy(), first_protect=args.first_protect
         )
+    if args.step_damping is not None:
+        from ckptzip.codecs import step as step_codec
+
+        step_codec.DAMPING = args.step_damping
     if args.first_fit is not None:
         moments = dataclasses.replace(moments or ckptzip.MomentPolicy(), first_fit=args.first_fit)
     mode = "quick" if args.quick else "full"
@@ -1651,6 +1683,8 @@ def main(argv: list[str] | None = None) -> int:
         "keyframe_every": KEYFRAME_EVERY,
         "ckptzip_keyframe_every": args.keyframe_every,
         "ckptzip_layout": args.layout,
+        "step_damping": args.step_damping,
+        "ckptzip_residual": None if ckptzip_residual is None else ckptzip_residual.to_json(),
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,
         "probe_steps": _workloads.PROBE_STEPS,
@@ -1686,6 +1720,7 @@ def main(argv: list[str] | None = None) -> int:
                         feedback_residual=residual,
                         keyframe_every=args.keyframe_every,
                         layout=args.layout,
+                        residual=ckptzip_residual,
                     )
                 runs.append(r)
                 if method == "exact":
