@@ -1591,11 +1591,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--first-fit",
-        choices=("values", "update", "step", "damped"),
+        choices=("values", "update", "step"),
         default=None,
         help="MomentPolicy.first_fit: exp_avg's levels fitted to its values or to Adam's step "
         "(weights 1/(sqrt(v)+eps)^2), or the step itself quantized (the codec 'step'; "
-        "'damped': the same codec, 2 levels a side fitted to a damped step; "
         "default: the policy's)",
     )
     ap.add_argument(
@@ -1605,12 +1604,6 @@ def main(argv: list[str] | None = None) -> int:
         help="the ckptzip methods' error-feedback residual (CompressionConfig.residual): "
         "levels and pruned fraction, the smallest changes by magnitude, whose error the next "
         "save carries (default: plan.RESIDUAL, 4,0)",
-    )
-    ap.add_argument(
-        "--step-damping",
-        type=float,
-        default=None,
-        help="an experiment: ckptzip.codecs.step.DAMPING for --first-fit damped",
     )
     ap.add_argument(
         "--keyframe-every",
@@ -1655,10 +1648,6 @@ def main(argv: list[str] | None = None) -> int:
         moments = dataclasses.replace(
             moments or ckptzip.MomentPolicy(), first_protect=args.first_protect
         )
-    if args.step_damping is not None:
-        from ckptzip.codecs import step as step_codec
-
-        step_codec.DAMPING = args.step_damping
     if args.first_fit is not None:
         moments = dataclasses.replace(moments or ckptzip.MomentPolicy(), first_fit=args.first_fit)
     mode = "quick" if args.quick else "full"
@@ -1683,7 +1672,6 @@ def main(argv: list[str] | None = None) -> int:
         "keyframe_every": KEYFRAME_EVERY,
         "ckptzip_keyframe_every": args.keyframe_every,
         "ckptzip_layout": args.layout,
-        "step_damping": args.step_damping,
         "ckptzip_residual": None if ckptzip_residual is None else ckptzip_residual.to_json(),
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,

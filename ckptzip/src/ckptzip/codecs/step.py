@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from ckptzip._types import QuantizedTensor
@@ -54,7 +53,6 @@ from ckptzip.codecs.quantized import (
     encode_quantized,
     wide_dtype,
 )
-from ckptzip.config import QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError
 
 __all__ = ["StepCodec", "step_scale"]
@@ -85,51 +83,6 @@ def rebuild(q: QuantizedTensor, scale: torch.Tensor) -> torch.Tensor:
         pos = torch.from_numpy(q.protected_positions)
         out.index_copy_(0, pos, q.protected_values.to(q.dtype))
     return out.reshape(q.shape)
-
-
-DAMPING = 0.25
-"""``fit="damped"``: an entry whose ``r = sqrt(v̂) + eps`` exceeds ``1/DAMPING`` times its
-tensor's median ``r`` has its step's target shortened by that factor (see
-:func:`damped_quantize`)."""
-
-
-def damped_quantize(
-    step: torch.Tensor,
-    scale: torch.Tensor,
-    dtype: torch.dtype,
-    shape: tuple[int, ...],
-    quant: QuantConfig,
-    scores: torch.Tensor | None,
-) -> QuantizedTensor:
-    """The step at 4 levels ``-b < -a < a < b``, each entry on its own sign's side, the two
-    magnitudes fitted to (and each entry placed by) the damped target
-    ``|u| · min(1, DAMPING · median(r) / r)``: the high-variance entries' momentum shortened,
-    every entry's sign kept. With pruning (exact zeros in the moment) or a degenerate fit it
-    is the plain step quantization."""
-    from ckptzip.quantize import quantize
-
-    plain = quant if quant.prune > 0 else None
-    if plain is None:
-        finite = torch.isfinite(scale)
-        med = scale[finite].median() if bool(finite.any()) else scale.new_tensor(1.0)
-        damp = (DAMPING * med / scale).clamp(max=1.0)
-        target = (step * damp).abs()
-        half = quantize(
-            target.to(dtype).reshape(shape), replace(quant, bins=2, fit="values"), scores=scores
-        )
-        mags = np.asarray(half.levels, dtype=np.float64)
-        if mags.size == 2 and 0.0 < mags[0] < mags[1]:
-            idx = half.indices.reshape(-1).astype(np.int16)
-            neg = (step < 0).numpy()
-            four = np.where(neg, 1 - idx, 2 + idx).astype(np.uint8)
-            q = replace(
-                half,
-                config=quant,
-                levels=np.concatenate([-mags[::-1], mags]),
-                indices=four.reshape(half.indices.shape),
-            )
-            return q
-    return quantize(step.to(dtype).reshape(shape), quant, scores=scores)
 
 
 def _second(siblings: SiblingView | None, path: str, shape: tuple[int, ...]) -> torch.Tensor | None:
@@ -188,10 +141,7 @@ class StepCodec(Codec):
         step = xs.reshape(-1).to(scale.dtype) / scale
         # a step that is not finite (m or v̂ not finite) is protected: exact after decoding
         step = torch.where(torch.isfinite(scale), step, torch.full_like(step, math.nan))
-        if ctx.quant.fit == "damped":
-            q = damped_quantize(step, scale, x.dtype, tuple(x.shape), ctx.quant, ctx.scores)
-        else:
-            q = quantize(step.to(x.dtype).reshape(x.shape), ctx.quant, scores=ctx.scores)
+        q = quantize(step.to(x.dtype).reshape(x.shape), ctx.quant, scores=ctx.scores)
         values = xs.reshape(-1)[torch.from_numpy(q.protected_positions)].clone()
         q = replace(q, protected_values=values)
         recon = rebuild(q, scale)
