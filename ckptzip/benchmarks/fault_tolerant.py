@@ -111,6 +111,7 @@ import argparse
 import copy
 import dataclasses
 import functools
+import inspect
 import io
 import json
 import lzma
@@ -144,6 +145,10 @@ from ckptzip.quantize import dequantize, quantize
 RESULTS = _report.RESULTS
 MIN_NUMEL = 4096  # the same rule for every method: smaller float tensors stay exact
 KEYFRAME_EVERY = 10  # full checkpoint every this many saves, for every method with deltas
+# the ckptzip methods' chains: the manager's default unless --keyframe-every says otherwise
+CKPTZIP_KEYFRAME_EVERY: int = inspect.signature(ckptzip.CheckpointManager).parameters[
+    "keyframe_every"
+].default
 
 # (steps, checkpoint every, failures) per model and mode
 PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
@@ -844,7 +849,7 @@ class Ckptzip(Method):
         restore_noise: bool = False,
         error_feedback: bool = True,
         suffix: str = "",
-        keyframe_every: int = KEYFRAME_EVERY,
+        keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
         layout: str = "chain",
         residual: QuantConfig | None = None,
     ) -> None:
@@ -989,7 +994,7 @@ def make_method(
     error_budget: float = ERROR_BUDGET,
     restore_noise: bool = False,
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
-    keyframe_every: int = KEYFRAME_EVERY,
+    keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
     layout: str = "chain",
     residual: QuantConfig | None = None,
 ) -> Method:
@@ -1041,7 +1046,7 @@ def run(
     error_budget: float = ERROR_BUDGET,
     restore_noise: bool = False,
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
-    keyframe_every: int = KEYFRAME_EVERY,
+    keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
     layout: str = "chain",
     residual: QuantConfig | None = None,
 ) -> dict[str, Any]:
@@ -1608,10 +1613,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--keyframe-every",
         type=int,
-        default=KEYFRAME_EVERY,
+        default=CKPTZIP_KEYFRAME_EVERY,
         metavar="N",
         help=f"the ckptzip methods' CheckpointManager(keyframe_every=N) (default "
-        f"{KEYFRAME_EVERY}, as every other method's)",
+        f"{CKPTZIP_KEYFRAME_EVERY}, the manager's; the other methods' chains: "
+        f"{KEYFRAME_EVERY})",
     )
     ap.add_argument(
         "--layout",
