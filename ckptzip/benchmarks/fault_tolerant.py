@@ -146,9 +146,9 @@ RESULTS = _report.RESULTS
 MIN_NUMEL = 4096  # the same rule for every method: smaller float tensors stay exact
 KEYFRAME_EVERY = 10  # full checkpoint every this many saves, for every method with deltas
 # the ckptzip methods' chains: the manager's default unless --keyframe-every says otherwise
-CKPTZIP_KEYFRAME_EVERY: int = inspect.signature(ckptzip.CheckpointManager).parameters[
-    "keyframe_every"
-].default
+CKPTZIP_KEYFRAME_EVERY: int = (
+    inspect.signature(ckptzip.CheckpointManager).parameters["keyframe_every"].default
+)
 
 # (steps, checkpoint every, failures) per model and mode
 PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
