@@ -1596,7 +1596,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--first-fit",
-        choices=("values", "update", "step", "damped"),
+        choices=("values", "update", "step"),
         default=None,
         help="MomentPolicy.first_fit: exp_avg's levels fitted to its values or to Adam's step "
         "(weights 1/(sqrt(v)+eps)^2), or the step itself quantized (the codec 'step'; "

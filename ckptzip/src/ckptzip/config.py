@@ -18,8 +18,8 @@ __all__ = ["CompressionConfig", "QuantConfig"]
 
 PruneMetric = Literal["magnitude", "sensitivity"]
 _PRUNE_METRICS = ("magnitude", "sensitivity")
-Fit = Literal["values", "update", "step", "damped"]
-_FITS = ("values", "update", "step", "damped")
+Fit = Literal["values", "update", "step"]
+_FITS = ("values", "update", "step")
 
 
 @dataclass(frozen=True)

@@ -263,7 +263,7 @@ class MomentPolicy:
     protect: float = 0.0005
     first_prune: float = 0.0
     first_protect: float | None = None
-    first_fit: Literal["values", "update", "step", "damped"] = "values"
+    first_fit: Literal["values", "update", "step"] = "values"
 
     def __post_init__(self) -> None:
         for name in ("first_bins", "second_bins"):
@@ -276,10 +276,8 @@ class MomentPolicy:
             raise ConfigError(
                 f"first_protect={self.first_protect!r} must be None or lie in [0, 0.5)"
             )
-        if self.first_fit not in ("values", "update", "step", "damped"):
-            raise ConfigError(
-                f"first_fit={self.first_fit!r} must be 'values', 'update', 'step' or 'damped'"
-            )
+        if self.first_fit not in ("values", "update", "step"):
+            raise ConfigError(f"first_fit={self.first_fit!r} must be 'values', 'update' or 'step'")
         if not 0.0 <= self.first_prune < 0.9:
             raise ConfigError(f"first_prune={self.first_prune!r} must lie in [0, 0.9)")
         if self.first_prune > 0 and self.first_bins < 3:
@@ -670,7 +668,7 @@ class Planner:
         out = []
         for i, (path, x) in enumerate(leaves):
             t = decided[i]
-            if t.quant is not None and t.quant.fit in ("step", "damped"):
+            if t.quant is not None and t.quant.fit == "step":
                 step = t.quant
                 second = [
                     j

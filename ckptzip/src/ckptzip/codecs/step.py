@@ -141,25 +141,7 @@ class StepCodec(Codec):
         step = xs.reshape(-1).to(scale.dtype) / scale
         # a step that is not finite (m or v̂ not finite) is protected: exact after decoding
         step = torch.where(torch.isfinite(scale), step, torch.full_like(step, math.nan))
-        if ctx.quant.fit == "damped":  # EXPERIMENT: the update fit's reconstruction, in the step domain
-            from ckptzip.config import QuantConfig
-
-            upd = quantize(
-                xs,
-                QuantConfig(bins=ctx.quant.bins, prune=ctx.quant.prune, protect=ctx.quant.protect, fit="update"),
-                scores=ctx.scores,
-                fit_weights=(1.0 / (scale * scale)).to(torch.float32).reshape(x.shape),
-            )
-            from ckptzip.quantize import dequantize
-
-            target = dequantize(upd).reshape(-1).to(scale.dtype) / scale
-            target = torch.where(torch.isfinite(step), target, step)
-            q = quantize(
-                target.to(x.dtype).reshape(x.shape), replace(ctx.quant, fit="values"), scores=ctx.scores
-            )
-            q = replace(q, config=ctx.quant)
-        else:
-            q = quantize(step.to(x.dtype).reshape(x.shape), ctx.quant, scores=ctx.scores)
+        q = quantize(step.to(x.dtype).reshape(x.shape), ctx.quant, scores=ctx.scores)
         values = xs.reshape(-1)[torch.from_numpy(q.protected_positions)].clone()
         q = replace(q, protected_values=values)
         recon = rebuild(q, scale)
