@@ -111,6 +111,7 @@ import argparse
 import copy
 import dataclasses
 import functools
+import inspect
 import io
 import json
 import lzma
@@ -138,12 +139,16 @@ from ckptzip._types import QuantizedTensor
 from ckptzip.api import read_manifest
 from ckptzip.codecs.quantized import decode_indices, encode_indices
 from ckptzip.config import QuantConfig
-from ckptzip.plan import moment_kind
+from ckptzip.plan import RESIDUAL, moment_kind
 from ckptzip.quantize import dequantize, quantize
 
 RESULTS = _report.RESULTS
 MIN_NUMEL = 4096  # the same rule for every method: smaller float tensors stay exact
 KEYFRAME_EVERY = 10  # full checkpoint every this many saves, for every method with deltas
+# the ckptzip methods' chains: the manager's default unless --keyframe-every says otherwise
+CKPTZIP_KEYFRAME_EVERY: int = (
+    inspect.signature(ckptzip.CheckpointManager).parameters["keyframe_every"].default
+)
 
 # (steps, checkpoint every, failures) per model and mode
 PLANS: dict[str, dict[str, tuple[int, int, int]]] = {
@@ -855,8 +860,9 @@ class Ckptzip(Method):
         restore_noise: bool = False,
         error_feedback: bool = True,
         suffix: str = "",
-        keyframe_every: int = KEYFRAME_EVERY,
+        keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
         layout: str = "chain",
+        residual: QuantConfig | None = None,
     ) -> None:
         super().__init__(directory, every)
         self.keyframe_every = keyframe_every
@@ -874,6 +880,10 @@ class Ckptzip(Method):
         self.restore_exact = restore_exact
         self.saved: tuple[int, dict[str, Any]] | None = None  # the last save's live state
         self.config = ckptzip.CompressionConfig(exact=("optimizer/*",)) if weights_only else None
+        if residual is not None:  # error feedback's residual config (default plan.RESIDUAL)
+            self.config = dataclasses.replace(
+                self.config or ckptzip.CompressionConfig(), residual=residual
+            )
         # the moments are searched by training after a restore (the optimizer state of
         # ckptzip-w is exact: nothing to probe)
         self.probe = probe and not weights_only
@@ -1035,8 +1045,9 @@ def make_method(
     error_budget: float = ERROR_BUDGET,
     restore_noise: bool = False,
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
-    keyframe_every: int = KEYFRAME_EVERY,
+    keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
     layout: str = "chain",
+    residual: QuantConfig | None = None,
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -1068,6 +1079,7 @@ def make_method(
             else "",
             keyframe_every=keyframe_every,
             layout=layout,
+            residual=residual,
         )
     raise ValueError(f"method {name!r} unknown; choose from {METHODS + OPT_IN}")
 
@@ -1087,8 +1099,9 @@ def run(
     error_budget: float = ERROR_BUDGET,
     restore_noise: bool = False,
     feedback_residual: QuantConfig = FEEDBACK_RESIDUAL,
-    keyframe_every: int = KEYFRAME_EVERY,
+    keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
     layout: str = "chain",
+    residual: QuantConfig | None = None,
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol (``keyframe_every`` and
     ``layout``: the ckptzip methods' manager's)."""
@@ -1107,6 +1120,7 @@ def run(
             feedback_residual=feedback_residual,
             keyframe_every=keyframe_every,
             layout=layout,
+            residual=residual,
         )
         w = _workloads.make(model, seed)
         method.attach(w)
@@ -1642,12 +1656,21 @@ def main(argv: list[str] | None = None) -> int:
         "default: the policy's)",
     )
     ap.add_argument(
+        "--residual",
+        metavar="BINS,PRUNE",
+        default=None,
+        help="the ckptzip methods' error-feedback residual (CompressionConfig.residual): "
+        "levels and pruned fraction, the smallest changes by magnitude, whose error the next "
+        "save carries (default: plan.RESIDUAL, 4,0)",
+    )
+    ap.add_argument(
         "--keyframe-every",
         type=int,
-        default=KEYFRAME_EVERY,
+        default=CKPTZIP_KEYFRAME_EVERY,
         metavar="N",
         help=f"the ckptzip methods' CheckpointManager(keyframe_every=N) (default "
-        f"{KEYFRAME_EVERY}, as every other method's)",
+        f"{CKPTZIP_KEYFRAME_EVERY}, the manager's; the other methods' chains: "
+        f"{KEYFRAME_EVERY})",
     )
     ap.add_argument(
         "--layout",
@@ -1672,6 +1695,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     bins, prune = args.feedback_residual.split(",")
     residual = dataclasses.replace(FEEDBACK_RESIDUAL, bins=int(bins), prune=float(prune))
+    ckptzip_residual = None
+    if args.residual:
+        bins, prune = args.residual.split(",")
+        ckptzip_residual = dataclasses.replace(RESIDUAL, bins=int(bins), prune=float(prune))
     moments = None
     if args.moments:
         m, v, p = args.moments.split(",")
@@ -1704,6 +1731,7 @@ def main(argv: list[str] | None = None) -> int:
         "keyframe_every": KEYFRAME_EVERY,
         "ckptzip_keyframe_every": args.keyframe_every,
         "ckptzip_layout": args.layout,
+        "ckptzip_residual": None if ckptzip_residual is None else ckptzip_residual.to_json(),
         "min_numel": MIN_NUMEL,
         "torch_threads": 1,
         "probe_steps": _workloads.PROBE_STEPS,
@@ -1739,6 +1767,7 @@ def main(argv: list[str] | None = None) -> int:
                         feedback_residual=residual,
                         keyframe_every=args.keyframe_every,
                         layout=args.layout,
+                        residual=ckptzip_residual,
                     )
                 runs.append(r)
                 if method == "exact":

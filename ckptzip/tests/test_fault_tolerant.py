@@ -210,3 +210,29 @@ def test_feedback_measures_what_each_restore_cost_and_its_error_shape(tmp_path: 
     assert isinstance(info["own_gap"], float) and abs(info["own_gap"]) < 0.5
     assert 0 < info["weight_error"] < 0.05  # a residual checkpoint: far under a keyframe's
     assert "error_cos_previous" not in info
+
+
+def test_the_ckptzip_methods_take_the_managers_chain_length_and_a_residual_config(
+    tmp_path: Path,
+) -> None:
+    """--keyframe-every defaults to the manager's own default; --residual reaches the
+    manager's CompressionConfig.residual (a pruned residual: its delta files store zeros)."""
+    import inspect
+
+    import ckptzip
+
+    default = inspect.signature(ckptzip.CheckpointManager).parameters["keyframe_every"].default
+    assert default == ft.CKPTZIP_KEYFRAME_EVERY == 20
+    residual = ft.QuantConfig(bins=4, prune=0.7, protect=0.0005)
+    w = _trained()
+    method = ft.make_method("ckptzip", tmp_path, every=1, residual=residual)
+    method.attach(w)
+    assert method.mgr is not None and method.mgr.keyframe_every == default
+    assert method.mgr.config.residual == residual
+    method.save(3, w)
+    w.train_step(3)
+    method.save(4, w)
+    method.close()
+    entries = ckptzip.api.read_manifest(tmp_path / "step-00000004.ckz").tensors
+    pruned = [e for e in entries if e.codec == "residual"]
+    assert pruned and all(e.config is not None and e.config["prune"] == 0.7 for e in pruned)
