@@ -222,7 +222,7 @@ def test_the_ckptzip_methods_take_the_managers_chain_length_and_a_residual_confi
     import ckptzip
 
     default = inspect.signature(ckptzip.CheckpointManager).parameters["keyframe_every"].default
-    assert default == ft.CKPTZIP_KEYFRAME_EVERY == 20
+    assert default == ft.CKPTZIP_KEYFRAME_EVERY == 10
     residual = ft.QuantConfig(bins=4, prune=0.7, protect=0.0005)
     w = _trained()
     method = ft.make_method("ckptzip", tmp_path, every=1, residual=residual)

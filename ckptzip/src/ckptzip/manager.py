@@ -229,13 +229,14 @@ class CheckpointManager:
         save) or an fsspec URL (``s3://bucket/run``, ``gs://...``, ``memory://...``; needs
         the ``remote`` extra and the store's driver, e.g. ``s3fs``).
     keyframe_every:
-        A full checkpoint every this many saves of a chain (default 20); the others are
+        A full checkpoint every this many saves of a chain (default 10); the others are
         deltas (against which earlier file: ``layout``). ``1`` disables deltas. Restoring a
         step decodes at most this many files; at most
         :data:`~ckptzip.chains.MAX_CHAIN_LENGTH` (1000). Measured (README, "Longer chains"):
         20 against 10 gave 5-12 % larger ratios on eight models over 10 restores with the
-        final loss unchanged within noise (3 seeds each); restoring the last file of a chain
-        then decodes 19 deltas instead of 9 (``llm``: 0.72 against 0.44-0.46 s of CPU).
+        final loss unchanged within noise (3 seeds each), but restoring the last file of a
+        chain then decodes 19 deltas instead of 9 (``llm``: 0.72 against 0.44-0.46 s of CPU):
+        a restore is on the critical path of every failure, so 10 stays the default.
     layout:
         Which earlier file each delta is coded against. ``"chain"`` (default): the previous
         step, so restoring the ``n``-th file after a keyframe decodes ``n + 1`` files.
@@ -364,7 +365,7 @@ class CheckpointManager:
         self,
         directory: str | os.PathLike[str],
         *,
-        keyframe_every: int = 20,
+        keyframe_every: int = 10,
         keep: int | None = None,
         config: CompressionConfig | None = None,
         model: torch.nn.Module | None = None,
