@@ -88,8 +88,7 @@ class QuantConfig:
     def __post_init__(self) -> None:
         if self.fit not in _FITS:
             raise ConfigError(f"fit={self.fit!r} must be one of {', '.join(_FITS)}")
-        if self.rounding not in _ROUNDINGS:
-            raise ConfigError(f"rounding={self.rounding!r} must be one of {', '.join(_ROUNDINGS)}")
+        _check_rounding(self.rounding)
         if self.rounding == "stochastic" and (self.log_domain or self.prune > 0):
             raise ConfigError(
                 "rounding='stochastic' is for linear-domain tensors without pruning "
@@ -223,8 +222,7 @@ class CompressionConfig:
                 raise ConfigError(f"override {item!r} must be a (pattern, QuantConfig) pair")
         if self.residual is not None and not isinstance(self.residual, QuantConfig):
             raise ConfigError(f"residual={self.residual!r} must be None or a QuantConfig")
-        if self.rounding not in _ROUNDINGS:
-            raise ConfigError(f"rounding={self.rounding!r} must be one of {', '.join(_ROUNDINGS)}")
+        _check_rounding(self.rounding)
 
     def is_exact(self, path: str) -> bool:
         """Whether ``path`` matches one of the ``exact`` patterns."""
@@ -300,6 +298,12 @@ class CompressionConfig:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"bad CompressionConfig: {exc}") from exc
+
+
+def _check_rounding(value: Any) -> None:
+    """The one check of a ``rounding`` (QuantConfig's and CompressionConfig's)."""
+    if value not in _ROUNDINGS:
+        raise ConfigError(f"rounding={value!r} must be one of {', '.join(_ROUNDINGS)}")
 
 
 def _optional_int(value: Any) -> int | None:

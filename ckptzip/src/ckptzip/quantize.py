@@ -283,16 +283,13 @@ def _round_stochastic(
 ) -> tuple[torch.Tensor, float]:
     """Nearest-level ``indices`` rounded stochastically between the two levels (as decoding
     gives them, in ``dtype``) around each value, and the measured error of the result."""
-    work = flat if flat.dtype in (torch.float32, torch.float64) else flat.to(torch.float32)
+    # the draws compare float32 values with float32 levels; the error is measured on the
+    # values as quantize measures them (float64 stays float64)
+    f32 = flat.to(torch.float32)
+    work = flat if flat.dtype == torch.float64 else f32
     values = _level_values(levels, False, dtype, work.device)
     grid = values.to(torch.float32)
-    rounded = kernels.round_stochastic(
-        work.to(torch.float32) if work.dtype != torch.float32 else work,
-        indices,
-        grid,
-        protected,
-        rounding_seed(flat),
-    )
+    rounded = kernels.round_stochastic(f32, indices, grid, protected, rounding_seed(flat))
     return rounded, _measure(work, rounded, values, protected)
 
 

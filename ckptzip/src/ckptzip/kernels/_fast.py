@@ -271,7 +271,7 @@ def round_stochastic(
     if not _host_f32(v) or indices.device.type != "cpu" or levels.dtype != torch.float32:
         return ref.round_stochastic(v, indices, levels, protected, seed)
     x = v.contiguous()
-    out = indices.to(torch.uint8).contiguous().clone()
+    out = indices.to(torch.uint8, memory_format=torch.contiguous_format, copy=True)
     lv = levels.contiguous()
     prot = protected.to(torch.int64).contiguous()
     _round(_ptr(x), x.numel(), _ptr(lv), lv.numel(), _ptr(prot), prot.numel(), seed, _ptr(out))
