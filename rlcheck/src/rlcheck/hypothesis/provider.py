@@ -718,18 +718,12 @@ class RLCheckProvider(PrimitiveProvider):
                     self._probe_case = _ProbeCase(self._delegate, self._probe_tree, simplest=False)
                     self._delegate = self._probe_case
                 elif self._warm_small_turn():
-                    changes, last, scan = self._small_queue.popleft()
-                    self._probe_case = _SmallCase(
-                        self._delegate, self._probe_tree, changes, last, scan
-                    )
+                    self._probe_case = self._next_small_case()
                     self._delegate = self._probe_case
                 elif self._probing() or self._warm_simplest_turn():
                     simplest = not self._probing() or self._simplest_turn()
                     if simplest and self._small_turn():
-                        changes, last, scan = self._small_queue.popleft()
-                        self._probe_case = _SmallCase(
-                            self._delegate, self._probe_tree, changes, last, scan
-                        )
+                        self._probe_case = self._next_small_case()
                     else:
                         self._probe_case = _ProbeCase(
                             self._delegate, self._probe_tree, simplest=simplest
@@ -826,6 +820,12 @@ class RLCheckProvider(PrimitiveProvider):
             and self._probe_simplest <= self._probe_seen
             and self._simplest_streak < _SIMPLEST_PATIENCE
         )
+
+    def _next_small_case(self) -> _SmallCase:
+        """The queue's next small case, over this case's provider (:meth:`_small_ran` fills
+        the queue)."""
+        changes, last, scan = self._small_queue.popleft()
+        return _SmallCase(self._delegate, self._probe_tree, changes, last, scan)
 
     def _small_turn(self) -> bool:
         """Whether the probe's next simplest-kind case is a small case
