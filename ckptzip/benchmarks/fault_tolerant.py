@@ -120,6 +120,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -946,22 +947,28 @@ class Ckptzip(Method):
         # what this restore alone cost: the restored state against the state it was saved
         # from, on the held-out batches, before any training
         self._measure_restore(w, live["model"])
-        if "weights" in self.restore_exact:
-            w.model.load_state_dict(live["model"])
-        moments = [k for k in ("exp_avg", "exp_avg_sq") if k in self.restore_exact]
-        if moments:
-            state = w.optimizer.state_dict()
-            for i, row in state["state"].items():
-                for key in moments:
-                    if key in row:
-                        row[key] = live["optimizer"]["state"][i][key].clone()
-            w.optimizer.load_state_dict(state)
+        _restore_exact(w, live, self.restore_exact)
         return step
 
     def close(self) -> None:
         if self.mgr is not None:
             self.mgr.close()
             self.mgr = None
+
+
+def _restore_exact(w: _workloads.Workload, live: dict[str, Any], parts: tuple[str, ...]) -> None:
+    """The ``--restore-exact`` ablation: the named parts (:data:`RESTORE_EXACT`) of the state
+    just restored into ``w`` replaced by ``live``'s, the state its checkpoint was saved from."""
+    if "weights" in parts:
+        w.model.load_state_dict(live["model"])
+    moments = [k for k in ("exp_avg", "exp_avg_sq") if k in parts]
+    if moments:
+        state = w.optimizer.state_dict()
+        for i, row in state["state"].items():
+            for key in moments:
+                if key in row:
+                    row[key] = live["optimizer"]["state"][i][key].clone()
+        w.optimizer.load_state_dict(state)
 
 
 def _report_stat(step: int, r: ckptzip.Report, seconds: float, extra: dict[str, Any]) -> SaveStat:
@@ -986,10 +993,22 @@ class CkptzipFile(Method):
 
     name = "ckptzip-file"
 
-    def __init__(self, directory: Path, every: int, nearest: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        every: int,
+        nearest: bool = False,
+        *,
+        restore_exact: tuple[str, ...] = (),
+        exact: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(directory, every)
         self.saved: tuple[int, dict[str, Any]] | None = None
-        self.config = ckptzip.CompressionConfig(rounding="nearest") if nearest else None
+        config = ckptzip.CompressionConfig(rounding="nearest" if nearest else "stochastic")
+        # diagnostics: paths kept exact in every file (CompressionConfig.exact), and parts of
+        # every restore taken from the live state (--restore-exact)
+        self.config = dataclasses.replace(config, exact=exact)
+        self.restore_exact = restore_exact
         if nearest:
             self.name = "ckptzip-file-nearest"
 
@@ -1010,6 +1029,7 @@ class CkptzipFile(Method):
         assert self.saved is not None and self.saved[0] == step
         # what this restore alone cost, against the state it was saved from
         self._measure_restore(w, self.saved[1]["model"])
+        _restore_exact(w, self.saved[1], self.restore_exact)
         return step
 
 
@@ -1034,6 +1054,16 @@ def _noisy(
     return out
 
 
+def _salt_rounding(salt: int) -> None:
+    """Every stochastic rounding of this process draws under its seed XOR a hash of ``salt``
+    (``--rounding-salt``): the same rounding with other draws."""
+    from ckptzip import quantize
+
+    library = quantize.rounding_seed
+    mix = zlib.crc32(salt.to_bytes(8, "little", signed=True))
+    quantize.rounding_seed = lambda x: library(x) ^ mix  # type: ignore[assignment]
+
+
 def make_method(
     name: str,
     directory: Path,
@@ -1048,6 +1078,7 @@ def make_method(
     keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
     layout: str = "chain",
     residual: QuantConfig | None = None,
+    file_exact: tuple[str, ...] = (),
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -1058,7 +1089,13 @@ def make_method(
     if name == "feedback":
         return Feedback(directory, every, feedback_residual)
     if name in ("ckptzip-file", "ckptzip-file-nearest"):
-        return CkptzipFile(directory, every, nearest=name == "ckptzip-file-nearest")
+        return CkptzipFile(
+            directory,
+            every,
+            nearest=name == "ckptzip-file-nearest",
+            restore_exact=restore_exact,
+            exact=file_exact,
+        )
     if name in ("ckptzip", "ckptzip-w", "ckptzip-probe", "ckptzip-feedback", "ckptzip-nofeedback"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
         return Ckptzip(
@@ -1102,6 +1139,7 @@ def run(
     keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
     layout: str = "chain",
     residual: QuantConfig | None = None,
+    file_exact: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol (``keyframe_every`` and
     ``layout``: the ckptzip methods' manager's)."""
@@ -1121,6 +1159,7 @@ def run(
             keyframe_every=keyframe_every,
             layout=layout,
             residual=residual,
+            file_exact=file_exact,
         )
         w = _workloads.make(model, seed)
         method.attach(w)
@@ -1618,8 +1657,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=[],
         choices=RESTORE_EXACT,
-        help="an ablation: at every restore of the ckptzip methods, these parts come from the "
-        "live state the checkpoint was saved from (what the other parts cost)",
+        help="an ablation: at every restore of the ckptzip methods (ckptzip-file included), "
+        "these parts come from the live state the checkpoint was saved from (what the other "
+        "parts cost)",
     )
     ap.add_argument(
         "--error-budget",
@@ -1677,6 +1717,24 @@ def main(argv: list[str] | None = None) -> int:
         choices=("chain", "skip"),
         default="chain",
         help="the ckptzip methods' CheckpointManager(layout=) (default chain)",
+    )
+    ap.add_argument(
+        "--file-exact",
+        nargs="*",
+        default=[],
+        metavar="PATTERN",
+        help="a diagnostic of the ckptzip-file methods: paths (fnmatch patterns, as "
+        "'model/embed.*' or 'optimizer/state/*/exp_avg_sq') kept exact in every file "
+        "(CompressionConfig.exact)",
+    )
+    ap.add_argument(
+        "--rounding-salt",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a diagnostic: every stochastic rounding draws under its seed XOR a hash of N "
+        "(0, the default: the library's draws), so one seed's run can be repeated with other "
+        "draws of the same rounding",
     )
     ap.add_argument(
         "--table",
@@ -1738,12 +1796,16 @@ def main(argv: list[str] | None = None) -> int:
         "moments": None if moments is None else dataclasses.asdict(moments),
         "tolerance": args.tolerance,
         "restore_exact": args.restore_exact,
+        "file_exact": args.file_exact,
+        "rounding_salt": args.rounding_salt,
         "error_budget": args.error_budget,
         "restore_noise": args.restore_noise,
         "feedback_residual": residual.to_json() if "feedback" in methods else None,
     }
     if "exact" in methods and (why := zipnn_unusable()) is not None:
         meta["dropped"] = {"zipnn": why}
+    if args.rounding_salt:
+        _salt_rounding(args.rounding_salt)
     torch.set_num_threads(1)  # deterministic, and the machine is shared
     runs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -1768,6 +1830,7 @@ def main(argv: list[str] | None = None) -> int:
                         keyframe_every=args.keyframe_every,
                         layout=args.layout,
                         residual=ckptzip_residual,
+                        file_exact=tuple(args.file_exact),
                     )
                 runs.append(r)
                 if method == "exact":
