@@ -186,15 +186,18 @@ METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckp
 # run only when named in --methods; "ckptzip-file": every checkpoint a plain
 # ckptzip.save(state, path) at the default CompressionConfig, restored with ckptzip.load (what
 # the Lightning and Hugging Face integrations write: no manager, no chain, no search);
-# "ckptzip-file-nearest": the same with CompressionConfig(rounding="nearest"), the default
-# before stochastic rounding
+# "ckptzip-file-nearest": the same with CompressionConfig(rounding="nearest", standalone=None),
+# the default before stochastic rounding; "ckptzip-file-quant": CompressionConfig(
+# standalone=None), quant's 16 levels everywhere, the default before StandaloneConfig
 OPT_IN = (
     "feedback",
     "ckptzip-feedback",
     "ckptzip-nofeedback",
     "ckptzip-file",
     "ckptzip-file-nearest",
+    "ckptzip-file-quant",
 )
+FILE_METHODS = ("ckptzip-file", "ckptzip-file-nearest", "ckptzip-file-quant")
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
 
@@ -988,8 +991,10 @@ def _report_stat(step: int, r: ckptzip.Report, seconds: float, extra: dict[str, 
 class CkptzipFile(Method):
     """Every checkpoint one ``ckptzip.save(state, path)`` (no manager: no chain, no search,
     no error feedback), restored with ``ckptzip.load``: what a framework integration writes.
-    At the default :class:`~ckptzip.CompressionConfig` (weights rounded stochastically), or
-    with ``rounding="nearest"`` (``nearest``)."""
+    At the default :class:`~ckptzip.CompressionConfig` (``ckptzip-file``: a standalone
+    file's levels, weights rounded stochastically), or as the earlier defaults
+    (``ckptzip-file-quant``: ``standalone=None``, 16 levels everywhere;
+    ``ckptzip-file-nearest``: that, rounded to nearest)."""
 
     name = "ckptzip-file"
 
@@ -997,20 +1002,23 @@ class CkptzipFile(Method):
         self,
         directory: Path,
         every: int,
-        nearest: bool = False,
+        name: str = "ckptzip-file",
         *,
         restore_exact: tuple[str, ...] = (),
         exact: tuple[str, ...] = (),
     ) -> None:
         super().__init__(directory, every)
         self.saved: tuple[int, dict[str, Any]] | None = None
-        config = ckptzip.CompressionConfig(rounding="nearest" if nearest else "stochastic")
+        config = ckptzip.CompressionConfig()
+        if name == "ckptzip-file-nearest":  # the default before stochastic rounding
+            config = ckptzip.CompressionConfig(rounding="nearest", standalone=None)
+        elif name == "ckptzip-file-quant":  # the default before StandaloneConfig
+            config = ckptzip.CompressionConfig(standalone=None)
         # diagnostics: paths kept exact in every file (CompressionConfig.exact), and parts of
         # every restore taken from the live state (--restore-exact)
         self.config = dataclasses.replace(config, exact=exact)
         self.restore_exact = restore_exact
-        if nearest:
-            self.name = "ckptzip-file-nearest"
+        self.name = name
 
     def _cz(self, step: int) -> Path:
         return self.directory / f"{step:08d}.ckz"
@@ -1088,11 +1096,11 @@ def make_method(
         return ExCP(directory, every)
     if name == "feedback":
         return Feedback(directory, every, feedback_residual)
-    if name in ("ckptzip-file", "ckptzip-file-nearest"):
+    if name in FILE_METHODS:
         return CkptzipFile(
             directory,
             every,
-            nearest=name == "ckptzip-file-nearest",
+            name,
             restore_exact=restore_exact,
             exact=file_exact,
         )
