@@ -108,6 +108,7 @@ seed (one torch thread).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -1062,14 +1063,19 @@ def _noisy(
     return out
 
 
-def _salt_rounding(salt: int) -> None:
-    """Every stochastic rounding of this process draws under its seed XOR a hash of ``salt``
-    (``--rounding-salt``): the same rounding with other draws."""
+@contextlib.contextmanager
+def salted_rounding(salt: int) -> Iterator[None]:
+    """Within it, every stochastic rounding draws under its seed XOR a hash of ``salt``
+    (``--rounding-salt``; 0: the library's draws): the same rounding with other draws."""
     from ckptzip import quantize
 
     library = quantize.rounding_seed
-    mix = zlib.crc32(salt.to_bytes(8, "little", signed=True))
+    mix = zlib.crc32(salt.to_bytes(8, "little", signed=True)) if salt else 0
     quantize.rounding_seed = lambda x: library(x) ^ mix  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        quantize.rounding_seed = library  # type: ignore[assignment]
 
 
 def make_method(
@@ -1812,48 +1818,47 @@ def main(argv: list[str] | None = None) -> int:
     }
     if "exact" in methods and (why := zipnn_unusable()) is not None:
         meta["dropped"] = {"zipnn": why}
-    if args.rounding_salt:
-        _salt_rounding(args.rounding_salt)
-    torch.set_num_threads(1)  # deterministic, and the machine is shared
-    runs: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
-    for model in models:
-        for seed in seeds:
-            for method in methods:
-                plan = plans[model]
-                if method == "exact" and args.exact_cache:
-                    r = cached_exact(Path(args.exact_cache), model, seed, plan)
-                else:
-                    r = run(
-                        model,
-                        seed,
-                        method,
-                        plan,
-                        moments=moments,
-                        tolerance=args.tolerance,
-                        restore_exact=tuple(args.restore_exact),
-                        error_budget=args.error_budget,
-                        restore_noise=args.restore_noise,
-                        feedback_residual=residual,
-                        keyframe_every=args.keyframe_every,
-                        layout=args.layout,
-                        residual=ckptzip_residual,
-                        file_exact=tuple(args.file_exact),
+    with salted_rounding(args.rounding_salt):  # 0: the library's draws
+        torch.set_num_threads(1)  # deterministic, and the machine is shared
+        runs: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        for model in models:
+            for seed in seeds:
+                for method in methods:
+                    plan = plans[model]
+                    if method == "exact" and args.exact_cache:
+                        r = cached_exact(Path(args.exact_cache), model, seed, plan)
+                    else:
+                        r = run(
+                            model,
+                            seed,
+                            method,
+                            plan,
+                            moments=moments,
+                            tolerance=args.tolerance,
+                            restore_exact=tuple(args.restore_exact),
+                            error_budget=args.error_budget,
+                            restore_noise=args.restore_noise,
+                            feedback_residual=residual,
+                            keyframe_every=args.keyframe_every,
+                            layout=args.layout,
+                            residual=ckptzip_residual,
+                            file_exact=tuple(args.file_exact),
+                        )
+                    runs.append(r)
+                    if method == "exact":
+                        runs.extend(_lossless_runs(r))
+                    ratio = overall_ratio(r["saves"])
+                    print(
+                        f"[{time.perf_counter() - t0:7.1f}s] {model} seed {seed} {method:<10} "
+                        f"loss {r['final_loss']:.4f} acc {r['final_accuracy']:.3f} "
+                        f"ratio {ratio:.2f}x run {r['run_seconds']:.1f}s",
+                        flush=True,
                     )
-                runs.append(r)
-                if method == "exact":
-                    runs.extend(_lossless_runs(r))
-                ratio = overall_ratio(r["saves"])
-                print(
-                    f"[{time.perf_counter() - t0:7.1f}s] {model} seed {seed} {method:<10} "
-                    f"loss {r['final_loss']:.4f} acc {r['final_accuracy']:.3f} "
-                    f"ratio {ratio:.2f}x run {r['run_seconds']:.1f}s",
-                    flush=True,
-                )
-            meta["seconds"] = time.perf_counter() - t0
-            pngs = _save(runs, out, meta)
-    print_table(summarize(runs), meta.get("dropped"))
-    print(f"\nwrote {out} and {', '.join(pngs)} in {meta['seconds']:.0f} s")
+                meta["seconds"] = time.perf_counter() - t0
+                pngs = _save(runs, out, meta)
+        print_table(summarize(runs), meta.get("dropped"))
+        print(f"\nwrote {out} and {', '.join(pngs)} in {meta['seconds']:.0f} s")
     return 0
 
 

@@ -149,15 +149,16 @@ class StandaloneConfig:
         ``QuantConfig``'s 16, so stochastic rounding (the default ``rounding``) puts half the
         noise into the weights at each restore.
     first_bins:
-        Levels of an optimizer's first moment (``exp_avg``, ``momentum_buffer``).
+        Levels of Adam's first moment (``exp_avg``; SGD's ``momentum_buffer``, which has no
+        second moment to fit its levels to, keeps ``quant``'s).
     first_fit:
         What the first moment's levels are fitted to (:attr:`QuantConfig.fit`): ``"update"``
         (default) weights each entry by ``1/(sqrt(v)+eps)²`` of its second moment in the same
         file, so the levels minimize the error of the Adam step a restore resumes with
-        (without a second moment, as for SGD's momentum, the values are fitted). Fitted to
-        the values, 16 levels put most entries of a first moment on the level nearest zero:
-        the step after a restore was 62 % off in norm on ``chargru`` (8 levels fitted to the
-        step: 36 %).
+        (where the file holds no second moment of that path, the values are fitted). Fitted
+        to the values, 16 levels put most entries of a first moment on the level nearest
+        zero: the step after a restore was 62 % off in norm on ``chargru`` (8 levels fitted
+        to the step: 36 %).
     second_bins:
         Levels of a second moment (``exp_avg_sq``, ``max_exp_avg_sq``; log domain). 4: Adam
         divides by its square root, so a level's error moves the step by half as much, and
@@ -194,8 +195,8 @@ class StandaloneConfig:
         return replace(quant, bins=self.weight_bins)
 
     def first(self, quant: QuantConfig) -> QuantConfig:
-        """``quant`` as a first moment's config: :attr:`first_bins` levels, :attr:`first_fit`
-        (before the moment rules keep its zeros)."""
+        """``quant`` as Adam's first moment's config: :attr:`first_bins` levels,
+        :attr:`first_fit` (before the moment rules keep its zeros)."""
         return replace(quant, bins=self.first_bins, fit=self.first_fit)
 
     def second(self, quant: QuantConfig) -> QuantConfig:
@@ -282,7 +283,7 @@ class CompressionConfig:
     standalone:
         The levels of a file without a parent while ``quant`` is the default
         (:class:`StandaloneConfig`, the default: weights at 32 levels, Adam's first moment at
-        8 fitted to its step, the second moment at 4), for every tensor without an override;
+        8 fitted to its step, its second moment at 4), for every tensor without an override;
         ``None``: ``quant``'s 16 levels everywhere, as before. A config that sets its own
         ``quant`` (``QuantConfig(bins=8)``) gets it everywhere. Delta files (``parent=``)
         keep ``quant``; :class:`~ckptzip.CheckpointManager` and :class:`ckptzip.dcp.Writer`

@@ -637,7 +637,10 @@ class Planner:
         if kind == "second":
             return second_moment(cfg.quant if alone is None else alone.second(cfg.quant)), None
         if kind == "first":
-            first = cfg.quant if alone is None else alone.first(cfg.quant)
+            # Adam's exp_avg; SGD's momentum_buffer (the step itself, no second moment to fit
+            # its levels to) keeps quant's levels
+            adam = path.rsplit("/", 1)[-1] == "exp_avg"
+            first = alone.first(cfg.quant) if alone is not None and adam else cfg.quant
             quant = keep_zeros(first, zero_fraction(x))
             if quant is None:
                 return None, f"first moment almost all zeros (>= {ALMOST_ALL_ZEROS:g})"
