@@ -1007,10 +1007,12 @@ class CkptzipFile(Method):
         *,
         restore_exact: tuple[str, ...] = (),
         exact: tuple[str, ...] = (),
+        standalone: ckptzip.StandaloneConfig | None = None,
     ) -> None:
         super().__init__(directory, every)
         self.saved: tuple[int, dict[str, Any]] | None = None
-        config = ckptzip.CompressionConfig()
+        # ckptzip-file at other standalone levels than the default's (standalone_draws.py)
+        config = ckptzip.CompressionConfig(standalone=standalone or ckptzip.StandaloneConfig())
         if name == "ckptzip-file-nearest":  # the default before stochastic rounding
             config = ckptzip.CompressionConfig(rounding="nearest", standalone=None)
         elif name == "ckptzip-file-quant":  # the default before StandaloneConfig
@@ -1093,6 +1095,7 @@ def make_method(
     layout: str = "chain",
     residual: QuantConfig | None = None,
     file_exact: tuple[str, ...] = (),
+    file_standalone: ckptzip.StandaloneConfig | None = None,
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -1109,6 +1112,7 @@ def make_method(
             name,
             restore_exact=restore_exact,
             exact=file_exact,
+            standalone=file_standalone,
         )
     if name in ("ckptzip", "ckptzip-w", "ckptzip-probe", "ckptzip-feedback", "ckptzip-nofeedback"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
@@ -1154,6 +1158,7 @@ def run(
     layout: str = "chain",
     residual: QuantConfig | None = None,
     file_exact: tuple[str, ...] = (),
+    file_standalone: ckptzip.StandaloneConfig | None = None,
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol (``keyframe_every`` and
     ``layout``: the ckptzip methods' manager's)."""
@@ -1174,6 +1179,7 @@ def run(
             layout=layout,
             residual=residual,
             file_exact=file_exact,
+            file_standalone=file_standalone,
         )
         w = _workloads.make(model, seed)
         method.attach(w)

@@ -11,7 +11,8 @@ run's (mean, median, largest), how many runs ended more than 1 % and 2 % above i
 largest jump right after a restore, and the ratio.
 
 Methods: ``ckptzip-file`` (the default, a standalone file's levels), ``ckptzip-file-quant``
-(``standalone=None``: 16 levels everywhere, the default before), ``ckptzip-file-nearest``.
+(``standalone=None``: 16 levels everywhere, the default before), ``ckptzip-file-nearest``;
+``--standalone W,M,V,FIT`` adds ``ckptzip-file`` at other levels (``StandaloneConfig``).
 
 Run ``python benchmarks/standalone_draws.py --models chargru --salts 0 1 2 3 4 5
 --exact-cache DIR`` (36 runs, about 6 minutes on a shared 2-core machine); ``--table JSON``
@@ -33,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report
 import fault_tolerant as ft
 import torch
+
+from ckptzip import StandaloneConfig
 
 METHODS = ("ckptzip-file", "ckptzip-file-quant")
 
@@ -94,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--salts", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=ft.FILE_METHODS)
+    ap.add_argument(
+        "--standalone",
+        nargs="+",
+        default=[],
+        metavar="W,M,V,FIT",
+        help="also ckptzip-file at these StandaloneConfig levels (weight_bins, first_bins, "
+        "second_bins, first_fit), each a method of its own, as ckptzip-file[32,8,4,update]",
+    )
     ap.add_argument("--exact-cache", default=None, help="fault_tolerant.py's --exact-cache")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, metavar="JSON", help="print a results file")
@@ -106,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     out = _report.results_path(args.out, f"standalone_draws-{'-'.join(args.models)}.json")
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    variants: list[tuple[str, str, StandaloneConfig | None]] = [(m, m, None) for m in args.methods]
+    for spec in args.standalone:
+        w, m, v, fit = spec.split(",")
+        levels = StandaloneConfig(int(w), int(m), fit, int(v))
+        variants.append(("ckptzip-file", f"ckptzip-file[{spec}]", levels))
     for model in args.models:
         plan = plans[model]
         for seed in args.seeds:
@@ -114,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 exact = ft.run(model, seed, "exact", plan)
             for salt in args.salts:
-                for method in args.methods:
+                for method, label, alone in variants:
                     with ft.salted_rounding(salt):
-                        r = ft.run(model, seed, method, plan)
-                    rows.append(row(r, exact, salt))
+                        r = ft.run(model, seed, method, plan, file_standalone=alone)
+                    rows.append(row({**r, "method": label}, exact, salt))
                     x = rows[-1]
                     print(
                         f"[{time.perf_counter() - t0:6.0f}s] {model} seed {seed} salt {salt} "
@@ -127,9 +143,14 @@ def main(argv: list[str] | None = None) -> int:
                     )
     summary = summarize(rows)
     print_table(summary)
-    meta = {"models": args.models, "seeds": args.seeds, "salts": args.salts,
-            "methods": args.methods, "plans": {m: plans[m] for m in args.models},
-            "seconds": time.perf_counter() - t0}  # fmt: skip
+    meta = {
+        "models": args.models,
+        "seeds": args.seeds,
+        "salts": args.salts,
+        "methods": [label for _, label, _ in variants],
+        "plans": {m: plans[m] for m in args.models},
+        "seconds": time.perf_counter() - t0,
+    }
     _report.write_json(out, {"meta": meta, "summary": summary, "runs": rows})
     return 0
 
