@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=["chargru"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--salts", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=ft.FILE_METHODS)
+    ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=ft.FILE_METHODS)
     ap.add_argument(
         "--standalone",
         nargs="+",
@@ -137,12 +137,24 @@ def main(argv: list[str] | None = None) -> int:
                     x = rows[-1]
                     print(
                         f"[{time.perf_counter() - t0:6.0f}s] {model} seed {seed} salt {salt} "
-                        f"{method:<20} {x['gap']:+.2%} (jump max {x['max_jump']:+.2%}) "
+                        f"{label:<20} {x['gap']:+.2%} (jump max {x['max_jump']:+.2%}) "
                         f"{x['ratio']:.2f}x",
                         flush=True,
                     )
-    summary = summarize(rows)
-    print_table(summary)
+                    _write(out, args, variants, rows, t0)  # after every run: nothing lost
+    print_table(summarize(rows))
+    print(f"\nwrote {out}")
+    return 0
+
+
+def _write(
+    out: Path,
+    args: argparse.Namespace,
+    variants: list[tuple[str, str, StandaloneConfig | None]],
+    rows: list[dict[str, Any]],
+    t0: float,
+) -> None:
+    plans = {**ft.PLANS["full"], **ft.HELD_OUT_PLANS["full"]}
     meta = {
         "models": args.models,
         "seeds": args.seeds,
@@ -151,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         "plans": {m: plans[m] for m in args.models},
         "seconds": time.perf_counter() - t0,
     }
-    _report.write_json(out, {"meta": meta, "summary": summary, "runs": rows})
-    return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"meta": meta, "summary": summarize(rows), "runs": rows, "machine": _report.machine()}
+    out.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
