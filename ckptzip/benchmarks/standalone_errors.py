@@ -6,9 +6,10 @@ under each config: ``standalone=None`` (16 levels everywhere, the default before
 For each, over the weights of at least 4096 entries (the lossy ones): the bytes of the
 weights, ``exp_avg`` and ``exp_avg_sq``; the relative L2 error of the restored weights, of
 the restored first moment, and of the Adam step a restore resumes with, ``m/(sqrt(v)+eps)``
-(both moments restored), with only ``m`` or only ``v`` restored (the other exact), and the
-weights' error in units of the last training step's update (its norm). Deterministic: one
-seed, one file.
+(both moments restored), with only ``m`` or only ``v`` restored (the other exact), the
+weights' error in units of the last training step's update (its norm), and how much larger
+a step the restored second moment makes: the mean of ``(sqrt(v)+eps)/(sqrt(v̂)+eps)`` over
+the entries weighted by ``|m/(sqrt(v)+eps)|``. Deterministic: one seed, one file.
 
 Run ``python benchmarks/standalone_errors.py --models chargru gru --steps 100`` (seconds).
 Writes ``benchmarks/results/standalone_errors.json``.
@@ -58,6 +59,7 @@ def measure(model: str, seed: int, steps: int, configs: dict[str, CompressionCon
                 nbytes[kind] += e.bytes
         num = dict.fromkeys(("w", "w_steps", "m", "u", "u_m", "u_v"), 0.0)
         den = dict.fromkeys(num, 0.0)
+        lean = {"num": 0.0, "den": 0.0}
         for i, n in enumerate(names):
             x, xh = state["model"][n], back["model"][n]
             if x.numel() < 4096:
@@ -76,6 +78,11 @@ def measure(model: str, seed: int, steps: int, configs: dict[str, CompressionCon
                 den[key] += float(ref.norm() ** 2)
             num["w_steps"] += float((xh - x).norm() ** 2)
             den["w_steps"] += float((x - before[n]).norm() ** 2)
+            # how much larger a step the restored second moment makes, on average over the
+            # entries weighted by their step |u| (what moves the weights)
+            factor = (v.sqrt() + EPS) / (vh.sqrt() + EPS)
+            lean["num"] += float((factor * u.abs()).sum())
+            lean["den"] += float(u.abs().sum())
         rows.append(
             {
                 "model": model,
@@ -83,6 +90,7 @@ def measure(model: str, seed: int, steps: int, configs: dict[str, CompressionCon
                 "ratio": r.bytes_in / r.bytes_out,
                 "bytes": nbytes,
                 **{k: (num[k] / den[k]) ** 0.5 for k in num},
+                "step_size": lean["num"] / lean["den"],
             }
         )
     return rows
@@ -110,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{'model':<9}{'config':<22}{'ratio':>7}{'w KB':>7}{'m KB':>7}{'v KB':>7}"
         f"{'w err':>7}{'w/step':>8}{'m err':>7}{'step':>7}{'step m':>7}{'step v':>7}"
+        f"{'v: size':>8}"
     )
     for r in rows:
         b = r["bytes"]
@@ -117,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['model']:<9}{r['config']:<22}{r['ratio']:>6.2f}x{b['weights'] / 1e3:>7.0f}"
             f"{b['exp_avg'] / 1e3:>7.0f}{b['exp_avg_sq'] / 1e3:>7.0f}{r['w']:>7.3f}"
             f"{r['w_steps']:>8.1f}{r['m']:>7.3f}{r['u']:>7.3f}{r['u_m']:>7.3f}{r['u_v']:>7.3f}"
+            f"{r['step_size']:>8.3f}"
         )
     meta = {"seed": args.seed, "steps": args.steps, "models": args.models}
     out = _report.results_path(args.out, "standalone_errors.json")
