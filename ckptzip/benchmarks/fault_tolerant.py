@@ -108,6 +108,7 @@ seed (one torch thread).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -120,6 +121,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,15 +187,18 @@ METHODS = ("exact", "zstd", "zipnn", "cnr", "excp", "ckptzip-w", "ckptzip", "ckp
 # run only when named in --methods; "ckptzip-file": every checkpoint a plain
 # ckptzip.save(state, path) at the default CompressionConfig, restored with ckptzip.load (what
 # the Lightning and Hugging Face integrations write: no manager, no chain, no search);
-# "ckptzip-file-nearest": the same with CompressionConfig(rounding="nearest"), the default
-# before stochastic rounding
+# "ckptzip-file-nearest": the same with CompressionConfig(rounding="nearest", standalone=None),
+# the default before stochastic rounding; "ckptzip-file-quant": CompressionConfig(
+# standalone=None), quant's 16 levels everywhere, the default before StandaloneConfig
 OPT_IN = (
     "feedback",
     "ckptzip-feedback",
     "ckptzip-nofeedback",
     "ckptzip-file",
     "ckptzip-file-nearest",
+    "ckptzip-file-quant",
 )
+FILE_METHODS = ("ckptzip-file", "ckptzip-file-nearest", "ckptzip-file-quant")
 LOSSLESS = ("zstd", "zipnn")  # measured on the exact run's checkpoints
 
 
@@ -946,22 +951,28 @@ class Ckptzip(Method):
         # what this restore alone cost: the restored state against the state it was saved
         # from, on the held-out batches, before any training
         self._measure_restore(w, live["model"])
-        if "weights" in self.restore_exact:
-            w.model.load_state_dict(live["model"])
-        moments = [k for k in ("exp_avg", "exp_avg_sq") if k in self.restore_exact]
-        if moments:
-            state = w.optimizer.state_dict()
-            for i, row in state["state"].items():
-                for key in moments:
-                    if key in row:
-                        row[key] = live["optimizer"]["state"][i][key].clone()
-            w.optimizer.load_state_dict(state)
+        _restore_exact(w, live, self.restore_exact)
         return step
 
     def close(self) -> None:
         if self.mgr is not None:
             self.mgr.close()
             self.mgr = None
+
+
+def _restore_exact(w: _workloads.Workload, live: dict[str, Any], parts: tuple[str, ...]) -> None:
+    """The ``--restore-exact`` ablation: the named parts (:data:`RESTORE_EXACT`) of the state
+    just restored into ``w`` replaced by ``live``'s, the state its checkpoint was saved from."""
+    if "weights" in parts:
+        w.model.load_state_dict(live["model"])
+    moments = [k for k in ("exp_avg", "exp_avg_sq") if k in parts]
+    if moments:
+        state = w.optimizer.state_dict()
+        for i, row in state["state"].items():
+            for key in moments:
+                if key in row:
+                    row[key] = live["optimizer"]["state"][i][key].clone()
+        w.optimizer.load_state_dict(state)
 
 
 def _report_stat(step: int, r: ckptzip.Report, seconds: float, extra: dict[str, Any]) -> SaveStat:
@@ -981,17 +992,36 @@ def _report_stat(step: int, r: ckptzip.Report, seconds: float, extra: dict[str, 
 class CkptzipFile(Method):
     """Every checkpoint one ``ckptzip.save(state, path)`` (no manager: no chain, no search,
     no error feedback), restored with ``ckptzip.load``: what a framework integration writes.
-    At the default :class:`~ckptzip.CompressionConfig` (weights rounded stochastically), or
-    with ``rounding="nearest"`` (``nearest``)."""
+    At the default :class:`~ckptzip.CompressionConfig` (``ckptzip-file``: a standalone
+    file's levels, weights rounded stochastically), or as the earlier defaults
+    (``ckptzip-file-quant``: ``standalone=None``, 16 levels everywhere;
+    ``ckptzip-file-nearest``: that, rounded to nearest)."""
 
     name = "ckptzip-file"
 
-    def __init__(self, directory: Path, every: int, nearest: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        every: int,
+        name: str = "ckptzip-file",
+        *,
+        restore_exact: tuple[str, ...] = (),
+        exact: tuple[str, ...] = (),
+        standalone: ckptzip.StandaloneConfig | None = None,
+    ) -> None:
         super().__init__(directory, every)
         self.saved: tuple[int, dict[str, Any]] | None = None
-        self.config = ckptzip.CompressionConfig(rounding="nearest") if nearest else None
-        if nearest:
-            self.name = "ckptzip-file-nearest"
+        # ckptzip-file at other standalone levels than the default's (standalone_draws.py)
+        config = ckptzip.CompressionConfig(standalone=standalone or ckptzip.StandaloneConfig())
+        if name == "ckptzip-file-nearest":  # the default before stochastic rounding
+            config = ckptzip.CompressionConfig(rounding="nearest", standalone=None)
+        elif name == "ckptzip-file-quant":  # the default before StandaloneConfig
+            config = ckptzip.CompressionConfig(standalone=None)
+        # diagnostics: paths kept exact in every file (CompressionConfig.exact), and parts of
+        # every restore taken from the live state (--restore-exact)
+        self.config = dataclasses.replace(config, exact=exact)
+        self.restore_exact = restore_exact
+        self.name = name
 
     def _cz(self, step: int) -> Path:
         return self.directory / f"{step:08d}.ckz"
@@ -1010,6 +1040,7 @@ class CkptzipFile(Method):
         assert self.saved is not None and self.saved[0] == step
         # what this restore alone cost, against the state it was saved from
         self._measure_restore(w, self.saved[1]["model"])
+        _restore_exact(w, self.saved[1], self.restore_exact)
         return step
 
 
@@ -1034,6 +1065,21 @@ def _noisy(
     return out
 
 
+@contextlib.contextmanager
+def salted_rounding(salt: int) -> Iterator[None]:
+    """Within it, every stochastic rounding draws under its seed XOR a hash of ``salt``
+    (``--rounding-salt``; 0: the library's draws): the same rounding with other draws."""
+    from ckptzip import quantize
+
+    library = quantize.rounding_seed
+    mix = zlib.crc32(salt.to_bytes(8, "little", signed=True)) if salt else 0
+    quantize.rounding_seed = lambda x: library(x) ^ mix  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        quantize.rounding_seed = library  # type: ignore[assignment]
+
+
 def make_method(
     name: str,
     directory: Path,
@@ -1048,6 +1094,8 @@ def make_method(
     keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
     layout: str = "chain",
     residual: QuantConfig | None = None,
+    file_exact: tuple[str, ...] = (),
+    file_standalone: ckptzip.StandaloneConfig | None = None,
 ) -> Method:
     if name == "exact":
         return Exact(directory, every)
@@ -1057,8 +1105,15 @@ def make_method(
         return ExCP(directory, every)
     if name == "feedback":
         return Feedback(directory, every, feedback_residual)
-    if name in ("ckptzip-file", "ckptzip-file-nearest"):
-        return CkptzipFile(directory, every, nearest=name == "ckptzip-file-nearest")
+    if name in FILE_METHODS:
+        return CkptzipFile(
+            directory,
+            every,
+            name,
+            restore_exact=restore_exact,
+            exact=file_exact,
+            standalone=file_standalone,
+        )
     if name in ("ckptzip", "ckptzip-w", "ckptzip-probe", "ckptzip-feedback", "ckptzip-nofeedback"):
         weights_only, probe = name == "ckptzip-w", name == "ckptzip-probe"
         return Ckptzip(
@@ -1102,6 +1157,8 @@ def run(
     keyframe_every: int = CKPTZIP_KEYFRAME_EVERY,
     layout: str = "chain",
     residual: QuantConfig | None = None,
+    file_exact: tuple[str, ...] = (),
+    file_standalone: ckptzip.StandaloneConfig | None = None,
 ) -> dict[str, Any]:
     """One model, seed and method under the fault-tolerant protocol (``keyframe_every`` and
     ``layout``: the ckptzip methods' manager's)."""
@@ -1121,6 +1178,8 @@ def run(
             keyframe_every=keyframe_every,
             layout=layout,
             residual=residual,
+            file_exact=file_exact,
+            file_standalone=file_standalone,
         )
         w = _workloads.make(model, seed)
         method.attach(w)
@@ -1618,8 +1677,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=[],
         choices=RESTORE_EXACT,
-        help="an ablation: at every restore of the ckptzip methods, these parts come from the "
-        "live state the checkpoint was saved from (what the other parts cost)",
+        help="an ablation: at every restore of the ckptzip methods (ckptzip-file included), "
+        "these parts come from the live state the checkpoint was saved from (what the other "
+        "parts cost)",
     )
     ap.add_argument(
         "--error-budget",
@@ -1677,6 +1737,24 @@ def main(argv: list[str] | None = None) -> int:
         choices=("chain", "skip"),
         default="chain",
         help="the ckptzip methods' CheckpointManager(layout=) (default chain)",
+    )
+    ap.add_argument(
+        "--file-exact",
+        nargs="*",
+        default=[],
+        metavar="PATTERN",
+        help="a diagnostic of the ckptzip-file methods: paths (fnmatch patterns, as "
+        "'model/embed.*' or 'optimizer/state/*/exp_avg_sq') kept exact in every file "
+        "(CompressionConfig.exact)",
+    )
+    ap.add_argument(
+        "--rounding-salt",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a diagnostic: every stochastic rounding draws under its seed XOR a hash of N "
+        "(0, the default: the library's draws), so one seed's run can be repeated with other "
+        "draws of the same rounding",
     )
     ap.add_argument(
         "--table",
@@ -1738,51 +1816,55 @@ def main(argv: list[str] | None = None) -> int:
         "moments": None if moments is None else dataclasses.asdict(moments),
         "tolerance": args.tolerance,
         "restore_exact": args.restore_exact,
+        "file_exact": args.file_exact,
+        "rounding_salt": args.rounding_salt,
         "error_budget": args.error_budget,
         "restore_noise": args.restore_noise,
         "feedback_residual": residual.to_json() if "feedback" in methods else None,
     }
     if "exact" in methods and (why := zipnn_unusable()) is not None:
         meta["dropped"] = {"zipnn": why}
-    torch.set_num_threads(1)  # deterministic, and the machine is shared
-    runs: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
-    for model in models:
-        for seed in seeds:
-            for method in methods:
-                plan = plans[model]
-                if method == "exact" and args.exact_cache:
-                    r = cached_exact(Path(args.exact_cache), model, seed, plan)
-                else:
-                    r = run(
-                        model,
-                        seed,
-                        method,
-                        plan,
-                        moments=moments,
-                        tolerance=args.tolerance,
-                        restore_exact=tuple(args.restore_exact),
-                        error_budget=args.error_budget,
-                        restore_noise=args.restore_noise,
-                        feedback_residual=residual,
-                        keyframe_every=args.keyframe_every,
-                        layout=args.layout,
-                        residual=ckptzip_residual,
+    with salted_rounding(args.rounding_salt):  # 0: the library's draws
+        torch.set_num_threads(1)  # deterministic, and the machine is shared
+        runs: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        for model in models:
+            for seed in seeds:
+                for method in methods:
+                    plan = plans[model]
+                    if method == "exact" and args.exact_cache:
+                        r = cached_exact(Path(args.exact_cache), model, seed, plan)
+                    else:
+                        r = run(
+                            model,
+                            seed,
+                            method,
+                            plan,
+                            moments=moments,
+                            tolerance=args.tolerance,
+                            restore_exact=tuple(args.restore_exact),
+                            error_budget=args.error_budget,
+                            restore_noise=args.restore_noise,
+                            feedback_residual=residual,
+                            keyframe_every=args.keyframe_every,
+                            layout=args.layout,
+                            residual=ckptzip_residual,
+                            file_exact=tuple(args.file_exact),
+                        )
+                    runs.append(r)
+                    if method == "exact":
+                        runs.extend(_lossless_runs(r))
+                    ratio = overall_ratio(r["saves"])
+                    print(
+                        f"[{time.perf_counter() - t0:7.1f}s] {model} seed {seed} {method:<10} "
+                        f"loss {r['final_loss']:.4f} acc {r['final_accuracy']:.3f} "
+                        f"ratio {ratio:.2f}x run {r['run_seconds']:.1f}s",
+                        flush=True,
                     )
-                runs.append(r)
-                if method == "exact":
-                    runs.extend(_lossless_runs(r))
-                ratio = overall_ratio(r["saves"])
-                print(
-                    f"[{time.perf_counter() - t0:7.1f}s] {model} seed {seed} {method:<10} "
-                    f"loss {r['final_loss']:.4f} acc {r['final_accuracy']:.3f} "
-                    f"ratio {ratio:.2f}x run {r['run_seconds']:.1f}s",
-                    flush=True,
-                )
-            meta["seconds"] = time.perf_counter() - t0
-            pngs = _save(runs, out, meta)
-    print_table(summarize(runs), meta.get("dropped"))
-    print(f"\nwrote {out} and {', '.join(pngs)} in {meta['seconds']:.0f} s")
+                meta["seconds"] = time.perf_counter() - t0
+                pngs = _save(runs, out, meta)
+        print_table(summarize(runs), meta.get("dropped"))
+        print(f"\nwrote {out} and {', '.join(pngs)} in {meta['seconds']:.0f} s")
     return 0
 
 

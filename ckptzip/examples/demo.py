@@ -56,11 +56,18 @@ w_in = sum(e.nbytes for e in weights)
 w_out = sum(e.bytes for e in weights)
 print(f"weights alone: {w_in:,} -> {w_out:,} bytes ({w_in / w_out:.1f}x)")
 rounded = sorted({e.config.rounding for e in weights if e.config is not None})
+levels = {
+    kind: sorted({e.config.bins for e in report.entries if e.config and e.path.endswith(kind)})
+    for kind in ("weight", "exp_avg", "exp_avg_sq")
+}
 print(
     f"weights' rounding: {', '.join(rounded)} (a file standing alone: each weight stored as the "
     "level below or above it with the odds that make it exact on average, so resuming from such "
-    "files again and again keeps training's small steps; 10 restores from plain ckptzip.save "
-    "files ended gru +0.5 % from exact against +3.3 % with nearest rounding)"
+    "files again and again keeps training's small steps); levels: weights "
+    f"{levels['weight']}, Adam's first moment {levels['exp_avg']} (fitted to its step), second "
+    f"{levels['exp_avg_sq']}. 10 restores from plain ckptzip.save files, 3 seeds x 6 draws of "
+    "the rounding: a byte-level GRU ended -0.1 % from the exact run on average (the worst run "
+    "+2.5 %), against +1.6 % (worst +6.0 %) with 16 levels everywhere, at the same ratio"
 )
 
 # -- 3. inspect (the same table as `ckptzip inspect FILE`) ------------------------------------

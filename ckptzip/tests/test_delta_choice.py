@@ -77,10 +77,11 @@ def test_an_mlps_moments_delta_as_before_the_kernel_work(tmp_path: Path) -> None
             opt.step()
         return {"model": model.state_dict(), "optim": opt.state_dict()}
 
-    # the keyframe's weights rounded to nearest, as before stochastic rounding became the
-    # default of files standing alone: its bin-index deltas are what this test pins (a
-    # stochastically rounded parent changes a quarter of the weights' indices: 411 KB here)
-    nearest = CompressionConfig(rounding="nearest")
+    # the keyframe's weights rounded to nearest and every tensor at quant's 16 levels, as
+    # before stochastic rounding and the standalone levels became the defaults of files
+    # standing alone: its bin-index deltas are what this test pins (a stochastically rounded
+    # parent changes a quarter of the weights' indices: 411 KB here)
+    nearest = CompressionConfig(rounding="nearest", standalone=None)
     ckptzip.save(train(range(1)), tmp_path / "a.ckz", threads=1, config=nearest)
     ckptzip.save(
         train(range(1, 6)), tmp_path / "b.ckz", parent=tmp_path / "a.ckz", threads=1, config=nearest

@@ -236,3 +236,42 @@ def test_the_ckptzip_methods_take_the_managers_chain_length_and_a_residual_confi
     entries = ckptzip.api.read_manifest(tmp_path / "step-00000004.ckz").tensors
     pruned = [e for e in entries if e.codec == "residual"]
     assert pruned and all(e.config is not None and e.config["prune"] == 0.7 for e in pruned)
+
+
+def test_the_file_methods_take_their_configs_and_restore_exact(tmp_path: Path) -> None:
+    """ckptzip-file at the defaults, -quant and -nearest as the earlier defaults; a file
+    method's --restore-exact keeps the named parts, --file-exact keeps paths exact."""
+    configs = {n: ft.make_method(n, tmp_path / n, every=1).config for n in ft.FILE_METHODS}
+    assert configs["ckptzip-file"].standalone is not None
+    assert configs["ckptzip-file-quant"].standalone is None
+    assert configs["ckptzip-file-nearest"].rounding == "nearest"
+    w = _trained()
+    method = ft.make_method(
+        "ckptzip-file",
+        tmp_path,
+        every=1,
+        restore_exact=("exp_avg",),
+        file_exact=("model/0.weight",),
+    )
+    method.attach(w)
+    method.save(3, w)
+    live = {k: v.clone() for k, v in w.model.state_dict().items()}
+    moments = {i: s["exp_avg"].clone() for i, s in w.optimizer.state_dict()["state"].items()}
+    fresh = _workloads.make("mlp", 1)
+    method.attach(fresh)
+    assert method.restore(fresh) == 3
+    assert torch.equal(fresh.model.state_dict()["0.weight"], live["0.weight"])
+    for i, s in fresh.optimizer.state_dict()["state"].items():
+        assert torch.equal(s["exp_avg"], moments[i])
+
+
+def test_salted_rounding_draws_other_bits_and_puts_the_library_back() -> None:
+    from ckptzip import quantize
+
+    x = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    library = quantize.rounding_seed(x)
+    with ft.salted_rounding(0):
+        assert quantize.rounding_seed(x) == library
+    with ft.salted_rounding(3):
+        salted = quantize.rounding_seed(x)
+    assert salted != library and quantize.rounding_seed(x) == library

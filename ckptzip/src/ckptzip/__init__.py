@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ckptzip.config import CompressionConfig, QuantConfig
+from ckptzip.config import CompressionConfig, QuantConfig, StandaloneConfig
 from ckptzip.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
@@ -80,6 +80,7 @@ __all__ = [
     "SaveReport",
     "SearchResult",
     "SensitivityTracker",
+    "StandaloneConfig",
     "QuantConfig",
     "Report",
     "TensorReport",

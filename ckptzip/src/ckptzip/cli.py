@@ -191,7 +191,13 @@ def main() -> None:
 @main.command()
 @click.argument("src")
 @click.option("-o", "--output", help="Output .ckz file [default: SRC with .ckz appended].")
-@click.option("--bins", type=int, default=16, show_default=True, help="Quantization levels.")
+@click.option(
+    "--bins",
+    type=int,
+    default=None,
+    help="Quantization levels of every lossy tensor [default: a file standing alone's: 32 for "
+    "weights, 8 for Adam's first moment, 4 for its second; 16 with --prune or --protect].",
+)
 @click.option("--prune", type=float, default=0.0, show_default=True, help="Fraction zeroed.")
 @click.option(
     "--protect", type=float, default=0.0005, show_default=True, help="Fraction kept exact."
@@ -215,7 +221,7 @@ def main() -> None:
 def compress(
     src: str,
     output: str | None,
-    bins: int,
+    bins: int | None,
     prune: float,
     protect: float,
     exact: tuple[str, ...],
@@ -227,20 +233,24 @@ def compress(
     """Compress SRC (a torch.save file or .safetensors) into a .ckz file.
 
     LOSSY by default: floating-point tensors of at least --min-numel elements are quantized
-    to --bins levels (integers, small tensors and step counters stay bit-exact). For a
-    bit-exact file pass --exact '*'.
+    (integers, small tensors and step counters stay bit-exact), at a file standing alone's
+    levels (CompressionConfig.standalone) or at --bins levels. For a bit-exact file pass
+    --exact '*'.
     """
     from ckptzip import api, storage
-    from ckptzip.config import CompressionConfig, QuantConfig
+    from ckptzip.config import CompressionConfig, QuantConfig, StandaloneConfig
     from ckptzip.structure import flatten
 
     out = output or src + ".ckz"
     with _errors():
+        quant = QuantConfig(bins=16 if bins is None else bins, prune=prune, protect=protect)
         config = CompressionConfig(
-            quant=QuantConfig(bins=bins, prune=prune, protect=protect),
+            quant=quant,
             exact=exact,
             min_numel=min_numel,
             zstd_level=level,
+            # --bins named: those levels for every tensor, 16 included
+            standalone=StandaloneConfig() if bins is None else None,
         )
         storage.check_target(out, overwrite=overwrite)
         size = storage.file_size(src)
@@ -273,9 +283,10 @@ def compress(
             if worst is None
             else f", largest relative error {worst.rel_error:.1e} ({worst.path})"
         )
+        levels = sorted({e.config.bins for e in lossy if e.config is not None})
         console.print(
             f"[bold]lossy[/bold]: {len(lossy)} of {len(report.entries)} tensors quantized to "
-            f"{bins} levels{err}; for a bit-exact file pass --exact '*'"
+            f"{'/'.join(map(str, levels))} levels{err}; for a bit-exact file pass --exact '*'"
         )
     else:
         console.print(f"lossless: all {len(report.entries)} tensors stored bit-exact")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import fnmatch
 import functools
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from ckptzip.errors import ConfigError
 
-__all__ = ["CompressionConfig", "QuantConfig"]
+__all__ = ["CompressionConfig", "QuantConfig", "StandaloneConfig"]
 
 PruneMetric = Literal["magnitude", "sensitivity"]
 _PRUNE_METRICS = ("magnitude", "sensitivity")
@@ -131,6 +131,95 @@ class QuantConfig:
 
 
 @dataclass(frozen=True)
+class StandaloneConfig:
+    """The levels of a file standing alone (:attr:`CompressionConfig.standalone`).
+
+    A file written without a parent (a plain :func:`ckptzip.save`, what the Lightning and
+    Hugging Face integrations write) is all a restore from it gets, so its errors go back
+    into training at every restore. Where a config keeps the default ``quant``
+    (``QuantConfig()``), these levels take its place in such a file for every tensor without
+    an override; a config that sets its own ``quant`` gets that ``quant`` everywhere. The
+    moment rules still apply on top (first moments keep their exact zeros, second moments
+    are quantized in the log domain and never pruned).
+
+    Parameters
+    ----------
+    weight_bins:
+        Levels of every lossy tensor that is no optimizer moment (the weights). 32: twice
+        ``QuantConfig``'s 16, so stochastic rounding (the default ``rounding``) puts half the
+        noise into the weights at each restore.
+    first_bins:
+        Levels of Adam's first moment (``exp_avg``; SGD's ``momentum_buffer``, which has no
+        second moment to fit its levels to, keeps ``quant``'s).
+    first_fit:
+        What the first moment's levels are fitted to (:attr:`QuantConfig.fit`): ``"update"``
+        (default) weights each entry by ``1/(sqrt(v)+eps)²`` of its second moment in the same
+        file, so the levels minimize the error of the Adam step a restore resumes with
+        (where the file holds no second moment of that path, the values are fitted). Fitted
+        to the values, 16 levels put most entries of a first moment on the level nearest
+        zero: the step after a restore was 62 % off in norm on ``chargru`` (8 levels fitted
+        to the step: 36 %).
+    second_bins:
+        Levels of a second moment (``exp_avg_sq``, ``max_exp_avg_sq``; log domain). 4: Adam
+        divides by its square root, so a level's error moves the step by half as much, and
+        16 levels were a third of a file's bytes.
+
+    Measured (README, "Files standing alone"): on the fault-tolerant benchmark, 10 restores
+    from plain ``ckptzip.save`` files, these levels against ``quant``'s 16 everywhere took
+    ``chargru`` from +1.59 % to -0.09 % mean final loss against the exact run (18 runs) at
+    the same ratio.
+
+    Examples
+    --------
+    >>> StandaloneConfig().weight_bins, StandaloneConfig().second_bins
+    (32, 4)
+    >>> StandaloneConfig.from_json(StandaloneConfig(first_bins=4).to_json()).first_bins
+    4
+    """
+
+    weight_bins: int = 32
+    first_bins: int = 8
+    first_fit: Fit = "update"
+    second_bins: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("weight_bins", "first_bins", "second_bins"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 256:
+                raise ConfigError(f"{name}={value!r} must be an integer in [2, 256]")
+        if self.first_fit not in ("values", "update"):
+            raise ConfigError(f"first_fit={self.first_fit!r} must be 'values' or 'update'")
+
+    def weights(self, quant: QuantConfig) -> QuantConfig:
+        """``quant`` (a weight's config) at :attr:`weight_bins` levels."""
+        return replace(quant, bins=self.weight_bins)
+
+    def first(self, quant: QuantConfig) -> QuantConfig:
+        """``quant`` as Adam's first moment's config: :attr:`first_bins` levels,
+        :attr:`first_fit` (before the moment rules keep its zeros)."""
+        return replace(quant, bins=self.first_bins, fit=self.first_fit)
+
+    def second(self, quant: QuantConfig) -> QuantConfig:
+        """``quant`` at :attr:`second_bins` levels (before the moment rules put it in the log
+        domain)."""
+        return replace(quant, bins=self.second_bins)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> StandaloneConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"a StandaloneConfig must be a JSON object, got {type(data).__name__}"
+            )
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ConfigError(f"bad StandaloneConfig {data!r}: {exc}") from exc
+
+
+@dataclass(frozen=True)
 class CompressionConfig:
     """How a whole checkpoint is compressed by :func:`ckptzip.save`.
 
@@ -191,6 +280,14 @@ class CompressionConfig:
         rounding; README, "Files standing alone"). Delta files keep their configs as they
         are (their chains correct or delta-code the rounding), and so does
         :class:`~ckptzip.CheckpointManager`, which sets ``"nearest"`` for all its files.
+    standalone:
+        The levels of a file without a parent while ``quant`` is the default
+        (:class:`StandaloneConfig`, the default: weights at 32 levels, Adam's first moment at
+        8 fitted to its step, its second moment at 4), for every tensor without an override;
+        ``None``: ``quant``'s 16 levels everywhere, as before. A config that sets its own
+        ``quant`` (``QuantConfig(bins=8)``) gets it everywhere. Delta files (``parent=``)
+        keep ``quant``; :class:`~ckptzip.CheckpointManager` and :class:`ckptzip.dcp.Writer`
+        set ``None`` (their files are searched, or chained, as measured before).
     """
 
     quant: QuantConfig = field(default_factory=QuantConfig)
@@ -202,6 +299,7 @@ class CompressionConfig:
     moment_rules: bool = True
     residual: QuantConfig | None = None
     rounding: Rounding = "stochastic"
+    standalone: StandaloneConfig | None = field(default_factory=StandaloneConfig)
 
     def __post_init__(self) -> None:
         for name in ("min_numel", "moment_min_numel"):
@@ -223,6 +321,8 @@ class CompressionConfig:
         if self.residual is not None and not isinstance(self.residual, QuantConfig):
             raise ConfigError(f"residual={self.residual!r} must be None or a QuantConfig")
         _check_rounding(self.rounding)
+        if self.standalone is not None and not isinstance(self.standalone, StandaloneConfig):
+            raise ConfigError(f"standalone={self.standalone!r} must be None or a StandaloneConfig")
 
     def is_exact(self, path: str) -> bool:
         """Whether ``path`` matches one of the ``exact`` patterns."""
@@ -276,6 +376,7 @@ class CompressionConfig:
         if self.residual is not None:  # absent when off: the JSON of older configs unchanged
             out["residual"] = self.residual.to_json()
         out["rounding"] = self.rounding
+        out["standalone"] = None if self.standalone is None else self.standalone.to_json()
         return out
 
     @classmethod
@@ -295,9 +396,19 @@ class CompressionConfig:
                 if data.get("residual") is None
                 else QuantConfig.from_json(data["residual"]),
                 rounding=data.get("rounding", "stochastic"),
+                standalone=_standalone(data),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"bad CompressionConfig: {exc}") from exc
+
+
+def _standalone(data: dict[str, Any]) -> StandaloneConfig | None:
+    """A config's ``standalone`` from its JSON: the default where the key is absent (JSON
+    written before the field existed), ``None`` where it is null."""
+    if "standalone" not in data:
+        return StandaloneConfig()
+    value = data["standalone"]
+    return None if value is None else StandaloneConfig.from_json(value)
 
 
 def _check_rounding(value: Any) -> None:

@@ -743,7 +743,8 @@ class Writer(StorageWriter):
         The checkpoint directory (``checkpoint_id`` passed to ``dcp.save`` replaces it).
     config:
         How to compress (default :class:`~ckptzip.CompressionConfig`), as for
-        :func:`ckptzip.save`.
+        :func:`ckptzip.save`, with ``standalone=None``: every file of a chain at ``quant``'s
+        levels, keyframes included.
     parent:
         A previous checkpoint directory written by this writer: each rank's file becomes a delta
         against the same rank's file there (see the module docstring for when it falls back).
@@ -802,7 +803,11 @@ class Writer(StorageWriter):
         if keyframe_every < 1:
             raise ConfigError(f"keyframe_every={keyframe_every!r} must be >= 1")
         self.path = os.fspath(path)
-        self.config = CompressionConfig() if config is None else config
+        # a chain's files: quant's levels in keyframes and deltas alike (a keyframe at a
+        # standalone file's levels would make its deltas' bin-index deltas larger)
+        self.config = dataclasses.replace(
+            CompressionConfig() if config is None else config, standalone=None
+        )
         if error_feedback and self.config.residual is None:
             self.config = dataclasses.replace(self.config, residual=RESIDUAL)
         if not error_feedback:

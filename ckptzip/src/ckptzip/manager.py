@@ -423,9 +423,12 @@ class CheckpointManager:
             open_storage(directory), keyframe_every=keyframe_every, keep=keep, layout=layout
         )
         # nearest rounding throughout: a chain corrects its rounding (error feedback) or
-        # delta-codes its indices, which stochastic draws would scramble at every save
+        # delta-codes its indices, which stochastic draws would scramble at every save; the
+        # levels are searched (weights) or the moment policy's, not a standalone file's
         self.config = replace(
-            config if config is not None else CompressionConfig(), rounding="nearest"
+            config if config is not None else CompressionConfig(),
+            rounding="nearest",
+            standalone=None,
         )
         if error_feedback and self.config.residual is None:
             self.config = replace(self.config, residual=RESIDUAL)

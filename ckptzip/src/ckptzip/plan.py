@@ -565,6 +565,11 @@ class Prequantized:
         return (None if scores is None else fingerprint(scores)) == self.scores
 
 
+_DEFAULT_QUANT = QuantConfig()
+"""``CompressionConfig``'s default ``quant``: where a config keeps it, a file standing alone
+takes ``CompressionConfig.standalone``'s levels."""
+
+
 class Planner:
     """Decides every tensor's :class:`Treatment` for one :func:`ckptzip.save`.
 
@@ -626,14 +631,22 @@ class Planner:
         override = cfg.override_for(path)
         if override is not None:
             return override, None  # an explicit override is the caller's, moments included
+        # a file standing alone at the default quant: config.standalone's levels in its place
+        alone = None if self.parent or cfg.quant != _DEFAULT_QUANT else cfg.standalone
         kind = moment_kind(path) if cfg.moment_rules else None
         if kind == "second":
-            return second_moment(cfg.quant), None
+            return second_moment(cfg.quant if alone is None else alone.second(cfg.quant)), None
         if kind == "first":
-            quant = keep_zeros(cfg.quant, zero_fraction(x))
+            # Adam's exp_avg; SGD's momentum_buffer (the step itself, no second moment to fit
+            # its levels to) keeps quant's levels
+            adam = path.rsplit("/", 1)[-1] == "exp_avg"
+            first = alone.first(cfg.quant) if alone is not None and adam else cfg.quant
+            quant = keep_zeros(first, zero_fraction(x))
             if quant is None:
                 return None, f"first moment almost all zeros (>= {ALMOST_ALL_ZEROS:g})"
             return quant, None
+        if alone is not None and moment_kind(path) is None:
+            return alone.weights(cfg.quant), None
         return cfg.quant, None
 
     def plan(
