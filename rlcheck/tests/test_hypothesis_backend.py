@@ -28,6 +28,7 @@ import rlcheck.hypothesis.provider as provider_module
 import rlcheck.learner as learner_module
 from rlcheck.errors import InvalidArgument, RLCheckWarning
 from rlcheck.hypothesis.buckets import integer_buckets
+from rlcheck.hypothesis.compat import running_database_key
 from rlcheck.hypothesis_backend import (
     BackendStats,
     RLCheckProvider,
@@ -1349,6 +1350,34 @@ def test_database_key_matches_hypothesis(tmp_path: Path, monkeypatch: pytest.Mon
     key = database_key(failing)
     assert key is not None and list(db.fetch(key))
     assert list(db.fetch(key + KEY_SUFFIX))  # the policy sits beside the failing example
+
+
+@pytest.mark.usefixtures("learned_only")
+def test_the_key_is_read_from_the_running_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The engine computed the key already: the provider reads it (a digest of the test's
+    # source costs about 1 ms a run), and never computes one without a database.
+    computed: list[Any] = []
+    original = provider_module.database_key
+
+    def counting(test: Any) -> bytes | None:
+        computed.append(test)
+        return original(test)
+
+    monkeypatch.setattr(provider_module, "database_key", counting)
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 0)  # learned cases: a policy to save
+    db = DirectoryBasedExampleDatabase(tmp_path)
+
+    @settings(backend="rlcheck", database=db, max_examples=30, **QUIET)
+    @given(st.integers(0, 100))
+    def test(n: int) -> None:
+        assert running_database_key() == database_key(test)
+
+    test()
+    assert list(db.fetch(database_key(test) + KEY_SUFFIX))  # saved under Hypothesis's key
+    _make_test(None, max_examples=20)()
+    assert computed == []
 
 
 # -- domains -----------------------------------------------------------------------------

@@ -126,6 +126,7 @@ from rlcheck.hypothesis.compat import (
     make_float_clamper,
     on_run_end,
     run_random,
+    running_database_key,
     simplest_choices,
 )
 from rlcheck.learner import Policy, Visit
@@ -1079,9 +1080,17 @@ class RLCheckProvider(PrimitiveProvider):
             self._policy.rng.seed(seed)
             self._rng.seed(seed ^ 0x5DEECE66D)
             self._pool.seed(seed ^ 0x2545F491)
-        if self._persist_enabled and current is not None and test is not None:
-            key = database_key(test)
-            if current.database is not None and key:
+        if (
+            self._persist_enabled
+            and current is not None
+            and current.database is not None
+            and test is not None
+        ):
+            # The engine's own key where it can be read (a digest of the test's source
+            # costs about 1 ms: most of a run's start where a bug dies in its first
+            # cases), and only where there is a database.
+            key = running_database_key() or database_key(test)
+            if key:
                 self._persistence = _Persistence(current.database, key, self._policy)
                 self._final_save = weakref.finalize(self, self._persistence.final_save)
                 if self._in_test and self._small_first():
