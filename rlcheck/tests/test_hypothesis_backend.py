@@ -708,9 +708,9 @@ def test_the_probes_simplest_extensions_stop_after_five_invalid_in_a_row(
     kinds: list[bool] = []
     original = provider_module._ProbeCase.__init__
 
-    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool) -> None:
+    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool, **kwargs: Any) -> None:
         kinds.append(simplest)
-        original(self, inner, tree, simplest=simplest)
+        original(self, inner, tree, simplest=simplest, **kwargs)
 
     monkeypatch.setattr(provider_module._ProbeCase, "__init__", spy)
 
@@ -722,6 +722,75 @@ def test_the_probes_simplest_extensions_stop_after_five_invalid_in_a_row(
 
     inner()
     assert kinds == [True, False] * 5 + [False] * 15  # then the provider's 20 alone
+
+
+def _case_kinds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each case the provider begins, by kind: ``probe`` (any of the probe's) or
+    ``learned`` (the policy's or a mutation); Hypothesis's engine's cases are not seen."""
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)  # as shipped
+    kinds: list[str] = []
+    original = RLCheckProvider._begin
+
+    def spy(self: RLCheckProvider) -> None:
+        original(self)
+        kinds.append("learned" if self._delegate is None else "probe")
+
+    monkeypatch.setattr(RLCheckProvider, "_begin", spy)
+    return kinds
+
+
+def test_a_strict_tests_probe_is_spread_among_learned_cases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kinds = _case_kinds(monkeypatch)
+
+    @seed(0)
+    @settings(backend="rlcheck", max_examples=30, database=None, **QUIET)
+    @given(st.lists(st.integers(0, 9)))
+    def inner(xs: list[int]) -> None:
+        assume(len(xs) >= 2 and _strictly_increasing(xs))
+
+    inner()
+    first = kinds.index("learned")
+    assert first < 15  # guided long before the probe's 20 provider cases (and 10 more) end
+    # from there on, one probe case after every 2 learned ones, until the probe ends
+    spread = kinds[first : first + 30]
+    assert spread[:6] == ["learned", "learned", "probe"] * 2
+
+
+def test_a_lenient_tests_probe_runs_alone_and_steps_aside(
+    monkeypatch: pytest.MonkeyPatch, stats: BackendStats
+) -> None:
+    kinds = _case_kinds(monkeypatch)
+
+    @seed(0)
+    @settings(backend="rlcheck", max_examples=100, database=None, **QUIET)
+    @given(st.lists(st.integers(0, 9)))
+    def inner(xs: list[int]) -> None:
+        pass
+
+    inner()
+    assert kinds and set(kinds) == {"probe"}  # it could step aside all along: no learned case
+    assert _stats_of(stats, inner).stepped_aside
+
+
+def test_the_probes_provider_cases_do_not_rerun_a_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hypothesis's provider alone makes the empty list in about a third of its cases;
+    # from a novel prefix (as the engine's random cases start) it makes it at most once.
+    monkeypatch.setattr(RLCheckProvider, "probe_cases", 20)  # as shipped
+    monkeypatch.setattr(RLCheckProvider, "probe_simplest_cases", 0)
+    monkeypatch.setattr(RLCheckProvider, "probe_spread", 0)
+    made: list[Any] = []
+
+    @seed(1)
+    @settings(backend="rlcheck", max_examples=100, database=None, **QUIET)
+    @given(st.lists(st.booleans(), max_size=3))
+    def inner(xs: list[bool]) -> None:
+        made.append(xs)
+
+    inner()
+    probe = made[1:21]  # the engine's first case (the empty list), then the probe's 20
+    assert probe.count([]) == 0 and len(probe) == 20
 
 
 def test_a_run_with_a_learned_policy_never_steps_aside(
@@ -875,10 +944,10 @@ def test_a_warm_run_still_runs_the_probes_simplest_extensions_between_learned_ca
     seen: list[Any] = []
     original = provider_module._ProbeCase.__init__
 
-    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool) -> None:
+    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool, **kwargs: Any) -> None:
         assert simplest  # no provider case of a probe: the probe does not run
         at.append(len(seen))
-        original(self, inner, tree, simplest=simplest)
+        original(self, inner, tree, simplest=simplest, **kwargs)
 
     monkeypatch.setattr(provider_module._ProbeCase, "__init__", spy)
     _first_inputs(trained, 0, 0, every=seen)
@@ -1011,10 +1080,10 @@ def test_a_warm_run_interleaves_provider_cases_with_its_first_learned_cases(
     seen: list[Any] = []
     original = provider_module._ProbeCase.__init__
 
-    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool) -> None:
+    def spy(self: Any, inner: Any, tree: Any, *, simplest: bool, **kwargs: Any) -> None:
         assert not simplest  # the provider's own cases, no simplest extension
         at.append(len(seen))
-        original(self, inner, tree, simplest=simplest)
+        original(self, inner, tree, simplest=simplest, **kwargs)
 
     monkeypatch.setattr(provider_module._ProbeCase, "__init__", spy)
     _, test = _first_inputs(trained, 0, 0, every=seen)

@@ -77,6 +77,7 @@ import sys
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import hypothesis
@@ -284,7 +285,7 @@ def running_database_key() -> bytes | None:
     """
     from hypothesis.internal.conjecture.engine import ConjectureRunner
 
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(_ENGINE_FRAMES):
         if frame is None:
             return None
