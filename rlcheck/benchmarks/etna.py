@@ -133,6 +133,9 @@ _variant("rlcheck-novel-energy", probe_novel=True, probe_spread=0, mutate_energy
 _variant("rlcheck-energy", probe_novel=True, probe_spread=2, mutate_energy=True)
 _variant("rlcheck-ps1", probe_spread=1)
 _variant("rlcheck-ps4", probe_spread=4)
+# the unaffordable tail's share interleaved from the first learned case (before
+# tail_interleave_late; "rlcheck-warm-il0" warm)
+_variant("rlcheck-il0", tail_interleave_late=False)
 
 
 class _Stop(BaseException):

@@ -548,6 +548,13 @@ class RLCheckProvider(PrimitiveProvider):
     #: hypothesis_assume.py`` took 28 000 cases for the tail's 250 valid cases). 3 of 20:
     #: a rate of 1 in 20 is too often seen in 20 cases of a test at 1 in 100.
     tail_min_valid_rate: ClassVar[float] = 0.15
+    #: Where the tail is interleaved (:meth:`_tail_unaffordable`), start it where the
+    #: engine's tail would start, once the learned half of ``max_examples`` is done, not
+    #: from the first learned case: Hypothesis's provider gets up to
+    #: :attr:`default_patience` cases in a row, each about as likely to find a bug as one
+    #: of the default's, which took the learned cases' place early in a run
+    #: (``benchmarks/etna.py``'s jsonpointer warm: README). Off: interleaved throughout.
+    tail_interleave_late: ClassVar[bool] = True
     #: Mix Hypothesis's constants into the learned draws of integers outside small
     #: ranges, floats, strings and bytes, at its own rates (5 %, floats 15 %:
     #: :class:`rlcheck.hypothesis.compat.ConstantSource`): its global pool
@@ -798,7 +805,11 @@ class RLCheckProvider(PrimitiveProvider):
         ):
             return True  # the probe: what Hypothesis's own provider makes of this test
         share = type(self).default_share
-        if share <= 0 and self._tail_unaffordable():
+        if (
+            share <= 0
+            and self._tail_unaffordable()
+            and (self._tail_due() or not type(self).tail_interleave_late)
+        ):
             share = type(self).default_tail  # the tail's share, interleaved (see there)
         if share <= 0:
             return False
@@ -959,9 +970,13 @@ class RLCheckProvider(PrimitiveProvider):
             # its share is interleaved instead (_default_turn), or the probe that says
             # whether it is affordable has not ended (its cases spread: probe_spread)
             return False
+        return self._tail_due()
+
+    def _tail_due(self) -> bool:
+        """Whether the learned half of the valid cases is done (:attr:`default_tail`)."""
         ledger = self._ledger
         counted = ledger.valid + ledger.failures - self._discards
-        return counted >= (1.0 - tail) * self._max_examples
+        return counted >= (1.0 - type(self).default_tail) * self._max_examples
 
     def _tail_unaffordable(self) -> bool:
         """Whether Hypothesis's backend makes too few valid cases here for the tail
