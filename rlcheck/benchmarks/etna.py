@@ -122,6 +122,20 @@ _variant("rlcheck-p5", default_patience=5)
 # learned ones (measured as "rlcheck-warm-wp10" / "-wp20")
 _variant("rlcheck-wp10", warm_probe_cases=10)
 _variant("rlcheck-wp20", warm_probe_cases=20)
+# this round's parts (README: cold time to failure), each option set: the probe's cases
+# all first (probe_spread=0) or spread among 2 (the default) or 1 or 4 learned cases each
+# once it cannot step aside; its provider cases with or without a novel prefix
+# (probe_novel); the case to mutate picked by its energy or uniformly (mutate_energy)
+_variant("rlcheck-base", probe_novel=False, probe_spread=0, mutate_energy=False)
+_variant("rlcheck-novel", probe_novel=True, probe_spread=0, mutate_energy=False)
+_variant("rlcheck-novel-spread", probe_novel=True, probe_spread=2, mutate_energy=False)
+_variant("rlcheck-novel-energy", probe_novel=True, probe_spread=0, mutate_energy=True)
+_variant("rlcheck-energy", probe_novel=True, probe_spread=2, mutate_energy=True)
+_variant("rlcheck-ps1", probe_spread=1)
+_variant("rlcheck-ps4", probe_spread=4)
+# the unaffordable tail's share interleaved from the first learned case (before
+# tail_interleave_late; "rlcheck-warm-il0" warm)
+_variant("rlcheck-il0", tail_interleave_late=False)
 
 
 class _Stop(BaseException):

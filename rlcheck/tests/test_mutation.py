@@ -89,6 +89,28 @@ def test_operators_that_make_no_new_valid_inputs_are_chosen_less() -> None:
     assert 0 < small < 0.1 * len(made)  # about 1/52 of the change plans' score, never 0
 
 
+def test_cases_whose_mutations_make_no_new_valid_inputs_are_mutated_less() -> None:
+    pool = CasePool(operators={"change": 1.0}, energy=True, seed=0)
+    leaf, fertile = ((A, 1), (A, 2)), ((A, 3), (A, 4))
+    pool.add(*leaf)
+    pool.add(*fertile)
+    for _ in range(200):  # credited to the case each plan mutated
+        plan = pool.plan()
+        assert plan is not None
+        pool.credit(plan.operator, plan._draws == fertile, plan)
+    made = [pool.plan() for _ in range(400)]
+    picked_leaf = sum(p is not None and p._draws == leaf for p in made)
+    assert 0 < picked_leaf < 0.15 * len(made)
+    # a case replaced since its plan was made is not credited
+    uniform = CasePool(operators={"change": 1.0}, size=1, energy=True, seed=0)
+    uniform.add(*leaf)
+    plan = uniform.plan()
+    uniform.add(*fertile)  # replaces it
+    assert plan is not None
+    uniform.credit(plan.operator, True, plan)
+    assert uniform._case_stats == [[0, 0]]
+
+
 @pytest.mark.parametrize(
     ("kind", "constraints", "recorded"),
     [

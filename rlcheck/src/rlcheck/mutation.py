@@ -95,7 +95,17 @@ class Plan:
     ``source`` is the draw whose value a ``"copy"`` takes.
     """
 
-    __slots__ = ("_at", "_draws", "_i", "_lined_up", "_rng", "operator", "pick", "source")
+    __slots__ = (
+        "_at",
+        "_draws",
+        "_i",
+        "_lined_up",
+        "_rng",
+        "operator",
+        "origin",
+        "pick",
+        "source",
+    )
 
     def __init__(
         self,
@@ -118,6 +128,7 @@ class Plan:
         self.operator = operator
         self.pick = pick
         self.source = source
+        self.origin = -1  # the pool's index of the case mutated (CasePool.credit)
         self._rng = random.Random(seed) if operator == "small" else None
 
     @property
@@ -190,11 +201,17 @@ class CasePool:
     adaptive:
         Scale each operator's weight by its rate of new valid inputs so far
         (:meth:`credit`); off: the weights alone.
+    energy:
+        Pick the case to mutate by its own rate of new valid inputs so far (a Laplace
+        estimate: a case not yet mutated starts at one half), as greybox fuzzers give a
+        seed its energy: a valid case whose neighbours are all invalid or run before is
+        mutated less; off: every kept case alike.
     seed:
         Seed of the pool's randomness (which case, which operator, which position).
     """
 
     __slots__ = (
+        "_case_stats",
         "_cases",
         "_gains",
         "_names",
@@ -204,6 +221,7 @@ class CasePool:
         "_weights",
         "adaptive",
         "added",
+        "energy",
         "max_draws",
         "max_tried",
         "picks",
@@ -219,6 +237,7 @@ class CasePool:
         picks: int = 8,
         max_tried: int = 1 << 16,
         adaptive: bool = True,
+        energy: bool = False,
         seed: int | None = None,
     ) -> None:
         if size < 1:
@@ -236,11 +255,13 @@ class CasePool:
         self.picks = picks
         self.max_tried = max_tried
         self.adaptive = adaptive
+        self.energy = energy
         self._names = [name for name in OPERATORS if weights.get(name, 0.0) > 0]
         self._weights = [weights[name] for name in self._names]
         self._tries = dict.fromkeys(self._names, 0)
         self._gains = dict.fromkeys(self._names, 0)
         self._cases: list[tuple[Draw, ...]] = []
+        self._case_stats: list[list[int]] = []  # per kept case: [plans made, new valid]
         self._tried: set[int] = set()
         self._rng = random.Random(seed)
         self.added = 0
@@ -258,8 +279,11 @@ class CasePool:
         self.added += 1
         if len(self._cases) < self.size:
             self._cases.append(draws)
+            self._case_stats.append([0, 0])
         else:
-            self._cases[self._rng.randrange(self.size)] = draws
+            i = self._rng.randrange(self.size)
+            self._cases[i] = draws
+            self._case_stats[i] = [0, 0]
 
     def plan(
         self, *, position: int | None = None, operator: str | None = None, tries: int = 8
@@ -270,7 +294,8 @@ class CasePool:
             return None
         rng = self._rng
         for _ in range(tries):
-            draws = self._cases[rng.randrange(len(self._cases))]
+            origin = self._pick_case()
+            draws = self._cases[origin]
             name = operator or self._operator()
             at = rng.randrange(len(draws)) if position is None else position
             pick, source = 0, None
@@ -286,9 +311,9 @@ class CasePool:
             elif name == "boundary":
                 pick = rng.randrange(self.picks)
             if name == "change":
-                return Plan(draws, at)
+                return self._made(Plan(draws, at), origin)
             if name == "small":
-                return Plan(draws, at, operator=name, seed=rng.getrandbits(32))
+                return self._made(Plan(draws, at, operator=name, seed=rng.getrandbits(32)), origin)
             if name == "simplest":
                 # the outcome depends only on the replayed prefix
                 signature = hash((name, draws[:at]))
@@ -299,15 +324,41 @@ class CasePool:
             if len(self._tried) >= self.max_tried:
                 self._tried.clear()
             self._tried.add(signature)
-            return Plan(draws, at, operator=name, pick=pick, source=source)
+            return self._made(Plan(draws, at, operator=name, pick=pick, source=source), origin)
         return None
 
-    def credit(self, operator: str, new_valid: bool) -> None:
+    def _pick_case(self) -> int:
+        """The index of the kept case to mutate: uniform, or by its energy (``energy``)."""
+        rng = self._rng
+        if not self.energy:
+            return rng.randrange(len(self._cases))
+        scores = [(gains + 1) / (made + 2) for made, gains in self._case_stats]
+        x = rng.random() * sum(scores)
+        for i, score in enumerate(scores):
+            x -= score
+            if x < 0:
+                return i
+        return len(scores) - 1
+
+    def _made(self, plan: Plan, origin: int) -> Plan:
+        plan.origin = origin
+        return plan
+
+    def credit(self, operator: str, new_valid: bool, plan: Plan | None = None) -> None:
         """The outcome of a case made by a plan of ``operator``: whether it was a new valid
-        input (see :meth:`_operator`)."""
+        input (see :meth:`_operator`); with ``plan``, credited to the case it mutated too
+        (``energy``), unless that case has been replaced since."""
         if self.adaptive and operator in self._tries:
             self._tries[operator] += 1
             self._gains[operator] += new_valid
+        if (
+            plan is not None
+            and 0 <= plan.origin < len(self._cases)
+            and self._cases[plan.origin] is plan._draws
+        ):
+            stats = self._case_stats[plan.origin]
+            stats[0] += 1
+            stats[1] += new_valid
 
     def _operator(self) -> str:
         """An operator, by its weight times its rate of new valid inputs in this run so far

@@ -24,7 +24,8 @@ argument)
 ``_current_build_context``                none for the running test and its random
 + ``data._random``                        stream; ``@seed``/``derandomize`` then apply
 ``_hypothesis_internal_database_key``,    none: the key Hypothesis files examples under
-``function_digest``
+``function_digest``,
+``ConjectureRunner.database_key``
 ``database._wrapped``                     none: the directory of a wrapped database
 ``DirectoryBasedExampleDatabase.          ``fetch`` (used for every other database): it
 _key_path``                               reads each file whole before its size is known
@@ -76,6 +77,7 @@ import sys
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import hypothesis
@@ -114,6 +116,7 @@ __all__ = [
     "database_directory",
     "database_key",
     "integer_distribution",
+    "running_database_key",
     "make_float_clamper",
     "next_down",
     "next_up",
@@ -267,6 +270,31 @@ def default_provider() -> PrimitiveProvider | None:
     if data is None or not isinstance(getattr(data, "_random", None), random.Random):
         return None
     return HypothesisProvider(data)
+
+
+_ENGINE_FRAMES = 16  # frames searched for the running engine (a test case's, ~5 deep)
+
+
+def running_database_key() -> bytes | None:
+    """The key of the engine run that the calling test case belongs to, read from the
+    engine itself (``ConjectureRunner.database_key``, found up the call stack), or
+    ``None`` where there is none to read (then :func:`database_key` computes it).
+
+    The engine computed it already: a digest of the test's source, about 1 ms, which
+    is most of a run's start-up where a bug dies in its first few cases.
+    """
+    from hypothesis.internal.conjecture.engine import ConjectureRunner
+
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(_ENGINE_FRAMES):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, ConjectureRunner):
+            key = getattr(owner, "database_key", None)
+            return key if isinstance(key, bytes) else None
+        frame = frame.f_back
+    return None
 
 
 def database_key(test: Any) -> bytes | None:
@@ -565,7 +593,7 @@ def check_compat() -> dict[str, bool]:
 
     from hypothesis import statistics
     from hypothesis.internal import observability, reflection
-    from hypothesis.internal.conjecture import data
+    from hypothesis.internal.conjecture import data, engine
 
     low, high = SUPPORTED_RANGE
     return {
@@ -574,6 +602,8 @@ def check_compat() -> dict[str, bool]:
         "ConjectureData._random": "_random" in data.ConjectureData.__init__.__code__.co_names,
         "_hypothesis_internal_use_settings": hasattr(_probe, "_hypothesis_internal_use_settings"),
         "function_digest": hasattr(reflection, "function_digest"),
+        "ConjectureRunner.database_key": "database_key"
+        in engine.ConjectureRunner.__init__.__code__.co_names,
         "DirectoryBasedExampleDatabase._key_path": hasattr(
             database.DirectoryBasedExampleDatabase, "_key_path"
         ),

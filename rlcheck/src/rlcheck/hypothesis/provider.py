@@ -126,6 +126,7 @@ from rlcheck.hypothesis.compat import (
     make_float_clamper,
     on_run_end,
     run_random,
+    running_database_key,
     simplest_choices,
 )
 from rlcheck.learner import Policy, Visit
@@ -467,6 +468,22 @@ class RLCheckProvider(PrimitiveProvider):
     #: (:attr:`probe_cases` of the provider alone still decide), and they stop after 5
     #: invalid ones in a row, as the engine's do. 0: off.
     probe_simplest_cases: ClassVar[int] = 10
+    #: Learned cases per case of the probe once the probe can no longer step aside
+    #: (:meth:`_probe_turn`): from then on its remaining cases (Hypothesis's provider's,
+    #: its simplest extensions, its small cases) are spread among learned ones, so a
+    #: strict test is guided from its first cases, while a test that could still step
+    #: aside (invalid cases are rare) runs the probe alone, as before. 0: the probe runs
+    #: all its cases first. On ``benchmarks/etna.py``'s strict workloads (replay, 20
+    #: seeds) 0.36x the default's tests to failure cold against 0.39x (AVL 0.53x against
+    #: 0.71x; README).
+    probe_spread: ClassVar[int] = 2
+    #: Whether the probe's cases of Hypothesis's provider start, as the engine's random
+    #: cases do, from a novel prefix (:class:`_ProbeCase`: down the tree of the probe's
+    #: cases, a value whose every case has been run drawn again), then draw freely. Off:
+    #: the provider alone, which repeats small inputs (``benchmarks/etna.py``'s
+    #: jsonpointer: the empty pointer in 8 of 20 cases), each a test that cannot find a
+    #: bug, and counts them as valid in the probe's rate.
+    probe_novel: ClassVar[bool] = True
     #: How many of the probe's :attr:`probe_simplest_cases` are *small cases* instead
     #: (:class:`_SmallCase`; alternating with the simplest extensions, a small case
     #: first): the simplest case with a few draws moved to their next simplest values,
@@ -518,6 +535,12 @@ class RLCheckProvider(PrimitiveProvider):
     #: operators that find its bugs (small values) make fewer new valid inputs, and the
     #: adaptive weights took 2x their tests to failure (README).
     mutate_adaptive: ClassVar[bool] = False
+    #: Pick the earlier valid case to mutate by its own rate of new valid inputs
+    #: (:class:`rlcheck.mutation.CasePool`'s ``energy``): a case whose mutations keep
+    #: failing (a valid leaf: every extension invalid) is mutated less. Off: on
+    #: ``benchmarks/etna.py``'s strict workloads it did not pay (20 seeds: 0.36x the
+    #: default's tests to failure with it and without it; README).
+    mutate_energy: ClassVar[bool] = False
     #: Valid cases per case of the first :attr:`probe_cases` (Hypothesis's own
     #: provider's) below which :attr:`default_tail`'s share is interleaved instead of
     #: handed to Hypothesis's engine at the end (:meth:`_tail_unaffordable`), where
@@ -525,6 +548,13 @@ class RLCheckProvider(PrimitiveProvider):
     #: hypothesis_assume.py`` took 28 000 cases for the tail's 250 valid cases). 3 of 20:
     #: a rate of 1 in 20 is too often seen in 20 cases of a test at 1 in 100.
     tail_min_valid_rate: ClassVar[float] = 0.15
+    #: Where the tail is interleaved (:meth:`_tail_unaffordable`), start it where the
+    #: engine's tail would start, once the learned half of ``max_examples`` is done, not
+    #: from the first learned case: Hypothesis's provider gets up to
+    #: :attr:`default_patience` cases in a row, each about as likely to find a bug as one
+    #: of the default's, which took the learned cases' place early in a run
+    #: (``benchmarks/etna.py``'s jsonpointer warm: README). Off: interleaved throughout.
+    tail_interleave_late: ClassVar[bool] = True
     #: Mix Hypothesis's constants into the learned draws of integers outside small
     #: ranges, floats, strings and bytes, at its own rates (5 %, floats 15 %:
     #: :class:`rlcheck.hypothesis.compat.ConstantSource`): its global pool
@@ -604,7 +634,10 @@ class RLCheckProvider(PrimitiveProvider):
         # mutation of earlier valid cases (mutate_share > 0)
         self._tracing = type(self).mutate_share > 0
         self._pool = CasePool(
-            operators=type(self).mutate_operators, adaptive=type(self).mutate_adaptive, seed=seed
+            operators=type(self).mutate_operators,
+            adaptive=type(self).mutate_adaptive,
+            energy=type(self).mutate_energy,
+            seed=seed,
         )
         self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
         self._trace: list[tuple[Hashable, Any]] = []  # this case's (draw key, value)s
@@ -632,6 +665,7 @@ class RLCheckProvider(PrimitiveProvider):
             collections.deque([({}, 0, 0)])
         )
         self._probe_length = 0
+        self._probe_gap = 0  # learned cases since the probe's last case (probe_spread)
 
     # -- episodes -------------------------------------------------------------------
 
@@ -720,13 +754,16 @@ class RLCheckProvider(PrimitiveProvider):
                 elif self._warm_small_turn():
                     self._probe_case = self._next_small_case()
                     self._delegate = self._probe_case
-                elif self._probing() or self._warm_simplest_turn():
+                elif self._probe_turn() or self._warm_simplest_turn():
                     simplest = not self._probing() or self._simplest_turn()
                     if simplest and self._small_turn():
                         self._probe_case = self._next_small_case()
                     else:
                         self._probe_case = _ProbeCase(
-                            self._delegate, self._probe_tree, simplest=simplest
+                            self._delegate,
+                            self._probe_tree,
+                            simplest=simplest,
+                            novel=type(self).probe_novel,
                         )
                     self._delegate = self._probe_case
                 elif self._probe_length <= cases < self._probe_end():
@@ -760,7 +797,7 @@ class RLCheckProvider(PrimitiveProvider):
         default that rarely makes a valid input must not stall the run).
         """
         if self._in_test and (
-            self._probing()
+            self._probe_turn()
             or self._probe_length <= self._ledger.cases < self._probe_end()  # its small cases
             or self._warm_simplest_turn()
             or self._warm_small_turn()
@@ -768,7 +805,11 @@ class RLCheckProvider(PrimitiveProvider):
         ):
             return True  # the probe: what Hypothesis's own provider makes of this test
         share = type(self).default_share
-        if share <= 0 and self._tail_unaffordable():
+        if (
+            share <= 0
+            and self._tail_unaffordable()
+            and (self._tail_due() or not type(self).tail_interleave_late)
+        ):
             share = type(self).default_tail  # the tail's share, interleaved (see there)
         if share <= 0:
             return False
@@ -810,6 +851,20 @@ class RLCheckProvider(PrimitiveProvider):
     def _probing(self) -> bool:
         """Whether the next case is the probe's (its valid rate not yet known)."""
         return self._probe_rate is None and self._probe_seen < type(self).probe_cases
+
+    def _probe_turn(self) -> bool:
+        """Whether the next case is the probe's (:meth:`_probing`): every case while the
+        probe may still end in stepping aside, then one after every :attr:`probe_spread`
+        learned cases (the probe's rate is Hypothesis's provider's alone: the learned
+        cases between its cases do not change it)."""
+        if not self._probing():
+            return False
+        spread = type(self).probe_spread
+        if spread <= 0 or self._probe_gap >= spread:
+            return True
+        probe = type(self).probe_cases
+        best = self._probe_hits + probe - self._probe_seen  # every case left valid
+        return not self._warm and best >= type(self).step_aside_rate * probe
 
     def _simplest_turn(self) -> bool:
         """Whether the probe's next case is a simplest extension (:attr:`probe_simplest_cases`):
@@ -911,11 +966,17 @@ class RLCheckProvider(PrimitiveProvider):
         tail = type(self).default_tail
         if tail <= 0 or not self._in_test:  # outside a @given run: no engine to hand to
             return False
-        if self._tail_unaffordable():
-            return False  # its share is interleaved instead (_default_turn)
+        if self._tail_unaffordable() or self._probing():
+            # its share is interleaved instead (_default_turn), or the probe that says
+            # whether it is affordable has not ended (its cases spread: probe_spread)
+            return False
+        return self._tail_due()
+
+    def _tail_due(self) -> bool:
+        """Whether the learned half of the valid cases is done (:attr:`default_tail`)."""
         ledger = self._ledger
         counted = ledger.valid + ledger.failures - self._discards
-        return counted >= (1.0 - tail) * self._max_examples
+        return counted >= (1.0 - type(self).default_tail) * self._max_examples
 
     def _tail_unaffordable(self) -> bool:
         """Whether Hypothesis's backend makes too few valid cases here for the tail
@@ -989,6 +1050,7 @@ class RLCheckProvider(PrimitiveProvider):
                     self._default_streak = 0
                     self._small_valid += self._small
             probe_case = self._probe_case
+            self._probe_gap = 0 if probe_case is not None else self._probe_gap + 1
             if probe_case is not None:
                 hit = outcome != "invalid"
                 if probe_case.simplest:
@@ -1010,7 +1072,7 @@ class RLCheckProvider(PrimitiveProvider):
                 allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
                 self._discard = self._discards + 1 <= allowed
             if self._plan is not None:
-                self._pool.credit(self._plan.operator, new and outcome == "valid")
+                self._pool.credit(self._plan.operator, new and outcome == "valid", self._plan)
             if self._tracing and new and outcome == "valid":
                 self._pool.add(*self._trace)
             self._policy.learn_rows(
@@ -1079,9 +1141,17 @@ class RLCheckProvider(PrimitiveProvider):
             self._policy.rng.seed(seed)
             self._rng.seed(seed ^ 0x5DEECE66D)
             self._pool.seed(seed ^ 0x2545F491)
-        if self._persist_enabled and current is not None and test is not None:
-            key = database_key(test)
-            if current.database is not None and key:
+        if (
+            self._persist_enabled
+            and current is not None
+            and current.database is not None
+            and test is not None
+        ):
+            # The engine's own key where it can be read (a digest of the test's source
+            # costs about 1 ms: most of a run's start where a bug dies in its first
+            # cases), and only where there is a database.
+            key = running_database_key() or database_key(test)
+            if key:
                 self._persistence = _Persistence(current.database, key, self._policy)
                 self._final_save = weakref.finalize(self, self._persistence.final_save)
                 if self._in_test and self._small_first():
@@ -1827,22 +1897,31 @@ class _ProbeCase(_Shaped):
     is retried (up to :data:`_NOVEL_ATTEMPTS` times) for another, as the engine does; the
     first value the tree has not seen there ends the prefix, and every later draw takes
     its simplest value. The engine's first case (every draw's simplest value) is in the
-    tree from the start.
+    tree from the start. With ``novel`` alone, the same novel prefix, then the provider's
+    own draws: the engine's random case (``generate_novel_prefix``, then random draws).
     """
 
-    def __init__(self, inner: PrimitiveProvider, tree: dict[Any, Any], *, simplest: bool) -> None:
+    def __init__(
+        self,
+        inner: PrimitiveProvider,
+        tree: dict[Any, Any],
+        *,
+        simplest: bool,
+        novel: bool = False,
+    ) -> None:
         super().__init__(inner)
         self.simplest = simplest
+        self._novel = simplest or novel
         self._tree = tree
         self._node: dict[Any, Any] | None = tree  # None: past the novel prefix
         self._zero = True  # every value so far the simplest: on the engine's first case
         self._values: list[Any] = []
 
     def _draw(self, kind: str, constraints: dict[str, Any], draw: Any) -> Any:
-        if not self.simplest:
+        if not self._novel:
             value = draw()
         elif self._node is None:
-            simplest = simplest_choices(kind, constraints, 1)
+            simplest = simplest_choices(kind, constraints, 1) if self.simplest else []
             value = simplest[0] if simplest else draw()
         else:
             value = self._walk(kind, constraints, draw)
