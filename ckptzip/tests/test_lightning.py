@@ -27,12 +27,14 @@ try:
 except ImportError:  # neither pytorch_lightning nor lightning
     pytest.skip("needs ckptzip[lightning]", allow_module_level=True)
 
-# Rounded to nearest: this module checks the plugin's plumbing (resume, callbacks, hparams)
-# and that the resumed losses follow the uninterrupted run step by step within TOLERANCE.
-# The default's stochastic rounding perturbs one restore of this 64-wide regressor more (its
-# first resumed loss came 7 % below the reference's) in exchange for no drift over many
-# restores, which the fault-tolerant benchmark measures (README, "Files standing alone").
-CONFIG = ckptzip.CompressionConfig(min_numel=256, rounding="nearest")
+# Rounded to nearest at quant's 16 levels everywhere: this module checks the plugin's plumbing
+# (resume, callbacks, hparams) and that the resumed losses follow the uninterrupted run step by
+# step within TOLERANCE. The defaults for files standing alone perturb one restore of this
+# 64-wide regressor more, in exchange for no drift over many restores, which the fault-tolerant
+# benchmark measures (README, "Files standing alone"): the stochastic rounding's first resumed
+# loss came 7 % below the reference's; the standalone levels (8 for the first moment) ran
+# 1-5 % ahead of it for all 8 resumed steps (16 first-moment levels: within 2 %).
+CONFIG = ckptzip.CompressionConfig(min_numel=256, rounding="nearest", standalone=None)
 TOLERANCE = 0.05
 
 
