@@ -597,12 +597,14 @@ def _quantize_finite(
             counts -= torch.bincount(codes[inside], minlength=counts.size).cpu().numpy()
     fit = None
     if fw is not None and not cfg.log_domain:
-        # the fit's weight of each bucket: Σ fit_weights of its entries left
-        keep = torch.ones(n, dtype=torch.bool, device=device)
+        # the fit's weight of each bucket: Σ fit_weights of its entries left. The entries
+        # taken out weigh zero rather than being masked out (a boolean gather of codes and
+        # weights cost 7x the count): adding 0.0 leaves every sum exactly as it was.
+        left = fw.clone()
         if pruned is not None:
-            keep &= ~pruned
-        keep[protected] = False
-        fit = torch.bincount(codes[keep], weights=fw[keep], minlength=counts.size).cpu().numpy()
+            left.masked_fill_(pruned, 0.0)
+        left[protected] = 0.0
+        fit = torch.bincount(codes, weights=left, minlength=counts.size).cpu().numpy()
     book = _codebook(v, sk, lambda: codes, counts, cfg, dtype, bounds, fit)
 
     # -- nearest-level assignment through the bucket codes
