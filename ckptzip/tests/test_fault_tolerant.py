@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -126,11 +127,9 @@ def test_the_llm_workload_is_shaped_like_an_llm() -> None:
     assert isinstance(w.train_step(0), float) and isinstance(w.eval_fn(model), float)
 
 
-def test_restore_exact_keeps_the_named_parts_and_measures_the_restores_own_gap(
-    tmp_path: Path,
-) -> None:
-    w = _trained()
-    method = ft.make_method("ckptzip", tmp_path, every=1, restore_exact=("weights",))
+def _saved_and_restored(method: Any, w: Any) -> tuple[Any, dict[str, Any], dict[int, Any]]:
+    """``w`` saved at step 3 by ``method`` and restored into a fresh workload: the fresh one,
+    the live weights and first moments as they were saved."""
     method.attach(w)
     method.save(3, w)
     live = {k: v.clone() for k, v in w.model.state_dict().items()}
@@ -138,6 +137,15 @@ def test_restore_exact_keeps_the_named_parts_and_measures_the_restores_own_gap(
     fresh = _workloads.make("mlp", 1)
     method.attach(fresh)
     assert method.restore(fresh) == 3
+    return fresh, live, moments
+
+
+def test_restore_exact_keeps_the_named_parts_and_measures_the_restores_own_gap(
+    tmp_path: Path,
+) -> None:
+    w = _trained()
+    method = ft.make_method("ckptzip", tmp_path, every=1, restore_exact=("weights",))
+    fresh, live, moments = _saved_and_restored(method, w)
     method.close()
     for k, v in fresh.model.state_dict().items():
         assert torch.equal(v, live[k]), k  # the weights as they were saved from
@@ -253,13 +261,7 @@ def test_the_file_methods_take_their_configs_and_restore_exact(tmp_path: Path) -
         restore_exact=("exp_avg",),
         file_exact=("model/0.weight",),
     )
-    method.attach(w)
-    method.save(3, w)
-    live = {k: v.clone() for k, v in w.model.state_dict().items()}
-    moments = {i: s["exp_avg"].clone() for i, s in w.optimizer.state_dict()["state"].items()}
-    fresh = _workloads.make("mlp", 1)
-    method.attach(fresh)
-    assert method.restore(fresh) == 3
+    fresh, live, moments = _saved_and_restored(method, w)
     assert torch.equal(fresh.model.state_dict()["0.weight"], live["0.weight"])
     for i, s in fresh.optimizer.state_dict()["state"].items():
         assert torch.equal(s["exp_avg"], moments[i])
