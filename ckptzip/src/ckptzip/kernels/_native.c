@@ -417,6 +417,76 @@ CKZ_API int32_t ckz_delta_encode(const uint8_t *prev, const uint8_t *now, int64_
 
 CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups); /* _delta.c */
 
+/* Whether the AVX-512 passes may run (decided once): the processor has AVX-512 BW and VBMI2
+ * and CKPTZIP_NO_AVX512 is unset, which makes a process take the scalar loops other
+ * processors run (the same bits either way). */
+CKZ_API int32_t ckz_avx512_ok(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static int ok = -1; /* the race of two first calls writes the same value */
+    if (ok < 0)
+        ok = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi2") &&
+             getenv("CKPTZIP_NO_AVX512") == NULL;
+    return ok;
+#else
+    return 0;
+#endif
+}
+
+/* The scalar inverse over positions [lo, n), offset[b] the next symbol of group b. */
+static uint8_t delta_apply_any(const uint8_t *prev, const uint8_t *sym, int64_t lo, int64_t n,
+                               int32_t bins, int32_t rearrange, int64_t *offset,
+                               uint8_t *out) {
+    uint8_t bad = 0;
+    for (int64_t i = lo; i < n; i++) {
+        uint8_t p = prev[i];
+        uint8_t s = sym[rearrange ? offset[p]++ : i];
+        bad |= (uint8_t)(s >= bins);
+        int32_t v = (int32_t)p - (int32_t)s;
+        if (v < 0) v += bins;
+        out[i] = (uint8_t)v;
+    }
+    return bad;
+}
+
+#define DELTA_EXPAND_BINS 32 /* up to here the vector pass beats the scalar one */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* The rearranged inverse 64 positions at a time, for bins <= DELTA_EXPAND_BINS: for each
+ * bin b, the positions holding b take the next popcount of group b's symbols, in order
+ * (vpexpandb), which is what the scalar loop's cursor hands out one by one. The loads stop
+ * at the stream's end (a masked load past it). Returns the position it stopped at (a
+ * multiple of 64; the caller finishes the tail with the advanced offsets) and ORs a symbol
+ * >= bins into *bad. 0.22 ns a symbol against the scalar loop's 0.97 on the deltas of the
+ * --quick throughput chain (AMD EPYC, 16 bins). */
+__attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) static int64_t
+delta_apply_avx512(const uint8_t *prev, const uint8_t *sym, int64_t n, int32_t bins,
+                   int64_t *offset, uint8_t *out, uint8_t *bad) {
+    const __m512i vbins = _mm512_set1_epi8((char)bins);
+    __mmask64 over = 0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i p = _mm512_loadu_si512((const void *)(prev + i));
+        __m512i s = _mm512_setzero_si512();
+        for (int32_t b = 0; b < bins; b++) {
+            __mmask64 m = _mm512_cmpeq_epi8_mask(p, _mm512_set1_epi8((char)b));
+            int64_t at = offset[b], left = n - at;
+            __m512i src = left >= 64 ? _mm512_loadu_si512((const void *)(sym + at))
+                                     : _mm512_maskz_loadu_epi8(_bzhi_u64(~0ULL, (uint32_t)left),
+                                                               sym + at);
+            s = _mm512_mask_expand_epi8(s, m, src);
+            offset[b] = at + (int64_t)_mm_popcnt_u64(m);
+        }
+        over |= _mm512_cmpge_epu8_mask(s, vbins);
+        __m512i v = _mm512_sub_epi8(p, s);
+        v = _mm512_mask_add_epi8(v, _mm512_cmplt_epu8_mask(p, s), v, vbins);
+        _mm512_storeu_si512((void *)(out + i), v);
+    }
+    *bad |= (uint8_t)(over != 0);
+    return i;
+}
+#endif
+
 /* The inverse; returns 0, or 1 when a symbol is >= bins. With rearrange, `known` (may be
  * NULL) holds the 256 group sizes of prev when the caller counted them already (its ANS
  * contexts need them): counting again here cost 40 % of this pass (a store-to-load chain on
@@ -438,14 +508,16 @@ CKZ_API int32_t ckz_delta_decode(const uint8_t *prev, const uint8_t *sym, int64_
         acc += groups[b];
     }
     uint8_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint8_t p = prev[i];
-        uint8_t s = sym[rearrange ? offset[p]++ : i];
-        bad |= (uint8_t)(s >= bins);
-        int32_t v = (int32_t)p - (int32_t)s;
-        if (v < 0) v += bins;
-        out[i] = (uint8_t)v;
+    int64_t done = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    /* a prev index >= bins (which the callers refuse before) would find no group here */
+    if (rearrange && bins <= DELTA_EXPAND_BINS && ckz_avx512_ok()) {
+        int64_t in_bins = 0;
+        for (int b = 0; b < bins; b++) in_bins += groups[b];
+        if (in_bins == n) done = delta_apply_avx512(prev, sym, n, bins, offset, out, &bad);
     }
+#endif
+    bad |= delta_apply_any(prev, sym, done, n, bins, rearrange, offset, out);
     return bad ? 1 : 0;
 }
 
