@@ -28,7 +28,6 @@
 
 #define PRECISION ANS_PRECISION
 #define TOTAL ANS_TOTAL
-#define SLOT_BITS 12
 #define MAX_LANES 64
 #define CHUNK 4096 /* symbols decoded into a cache-resident buffer, then gathered */
 
@@ -167,11 +166,9 @@ static void fill(int32_t s, int64_t k, const void *table, int32_t size, const vo
 /* One decoding step of lane state `s` (its words below `t`, down to `floor`). */
 #define STEP(s, t, floor, dst)                                                              \
     do {                                                                                    \
-        uint32_t q_ = (uint32_t)((s) & (TOTAL - 1));                                        \
-        uint32_t y_ = slot[q_ >> (PRECISION - SLOT_BITS)];                                  \
-        while (left[y_ + 1] <= q_) y_++;                                                    \
-        (s) = ((s) >> PRECISION) * (uint64_t)(left[y_ + 1] - left[y_]) +                    \
-              (uint64_t)(q_ - left[y_]);                                                    \
+        uint32_t q_ = (uint32_t)((s) & (TOTAL - 1)), y_, start_, width_;                    \
+        ANS_LOOKUP(dtab, left, q_, y_, start_, width_);                                     \
+        (s) = ((s) >> PRECISION) * (uint64_t)width_ + (uint64_t)(q_ - start_);              \
         if ((s) < ((uint64_t)1 << 32) && (t) > (floor)) (s) = ((s) << 32) | words[--(t)]; \
         (dst) = (uint8_t)y_;                                                                \
     } while (0)
@@ -188,7 +185,7 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
                                      const void *table, int32_t size, const void *base,
                                      void *out) {
     uint32_t left[257];
-    uint8_t slot[1 << SLOT_BITS];
+    uint64_t dtab[1 << ANS_DSLOT_BITS];
     uint8_t chunk[CHUNK];
     uint64_t st[MAX_LANES];
     int64_t top[MAX_LANES], floor[MAX_LANES];
@@ -218,12 +215,7 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
                 continue;
             }
             ckz_ans_model(row, alphabet, left);
-            int32_t y = 0;
-            for (uint32_t k = 0; k < (1u << SLOT_BITS); k++) {
-                uint32_t q = k << (PRECISION - SLOT_BITS);
-                while (left[y + 1] <= q) y++;
-                slot[k] = (uint8_t)y;
-            }
+            ckz_ans_dtable(left, dtab);
             while (i < run_hi) {
                 int64_t stop = run_hi - i < CHUNK ? run_hi : i + CHUNK;
                 int64_t at = i;

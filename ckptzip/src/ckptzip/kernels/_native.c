@@ -754,7 +754,7 @@ CKZ_API int32_t ckz_ans_decode(const uint32_t *words, int64_t nw, const int64_t 
                                int32_t contexts, int32_t alphabet, const uint32_t *counts,
                                uint8_t *out) {
     uint32_t left[257];
-    uint8_t slot[4096];
+    uint64_t dtab[1 << ANS_DSLOT_BITS];
     if (nw > 0 && words[nw - 1] == 0) return 2;
     uint64_t state = 0;
     int64_t top = nw;
@@ -772,18 +772,11 @@ CKZ_API int32_t ckz_ans_decode(const uint32_t *words, int64_t nw, const int64_t 
             continue;
         }
         ckz_ans_model(row, alphabet, left);
-        int32_t s = 0;
-        for (uint32_t k = 0; k < 4096; k++) {
-            uint32_t q = k << (ANS_PRECISION - 12);
-            while (left[s + 1] <= q) s++;
-            slot[k] = (uint8_t)s;
-        }
+        ckz_ans_dtable(left, dtab);
         for (int64_t i = lo; i < hi; i++) {
-            uint32_t q = (uint32_t)(state & (ANS_TOTAL - 1));
-            uint32_t sy = slot[q >> (ANS_PRECISION - 12)];
-            while (left[sy + 1] <= q) sy++;
-            state = (state >> ANS_PRECISION) * (uint64_t)(left[sy + 1] - left[sy]) +
-                    (uint64_t)(q - left[sy]);
+            uint32_t q = (uint32_t)(state & (ANS_TOTAL - 1)), sy, start, width;
+            ANS_LOOKUP(dtab, left, q, sy, start, width);
+            state = (state >> ANS_PRECISION) * (uint64_t)width + (uint64_t)(q - start);
             if (state < ((uint64_t)1 << 32) && top > 0) state = (state << 32) | words[--top];
             out[i] = (uint8_t)sy;
         }
@@ -805,7 +798,7 @@ typedef struct {
     uint8_t *out;
     int64_t i, hi; /* the current context's next position and end */
     uint32_t left[257];
-    uint8_t slot[4096];
+    uint64_t dtab[1 << ANS_DSLOT_BITS];
 } ans_stream;
 
 static int32_t ans_stream_open(ans_stream *d, const uint32_t *words, int64_t nw,
@@ -834,25 +827,18 @@ static int ans_stream_next(ans_stream *d) {
             continue;
         }
         ckz_ans_model(row, d->alphabet, d->left);
-        int32_t s = 0;
-        for (uint32_t k = 0; k < 4096; k++) {
-            uint32_t q = k << (ANS_PRECISION - 12);
-            while (d->left[s + 1] <= q) s++;
-            d->slot[k] = (uint8_t)s;
-        }
+        ckz_ans_dtable(d->left, d->dtab);
         d->i = lo, d->hi = hi;
         return 1;
     }
     return 0;
 }
 
-#define ANS_STEP(state, top, words, left, slot, dst)                                       \
+#define ANS_STEP(state, top, words, left, dtab, dst)                                       \
     do {                                                                                   \
-        uint32_t q_ = (uint32_t)((state) & (ANS_TOTAL - 1));                               \
-        uint32_t y_ = (slot)[q_ >> (ANS_PRECISION - 12)];                                  \
-        while ((left)[y_ + 1] <= q_) y_++;                                                 \
-        (state) = ((state) >> ANS_PRECISION) * (uint64_t)((left)[y_ + 1] - (left)[y_]) +    \
-                  (uint64_t)(q_ - (left)[y_]);                                             \
+        uint32_t q_ = (uint32_t)((state) & (ANS_TOTAL - 1)), y_, start_, width_;           \
+        ANS_LOOKUP(dtab, left, q_, y_, start_, width_);                                    \
+        (state) = ((state) >> ANS_PRECISION) * (uint64_t)width_ + (uint64_t)(q_ - start_); \
         if ((state) < ((uint64_t)1 << 32) && (top) > 0)                                    \
             (state) = ((state) << 32) | (words)[--(top)];                                  \
         (dst) = (uint8_t)y_;                                                               \
@@ -862,9 +848,9 @@ static void ans_stream_run(ans_stream *d, int64_t k) { /* k symbols of the curre
     uint64_t state = d->state;
     int64_t top = d->top, i = d->i;
     const uint32_t *words = d->words, *left = d->left;
-    const uint8_t *slot = d->slot;
+    const uint64_t *dtab = d->dtab;
     uint8_t *out = d->out;
-    for (int64_t end = i + k; i < end; i++) ANS_STEP(state, top, words, left, slot, out[i]);
+    for (int64_t end = i + k; i < end; i++) ANS_STEP(state, top, words, left, dtab, out[i]);
     d->state = state, d->top = top, d->i = i;
 }
 
@@ -891,7 +877,7 @@ CKZ_API int32_t ckz_ans_decode2(const uint32_t *words_a, int64_t nw_a, const int
         uint64_t st_a = a->state, st_b = b->state;
         int64_t top_a = a->top, top_b = b->top, ia = a->i, ib = b->i;
         const uint32_t *wa = a->words, *wb = b->words, *la = a->left, *lb = b->left;
-        const uint8_t *ta = a->slot, *tb = b->slot;
+        const uint64_t *ta = a->dtab, *tb = b->dtab;
         uint8_t *oa = a->out, *ob = b->out;
         for (int64_t j = 0; j < k; j++, ia++, ib++) {
             ANS_STEP(st_a, top_a, wa, la, ta, oa[ia]);
