@@ -361,6 +361,11 @@ def test_delta_by_parent_bin_matches(bins: int, n: int, rearrange: bool, seed: i
     counts = fast.bin_counts(prev)
     assert np.array_equal(fast.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
     assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
+    # decoded over the parent's own indices (a chain's intermediate), in place
+    for k in (fast, ref):
+        mine = prev.copy()
+        got = k.delta_decode(mine, sym_fast, bins, rearrange, counts, mine)
+        assert np.array_equal(got, now) and (n == 0 or np.shares_memory(got, mine))
 
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])
