@@ -106,12 +106,17 @@ CKZ_API int32_t ckz_rle_join(const uint8_t *tokens, int64_t n_tokens, const uint
                              const int64_t *bounds, int32_t groups, const int64_t *nonzero,
                              const uint8_t *base, uint8_t *out) {
     int64_t t = 0, v = 0, pos = 0;
+    /* A short run is written as 16 copies of its symbol, the bytes past it written again
+     * by what follows (the groups fill out in order, every byte of [0, end) once at least) */
+    const int64_t end = groups > 0 ? bounds[groups] : 0;
+    uint8_t pattern[16];
     for (int32_t g = 0; g < groups; g++) {
         int64_t lo = bounds[g], hi = bounds[g + 1], at = lo;
         if (hi <= lo) {
             if (nonzero[g]) return 1;
             continue;
         }
+        memset(pattern, base[g], sizeof pattern);
         if (nonzero[g] < 0 || nonzero[g] > hi - lo) return 1;
         for (int64_t j = 0; j <= nonzero[g]; j++) {
             if (t >= n_tokens) return 1;
@@ -126,7 +131,10 @@ CKZ_API int32_t ckz_rle_join(const uint8_t *tokens, int64_t n_tokens, const uint
                 r |= (uint64_t)1 << (b - 1);
             }
             if (r > (uint64_t)(hi - at)) return 1;
-            memset(out + at, base[g], (size_t)r);
+            if (r <= 16 && at + 16 <= end) /* most runs: one store, over what comes next */
+                memcpy(out + at, pattern, 16);
+            else
+                memset(out + at, base[g], (size_t)r);
             at += (int64_t)r;
             if (j < nonzero[g]) {
                 if (at >= hi || v >= n_values || values[v] == base[g]) return 1;
