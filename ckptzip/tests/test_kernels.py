@@ -866,6 +866,17 @@ _DELTA_DECODE = textwrap.dedent(
                     h.update(type(exc).__name__.encode())
                 else:
                     raise AssertionError("a difference >= bins decoded")
+    # levels gathered into a tensor (16 levels: the vector pass; 40: blocks it leaves)
+    import torch
+    from ckptzip.kernels import _reference as ref
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for levels in (16, 40):
+            table = torch.randn(levels, generator=torch.Generator().manual_seed(levels)).to(dtype)
+            idx = rng.integers(0, 16, 10_001).astype(np.uint8)
+            idx[5000:5100] = rng.integers(0, levels, 100)
+            got = fast.gather(table, idx)
+            assert torch.equal(got, ref.gather(table, idx)), (dtype, levels)
+            h.update(got.view(torch.uint8).numpy().tobytes())
     print(h.hexdigest())
     """
 )

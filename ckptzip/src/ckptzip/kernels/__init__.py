@@ -80,11 +80,12 @@ The functions (flat 1-D inputs throughout):
     ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back
     (``groups``: ``bin_counts(prev)`` when the caller has it, which the decoder then does not
     count again; ``out``: a flat, writable uint8 array of ``prev``'s size to decode into,
-    which may be ``prev`` itself, else a new array is returned); decoding raises :class:`~ckptzip.errors.CorruptCheckpointError` on a
-    symbol ``>= bins``. On x86-64 with AVX-512 (BW and VBMI2) the compiled decoder applies a
-    rearranged delta of at most 32 bins 64 indices at a time, and ``bin_counts`` counts
-    indices below 16 64 at a time (``CKPTZIP_NO_AVX512=1`` makes them take the scalar loops
-    other processors run; both write the same bits).
+    which may be ``prev`` itself, else a new array is returned); decoding raises
+    :class:`~ckptzip.errors.CorruptCheckpointError` on a symbol ``>= bins``. On x86-64 with
+    AVX-512 (BW and VBMI2) the compiled decoder applies a rearranged delta of at most 32
+    bins 64 indices at a time, and ``bin_counts`` counts indices below 16 64 at a time
+    (``CKPTZIP_NO_AVX512=1`` makes them take the scalar loops other processors run; both
+    write the same bits).
 ``ans_encode(symbols, bounds, alphabet) -> (counts, words)``,
 ``ans_decode(words, bounds, counts, n) -> symbols``
     The ANS stage of :mod:`ckptzip.entropy` for contexts ``symbols[bounds[c]:bounds[c+1]]``;

@@ -126,8 +126,33 @@ CKZ_API int32_t ckz_ans_lanes_encode(const uint8_t *sym, int64_t n, const int64_
  * NULL); with base (size 4: float, 8: double), out[at + j] = base[at + j] + table[chunk[j]],
  * one IEEE addition in the tensor's dtype, which is what torch's `base + change` computes
  * (a residual's reconstruction; base may be out itself). */
+int32_t ckz_avx512_ok(void); /* _native.c */
+int64_t ckz_gather_fast(const uint8_t *idx, int64_t k, const void *table, int32_t size,
+                        const void *base, void *out); /* _native.c */
+
+static void put_any(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
+                    const void *base, void *out, int64_t at);
+
+/* put: the vector pass of _native.c where it applies (a 64-symbol block whose symbols address
+ * the table's first 16 entries), the loops below over what it leaves */
 static void put(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
                 const void *base, void *out, int64_t at) {
+    int64_t j = 0;
+    if (table != NULL)
+        while (j < k) {
+            j += ckz_gather_fast(chunk + j, k - j, table, size,
+                                 base == NULL ? NULL : (const uint8_t *)base + (at + j) * size,
+                                 (uint8_t *)out + (at + j) * size);
+            int64_t stop = j + 64 < k ? j + 64 : k;
+            if (stop > j) put_any(chunk + j, stop - j, table, size, base, out, at + j);
+            j = stop;
+            if (!ckz_avx512_ok()) break;
+        }
+    if (j < k) put_any(chunk + j, k - j, table, size, base, out, at + j);
+}
+
+static void put_any(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
+                    const void *base, void *out, int64_t at) {
     if (table == NULL) {
         memcpy((uint8_t *)out + at, chunk, (size_t)k);
     } else if (base != NULL && size == 4) {

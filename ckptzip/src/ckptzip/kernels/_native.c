@@ -367,21 +367,107 @@ CKZ_API void ckz_unpack(const uint8_t *data, int64_t n, int32_t bits, uint8_t *o
 }
 
 /* -- decoding: levels gathered straight into the output tensor's memory ------------------*/
-CKZ_API void ckz_gather(const uint8_t *idx, int64_t n, const void *table, int32_t size,
-                        void *out) {
+
+CKZ_API int32_t ckz_avx512_ok(void);
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* out[j] = table[idx[j]] (with base: base[j] + table[idx[j]], one IEEE addition in the
+ * entries' float type) for j < k, 64 indices at a time where all 64 address the first 16
+ * entries (2-byte entries: the first 32), by a permute of the table held in a register
+ * (vpermd, vpermi2pd, vpermw) instead of a load per element; a block with a larger index is
+ * left to the caller. Returns how many leading indices it wrote (a multiple of 64, or
+ * less where a block it could not take stopped it). */
+__attribute__((target("avx512f,avx512bw"))) static int64_t
+gather_avx512(const uint8_t *idx, int64_t k, const void *table, int32_t size, const void *base,
+              void *out) {
+    const __m512i high = _mm512_set1_epi8((char)(size == 2 ? 0xE0 : 0xF0));
+    int64_t j = 0;
+    if (size == 4) {
+        const __m512i t = _mm512_loadu_si512(table);
+        for (; j + 64 <= k; j += 64) {
+            if (_mm512_test_epi8_mask(_mm512_loadu_si512((const void *)(idx + j)), high)) break;
+            for (int q = 0; q < 64; q += 16) {
+                __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(idx + j + q)));
+                __m512i g = _mm512_permutexvar_epi32(x, t);
+                if (base)
+                    g = _mm512_castps_si512(_mm512_add_ps(
+                        _mm512_loadu_ps((const float *)base + j + q), _mm512_castsi512_ps(g)));
+                _mm512_storeu_si512((void *)((uint32_t *)out + j + q), g);
+            }
+        }
+    } else if (size == 8) {
+        const __m512i lo = _mm512_loadu_si512(table);
+        const __m512i hi = _mm512_loadu_si512((const void *)((const uint64_t *)table + 8));
+        for (; j + 64 <= k; j += 64) {
+            if (_mm512_test_epi8_mask(_mm512_loadu_si512((const void *)(idx + j)), high)) break;
+            for (int q = 0; q < 64; q += 8) {
+                __m512i x = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(idx + j + q)));
+                __m512i g = _mm512_permutex2var_epi64(lo, x, hi);
+                if (base)
+                    g = _mm512_castpd_si512(_mm512_add_pd(
+                        _mm512_loadu_pd((const double *)base + j + q), _mm512_castsi512_pd(g)));
+                _mm512_storeu_si512((void *)((uint64_t *)out + j + q), g);
+            }
+        }
+    } else if (size == 2 && base == NULL) {
+        const __m512i t = _mm512_loadu_si512(table);
+        for (; j + 64 <= k; j += 64) {
+            if (_mm512_test_epi8_mask(_mm512_loadu_si512((const void *)(idx + j)), high)) break;
+            for (int q = 0; q < 64; q += 32) {
+                __m512i x =
+                    _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(idx + j + q)));
+                _mm512_storeu_si512((void *)((uint16_t *)out + j + q),
+                                    _mm512_permutexvar_epi16(x, t));
+            }
+        }
+    }
+    return j;
+}
+#endif
+
+/* The leading indices of out[j] = table[idx[j]] (+ base[j]) the vector pass takes: see
+ * gather_avx512 (0 where the processor or CKPTZIP_NO_AVX512 rules it out). The table holds
+ * 256 entries of `size` bytes. Shared with _entropy.c's put. */
+int64_t ckz_gather_fast(const uint8_t *idx, int64_t k, const void *table, int32_t size,
+                        const void *base, void *out) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (ckz_avx512_ok()) return gather_avx512(idx, k, table, size, base, out);
+#endif
+    (void)idx, (void)k, (void)table, (void)size, (void)base, (void)out;
+    return 0;
+}
+
+/* out[j] = table[idx[j]] for j in [lo, hi), one element at a time. */
+static void gather_any(const uint8_t *idx, int64_t lo, int64_t hi, const void *table,
+                       int32_t size, void *out) {
     if (size == 2) {
         const uint16_t *t = (const uint16_t *)table;
         uint16_t *o = (uint16_t *)out;
-        for (int64_t i = 0; i < n; i++) o[i] = t[idx[i]];
+        for (int64_t i = lo; i < hi; i++) o[i] = t[idx[i]];
     } else if (size == 4) {
         const uint32_t *t = (const uint32_t *)table;
         uint32_t *o = (uint32_t *)out;
-        for (int64_t i = 0; i < n; i++) o[i] = t[idx[i]];
+        for (int64_t i = lo; i < hi; i++) o[i] = t[idx[i]];
     } else {
         const uint64_t *t = (const uint64_t *)table;
         uint64_t *o = (uint64_t *)out;
-        for (int64_t i = 0; i < n; i++) o[i] = t[idx[i]];
+        for (int64_t i = lo; i < hi; i++) o[i] = t[idx[i]];
     }
+}
+
+CKZ_API void ckz_gather(const uint8_t *idx, int64_t n, const void *table, int32_t size,
+                        void *out) {
+    int64_t done = 0;
+    if (ckz_avx512_ok())
+        while (done < n) { /* the vector pass; a block it leaves, one at a time; again */
+            done += ckz_gather_fast(idx + done, n - done, table, size, NULL,
+                                    (uint8_t *)out + done * size);
+            int64_t stop = done + 64 < n ? done + 64 : n;
+            gather_any(idx, done, stop, table, size, out);
+            done = stop;
+        }
+    gather_any(idx, done, n, table, size, out);
 }
 
 /* -- delta by parent bin: cyclic difference and its rearrangement in one pass -----------
