@@ -5,7 +5,8 @@ to a :class:`QuantizedTensor`, dequantized, then added to a new tensor; a bin-in
 group sizes counted twice; every intermediate a fresh object. The decoding the reader runs
 adds a residual's change as its indices leave the coder, over the walk's own intermediate,
 decodes a tensor a residual is added to straight into values, and hands the delta decoder
-the group sizes it counted already. Every step of every layout, with and without error
+the group sizes it counted already and, for an intermediate, the parent's indices to decode
+over. Every step of every layout, with and without error
 feedback, restores the same bits either way, in a fresh manager and in the saving one.
 """
 
@@ -31,9 +32,15 @@ def _plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     delta_decode = kernels.delta_decode
 
     def counting(
-        prev: np.ndarray, symbols: np.ndarray, bins: int, rearrange: bool, groups: Any = None
+        prev: np.ndarray,
+        symbols: np.ndarray,
+        bins: int,
+        rearrange: bool,
+        groups: Any = None,
+        out: Any = None,
     ) -> np.ndarray:
-        return delta_decode(prev, symbols, bins, rearrange)  # counts the groups itself
+        # counts the groups itself, and decodes into a new array, never over the parent's
+        return delta_decode(prev, symbols, bins, rearrange)
 
     monkeypatch.setattr(residual, "_fused", lambda *args: None)
     monkeypatch.setattr(api, "_residual_child", lambda entry: False)

@@ -361,6 +361,11 @@ def test_delta_by_parent_bin_matches(bins: int, n: int, rearrange: bool, seed: i
     counts = fast.bin_counts(prev)
     assert np.array_equal(fast.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
     assert np.array_equal(ref.delta_decode(prev, sym_fast, bins, rearrange, counts), now)
+    # decoded over the parent's own indices (a chain's intermediate), in place
+    for k in (fast, ref):
+        mine = prev.copy()
+        got = k.delta_decode(mine, sym_fast, bins, rearrange, counts, mine)
+        assert np.array_equal(got, now) and (n == 0 or np.shares_memory(got, mine))
 
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])
@@ -828,3 +833,67 @@ def test_residual_error_matches_the_reference(n: int) -> None:
         assert got == pytest.approx(want, rel=1e-12, abs=0.0) and got[0] > 0
     # another dtype goes to the reference
     assert fast.residual_error(x.double(), y.double()) == ref.residual_error(x.double(), y.double())
+
+
+_DELTA_DECODE = textwrap.dedent(
+    """
+    import hashlib
+    import numpy as np
+    from ckptzip.kernels import _fast as fast
+    h = hashlib.sha256()
+    rng = np.random.default_rng(5)
+    # sizes about a 64-index block, bins about the vector passes' 16 and 32, runs of equal
+    # parents (one stream ends exactly at the buffer's end, or just before it)
+    for n in (0, 1, 63, 64, 65, 127, 128, 1000, 4096, 70_001):
+        for bins in (1, 2, 15, 16, 17, 32, 33, 200):
+            prev = rng.integers(0, bins, n).astype(np.uint8)
+            if n > 10:
+                prev[: n // 3] = bins - 1
+            now = np.where(rng.random(n) < 0.7, prev, rng.integers(0, bins, n)).astype(np.uint8)
+            sym, _ = fast.delta_encode(prev, now, bins, True)
+            counts = fast.bin_counts(prev)
+            assert np.array_equal(counts, np.bincount(prev, minlength=256))
+            for known in (None, counts):
+                got = fast.delta_decode(prev, sym, bins, True, known)
+                assert np.array_equal(got, now), (n, bins)
+            h.update(counts.tobytes() + got.tobytes())
+            if n and bins < 256:  # a difference >= bins is refused by both loops
+                bad = sym.copy()
+                bad[-1] = bins
+                try:
+                    fast.delta_decode(prev, bad, bins, True, counts)
+                except Exception as exc:
+                    h.update(type(exc).__name__.encode())
+                else:
+                    raise AssertionError("a difference >= bins decoded")
+    # levels gathered into a tensor (16 levels: the vector pass; 40: blocks it leaves)
+    import torch
+    from ckptzip.kernels import _reference as ref
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for levels in (16, 40):
+            table = torch.randn(levels, generator=torch.Generator().manual_seed(levels)).to(dtype)
+            idx = rng.integers(0, 16, 10_001).astype(np.uint8)
+            idx[5000:5100] = rng.integers(0, levels, 100)
+            got = fast.gather(table, idx)
+            assert torch.equal(got, ref.gather(table, idx)), (dtype, levels)
+            h.update(got.view(torch.uint8).numpy().tobytes())
+    print(h.hexdigest())
+    """
+)
+
+
+@needs_fast
+def test_the_scalar_delta_decoding_writes_what_the_vector_one_writes() -> None:
+    # x86-64 with AVX-512 (BW, VBMI2) counts parent bins and applies a rearranged delta 64
+    # indices at a time; CKPTZIP_NO_AVX512 makes the same process take the scalar loops
+    runs = []
+    for no_avx512 in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "CKPTZIP_NO_AVX512"}
+        if no_avx512:
+            env["CKPTZIP_NO_AVX512"] = "1"
+        done = subprocess.run(
+            [sys.executable, "-c", _DELTA_DECODE], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        runs.append(done.stdout.strip())
+    assert runs[0] == runs[1]

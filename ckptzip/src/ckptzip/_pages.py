@@ -27,9 +27,10 @@ import os
 import sys
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
-__all__ = ["HUGE_PAGE", "MIN_BYTES", "empty"]
+__all__ = ["HUGE_PAGE", "MIN_BYTES", "copy", "empty"]
 
 HUGE_PAGE = 1 << 21
 """The transparent huge page size advised over (2 MiB on x86-64 and arm64 with 4 KiB base
@@ -76,3 +77,29 @@ def empty(n: int, dtype: torch.dtype) -> torch.Tensor:
         if hi > lo:
             advise(lo, hi - lo)  # a refusal (EINVAL where THP is compiled out) changes nothing
     return out
+
+
+_NUMPY_COPIES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy of the CPU tensor ``x`` in new memory (:func:`empty`), copied on the calling
+    thread by NumPy (as bytes): ``torch``'s ``copy_`` of a large tensor runs on an OpenMP
+    team, whose waiting threads spin for a core; on a loaded two-core machine copying the
+    --quick throughput chain's 19 weight tensors (30 MB) took 34 ms of CPU and 59 ms of wall
+    time that way, 10-19 ms and 13-26 ms this way.
+
+    Examples
+    --------
+    >>> x = torch.arange(6.0).reshape(2, 3)
+    >>> y = copy(x)
+    >>> torch.equal(x, y), y.data_ptr() != x.data_ptr()
+    (True, True)
+    """
+    out = empty(x.numel(), x.dtype)
+    src = x.detach().reshape(-1)
+    if x.dtype in _NUMPY_COPIES and src.is_contiguous() and src.numel():
+        np.copyto(out.view(torch.uint8).numpy(), src.view(torch.uint8).numpy())
+    else:
+        out.copy_(src)
+    return out.reshape(x.shape)

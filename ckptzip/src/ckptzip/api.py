@@ -1226,8 +1226,7 @@ def _lossy_values(
         if e.path in decoded and get_codec(e.codec).lossy:
             v = decoded[e.path].value()
             if isinstance(v, torch.Tensor):
-                copy = _pages.empty(v.numel(), v.dtype) if v.device.type == "cpu" else None
-                v = v.clone() if copy is None else copy.copy_(v.reshape(-1)).reshape(v.shape)
+                v = _pages.copy(v) if v.device.type == "cpu" else v.clone()
             out[e.path] = v
     return out
 

@@ -427,8 +427,18 @@ def encode_smallest(
     return best
 
 
-def decode_delta(meta: dict[str, Any], chunks: Sequence[bytes], prev: np.ndarray) -> np.ndarray:
+def decode_delta(
+    meta: dict[str, Any],
+    chunks: Sequence[bytes],
+    prev: np.ndarray,
+    *,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
     """Rebuild the current indices from a :class:`DeltaPayload`'s parts and the parent's indices.
+
+    ``out``: where to write them when it can take them (a flat, writable uint8 array of the
+    parent's size; it may be ``prev`` itself, which is then overwritten), else into a new
+    array.
 
     Raises
     ------
@@ -472,4 +482,4 @@ def decode_delta(meta: dict[str, Any], chunks: Sequence[bytes], prev: np.ndarray
     if symbols.size != n:
         raise CorruptCheckpointError(f"delta payload decoded to {symbols.size} symbols, not {n}")
     # a difference >= bins is refused by the decoder, in the pass that applies it
-    return kernels.delta_decode(p, symbols, bins, bool(rearrange), counts)
+    return kernels.delta_decode(p, symbols, bins, bool(rearrange), counts, out)

@@ -259,10 +259,11 @@ class DecodeContext:
         The file's other entries, decoded (given to a codec whose ``reads_siblings`` is
         true).
     reuse_parent:
-        The parent's tensors at this path (what ``parent.reconstruction(path)`` returns) are
-        the reader's own intermediates, used for nothing after this decode: a codec may write
-        its result over them (a ``"residual"`` entry adds its change in place). Codecs may
-        ignore it.
+        The parent's tensors at this path (what ``parent.reconstruction(path)`` and
+        ``parent.quantized(path)`` return) are the reader's own intermediates, used for
+        nothing after this decode: a codec may write its result over them (a ``"residual"``
+        entry adds its change in place, a ``"delta"`` entry decodes its indices over the
+        parent's). Codecs may ignore it.
     """
 
     path: str

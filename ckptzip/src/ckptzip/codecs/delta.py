@@ -208,7 +208,11 @@ class DeltaCodec(Codec):
                 f"quantized tensor of shape {list(ctx.shape)} at this path: it is not this "
                 "delta's parent"
             )
-        indices = decode_delta(meta_get(meta, "delta", dict), chunks[1 : 1 + k], prev.indices)
+        # the parent's indices are this walk's own intermediate: overwritten in place (each
+        # position is read before it is written), no new array per link of a chain
+        into = prev.indices if ctx.reuse_parent else None
+        delta = meta_get(meta, "delta", dict)
+        indices = decode_delta(delta, chunks[1 : 1 + k], prev.indices, out=into)
         side_meta = {f: meta.get(f) for f in _SIDE_FIELDS}
         side = SideParts(side_meta, chunks[0], chunks[1 + k], chunks[2 + k])
         return Decoded(quantized=decode_side(side, indices, ctx))

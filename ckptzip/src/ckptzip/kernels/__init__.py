@@ -76,11 +76,16 @@ The functions (flat 1-D inputs throughout):
     tensor of ``out``'s size and dtype, which may be ``out`` itself) ``out[i] = base[i] +
     table[index i]``, one addition in the dtype (a residual's reconstruction, in one pass).
 ``delta_encode(prev, now, bins, rearrange) -> (symbols, groups)``,
-``delta_decode(prev, symbols, bins, rearrange, groups=None) -> now``
+``delta_decode(prev, symbols, bins, rearrange, groups=None, out=None) -> now``
     ``(prev − now) mod bins``, grouped stably by ``prev`` when ``rearrange``, and back
     (``groups``: ``bin_counts(prev)`` when the caller has it, which the decoder then does not
-    count again); decoding raises :class:`~ckptzip.errors.CorruptCheckpointError` on a
-    symbol ``>= bins``.
+    count again; ``out``: a flat, writable uint8 array of ``prev``'s size to decode into,
+    which may be ``prev`` itself, else a new array is returned); decoding raises
+    :class:`~ckptzip.errors.CorruptCheckpointError` on a symbol ``>= bins``. On x86-64 with
+    AVX-512 (BW and VBMI2) the compiled decoder applies a rearranged delta of at most 32
+    bins 64 indices at a time, and ``bin_counts`` counts indices below 16 64 at a time
+    (``CKPTZIP_NO_AVX512=1`` makes them take the scalar loops other processors run; both
+    write the same bits).
 ``ans_encode(symbols, bounds, alphabet) -> (counts, words)``,
 ``ans_decode(words, bounds, counts, n) -> symbols``
     The ANS stage of :mod:`ckptzip.entropy` for contexts ``symbols[bounds[c]:bounds[c+1]]``;

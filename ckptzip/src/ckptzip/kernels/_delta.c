@@ -106,12 +106,17 @@ CKZ_API int32_t ckz_rle_join(const uint8_t *tokens, int64_t n_tokens, const uint
                              const int64_t *bounds, int32_t groups, const int64_t *nonzero,
                              const uint8_t *base, uint8_t *out) {
     int64_t t = 0, v = 0, pos = 0;
+    /* A short run is written as 16 copies of its symbol, the bytes past it written again
+     * by what follows (the groups fill out in order, every byte of [0, end) once at least) */
+    const int64_t end = groups > 0 ? bounds[groups] : 0;
+    uint8_t pattern[16];
     for (int32_t g = 0; g < groups; g++) {
         int64_t lo = bounds[g], hi = bounds[g + 1], at = lo;
         if (hi <= lo) {
             if (nonzero[g]) return 1;
             continue;
         }
+        memset(pattern, base[g], sizeof pattern);
         if (nonzero[g] < 0 || nonzero[g] > hi - lo) return 1;
         for (int64_t j = 0; j <= nonzero[g]; j++) {
             if (t >= n_tokens) return 1;
@@ -126,7 +131,10 @@ CKZ_API int32_t ckz_rle_join(const uint8_t *tokens, int64_t n_tokens, const uint
                 r |= (uint64_t)1 << (b - 1);
             }
             if (r > (uint64_t)(hi - at)) return 1;
-            memset(out + at, base[g], (size_t)r);
+            if (r <= 16 && at + 16 <= end) /* most runs: one store, over what comes next */
+                memcpy(out + at, pattern, 16);
+            else
+                memset(out + at, base[g], (size_t)r);
             at += (int64_t)r;
             if (j < nonzero[g]) {
                 if (at >= hi || v >= n_values || values[v] == base[g]) return 1;
@@ -138,11 +146,41 @@ CKZ_API int32_t ckz_rle_join(const uint8_t *tokens, int64_t n_tokens, const uint
     return (t == n_tokens && v == n_values && pos == extra_bits) ? 0 : 1;
 }
 
+CKZ_API int32_t ckz_avx512_ok(void); /* _native.c */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* The counts of indices below 16 (a 16-level codebook, the default) 64 at a time: one
+ * compare and a popcount per level; a block holding an index >= 16 is counted by the
+ * scalar loop into `c`. Returns where it stopped (a multiple of 64). 0.15 ns an index
+ * against the four tables' 0.34 on the parents of the --quick throughput chain's deltas. */
+__attribute__((target("avx512f,avx512bw,bmi2,popcnt"))) static int64_t
+bin_counts_avx512(const uint8_t *prev, int64_t n, int64_t *c) {
+    int64_t low[16] = {0};
+    const __m512i high = _mm512_set1_epi8((char)0xF0);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i p = _mm512_loadu_si512((const void *)(prev + i));
+        if (_mm512_test_epi8_mask(p, high)) {
+            for (int j = 0; j < 64; j++) c[prev[i + j]]++;
+            continue;
+        }
+        for (int b = 0; b < 16; b++)
+            low[b] += (int64_t)_mm_popcnt_u64(_mm512_cmpeq_epi8_mask(p, _mm512_set1_epi8((char)b)));
+    }
+    for (int b = 0; b < 16; b++) c[b] += low[b];
+    return i;
+}
+#endif
+
 /* groups[b] = #{i : prev[i] == b} for b < 256 (the rearranged stream's group sizes). */
 CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups) {
     int64_t c[4][256];
     memset(c, 0, sizeof c);
     int64_t i = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (ckz_avx512_ok()) i = bin_counts_avx512(prev, n, c[0]);
+#endif
     for (; i + 4 <= n; i += 4) { /* four tables: no store-to-load stall on equal bytes */
         c[0][prev[i]]++;
         c[1][prev[i + 1]]++;

@@ -28,7 +28,6 @@
 
 #define PRECISION ANS_PRECISION
 #define TOTAL ANS_TOTAL
-#define SLOT_BITS 12
 #define MAX_LANES 64
 #define CHUNK 4096 /* symbols decoded into a cache-resident buffer, then gathered */
 
@@ -127,8 +126,33 @@ CKZ_API int32_t ckz_ans_lanes_encode(const uint8_t *sym, int64_t n, const int64_
  * NULL); with base (size 4: float, 8: double), out[at + j] = base[at + j] + table[chunk[j]],
  * one IEEE addition in the tensor's dtype, which is what torch's `base + change` computes
  * (a residual's reconstruction; base may be out itself). */
+int32_t ckz_avx512_ok(void); /* _native.c */
+int64_t ckz_gather_fast(const uint8_t *idx, int64_t k, const void *table, int32_t size,
+                        const void *base, void *out); /* _native.c */
+
+static void put_any(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
+                    const void *base, void *out, int64_t at);
+
+/* put: the vector pass of _native.c where it applies (a 64-symbol block whose symbols address
+ * the table's first 16 entries), the loops below over what it leaves */
 static void put(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
                 const void *base, void *out, int64_t at) {
+    int64_t j = 0;
+    if (table != NULL)
+        while (j < k) {
+            j += ckz_gather_fast(chunk + j, k - j, table, size,
+                                 base == NULL ? NULL : (const uint8_t *)base + (at + j) * size,
+                                 (uint8_t *)out + (at + j) * size);
+            int64_t stop = j + 64 < k ? j + 64 : k;
+            if (stop > j) put_any(chunk + j, stop - j, table, size, base, out, at + j);
+            j = stop;
+            if (!ckz_avx512_ok()) break;
+        }
+    if (j < k) put_any(chunk + j, k - j, table, size, base, out, at + j);
+}
+
+static void put_any(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
+                    const void *base, void *out, int64_t at) {
     if (table == NULL) {
         memcpy((uint8_t *)out + at, chunk, (size_t)k);
     } else if (base != NULL && size == 4) {
@@ -167,11 +191,9 @@ static void fill(int32_t s, int64_t k, const void *table, int32_t size, const vo
 /* One decoding step of lane state `s` (its words below `t`, down to `floor`). */
 #define STEP(s, t, floor, dst)                                                              \
     do {                                                                                    \
-        uint32_t q_ = (uint32_t)((s) & (TOTAL - 1));                                        \
-        uint32_t y_ = slot[q_ >> (PRECISION - SLOT_BITS)];                                  \
-        while (left[y_ + 1] <= q_) y_++;                                                    \
-        (s) = ((s) >> PRECISION) * (uint64_t)(left[y_ + 1] - left[y_]) +                    \
-              (uint64_t)(q_ - left[y_]);                                                    \
+        uint32_t q_ = (uint32_t)((s) & (TOTAL - 1)), y_, start_, width_;                    \
+        ANS_LOOKUP(dtab, left, q_, y_, start_, width_);                                     \
+        (s) = ((s) >> PRECISION) * (uint64_t)width_ + (uint64_t)(q_ - start_);              \
         if ((s) < ((uint64_t)1 << 32) && (t) > (floor)) (s) = ((s) << 32) | words[--(t)]; \
         (dst) = (uint8_t)y_;                                                                \
     } while (0)
@@ -188,7 +210,7 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
                                      const void *table, int32_t size, const void *base,
                                      void *out) {
     uint32_t left[257];
-    uint8_t slot[1 << SLOT_BITS];
+    uint64_t dtab[1 << ANS_DSLOT_BITS];
     uint8_t chunk[CHUNK];
     uint64_t st[MAX_LANES];
     int64_t top[MAX_LANES], floor[MAX_LANES];
@@ -218,12 +240,7 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
                 continue;
             }
             ckz_ans_model(row, alphabet, left);
-            int32_t y = 0;
-            for (uint32_t k = 0; k < (1u << SLOT_BITS); k++) {
-                uint32_t q = k << (PRECISION - SLOT_BITS);
-                while (left[y + 1] <= q) y++;
-                slot[k] = (uint8_t)y;
-            }
+            ckz_ans_dtable(left, dtab);
             while (i < run_hi) {
                 int64_t stop = run_hi - i < CHUNK ? run_hi : i + CHUNK;
                 int64_t at = i;

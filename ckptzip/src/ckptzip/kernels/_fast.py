@@ -341,9 +341,10 @@ def delta_decode(
     bins: int,
     rearrange: bool,
     groups: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     p, s = _contig(prev, np.uint8), _contig(symbols, np.uint8)
-    out = np.empty(p.size, dtype=np.uint8)
+    out = _output(out, p.size)
     known = None
     if rearrange and groups is not None:
         known = _contig(groups, np.int64)
@@ -356,6 +357,19 @@ def delta_decode(
     if bad:
         raise CorruptCheckpointError(f"delta payload holds a difference >= bins={bins}")
     return out
+
+
+def _output(out: np.ndarray | None, n: int) -> np.ndarray:
+    """``out`` where it can take ``n`` indices in place (``prev`` itself may be it: each
+    position is read before it is written), else a new array."""
+    ok = (
+        out is not None
+        and out.dtype == np.uint8
+        and out.size == n
+        and out.flags.c_contiguous
+        and out.flags.writeable
+    )
+    return out.reshape(-1) if ok else np.empty(n, dtype=np.uint8)  # type: ignore[union-attr]
 
 
 def ans_encode(

@@ -515,6 +515,7 @@ def delta_decode(
     bins: int,
     rearrange: bool,
     groups: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     del groups  # the fast kernel's shortcut (prev's bin counts); the sort finds the groups
     if symbols.size and int(symbols.max()) >= bins:
@@ -524,7 +525,11 @@ def delta_decode(
         diff[np.argsort(prev, kind="stable")] = symbols
     else:
         diff = symbols
-    return ((prev.astype(np.int16) - diff.astype(np.int16)) % bins).astype(np.uint8)
+    now = ((prev.astype(np.int16) - diff.astype(np.int16)) % bins).astype(np.uint8)
+    if out is None or out.dtype != np.uint8 or out.size != now.size or not out.flags.writeable:
+        return now
+    out.reshape(-1)[:] = now.reshape(-1)
+    return out.reshape(-1)
 
 
 # -- ANS (constriction) ---------------------------------------------------------------------------
