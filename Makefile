@@ -13,10 +13,10 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# setup.py and every C source of the kernels: a changed kernel is rebuilt by the editable install.
+# setup.py and every C source and header of the kernels: a changed kernel is rebuilt by the editable install.
 # PYTHON's version is checked first: with Python 3.9 pip only said "Cannot install torch==2.13.0
 # because these package versions have conflicting dependencies", after making a 3.9 .venv.
-$(STAMP): ckptzip/pyproject.toml ckptzip/setup.py $(wildcard ckptzip/src/ckptzip/kernels/*.c) \
+$(STAMP): ckptzip/pyproject.toml ckptzip/setup.py $(wildcard ckptzip/src/ckptzip/kernels/*.c) $(wildcard ckptzip/src/ckptzip/kernels/*.h) \
 		rlcheck/pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
 	  echo "make: PYTHON=$(PYTHON) is not Python 3.10 or newer ($$($(PYTHON) --version 2>&1));" \
