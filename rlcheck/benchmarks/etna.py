@@ -136,6 +136,12 @@ _variant("rlcheck-ps4", probe_spread=4)
 # the unaffordable tail's share interleaved from the first learned case (before
 # tail_interleave_late; "rlcheck-warm-il0" warm)
 _variant("rlcheck-il0", tail_interleave_late=False)
+# the learning rule's step-size floor (step_floor: a recency-weighted mean past 1 / step
+# visits; 0: the plain running mean), and count-based exploration bonuses (count_bonus)
+for _sf in (0, 5, 10, 25, 50):
+    _variant(f"rlcheck-sf{_sf}", step_floor=_sf / 100)
+for _cb in (2, 5, 20):
+    _variant(f"rlcheck-cb{_cb}", count_bonus=float(_cb))
 
 
 class _Stop(BaseException):

@@ -122,15 +122,15 @@ def record(
 
 def record_warm(name: str, backend: str, budget: int, seconds: float, run_seed: int) -> list[Any]:
     """:func:`record` of a warm backend (``rlcheck-warm<x>``): ``rlcheck<x>`` on a copy of
-    the database in which ``rlcheck`` learned on the unmutated library in an earlier run of
+    the database in which ``rlcheck<x>`` learned on the unmutated library in an earlier run of
     the same seed (as ``etna.py``'s warm start)."""
     with tempfile.TemporaryDirectory(prefix="etna-replay-warm-") as tmp:
         trained, database = Path(tmp) / "trained", Path(tmp) / "db"
         # here, not etna.run_once: the database key is the recording test function's
-        record(name, "rlcheck", budget, 600.0, run_seed, trained)
+        base = "rlcheck" + backend[len(etna.WARM) :]
+        record(name, base, budget, 600.0, run_seed, trained)
         trained.mkdir(exist_ok=True)  # a run that stepped aside saved nothing
         shutil.copytree(trained, database)
-        base = "rlcheck" + backend[len(etna.WARM) :]
         return record(name, base, budget, seconds, run_seed, database)
 
 

@@ -294,3 +294,40 @@ def test_a_load_marks_the_incoming_rows_and_copies_only_merged_ones() -> None:
     policy.learn([("p", 0, 0)], 10.0)
     assert mark.rows["p"][0] == [1.0, 1.0]
     assert policy.tables_since(mark) == [("p", [(0, [10.0, 1.0])])]
+
+
+def _visits_until_below_zero(step: float) -> int:
+    """Visits of a choice credited +20 once (a new input), then -1 each time (every
+    extension invalid), until its value falls below an untried choice's 0."""
+    p = Policy(seed=0)
+    row = p.table("point").row("s")
+    row.extend([0.0, 0.0])  # action 0's Q and count, at 3 and 4 (as a chooser grows it)
+    p.learn_rows([(row, 3)], 20.0, step=step)
+    visits = 1
+    while p.table("point").value("s", 0)[0] >= 0.0:
+        p.learn_rows([(row, 3)], -1.0, step=step)
+        visits += 1
+    return visits
+
+
+def test_a_step_floor_forgets_a_reward_that_stopped_coming() -> None:
+    # the plain running mean keeps the +20 above 0 for 20 visits; a floor of 1/2 for 5
+    assert _visits_until_below_zero(0.0) == 21
+    assert _visits_until_below_zero(0.25) == 10
+    assert _visits_until_below_zero(0.5) == 6
+
+
+def test_a_step_floor_is_the_running_mean_over_its_first_visits() -> None:
+    plain, floored = Policy(seed=0), Policy(seed=0)
+    rows = [plain.table("p").row("s"), floored.table("p").row("s")]
+    for row in rows:
+        row.extend([0.0, 0.0])
+    for r in (20.0, 0.0, -1.0, 20.0):  # 4 visits: 1/N >= 1/4 throughout
+        plain.learn_rows([(rows[0], 3)], r)
+        floored.learn_rows([(rows[1], 3)], r, step=0.25)
+    assert plain.table("p").value("s", 0) == floored.table("p").value("s", 0)
+    plain.learn_rows([(rows[0], 3)], -1.0)
+    floored.learn_rows([(rows[1], 3)], -1.0, step=0.25)
+    q = (20.0 + 0.0 - 1.0 + 20.0) / 4
+    assert plain.table("p").value("s", 0) == (pytest.approx(q + (-1.0 - q) / 5), 5)
+    assert floored.table("p").value("s", 0) == (pytest.approx(q + (-1.0 - q) / 4), 5)

@@ -195,6 +195,25 @@ def _credit_all(visits: Iterable[Visit], ret: float) -> None:
             row[2] = q
 
 
+def _credit_recent(visits: Iterable[Visit], ret: float, step: float) -> None:
+    """:func:`_credit_all` with a floor on the step size: Q <- Q + (G - Q) * max(1 / N,
+    ``step``), a running mean over the first ``1 / step`` visits, then a recency-weighted
+    one (each return's weight decays by ``1 - step`` a visit). The reward of a choice
+    falls once its inputs have been made (a new input pays once); a plain running mean
+    keeps an early +20 for ever (a choice whose every extension is then invalid stays
+    above the unvisited ones' 0 for about 20 visits), a recency-weighted one forgets it
+    within a few."""
+    for row, at in visits:
+        count = at + 1
+        n = row[count] + 1.0
+        row[count] = n
+        q = row[at]
+        q += (ret - q) * max(1.0 / n, step)
+        row[at] = q
+        if q > row[2] and at != row[1]:
+            row[2] = q
+
+
 def _credit_bonus(visits: Iterable[Visit], ret: float, bonus: float) -> None:
     """:func:`_credit_all` with a count-based exploration bonus: each visit is credited
     ``ret + bonus / sqrt(N)``, N its state-action pair's visit count including this one,
@@ -768,7 +787,9 @@ class Policy:
             visits.append((row, _slot(row, action)))
         return action
 
-    def learn_rows(self, visits: Iterable[Visit], reward: float, *, bonus: float = 0.0) -> None:
+    def learn_rows(
+        self, visits: Iterable[Visit], reward: float, *, bonus: float = 0.0, step: float = 0.0
+    ) -> None:
         """Credit ``reward`` to every visit recorded by :meth:`window_driver` or
         :meth:`choose_row`; with ``bonus`` > 0, each visit gets ``reward + bonus /
         sqrt(N)`` instead, N its state-action pair's visit count including this one
@@ -784,6 +805,8 @@ class Policy:
         """
         if bonus:
             _credit_bonus(visits, reward, bonus)
+        elif step:
+            _credit_recent(visits, reward, step)
         else:
             _credit_all(visits, reward)
 

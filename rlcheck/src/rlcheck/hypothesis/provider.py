@@ -452,6 +452,12 @@ class RLCheckProvider(PrimitiveProvider):
     #: ``NoveltyRLGuide`` uses 1.0). Off by default (``compare.py``'s
     #: ``rl-hypothesis-novelty`` row turns it on).
     count_bonus: ClassVar[float] = 0.0
+    #: Floor on the learning rule's step size (``Policy.learn_rows``'s ``step``): a
+    #: choice's value is the running mean of its returns over its first ``1 / step``
+    #: visits, then a recency-weighted mean. A new input pays once: with a plain running
+    #: mean a choice that led to one new valid input and then only to invalid ones keeps
+    #: a value above an untried choice's 0 for about 20 visits. 0: the plain running mean.
+    step_floor: ClassVar[float] = 0.0
     #: Cases a run makes before judging whether guidance can pay here
     #: (:meth:`_guidance_pays`); 0: never step aside. Their valid rate is saved with
     #: the policy: a run that loads a policy holding it for as many cases runs no probe
@@ -1076,7 +1082,10 @@ class RLCheckProvider(PrimitiveProvider):
             if self._tracing and new and outcome == "valid":
                 self._pool.add(*self._trace)
             self._policy.learn_rows(
-                self._visits, Ledger.reward(outcome, new), bonus=type(self).count_bonus
+                self._visits,
+                Ledger.reward(outcome, new),
+                bonus=type(self).count_bonus,
+                step=type(self).step_floor,
             )
             self._record()
             persistence = self._persistence
