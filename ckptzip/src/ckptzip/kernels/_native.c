@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 8 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 9 /* also covers _entropy.c's and _delta.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -44,47 +44,106 @@ static inline float bits_to_float(uint32_t b) {
     return f;
 }
 
+/* The offsets' lookup: lut[prefix of |x|] = #{T < the smallest float with that prefix}, pad
+ * = T then +inf; one_step when at most one threshold lies in any slice (one branch-free step
+ * finishes every offset). lut is NULL where it cannot be made (then a plain search). */
+typedef struct {
+    const float *t;
+    int32_t cap;
+    uint16_t *lut;
+    float *pad;
+    int one_step;
+} ckz_offsets;
+
+static void ckz_offsets_open(ckz_offsets *o, const float *t, int32_t cap) {
+    o->t = t;
+    o->cap = cap;
+    o->lut = cap < 65536 ? (uint16_t *)malloc(sizeof(uint16_t) * PREFIXES) : NULL;
+    o->pad = (float *)malloc(sizeof(float) * ((size_t)cap + 1));
+    o->one_step = 1;
+    if (o->lut == NULL || o->pad == NULL) {
+        free(o->lut);
+        free(o->pad);
+        o->lut = NULL;
+        o->pad = NULL;
+        return;
+    }
+    memcpy(o->pad, t, sizeof(float) * (size_t)cap);
+    o->pad[cap] = bits_to_float(0x7f800000u);
+    int32_t j = 0, last = 0;
+    for (uint32_t p = 0; p < PREFIXES; p++) {
+        float lowest = bits_to_float(p << PREFIX_SHIFT);
+        while (j < cap && t[j] < lowest) j++;
+        o->lut[p] = (uint16_t)j;
+        if (j - last > 1) o->one_step = 0;
+        last = j;
+    }
+    /* the top slice holds what lies above its lowest value */
+    if (cap - last > 1) o->one_step = 0;
+}
+
+static void ckz_offsets_close(ckz_offsets *o) {
+    free(o->pad);
+    free(o->lut);
+}
+
+/* The bucket code of the value with bits b. */
+static inline int32_t ckz_code(const ckz_offsets *o, uint32_t b) {
+    uint32_t mag = b & 0x7fffffffu;
+    float ax = bits_to_float(mag);
+    int32_t m;
+    if (o->lut != NULL) {
+        m = (int32_t)o->lut[mag >> PREFIX_SHIFT];
+        m += o->pad[m] < ax;
+        if (!o->one_step)
+            while (o->pad[m] < ax) m++;
+    } else {
+        m = 0;
+        while (m < o->cap && o->t[m] < ax) m++;
+    }
+    m += (m == 0) & (mag != 0);
+    return (b >> 31) ? o->cap - m : o->cap + m;
+}
+
 CKZ_API void ckz_sketch_codes(const float *x, int64_t n, const float *t, int32_t cap,
                               int32_t *codes, int64_t *counts) {
-    uint16_t *lut = cap < 65536 ? (uint16_t *)malloc(sizeof(uint16_t) * PREFIXES) : NULL;
-    float *pad = (float *)malloc(sizeof(float) * ((size_t)cap + 1)); /* t, then +inf */
-    int one_step = 1; /* at most one threshold in any slice: one branch-free step is exact */
-    if (lut != NULL && pad != NULL) {
-        memcpy(pad, t, sizeof(float) * (size_t)cap);
-        pad[cap] = bits_to_float(0x7f800000u);
-        int32_t j = 0, last = 0;
-        for (uint32_t p = 0; p < PREFIXES; p++) {
-            float lowest = bits_to_float(p << PREFIX_SHIFT);
-            while (j < cap && t[j] < lowest) j++;
-            lut[p] = (uint16_t)j;
-            if (j - last > 1) one_step = 0;
-            last = j;
-        }
-        /* the top slice holds what lies above its lowest value */
-        if (cap - last > 1) one_step = 0;
-    }
+    ckz_offsets o;
+    ckz_offsets_open(&o, t, cap);
     for (int64_t i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, &x[i], sizeof b);
-        uint32_t mag = b & 0x7fffffffu;
-        float ax = bits_to_float(mag);
-        int32_t m;
-        if (lut != NULL && pad != NULL) {
-            m = (int32_t)lut[mag >> PREFIX_SHIFT];
-            m += pad[m] < ax;
-            if (!one_step)
-                while (pad[m] < ax) m++;
-        } else {
-            m = 0;
-            while (m < cap && t[m] < ax) m++;
-        }
-        m += (m == 0) & (mag != 0);
-        int32_t c = (b >> 31) ? cap - m : cap + m;
+        int32_t c = ckz_code(&o, b);
         codes[i] = c;
         counts[c]++;
     }
-    free(pad);
-    free(lut);
+    ckz_offsets_close(&o);
+}
+
+/* -- the level fit's weights: Adam's step, summed per bucket ------------------------------
+ *
+ * sums[code of x[i]] += w(v[i]) over the entries neither protected (|x| > pt, or |x| == pt
+ * at i <= pp) nor pruned (|x| < qt, or |x| == qt at i <= qp), in position order (the order of
+ * torch.bincount, so the same sums), with w(v) the reference's torch ops: in double,
+ * max(v, 0) (NaN stays NaN), sqrt, + eps, squared, reciprocal, rounded to float, and a NaN or
+ * infinite weight counted as 0. */
+CKZ_API void ckz_fit_sums(const float *x, const float *v, int64_t n, double eps, const float *t,
+                          int32_t cap, float pt, int64_t pp, float qt, int64_t qp,
+                          double *sums) {
+    ckz_offsets o;
+    ckz_offsets_open(&o, t, cap);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        float a = bits_to_float(b & 0x7fffffffu);
+        if (a > pt || (a == pt && i <= pp) || a < qt || (a == qt && i <= qp)) continue;
+        double d = (double)v[i];
+        d = d < 0.0 ? 0.0 : d;
+        d = sqrt(d) + eps;
+        float w = (float)(1.0 / (d * d));
+        if (!(w <= 3.4028234663852886e38f)) continue; /* NaN or inf: weighs 0 */
+        sums[ckz_code(&o, b)] += (double)w;
+    }
+    ckz_offsets_close(&o);
 }
 
 /* -- the protect/prune selection: |code - cap|, and the positions of ranks in [lo, hi] ---*/
