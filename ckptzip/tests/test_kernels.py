@@ -205,15 +205,18 @@ def _second_moments(g: torch.Generator, n: int) -> torch.Tensor:
     st.integers(-900, 40),
     st.booleans(),
     st.booleans(),
+    st.sampled_from([0.01, 0.001]),  # 0.001: several thresholds in one table slice
 )
 @settings(max_examples=100, deadline=None)
-def test_fit_sums_match(seed: int, cap: int, key_min: int, protect: bool, prune: bool) -> None:
+def test_fit_sums_match(
+    seed: int, cap: int, key_min: int, protect: bool, prune: bool, alpha: float
+) -> None:
     assert fast is not None
     g = torch.Generator().manual_seed(seed)
     n = int(torch.randint(1, 5000, (1,), generator=g))
     x = torch.randn(n, generator=g) * 0.02
     x[:: 1 + seed % 7] = 0.0
-    t = _thresholds(key_min, cap)
+    t = _thresholds(key_min, cap, alpha)
     edges = t[torch.randint(0, cap, (20,), generator=g)]
     x = torch.cat([x, edges, -torch.nextafter(edges, torch.tensor(math.inf))])
     n = x.numel()

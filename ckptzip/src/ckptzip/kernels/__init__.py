@@ -41,13 +41,15 @@ The functions (flat 1-D inputs throughout):
     AVX2 the compiled pass takes eight values at a time (``CKPTZIP_NO_AVX2=1`` makes it take
     the scalar loop other processors run; both write the same bits).
 ``fit_sums(work, second, eps, thresholds, cap, protect, prune) -> sums``
-    The level fit's weight of every bucket code (as :func:`sketch_codes` gives them, float64,
-    ``2·cap + 1``): the sum, in position order, of Adam's step weights
+    The level fit's weight of every bucket code of the finite values ``work`` (as
+    :func:`sketch_codes` gives them; float64, ``2·cap + 1``): the sum, in position order, of
+    Adam's step weights
     ``step_weights(second, eps)`` (a NaN or inf weight counted as 0) of the values neither
     protected (``|x| > t``, or ``|x| == t`` at a position ``<= p``: ``protect = (t, p)``) nor
     pruned (``|x| < t``, or ``|x| == t`` at a position ``<= p``: ``prune = (t, p)``); one
     pass, with no weight tensor made. The order is ``torch.bincount``'s, so the sums are the
-    same bits.
+    same bits. On x86-64 with AVX2 the compiled pass takes eight values at a time
+    (``CKPTZIP_NO_AVX2=1``: the scalar loop; both write the same bits).
 ``step_weights(second, eps) -> weights``
     ``1/(sqrt(max(v, 0)) + eps)²`` of every entry ``v`` of ``second`` (an Adam second
     moment), computed in float64 and rounded to float32: the level-fit weights that make a
