@@ -3,6 +3,7 @@ feedback's moment policy (``plan.FEEDBACK_MOMENTS``)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,15 @@ from torch import nn
 
 import ckptzip
 from ckptzip import CheckpointManager, CompressionConfig, MomentPolicy, QuantConfig
+from ckptzip._types import QuantizedTensor, StepWeights
 from ckptzip.errors import ConfigError
-from ckptzip.plan import FEEDBACK_MOMENTS, fit_weights, second_moment_path, zero_fraction
+from ckptzip.plan import (
+    FEEDBACK_MOMENTS,
+    fit_weights,
+    second_moment_path,
+    step_weights,
+    zero_fraction,
+)
 from ckptzip.quantize import dequantize, quantize
 
 M_PATH, V_PATH = "optimizer/state/0/exp_avg", "optimizer/state/0/exp_avg_sq"
@@ -66,6 +74,58 @@ def test_fit_weights_pick_the_second_moment_next_to_an_adam_first_moment() -> No
     assert fit_weights("optimizer/state/0/momentum_buffer", cfg, leaves) is None  # SGD
     assert fit_weights("optimizer/state/2/exp_avg", cfg, leaves) is None  # no v at hand
     assert second_moment_path("exp_avg") == ["max_exp_avg_sq", "exp_avg_sq"]
+
+
+def _same(a: QuantizedTensor, b: QuantizedTensor) -> bool:
+    return (
+        a.levels.tobytes() == b.levels.tobytes()
+        and a.indices.tobytes() == b.indices.tobytes()
+        and a.protected_positions.tobytes() == b.protected_positions.tobytes()
+        and torch.allclose(a.protected_values, b.protected_values, 0.0, 0.0, equal_nan=True)
+        and a.rel_error == b.rel_error
+    )
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        QuantConfig(bins=8, fit="update"),
+        QuantConfig(bins=4, protect=0.001, fit="update"),
+        QuantConfig(bins=8, prune=0.3, protect=0.0005, fit="update"),
+        QuantConfig(bins=16, prune=0.9, fit="update"),
+        QuantConfig(bins=16, protect=0.001, fit="update", rounding="stochastic"),
+        QuantConfig(bins=256, prune=0.05, fit="update"),
+    ],
+)
+@pytest.mark.parametrize("case", ["float32", "ties", "bfloat16", "float64", "nan", "odd v"])
+def test_step_weights_give_the_levels_their_tensor_gives(cfg: QuantConfig, case: str) -> None:
+    # the sketched path sums the weights in its own pass (kernels.fit_sums); the weight
+    # tensor takes the ranking path: the same quantization, bit for bit
+    m, v = _moments(30_000, seed=2)
+    m[::9] = 0.0
+    if case == "ties":  # many equal magnitudes: the cuts fall inside runs of ties
+        m = (m * 1e4).round() / 1e4
+    elif case == "bfloat16":
+        m = m.bfloat16()
+    elif case == "float64":  # not the sketched path's: the tensor after all
+        m, v = m.double(), v.double()
+    elif case == "nan":
+        m[[5, 700]] = torch.tensor([math.nan, math.inf])
+    elif case == "odd v":
+        v[[1, 2, 3, 4, 5]] = torch.tensor([0.0, -1.0, math.nan, math.inf, 1e-45])
+    sw = step_weights(M_PATH, cfg, {V_PATH: v})
+    w = fit_weights(M_PATH, cfg, {V_PATH: v})
+    assert isinstance(sw, StepWeights) and w is not None
+    assert _same(quantize(m, cfg, fit_weights=sw), quantize(m, cfg, fit_weights=w))
+    # a float64 second moment as well
+    sw64 = StepWeights(v.double(), sw.eps)
+    assert _same(quantize(m, cfg, fit_weights=sw64), quantize(m, cfg, fit_weights=w))
+
+
+def test_step_weights_of_the_wrong_shape_are_refused() -> None:
+    m, v = _moments(100)
+    with pytest.raises(ConfigError, match="fit_weights of shape"):
+        quantize(m, QuantConfig(fit="update"), fit_weights=StepWeights(v[:50], 1e-8))
 
 
 def test_configs_validate_and_round_trip_with_older_json_unchanged() -> None:

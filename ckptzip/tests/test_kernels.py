@@ -188,6 +188,76 @@ def test_members_match(seed: int, n: int, k: int) -> None:
         assert torch.equal(r, f)
 
 
+def _second_moments(g: torch.Generator, n: int) -> torch.Tensor:
+    """Adam-like ``v`` over many decades, with the entries a weight must survive: zeros of
+    both signs, negatives, subnormals, huge values, NaN and inf."""
+    v = torch.exp(torch.randn(n, generator=g) * 6.0 - 14.0)
+    odd = torch.tensor([0.0, -0.0, -1e-3, 1e-45, 1e-38, 3e38, math.nan, math.inf, -math.inf])
+    at = torch.randint(0, n, (min(n, 3 * odd.numel()),), generator=g)
+    v[at] = odd.repeat(3)[: at.numel()]
+    return v
+
+
+@needs_fast
+@given(
+    st.integers(0, 10_000),
+    st.integers(1, 2048),
+    st.integers(-900, 40),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([0.01, 0.001]),  # 0.001: several thresholds in one table slice
+)
+@settings(max_examples=100, deadline=None)
+def test_fit_sums_match(
+    seed: int, cap: int, key_min: int, protect: bool, prune: bool, alpha: float
+) -> None:
+    assert fast is not None
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 5000, (1,), generator=g))
+    x = torch.randn(n, generator=g) * 0.02
+    x[:: 1 + seed % 7] = 0.0
+    t = _thresholds(key_min, cap, alpha)
+    edges = t[torch.randint(0, cap, (20,), generator=g)]
+    x = torch.cat([x, edges, -torch.nextafter(edges, torch.tensor(math.inf))])
+    n = x.numel()
+    v = _second_moments(g, n)
+    a = x.abs()
+    # rules on values that occur, ties by position: the quantizer's
+    pt, pp = (float(a.max()), int(seed % n)) if protect else (math.inf, -1)
+    qt, qp = (float(a.sort().values[n // 3]), n // 2) if prune else (-1.0, -1)
+    s_ref = ref.fit_sums(x, v, 1e-8, t, cap, (pt, pp), (qt, qp))
+    s_fast = fast.fit_sums(x, v, 1e-8, t, cap, (pt, pp), (qt, qp))
+    assert s_fast.dtype == np.float64 and s_fast.shape == (2 * cap + 1,)
+    assert s_ref.tobytes() == s_fast.tobytes()  # the same sums, bit for bit
+    # the definition: the weight tensor's, bucket by bucket, over the entries left
+    codes, _ = ref.sketch_codes(x, t, cap, histogram=False)
+    w = torch.nan_to_num(ref.step_weights(v, 1e-8).double(), nan=0.0, posinf=0.0)
+    pos = torch.arange(n)
+    left = ~((a > pt) | ((a == pt) & (pos <= pp)) | (a < qt) | ((a == qt) & (pos <= qp)))
+    want = np.zeros(2 * cap + 1)
+    np.add.at(want, codes[left].numpy(), w[left].numpy())
+    assert np.allclose(s_ref, want, rtol=1e-12, atol=0.0)
+
+
+@needs_fast
+def test_fit_sums_match_on_a_large_tensor() -> None:
+    assert fast is not None
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1_000_003, generator=g) * 0.02
+    x[::17] = 0.0
+    v = _second_moments(g, x.numel())
+    t = _thresholds(-300, 2048)
+    qt = float(x.abs().kthvalue(300_000).values)
+    rules = ((float(x.abs().kthvalue(999_000).values), 77), (qt, 500_000))
+    s_ref = ref.fit_sums(x, v, 1e-8, t, 2048, *rules)
+    assert s_ref.tobytes() == fast.fit_sums(x, v, 1e-8, t, 2048, *rules).tobytes()
+    # a float64 second moment is not the compiled pass's: the reference's sums
+    v64 = v.double() * 1.000001
+    assert ref.fit_sums(x, v64, 1e-8, t, 2048, *rules).tobytes() == (
+        fast.fit_sums(x, v64, 1e-8, t, 2048, *rules).tobytes()
+    )
+
+
 @needs_fast
 @given(
     st.integers(0, 2**32 - 1),

@@ -1,7 +1,8 @@
 """Types shared by every stage of the pipeline (the bottom of the import graph).
 
 ``QuantizedTensor`` is the quantizer's output and the codecs' input: everything needed to
-rebuild the lossy tensor, in a device-independent form.
+rebuild the lossy tensor, in a device-independent form. ``StepWeights`` is what the planner
+hands the quantizer to fit a first moment's levels to Adam's step.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 
 from ckptzip.config import QuantConfig
 
-__all__ = ["QuantizedTensor"]
+__all__ = ["QuantizedTensor", "StepWeights"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,3 +59,29 @@ class QuantizedTensor:
     @property
     def numel(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True, eq=False)
+class StepWeights:
+    """The level-fit weights of an Adam first moment, ``1/(sqrt(v)+eps)²``, held as ``v``.
+
+    :func:`ckptzip.quantize.quantize` takes them as ``fit_weights`` like a weight tensor and
+    gets the same levels, but sums them per bucket in the pass that reads ``v``
+    (:func:`ckptzip.kernels.fit_sums`), without a tensor of weights
+    (:func:`ckptzip.kernels.step_weights` makes that tensor).
+
+    Attributes
+    ----------
+    second_moment:
+        ``v``, Adam's second moment (``exp_avg_sq``, or AMSGrad's ``max_exp_avg_sq``), the
+        first moment's shape.
+    eps:
+        Adam's ``eps``, the floor of ``sqrt(v)``.
+    """
+
+    second_moment: torch.Tensor
+    eps: float
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.second_moment.shape)

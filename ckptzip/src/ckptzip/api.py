@@ -47,7 +47,7 @@ from ckptzip.errors import (
     DecodeMemoryError,
     MissingParentError,
 )
-from ckptzip.plan import Planner, Prequantized, exact_reason, fit_weights
+from ckptzip.plan import Planner, Prequantized, exact_reason, step_weights
 from ckptzip.structure import dtype_name, flatten, ndarray_entries, reference_paths, unflatten
 
 __all__ = [
@@ -717,7 +717,7 @@ def encode(
     def encode_one(i: int) -> tuple[Encoded, list[str]]:
         t, (p, x) = plan[i], leaves[i]
         score = None if scores is None or t.quant is None else scores.get(p)
-        weights = fit_weights(p, t.quant, by_path)
+        weights = step_weights(p, t.quant, by_path)
         if weights is not None and tuple(weights.shape) != tuple(x.shape):
             weights = None
         ctx = EncodeContext(

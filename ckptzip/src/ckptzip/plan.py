@@ -34,8 +34,9 @@ from typing import Literal
 import numpy as np
 import torch
 
+from ckptzip import kernels
 from ckptzip._parallel import map_on_encoding_threads
-from ckptzip._types import QuantizedTensor
+from ckptzip._types import QuantizedTensor, StepWeights
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import ConfigError
 from ckptzip.structure import dtype_name
@@ -54,6 +55,7 @@ __all__ = [
     "exact_reason",
     "fingerprint",
     "fit_weights",
+    "step_weights",
     "keep_zeros",
     "moment_configs",
     "moment_kind",
@@ -120,6 +122,30 @@ def second_moment_path(path: str) -> list[str]:
     return [f"{head}/{k}" if head else k for k in reversed(SECOND_MOMENT_KEYS)]
 
 
+def step_weights(
+    path: str, quant: QuantConfig | None, leaves: Mapping[str, object]
+) -> StepWeights | None:
+    """The level-fit weights of the tensor at ``path`` (``quant.fit``), as the second moment
+    they come from: what :func:`fit_weights` computes, for the quantizer to compute where it
+    sums them (the same levels, a pass and a tensor fewer).
+
+    Examples
+    --------
+    >>> v = torch.tensor([1.0, 0.25])
+    >>> leaves = {"optimizer/state/0/exp_avg_sq": v}
+    >>> sw = step_weights("optimizer/state/0/exp_avg", QuantConfig(fit="update"), leaves)
+    >>> torch.equal(sw.second_moment, v), sw.eps
+    (True, 1e-08)
+    """
+    if quant is None or quant.fit != "update":
+        return None
+    for p in second_moment_path(path):
+        v = leaves.get(p)
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return StepWeights(v.detach(), ADAM_EPS)
+    return None
+
+
 def fit_weights(
     path: str, quant: QuantConfig | None, leaves: Mapping[str, object]
 ) -> torch.Tensor | None:
@@ -131,7 +157,8 @@ def fit_weights(
     rather than the error of ``m``: the default fit (count and magnitude) pulls the levels
     towards ``m``'s largest entries and leaves the small ones over a small ``v`` on a level
     many times their size, a step far larger than any the exact state would take. ``None``
-    (fit the values) otherwise.
+    (fit the values) otherwise. A save hands the quantizer :func:`step_weights` instead,
+    which gives the same levels.
 
     Examples
     --------
@@ -143,16 +170,8 @@ def fit_weights(
     >>> fit_weights("optimizer/state/0/exp_avg", QuantConfig(), leaves) is None
     True
     """
-    if quant is None or quant.fit != "update":
-        return None
-    for p in second_moment_path(path):
-        v = leaves.get(p)
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            # in place on the one float64 copy: the same values as out-of-place ops, at a
-            # fifth of the time (each fresh 8-byte-per-entry buffer costs its page faults)
-            d = v.detach().to(torch.float64, copy=True).clamp_min_(0.0).sqrt_().add_(ADAM_EPS)
-            return d.mul_(d).reciprocal_().to(torch.float32)
-    return None
+    sw = step_weights(path, quant, leaves)
+    return None if sw is None else kernels.step_weights(sw.second_moment, sw.eps)
 
 
 def zero_fraction(x: torch.Tensor) -> float:

@@ -55,10 +55,10 @@ import numpy as np
 import torch
 
 from ckptzip import kernels
-from ckptzip._types import QuantizedTensor
+from ckptzip._types import QuantizedTensor, StepWeights
 from ckptzip.config import QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedValueError
-from ckptzip.sketch import LogSketch, build_sketch, scan, value_codes
+from ckptzip.sketch import LogSketch, build_sketch, edges, scan, value_codes
 
 __all__ = ["SIGMA", "assign", "dequantize", "fit_levels", "quantize", "requantize", "sketch_of"]
 
@@ -85,7 +85,7 @@ def quantize(
     *,
     scores: torch.Tensor | None = None,
     sketch: LogSketch | None = None,
-    fit_weights: torch.Tensor | None = None,
+    fit_weights: torch.Tensor | StepWeights | None = None,
 ) -> QuantizedTensor:
     """Quantize ``x`` to at most ``config.bins`` levels, protecting and pruning as configured.
 
@@ -108,6 +108,10 @@ def quantize(
         fits the levels, in place of the count and magnitude weights (``QuantConfig.fit ==
         "update"``: :func:`ckptzip.plan.fit_weights`). Only the levels change; protect,
         prune and the nearest-level assignment are the same. Ignored in ``log_domain``.
+        A :class:`~ckptzip._types.StepWeights` (:func:`ckptzip.plan.step_weights`) gives
+        the levels its weight tensor (:func:`ckptzip.kernels.step_weights`) gives; where the
+        sketched passes apply (float32 work, all finite, no scores) they sum its weights per
+        bucket in one more pass (:func:`ckptzip.kernels.fit_sums`), with no such tensor.
 
     Returns
     -------
@@ -148,16 +152,16 @@ def quantize(
             posinf=0.0,
         )
     fw = None
+    step = None
     if fit_weights is not None and not config.log_domain:
         if tuple(fit_weights.shape) != shape:
             raise ConfigError(
                 f"fit_weights of shape {list(fit_weights.shape)} must have x's {list(shape)}"
             )
-        fw = torch.nan_to_num(
-            fit_weights.detach().reshape(-1).to(device=flat.device, dtype=torch.float64).abs(),
-            nan=0.0,
-            posinf=0.0,
-        )
+        if isinstance(fit_weights, StepWeights) and s is None:
+            step = fit_weights  # summed per bucket by the sketched path, if it applies
+        else:
+            fw = _weight_values(fit_weights, flat.device)
     if sketch is not None and (
         not isinstance(sketch, LogSketch) or sketch.bounds is None or sketch.count != n
     ):
@@ -169,10 +173,12 @@ def quantize(
         # one pass: the sketch, its bounds, and whether every value is finite
         sk = sketch_of(work)
     if sk is not None:
-        res = _quantize_sketched(work, config, dtype, sk)
+        res = _quantize_sketched(work, config, dtype, sk, step)
         indices = res.indices
         protected = res.protected
         return _assemble(shape, dtype, config, flat, res, indices, protected)
+    if step is not None:  # float64 or non-finite values: the weights' tensor after all
+        fw = _weight_values(step, flat.device)
     lo_t, hi_t = torch.aminmax(work)  # NaN propagates, so this also tells "all finite"
     lo, hi = float(lo_t), float(hi_t)
     if math.isfinite(lo) and math.isfinite(hi):
@@ -204,6 +210,14 @@ def quantize(
         indices[bad] = res.assign_values(special)
         protected = torch.cat([fpos[res.protected], bad]).sort().values
     return _assemble(shape, dtype, config, flat, res, indices, protected)
+
+
+def _weight_values(w: torch.Tensor | StepWeights, device: torch.device) -> torch.Tensor:
+    """The fit weights as :func:`_quantize_finite` sums them: flat float64, a NaN or +inf
+    weight 0."""
+    t = kernels.step_weights(w.second_moment, w.eps) if isinstance(w, StepWeights) else w
+    flat = t.detach().reshape(-1).to(device=device, dtype=torch.float64).abs()
+    return torch.nan_to_num(flat, nan=0.0, posinf=0.0)
 
 
 def sketch_of(x: torch.Tensor) -> LogSketch | None:
@@ -681,7 +695,11 @@ def _codebook(
 
 
 def _quantize_sketched(
-    v: torch.Tensor, cfg: QuantConfig, dtype: torch.dtype, sk: LogSketch
+    v: torch.Tensor,
+    cfg: QuantConfig,
+    dtype: torch.dtype,
+    sk: LogSketch,
+    step: StepWeights | None = None,
 ) -> _Result:
     """Quantize finite float32 values ``v`` (flat) by magnitude alone, from their sketch.
 
@@ -691,6 +709,8 @@ def _quantize_sketched(
     and each selection becomes a rule on value and position (``|x| > t``, or ``|x| == t``
     at a position ``<= p``) that the one assignment pass applies
     (:func:`ckptzip.kernels.assign_fused`), with the error measured in the same pass.
+    ``step``: the level fit's weights, summed per bucket over the entries the rules leave
+    (:func:`ckptzip.kernels.fit_sums`), the sums :func:`_quantize_finite` makes of them.
     """
     n = v.numel()
     device = v.device
@@ -757,7 +777,11 @@ def _quantize_sketched(
             prune, pick = _rule(cand, a, need_q, largest=False)
             _take(counts, cap, cut_q, signs(cand[pick]))
 
-    book = _codebook(v, sk, lambda: value_codes(sk, v), counts, cfg, dtype, bounds)
+    fit = None
+    if step is not None and not cfg.log_domain:
+        second = step.second_moment.detach().reshape(-1).to(v.device)
+        fit = kernels.fit_sums(v, second, step.eps, edges(sk, v), cap, protect, prune)
+    book = _codebook(v, sk, lambda: value_codes(sk, v), counts, cfg, dtype, bounds, fit)
     plan = kernels.Assignment(
         cuts=book.thresholds,
         o2i=book.o2i.cpu().numpy().astype(np.uint8),

@@ -125,7 +125,7 @@ import torch
 from torch import nn
 
 from ckptzip._parallel import default_threads, encoding_pool, map_on_encoding_threads
-from ckptzip._types import QuantizedTensor
+from ckptzip._types import QuantizedTensor, StepWeights
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.entropy import order0_entropy_bits
 from ckptzip.errors import ConfigError, ProbeError, SearchGaveUpWarning
@@ -138,10 +138,10 @@ from ckptzip.plan import (
     Prequantized,
     exact_reason,
     fingerprint,
-    fit_weights,
     moment_configs,
     small_weight,
     state_indices,
+    step_weights,
 )
 from ckptzip.quantize import dequantize, quantize, sketch_of
 from ckptzip.sketch import LogSketch
@@ -948,7 +948,7 @@ def _probe_moments(
         )
         out: dict[int, dict[str, Any]] = {}
         Job = tuple[
-            dict[str, Any], str, torch.Tensor, QuantConfig, torch.Tensor | None, torch.Tensor | None
+            dict[str, Any], str, torch.Tensor, QuantConfig, torch.Tensor | None, StepWeights | None
         ]
         jobs: list[Job] = []
         for p, own in optimizer.state.items():
@@ -961,7 +961,7 @@ def _probe_moments(
                 path = path_of[id(p)] + key
                 quant, _ = planner.quant_for(path, value)
                 if quant is not None:
-                    fw = fit_weights(path, quant, here)
+                    fw = step_weights(path, quant, here)
                     jobs.append((row, key, value.detach(), quant, moment_scores.get(path), fw))
             out[id(p)] = row
 

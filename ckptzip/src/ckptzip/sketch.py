@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_MAX_BUCKETS",
     "LogSketch",
     "build_sketch",
+    "edges",
     "scan",
     "value_codes",
 ]
@@ -348,6 +349,15 @@ def _thresholds(key_min: int, cap: int, alpha: float, like: torch.Tensor) -> tor
     return torch.from_numpy(edges).to(dtype=like.dtype, device=like.device)
 
 
+def edges(sketch: LogSketch, like: torch.Tensor) -> torch.Tensor:
+    """``sketch``'s bucket thresholds in ``like``'s dtype (float64 stays, else float32) and
+    device: a value's magnitude offset is ``#{edges < |x|}``
+    (:func:`ckptzip.kernels.sketch_codes`)."""
+    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
+    empty = torch.empty(0, dtype=dtype, device=like.device)
+    return _thresholds(sketch.key_min, sketch.cap, sketch.alpha, empty)
+
+
 def value_codes(sketch: LogSketch, values: torch.Tensor) -> torch.Tensor:
     """Bucket codes of ``values`` under ``sketch``'s key range, by the same kernel.
 
@@ -374,8 +384,7 @@ def value_codes(sketch: LogSketch, values: torch.Tensor) -> torch.Tensor:
         key = torch.searchsorted(t, work.abs()).to(torch.int32)
         m = torch.where(key == 0, 0, (key - off).clamp_(1, cap))
         return torch.where(torch.signbit(work), cap - m, cap + m).to(torch.int32)
-    thresholds = _thresholds(sketch.key_min, cap, sketch.alpha, work)
-    return kernels.sketch_codes(work, thresholds, cap, histogram=False)[0]
+    return kernels.sketch_codes(work, edges(sketch, work), cap, histogram=False)[0]
 
 
 _FEW = 4096

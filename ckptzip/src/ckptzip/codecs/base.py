@@ -77,7 +77,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
-from ckptzip._types import QuantizedTensor
+from ckptzip._types import QuantizedTensor, StepWeights
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedFormatError
 from ckptzip.structure import dtype_from_name
@@ -200,7 +200,8 @@ class EncodeContext:
         instead of quantizing again.
     fit_weights:
         Per-element weights of the level fit (``quant.fit == "update"``: an Adam first
-        moment's, :func:`ckptzip.plan.fit_weights`), if any.
+        moment's, :func:`ckptzip.plan.fit_weights`, or as :func:`ckptzip.plan.step_weights`
+        gives them), if any.
     siblings:
         The file's other entries as a reader will decode them (only for a codec whose
         ``reads_siblings`` is true).
@@ -213,7 +214,7 @@ class EncodeContext:
     parent: ParentView | None = None
     reason: str | None = None
     quantized: QuantizedTensor | None = None
-    fit_weights: torch.Tensor | None = None
+    fit_weights: torch.Tensor | StepWeights | None = None
     siblings: SiblingView | None = None
 
 

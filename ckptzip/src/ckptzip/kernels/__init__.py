@@ -40,6 +40,20 @@ The functions (flat 1-D inputs throughout):
     their index, and the squared error as :func:`squared_error` measures it. On x86-64 with
     AVX2 the compiled pass takes eight values at a time (``CKPTZIP_NO_AVX2=1`` makes it take
     the scalar loop other processors run; both write the same bits).
+``fit_sums(work, second, eps, thresholds, cap, protect, prune) -> sums``
+    The level fit's weight of every bucket code of the finite values ``work`` (as
+    :func:`sketch_codes` gives them; float64, ``2·cap + 1``): the sum, in position order, of
+    Adam's step weights
+    ``step_weights(second, eps)`` (a NaN or inf weight counted as 0) of the values neither
+    protected (``|x| > t``, or ``|x| == t`` at a position ``<= p``: ``protect = (t, p)``) nor
+    pruned (``|x| < t``, or ``|x| == t`` at a position ``<= p``: ``prune = (t, p)``); one
+    pass, with no weight tensor made. The order is ``torch.bincount``'s, so the sums are the
+    same bits. On x86-64 with AVX2 the compiled pass takes eight values at a time
+    (``CKPTZIP_NO_AVX2=1``: the scalar loop; both write the same bits).
+``step_weights(second, eps) -> weights``
+    ``1/(sqrt(max(v, 0)) + eps)²`` of every entry ``v`` of ``second`` (an Adam second
+    moment), computed in float64 and rounded to float32: the level-fit weights that make a
+    first moment's levels minimize the error of Adam's step.
 ``assign_codes(codes, v, lut, sentinel, cuts, o2i, zero_fix) -> indices``
     Level index (uint8) of every value: ``lut[code]``, or for buckets marked ``sentinel``
     ``o2i[#{cuts < v}]`` (``zero_fix`` for exact zeros when it is >= 0).
@@ -163,6 +177,7 @@ __all__ = [
     "delta_decode",
     "delta_encode",
     "fast",
+    "fit_sums",
     "gather",
     "kmeans",
     "magnitude_rank",
@@ -177,6 +192,7 @@ __all__ = [
     "rle_split",
     "sketch_codes",
     "squared_error",
+    "step_weights",
     "unpack",
     "unpack_gather",
 ]
@@ -216,6 +232,8 @@ Assignment = reference.Assignment
 key_scan = _active.key_scan
 members = _active.members
 assign_fused = _active.assign_fused
+fit_sums = _active.fit_sums
+step_weights = _active.step_weights
 sketch_codes = _active.sketch_codes
 assign_codes = _active.assign_codes
 squared_error = _active.squared_error

@@ -23,7 +23,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 8
+_ABI_VERSION = 9
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -82,6 +82,8 @@ _lanes_dec = _fn(
 _F32 = ctypes.c_float
 _key_scan = _fn("ckz_key_scan", _I32, _P, _I64, _P, _P, _I32, _P, _P, _P)
 _key_pack = _fn("ckz_key_pack", None, _P, _P, _P)
+_F64 = ctypes.c_double
+_fit_sums = _fn("ckz_fit_sums", None, _P, _P, _I64, _F64, _P, _I32, _F32, _I64, _F32, _I64, _P)
 _members = _fn("ckz_members", None, _P, _I64, _P, _P, _I32, _P, _P, _P)
 _assign_fused = _fn(
     "ckz_assign_fused", _I64, _P, _I64, _P, _I32, _P, _I32, _F32, _I64, _F32, _I64, _I32, _P,
@@ -107,6 +109,7 @@ Assignment = ref.Assignment
 blocks = ref.blocks
 block_size = ref.block_size
 bucket_extremes = ref.bucket_extremes
+step_weights = ref.step_weights  # the fit weights as a tensor: off the save's path
 
 
 def sketch_codes(
@@ -195,6 +198,32 @@ def assign_fused(
     if k < 0:  # the caller's count from the sketch was wrong: a bug, not bad input
         raise RuntimeError(f"more than the {max_prot} protected positions counted")
     return out, torch.from_numpy(prot[:k].copy()), float(err[0]), float(err[1])
+
+
+def fit_sums(
+    work: torch.Tensor,
+    second: torch.Tensor,
+    eps: float,
+    thresholds: torch.Tensor,
+    cap: int,
+    protect: tuple[float, int],
+    prune: tuple[float, int],
+) -> np.ndarray:
+    (pt, pp), (qt, qp) = protect, prune
+    # float32 inputs whose rules are float32 values; anything else is the reference's
+    if (
+        not _host_f32(work, second, thresholds)
+        or second.numel() != work.numel()
+        or np.float32(pt) != pt
+        or np.float32(qt) != qt
+    ):
+        return ref.fit_sums(work, second, eps, thresholds, cap, protect, prune)
+    x = work.contiguous()
+    v = second.reshape(-1).contiguous()
+    t = thresholds.contiguous()
+    sums = np.zeros(2 * cap + 1, dtype=np.float64)
+    _fit_sums(_ptr(x), _ptr(v), x.numel(), eps, _ptr(t), cap, pt, pp, qt, qp, _ptr(sums))
+    return sums
 
 
 def magnitude_rank(codes: torch.Tensor, cap: int) -> torch.Tensor:

@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 8 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 9 /* also covers _entropy.c's and _delta.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -44,47 +44,197 @@ static inline float bits_to_float(uint32_t b) {
     return f;
 }
 
+/* The offsets' lookup: lut[prefix of |x|] = #{T < the smallest float with that prefix}, pad
+ * = T then +inf; one_step when at most one threshold lies in any slice (one branch-free step
+ * finishes every offset). lut is NULL where it cannot be made (then a plain search). */
+typedef struct {
+    const float *t;
+    int32_t cap;
+    uint16_t *lut;
+    float *pad;
+    int one_step;
+} ckz_offsets;
+
+static void ckz_offsets_open(ckz_offsets *o, const float *t, int32_t cap) {
+    o->t = t;
+    o->cap = cap;
+    /* + 1: the vector pass's 32-bit gathers read one entry past */
+    o->lut = cap < 65536 ? (uint16_t *)calloc(PREFIXES + 1, sizeof(uint16_t)) : NULL;
+    o->pad = (float *)malloc(sizeof(float) * ((size_t)cap + 1));
+    o->one_step = 1;
+    if (o->lut == NULL || o->pad == NULL) {
+        free(o->lut);
+        free(o->pad);
+        o->lut = NULL;
+        o->pad = NULL;
+        return;
+    }
+    memcpy(o->pad, t, sizeof(float) * (size_t)cap);
+    o->pad[cap] = bits_to_float(0x7f800000u);
+    int32_t j = 0, last = 0;
+    for (uint32_t p = 0; p < PREFIXES; p++) {
+        float lowest = bits_to_float(p << PREFIX_SHIFT);
+        while (j < cap && t[j] < lowest) j++;
+        o->lut[p] = (uint16_t)j;
+        if (j - last > 1) o->one_step = 0;
+        last = j;
+    }
+    /* the top slice holds what lies above its lowest value */
+    if (cap - last > 1) o->one_step = 0;
+}
+
+static void ckz_offsets_close(ckz_offsets *o) {
+    free(o->pad);
+    free(o->lut);
+}
+
+/* The bucket code of the value with bits b. */
+static inline int32_t ckz_code(const ckz_offsets *o, uint32_t b) {
+    uint32_t mag = b & 0x7fffffffu;
+    float ax = bits_to_float(mag);
+    int32_t m;
+    if (o->lut != NULL) {
+        m = (int32_t)o->lut[mag >> PREFIX_SHIFT];
+        m += o->pad[m] < ax;
+        if (!o->one_step)
+            while (o->pad[m] < ax) m++;
+    } else {
+        m = 0;
+        while (m < o->cap && o->t[m] < ax) m++;
+    }
+    m += (m == 0) & (mag != 0);
+    return (b >> 31) ? o->cap - m : o->cap + m;
+}
+
 CKZ_API void ckz_sketch_codes(const float *x, int64_t n, const float *t, int32_t cap,
                               int32_t *codes, int64_t *counts) {
-    uint16_t *lut = cap < 65536 ? (uint16_t *)malloc(sizeof(uint16_t) * PREFIXES) : NULL;
-    float *pad = (float *)malloc(sizeof(float) * ((size_t)cap + 1)); /* t, then +inf */
-    int one_step = 1; /* at most one threshold in any slice: one branch-free step is exact */
-    if (lut != NULL && pad != NULL) {
-        memcpy(pad, t, sizeof(float) * (size_t)cap);
-        pad[cap] = bits_to_float(0x7f800000u);
-        int32_t j = 0, last = 0;
-        for (uint32_t p = 0; p < PREFIXES; p++) {
-            float lowest = bits_to_float(p << PREFIX_SHIFT);
-            while (j < cap && t[j] < lowest) j++;
-            lut[p] = (uint16_t)j;
-            if (j - last > 1) one_step = 0;
-            last = j;
-        }
-        /* the top slice holds what lies above its lowest value */
-        if (cap - last > 1) one_step = 0;
-    }
+    ckz_offsets o;
+    ckz_offsets_open(&o, t, cap);
     for (int64_t i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, &x[i], sizeof b);
-        uint32_t mag = b & 0x7fffffffu;
-        float ax = bits_to_float(mag);
-        int32_t m;
-        if (lut != NULL && pad != NULL) {
-            m = (int32_t)lut[mag >> PREFIX_SHIFT];
-            m += pad[m] < ax;
-            if (!one_step)
-                while (pad[m] < ax) m++;
-        } else {
-            m = 0;
-            while (m < cap && t[m] < ax) m++;
-        }
-        m += (m == 0) & (mag != 0);
-        int32_t c = (b >> 31) ? cap - m : cap + m;
+        int32_t c = ckz_code(&o, b);
         codes[i] = c;
         counts[c]++;
     }
-    free(pad);
-    free(lut);
+    ckz_offsets_close(&o);
+}
+
+/* -- the level fit's weights: Adam's step, summed per bucket ------------------------------
+ *
+ * sums[code of x[i]] += w(v[i]) over the entries neither protected (|x| > pt, or |x| == pt
+ * at i <= pp) nor pruned (|x| < qt, or |x| == qt at i <= qp), in position order (the order of
+ * torch.bincount, so the same sums), with w(v) the reference's torch ops: in double,
+ * max(v, 0) (NaN stays NaN), sqrt, + eps, squared, reciprocal, rounded to float, and a NaN or
+ * infinite weight counted as 0 (skipped: adding 0.0 to a sum of non-negative terms changes
+ * no bit). */
+typedef struct {
+    const ckz_offsets *o;
+    const float *x, *v;
+    double eps;
+    float pt, qt;
+    int64_t pp, qp;
+    double *sums;
+} ckz_fit_ctx;
+
+static inline void ckz_fit_one(const ckz_fit_ctx *c, int64_t i) {
+    uint32_t b;
+    memcpy(&b, &c->x[i], sizeof b);
+    float a = bits_to_float(b & 0x7fffffffu);
+    if (a > c->pt || (a == c->pt && i <= c->pp) || a < c->qt || (a == c->qt && i <= c->qp))
+        return;
+    double d = (double)c->v[i];
+    d = d < 0.0 ? 0.0 : d;
+    d = sqrt(d) + c->eps;
+    float w = (float)(1.0 / (d * d));
+    if (!(w <= 3.4028234663852886e38f)) return; /* NaN or inf */
+    c->sums[ckz_code(c->o, b)] += (double)w;
+}
+
+static void ckz_fit_scalar(const ckz_fit_ctx *c, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) ckz_fit_one(c, i);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define CKZ_HAVE_AVX2_FIT 1
+/* Eight values at a time: a group wholly pruned is skipped; otherwise the codes (the offset
+ * table and the one threshold step, gathered) and the weights (four doubles a lane group:
+ * max, sqrt, add, multiply, divide as separate correctly rounded instructions, then rounded
+ * to float) in the lanes, and the sums added lane by lane in position order. A group holding
+ * a value on a rule's edge (|x| >= pt, |x| == qt) goes to ckz_fit_one. Only for tables whose
+ * slices hold at most one threshold (one_step). */
+__attribute__((target("avx2"))) static void ckz_fit_avx2(const ckz_fit_ctx *c, int64_t lo,
+                                                         int64_t hi) {
+    const ckz_offsets *o = c->o;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 vpt = _mm256_set1_ps(c->pt), vqt = _mm256_set1_ps(c->qt);
+    const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
+    const __m256i low16 = _mm256_set1_epi32(0xffff), izero = _mm256_setzero_si256();
+    const __m256i vcap = _mm256_set1_epi32(o->cap);
+    const __m256d dzero = _mm256_setzero_pd(), done = _mm256_set1_pd(1.0);
+    const __m256d veps = _mm256_set1_pd(c->eps);
+    int32_t code[8];
+    double w[8];
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+        __m256 xv = _mm256_loadu_ps(c->x + i);
+        __m256 a = _mm256_and_ps(xv, absmask);
+        __m256 edge = _mm256_or_ps(_mm256_cmp_ps(a, vpt, _CMP_GE_OQ),
+                                   _mm256_cmp_ps(a, vqt, _CMP_EQ_OQ));
+        if (_mm256_movemask_ps(edge)) {
+            for (int64_t j = i; j < i + 8; j++) ckz_fit_one(c, j);
+            continue;
+        }
+        int keep = ~_mm256_movemask_ps(_mm256_cmp_ps(a, vqt, _CMP_LT_OQ)) & 0xff;
+        if (!keep) continue;
+        /* the weights */
+        __m256 vv = _mm256_loadu_ps(c->v + i);
+        __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(vv));
+        __m256d d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(vv, 1));
+        d0 = _mm256_add_pd(_mm256_sqrt_pd(_mm256_max_pd(dzero, d0)), veps); /* NaN stays */
+        d1 = _mm256_add_pd(_mm256_sqrt_pd(_mm256_max_pd(dzero, d1)), veps);
+        __m128 w0 = _mm256_cvtpd_ps(_mm256_div_pd(done, _mm256_mul_pd(d0, d0)));
+        __m128 w1 = _mm256_cvtpd_ps(_mm256_div_pd(done, _mm256_mul_pd(d1, d1)));
+        __m256 wf = _mm256_set_m128(w1, w0);
+        keep &= _mm256_movemask_ps(_mm256_cmp_ps(wf, fmax, _CMP_LE_OQ));
+        if (!keep) continue;
+        _mm256_storeu_pd(w, _mm256_cvtps_pd(w0));
+        _mm256_storeu_pd(w + 4, _mm256_cvtps_pd(w1));
+        /* the codes: ckz_code in the lanes */
+        __m256i mag = _mm256_castps_si256(a);
+        __m256i m = _mm256_and_si256(
+            _mm256_i32gather_epi32((const int *)o->lut, _mm256_srli_epi32(mag, PREFIX_SHIFT), 2),
+            low16);
+        __m256 edge_t = _mm256_i32gather_ps(o->pad, m, 4);
+        m = _mm256_sub_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(edge_t, a, _CMP_LT_OQ)));
+        __m256i raise = _mm256_andnot_si256(_mm256_cmpeq_epi32(mag, izero),
+                                            _mm256_cmpeq_epi32(m, izero));
+        m = _mm256_sub_epi32(m, raise);
+        __m256i sign = _mm256_srai_epi32(_mm256_castps_si256(xv), 31);
+        m = _mm256_sub_epi32(_mm256_xor_si256(m, sign), sign); /* -m for a set sign bit */
+        _mm256_storeu_si256((__m256i *)code, _mm256_add_epi32(vcap, m));
+        for (int j = 0; j < 8; j++)
+            if (keep >> j & 1) c->sums[code[j]] += w[j];
+    }
+    ckz_fit_scalar(c, i, hi);
+}
+#endif
+
+CKZ_API void ckz_fit_sums(const float *x, const float *v, int64_t n, double eps, const float *t,
+                          int32_t cap, float pt, int64_t pp, float qt, int64_t qp,
+                          double *sums) {
+    ckz_offsets o;
+    ckz_offsets_open(&o, t, cap);
+    ckz_fit_ctx c = {&o, x, v, eps, pt, qt, pp, qp, sums};
+    void (*pass)(const ckz_fit_ctx *, int64_t, int64_t) = ckz_fit_scalar;
+#ifdef CKZ_HAVE_AVX2_FIT
+    if (o.lut != NULL && o.one_step && __builtin_cpu_supports("avx2") &&
+        getenv("CKPTZIP_NO_AVX2") == NULL)
+        pass = ckz_fit_avx2;
+#endif
+    pass(&c, 0, n);
+    ckz_offsets_close(&o);
 }
 
 /* -- the protect/prune selection: |code - cap|, and the positions of ranks in [lo, hi] ---*/

@@ -239,6 +239,36 @@ def assign_fused(
     return indices, prot_all, err, norm
 
 
+def step_weights(second: torch.Tensor, eps: float) -> torch.Tensor:
+    # in place on the one float64 copy: the same values as out-of-place ops, at a fifth of
+    # the time (each fresh 8-byte-per-entry buffer costs its page faults)
+    d = second.detach().to(torch.float64, copy=True).clamp_min_(0.0).sqrt_().add_(eps)
+    return d.mul_(d).reciprocal_().to(torch.float32)
+
+
+def fit_sums(
+    work: torch.Tensor,
+    second: torch.Tensor,
+    eps: float,
+    thresholds: torch.Tensor,
+    cap: int,
+    protect: tuple[float, int],
+    prune: tuple[float, int],
+) -> np.ndarray:
+    n = work.numel()
+    codes, _ = sketch_codes(work, thresholds, cap, histogram=False)
+    w = step_weights(second.reshape(-1).to(work.device), eps).to(torch.float64)
+    w = torch.nan_to_num(w, nan=0.0, posinf=0.0)
+    (pt, pp), (qt, qp) = protect, prune
+    a = work.abs()
+    pos = torch.arange(n, device=work.device)
+    taken = (a > pt) | ((a == pt) & (pos <= pp)) | (a < qt) | ((a == qt) & (pos <= qp))
+    # the entries taken out weigh 0.0: adding it leaves every sum as it was, and one
+    # bincount over all the entries adds in position order
+    w.masked_fill_(taken, 0.0)
+    return torch.bincount(codes, weights=w, minlength=2 * cap + 1).cpu().numpy()
+
+
 # -- quantize ----------------------------------------------------------------------------------
 
 
