@@ -135,7 +135,8 @@ static void put_any(const uint8_t *chunk, int64_t k, const void *table, int32_t 
                     const void *base, void *out, int64_t at);
 
 /* put: the vector pass of _native.c where it applies (a 64-symbol block whose symbols address
- * the table's first 16 entries), the loops below over what it leaves */
+ * the table's first 16 or 32 entries: see gather_avx512), the loops below over what it
+ * leaves */
 static void put(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
                 const void *base, void *out, int64_t at) {
     int64_t j = 0;
