@@ -207,7 +207,8 @@ def resolve_parents(
     # (child, parent, the sha256 the child records, the parent's digest)
     hashes: list[tuple[str, str, str, Future[str]]] = []
     seen = {child}
-    name, ref = child, manifest.parent
+    name = child
+    ref: dict[str, str] | None = manifest.parent
     with ThreadPoolExecutor(1, thread_name_prefix="ckptzip-hash") as hasher:
         try:
             while ref is not None:
