@@ -191,6 +191,28 @@ def test_altered_parent_is_a_clear_error(tmp_path: Path) -> None:
     assert mgr.load(0)["step"] == 99
 
 
+def test_altered_parent_is_reported_before_what_lies_past_it(tmp_path: Path) -> None:
+    # the chain's files are hashed beside the parsing of their manifests: a file that is not
+    # the one its child records is still the error, not its manifest or the parent it names
+    mgr = CheckpointManager(tmp_path, keyframe_every=5, config=CONFIG)
+    for s in range(3):
+        mgr.save(s, _state(s))
+    middle = tmp_path / step_file_name(1)
+    middle.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(MissingParentError, match=r"step-00000001\.ckz.*altered or replaced"):
+        CheckpointManager(tmp_path, keyframe_every=5).load(2)
+    # a valid delta of another chain in its place, its own parent gone
+    other = tmp_path / "other"
+    omgr = CheckpointManager(other, keyframe_every=5, config=CONFIG)
+    for s in range(2):
+        omgr.save(s, _state(10 + s))
+    os.replace(other / step_file_name(1), middle)
+    os.unlink(other / step_file_name(0))
+    os.unlink(tmp_path / step_file_name(0))
+    with pytest.raises(MissingParentError, match=r"step-00000001\.ckz.*altered or replaced"):
+        CheckpointManager(tmp_path, keyframe_every=5).load(2)
+
+
 def test_unknown_step_is_named(tmp_path: Path) -> None:
     mgr = CheckpointManager(tmp_path, config=CONFIG)
     with pytest.raises(CheckpointNotFoundError, match="no finished checkpoint"):

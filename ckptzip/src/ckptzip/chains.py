@@ -54,6 +54,7 @@ import io
 import re
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -171,7 +172,7 @@ def _link(name: str, data: bytes, sha256: str) -> Link:
 
 def parse_link(name: str, data: bytes) -> Link:
     """Validate a file's header and manifest from its bytes (reads no chunk)."""
-    return _link(name, data, hashlib.sha256(data).hexdigest())
+    return _link(name, data, _sha256_hex(data))
 
 
 def resolve_parents(
@@ -188,6 +189,11 @@ def resolve_parents(
     the caller's cache), resolution stops there: that parent is checked (present, same
     sha256) and its own parents are not read.
 
+    Each file is hashed on a helper thread (hashlib releases the GIL) while this one parses
+    its manifest and reads its parent; the errors are those of checking one file after the
+    other: a file whose sha256 differs from its child's record is reported before anything
+    found past it (its manifest, its parent), which only a trusted file leads to.
+
     Raises
     ------
     MissingParentError
@@ -195,40 +201,69 @@ def resolve_parents(
     CorruptCheckpointError
         The chain is longer than :data:`MAX_CHAIN_LENGTH`, or a file is damaged.
     """
+    if manifest.parent is None:
+        return []
     out: list[Link] = []
+    # (child, parent, the sha256 the child records, the parent's digest)
+    hashes: list[tuple[str, str, str, Future[str]]] = []
     seen = {child}
-    name, ref = child, manifest.parent
-    while ref is not None:
-        if len(out) >= MAX_CHAIN_LENGTH:
-            raise CorruptCheckpointError(
-                f"{child!r}: delta chain longer than {MAX_CHAIN_LENGTH} files"
-            )
-        pname = ref["name"]
-        if "/" in pname or "\\" in pname or pname in seen:
-            raise MissingParentError(
-                f"{name!r} names {pname!r} as its parent, which is not a sibling file or makes "
-                f"a cycle: {where} is damaged"
-            )
+    name = child
+    ref: dict[str, str] | None = manifest.parent
+    with ThreadPoolExecutor(1, thread_name_prefix="ckptzip-hash") as hasher:
         try:
-            data = read(pname)
-        except CheckpointNotFoundError:
-            raise MissingParentError(
-                f"{name!r} is a delta against {pname!r}, which is missing from {where}; "
-                "restore that file to read this one"
-            ) from None
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != ref["hash"]:
-            raise MissingParentError(
-                f"{name!r} is a delta against {pname!r} with sha256 {ref['hash'][:12]}..., "
+            while ref is not None:
+                if len(out) >= MAX_CHAIN_LENGTH:
+                    raise CorruptCheckpointError(
+                        f"{child!r}: delta chain longer than {MAX_CHAIN_LENGTH} files"
+                    )
+                pname = ref["name"]
+                if "/" in pname or "\\" in pname or pname in seen:
+                    raise MissingParentError(
+                        f"{name!r} names {pname!r} as its parent, which is not a sibling file or "
+                        f"makes a cycle: {where} is damaged"
+                    )
+                try:
+                    data = read(pname)
+                except CheckpointNotFoundError:
+                    raise MissingParentError(
+                        f"{name!r} is a delta against {pname!r}, which is missing from {where}; "
+                        "restore that file to read this one"
+                    ) from None
+                hashes.append((name, pname, ref["hash"], hasher.submit(_sha256_hex, data)))
+                reader = Reader(io.BytesIO(data), name=repr(pname))
+                out.append(Link(pname, data, ref["hash"], reader.manifest, reader))
+                # a file whose digest is not the recorded one is refused below
+                if known is not None and known(ref["hash"]):
+                    break
+                seen.add(pname)
+                name, ref = pname, reader.manifest.parent
+        except Exception:
+            # what went wrong past an altered file is that file's fault: report it instead
+            altered = _first_altered(hashes)
+            if altered is not None:
+                raise altered from None
+            raise
+        altered = _first_altered(hashes)
+        if altered is not None:
+            raise altered
+    return out[::-1]
+
+
+def _first_altered(hashes: list[tuple[str, str, str, Future[str]]]) -> MissingParentError | None:
+    """The error of the first file (from the child) whose sha256 is not the one its child
+    records, if any: what checking one file after the other raises first."""
+    for cname, pname, recorded, pending in hashes:
+        digest = pending.result()
+        if digest != recorded:
+            return MissingParentError(
+                f"{cname!r} is a delta against {pname!r} with sha256 {recorded[:12]}..., "
                 f"but that file now has sha256 {digest[:12]}...: it was altered or replaced"
             )
-        link = _link(pname, data, digest)
-        out.append(link)
-        if known is not None and known(digest):
-            break
-        seen.add(pname)
-        name, ref = pname, link.manifest.parent
-    return out[::-1]
+    return None
+
+
+def _sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def skip_parent(n: int) -> int:

@@ -129,12 +129,14 @@ CKZ_API int32_t ckz_ans_lanes_encode(const uint8_t *sym, int64_t n, const int64_
 int32_t ckz_avx512_ok(void); /* _native.c */
 int64_t ckz_gather_fast(const uint8_t *idx, int64_t k, const void *table, int32_t size,
                         const void *base, void *out); /* _native.c */
+void ckz_unpack(const uint8_t *data, int64_t n, int32_t bits, uint8_t *out); /* _native.c */
 
 static void put_any(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
                     const void *base, void *out, int64_t at);
 
 /* put: the vector pass of _native.c where it applies (a 64-symbol block whose symbols address
- * the table's first 16 entries), the loops below over what it leaves */
+ * the table's first 16 or 32 entries: see gather_avx512), the loops below over what it
+ * leaves */
 static void put(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
                 const void *base, void *out, int64_t at) {
     int64_t j = 0;
@@ -286,33 +288,10 @@ CKZ_API int32_t ckz_unpack_gather(const uint8_t *data, int64_t n, int32_t bits,
                                   void *out) {
     uint8_t chunk[CHUNK];
     uint8_t top = 0;
-    uint64_t acc = 0;
-    int32_t have = 0;
-    uint8_t mask = (uint8_t)((1u << bits) - 1u);
+    /* CHUNK indices are CHUNK * bits / 8 whole bytes: each chunk starts on a byte */
     for (int64_t at = 0; at < n; at += CHUNK) {
         int64_t k = n - at < CHUNK ? n - at : CHUNK;
-        if (8 % bits == 0 && have == 0) { /* whole indices per byte: k is a multiple here */
-            int32_t per = 8 / bits;
-            int64_t j = 0;
-            for (; j + per <= k; j += per) {
-                uint8_t byte = *data++;
-                for (int32_t l = 0; l < per; l++) chunk[j + l] = (byte >> (l * bits)) & mask;
-            }
-            if (j < k) { /* the last, partial byte */
-                uint8_t byte = *data++;
-                for (int32_t l = 0; j < k; j++, l++) chunk[j] = (byte >> (l * bits)) & mask;
-            }
-        } else {
-            for (int64_t j = 0; j < k; j++) {
-                while (have < bits) {
-                    acc |= (uint64_t)(*data++) << have;
-                    have += 8;
-                }
-                chunk[j] = (uint8_t)acc & mask;
-                acc >>= bits;
-                have -= bits;
-            }
-        }
+        ckz_unpack(data + at / 8 * bits, k, bits, chunk);
         for (int64_t j = 0; j < k; j++) top = chunk[j] > top ? chunk[j] : top;
         put(chunk, k, table, size, base, out, at);
     }
