@@ -29,7 +29,8 @@ argument)
 ``database._wrapped``                     none: the directory of a wrapped database
 ``DirectoryBasedExampleDatabase.          ``fetch`` (used for every other database): it
 _key_path``                               reads each file whole before its size is known
-``INVALID_THRESHOLD_BASE``                none: the give-up rule's constant
+``INVALID_THRESHOLD_BASE``,               none: the give-up rule's constants (before
+``INVALID_PER_VALID``                     them a run stopped at 10 x ``max_examples`` calls)
 health-check limits (10 valid /           none: local constants of
 50 invalid)                               ``ConjectureRunner.record_for_health_check``
 ``_hypothesis_internal_use_settings``,    settings profiles (``rlcheck``) for whole
@@ -96,6 +97,7 @@ __all__ = [
     "COLLECTION_DEFAULT_MAX_SIZE",
     "HEALTH_CHECK_INVALID",
     "HEALTH_CHECK_VALID",
+    "INVALID_PER_VALID",
     "INVALID_THRESHOLD_BASE",
     "PASS_THROUGH",
     "REJECTIONS",
@@ -137,10 +139,14 @@ on 6.140.0 every access resolves, :func:`run_conformance` passes, and so do the
 conformance and plugin tests but one (the README example hit the ``too_slow`` health check
 at a machine load of 15); 6.170 is tested in CI."""
 
-try:  # the engine's give-up rule: a run with no valid case stops after this many invalid
+try:  # the engine's give-up rule: a run stops after more than BASE + PER_VALID * valid
     from hypothesis.internal.conjecture.engine import INVALID_THRESHOLD_BASE
 except ImportError:  # pragma: no cover - versions before the constant was named
     INVALID_THRESHOLD_BASE = 458
+try:
+    from hypothesis.internal.conjecture.engine import INVALID_PER_VALID
+except ImportError:  # pragma: no cover - versions before the constant was named
+    INVALID_PER_VALID = 100  # the engine's calls were capped instead: a bound of our own
 
 HEALTH_CHECK_VALID = 10
 """``filter_too_much`` fails a run with ``HEALTH_CHECK_INVALID`` invalid cases before the

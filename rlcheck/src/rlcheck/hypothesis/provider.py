@@ -108,6 +108,7 @@ from rlcheck.hypothesis.compat import (
     COLLECTION_DEFAULT_MAX_SIZE,
     HEALTH_CHECK_INVALID,
     HEALTH_CHECK_VALID,
+    INVALID_PER_VALID,
     INVALID_THRESHOLD_BASE,
     PASS_THROUGH,
     REJECTIONS,
@@ -636,6 +637,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._discards = 0
         self._default_valid = 0  # valid cases of the default provider's share
         self._default_streak = 0  # its invalid cases in a row
+        self._default_invalid = 0  # its invalid cases
         self._warm = False  # a learned policy was loaded: guidance paid in an earlier run
         # mutation of earlier valid cases (mutate_share > 0)
         self._tracing = type(self).mutate_share > 0
@@ -800,7 +802,9 @@ class RLCheckProvider(PrimitiveProvider):
         the default's, a share of cases would leave the default almost none of the valid
         budget. So the default generates while its valid cases are below its share; after
         ``default_patience`` invalid ones in a row, the learned policy gets a case (a
-        default that rarely makes a valid input must not stall the run).
+        default that rarely makes a valid input must not stall the run), and once it has
+        made as many invalid cases as Hypothesis gives a run, it gets none
+        (:meth:`_default_spent`).
         """
         if self._in_test and (
             self._probe_turn()
@@ -817,13 +821,21 @@ class RLCheckProvider(PrimitiveProvider):
             and (self._tail_due() or not type(self).tail_interleave_late)
         ):
             share = type(self).default_tail  # the tail's share, interleaved (see there)
-        if share <= 0:
+        if share <= 0 or self._default_spent():
             return False
         if self._default_streak >= type(self).default_patience:
             self._default_streak = 0
             return False
         ledger = self._ledger
         return self._default_valid < share * (ledger.valid + ledger.failures + 1)
+
+    def _default_spent(self) -> bool:
+        """Whether Hypothesis's provider has made as many invalid cases in this run as
+        Hypothesis gives a run before it stops (``INVALID_THRESHOLD_BASE`` plus
+        ``INVALID_PER_VALID`` per valid case: a valid rate under 1 %). Its own run would
+        have ended there, so it gets no more interleaved cases: the rest are learned."""
+        threshold = INVALID_THRESHOLD_BASE + INVALID_PER_VALID * self._default_valid
+        return self._default_invalid > threshold
 
     def _guidance_pays(self) -> bool:
         """Whether to keep guiding this run (checked as each case begins).
@@ -1051,6 +1063,7 @@ class RLCheckProvider(PrimitiveProvider):
             if self._delegate is not None:
                 if outcome == "invalid":
                     self._default_streak += 1
+                    self._default_invalid += 1
                 else:
                     self._default_valid += 1
                     self._default_streak = 0
