@@ -866,21 +866,28 @@ _QUANTIZE = textwrap.dedent(
 )
 
 
+def _printed_with_and_without(switch: str, script: str) -> tuple[str, str]:
+    """What ``script`` prints in a fresh interpreter with ``switch`` unset, then set to 1
+    (the kernels choose their loops once per process, so each choice needs its own)."""
+    runs = []
+    for on in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != switch}
+        if on:
+            env[switch] = "1"
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        runs.append(done.stdout.strip())
+    return runs[0], runs[1]
+
+
 @needs_fast
 def test_the_scalar_assignment_writes_what_the_vector_one_writes() -> None:
     # x86-64 runs the fused assignment eight values at a time (AVX2) where the processor
     # has it; CKPTZIP_NO_AVX2 makes the same process take the scalar loop other machines run
-    runs = []
-    for no_avx2 in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != "CKPTZIP_NO_AVX2"}
-        if no_avx2:
-            env["CKPTZIP_NO_AVX2"] = "1"
-        done = subprocess.run(
-            [sys.executable, "-c", _QUANTIZE], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        runs.append(done.stdout.strip())
-    assert runs[0] == runs[1]
+    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _QUANTIZE)
+    assert vector == scalar
 
 
 @needs_fast
@@ -956,14 +963,5 @@ _DELTA_DECODE = textwrap.dedent(
 def test_the_scalar_delta_decoding_writes_what_the_vector_one_writes() -> None:
     # x86-64 with AVX-512 (BW, VBMI2) counts parent bins and applies a rearranged delta 64
     # indices at a time; CKPTZIP_NO_AVX512 makes the same process take the scalar loops
-    runs = []
-    for no_avx512 in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != "CKPTZIP_NO_AVX512"}
-        if no_avx512:
-            env["CKPTZIP_NO_AVX512"] = "1"
-        done = subprocess.run(
-            [sys.executable, "-c", _DELTA_DECODE], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        runs.append(done.stdout.strip())
-    assert runs[0] == runs[1]
+    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX512", _DELTA_DECODE)
+    assert vector == scalar
