@@ -230,13 +230,13 @@ def resolve_parents(
                         "restore that file to read this one"
                     ) from None
                 hashes.append((name, pname, ref["hash"], hasher.submit(_sha256_hex, data)))
-                reader = Reader(io.BytesIO(data), name=repr(pname))
-                out.append(Link(pname, data, ref["hash"], reader.manifest, reader))
+                link = _link(pname, data, ref["hash"])
+                out.append(link)
                 # a file whose digest is not the recorded one is refused below
                 if known is not None and known(ref["hash"]):
                     break
                 seen.add(pname)
-                name, ref = pname, reader.manifest.parent
+                name, ref = pname, link.manifest.parent
         except Exception:
             # what went wrong past an altered file is that file's fault: report it instead
             altered = _first_altered(hashes)
