@@ -169,3 +169,47 @@ def test_repeats_says_whether_given_steps_lead_only_to_cases_run() -> None:
     assert not tree.repeats([("a", 2, 0, False)])  # inexact: the tree cannot tell
     assert not tree.repeats([("z", 3, 0, True)])  # another choice than the one met here
     assert tree.allowed("a", 2) == [1]  # nothing was recorded by asking
+
+
+def test_untaken_offers_the_other_options_where_every_case_chose_alike() -> None:
+    tree = ChoiceTree()
+    tree.begin()
+    assert tree.untaken("more", 2) is None  # the root was never met
+    tree.step("more", 2, 1)
+    tree.step("letter", 3, 2)
+    tree.step("more", 2, 0)
+    tree.finish()
+    tree.begin()
+    assert tree.untaken("more", 2) == [0]  # every case went on here
+    assert tree.untaken("other", 2) is None  # not the choice met here
+    tree.step("more", 2, 1)
+    assert tree.untaken("letter", 3) == [0, 1]
+    tree.step("letter", 3, 0)  # a new branch: nothing below it was run
+    assert tree.untaken("more", 2) is None
+
+
+def test_untaken_choices_first_enumerate_the_shortest_words_first() -> None:
+    # Hypothesis's engine's novel prefixes: a choice every earlier case made alike is
+    # made otherwise. Steered so (with the 5-in-6 continue of its lists), a generator
+    # meets every word of length k before it makes many longer ones.
+    tree = ChoiceTree()
+    rng = random.Random(0)
+    lengths = []
+    for _ in range(40):
+        tree.begin()
+
+        def choose(point: str, n: int) -> int:
+            options = tree.untaken(point, n) or tree.allowed(point, n)
+            if options is None:
+                action = int(rng.random() < 5 / 6) if point == "more" else rng.randrange(n)
+            else:
+                action = rng.choice(options)
+            tree.step(point, n, action)
+            return action
+
+        lengths.append(len(_word(choose, 50, 2)))
+        tree.finish()
+    # all 15 words of length <= 3 within the first 40 cases, few long ones
+    words_up_to_3 = sum(1 for n in lengths if n <= 3)
+    assert words_up_to_3 == 15
+    assert sorted(lengths)[len(lengths) // 2] <= 5

@@ -111,6 +111,32 @@ class ChoiceTree:
         out = [a for a in range(n) if not _child_exhausted(node, a)]
         return out if len(out) < n and out else None
 
+    def untaken(self, point: Hashable, n: int) -> list[int] | None:
+        """Where every earlier case through the current choice took one and the same
+        option, the other options that can still lead to a new sequence; ``None``
+        anywhere else (a choice not met before, or met with several options taken).
+
+        Hypothesis's engine starts a test case from a *novel prefix*: down its tree of
+        the cases run, a choice that every earlier case made alike is made otherwise,
+        and the case is new from there. A guide that takes these options while it has
+        nothing better to go by explores the way that engine does, shortest novel
+        prefixes first.
+
+        >>> tree = ChoiceTree()
+        >>> tree.begin(); tree.step(("more",), 2, 1); tree.step(("more",), 2, 0); tree.finish()
+        >>> tree.begin(); tree.untaken(("more",), 2)
+        [0]
+        >>> tree.step(("more",), 2, 1); tree.untaken(("more",), 2)
+        [1]
+        """
+        node = self._node
+        if node is None or len(node.children) != 1 or node.exhausted:
+            return None
+        if node.point != point or node.n != n or n < 2:
+            return None
+        (taken,) = node.children
+        return [a for a in range(n) if a != taken]
+
     def step(self, point: Hashable, n: int, action: int, *, exact: bool = True) -> None:
         """Record that the current case took option ``action`` of ``n`` at ``point``."""
         node = self._node

@@ -63,6 +63,10 @@ running test case's ``data``              (boundary values, constants of the cod
 ``HypothesisProvider._maybe_draw_constant``  none: the default's constants (its global
 (:class:`ConstantSource`)                 pool and the literals of the code under test)
                                           at its rates, from rlcheck's random stream
+``ConjectureRunner.tree``,                none: the engine's tree of the cases run
+``DataTree.new_observer``,                (:class:`EngineTree`), from which its novel
+``ConjectureData.observer``,              prefixes start; for other backends the engine
+``DataObserver``                          records none of their cases
 ``INTEGERS_DISTRIBUTION``                 none: the default's distribution of integer
 (:func:`integer_distribution`)            draws (``cdf``/``inverse_cdf``), absent before
                                           its piecewise form (then ``None``)
@@ -84,6 +88,7 @@ from typing import Any
 import hypothesis
 from hypothesis.errors import BackendCannotProceed, StopTest, UnsatisfiedAssumption
 from hypothesis.internal.conjecture.choice import choice_from_index, choice_permitted
+from hypothesis.internal.conjecture.data import DataObserver
 from hypothesis.internal.conjecture.providers import (
     AVAILABLE_PROVIDERS,
     COLLECTION_DEFAULT_MAX_SIZE,
@@ -105,6 +110,7 @@ __all__ = [
     "CONSTANT_RATES",
     "BackendCannotProceed",
     "ConstantSource",
+    "EngineTree",
     "IntervalSet",
     "PrimitiveProvider",
     "check_compat",
@@ -119,6 +125,7 @@ __all__ = [
     "database_key",
     "integer_distribution",
     "running_database_key",
+    "running_engine",
     "make_float_clamper",
     "next_down",
     "next_up",
@@ -278,7 +285,23 @@ def default_provider() -> PrimitiveProvider | None:
     return HypothesisProvider(data)
 
 
-_ENGINE_FRAMES = 16  # frames searched for the running engine (a test case's, ~5 deep)
+_ENGINE_FRAMES = 24  # frames searched for the running engine (a test case's, ~12 deep)
+
+
+def running_engine() -> Any:
+    """The engine (``ConjectureRunner``) running the calling test case, found up the
+    call stack; ``None`` where there is none (a provider used outside ``@given``)."""
+    from hypothesis.internal.conjecture.engine import ConjectureRunner
+
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(_ENGINE_FRAMES):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, ConjectureRunner):
+            return owner
+        frame = frame.f_back
+    return None
 
 
 def running_database_key() -> bytes | None:
@@ -289,18 +312,107 @@ def running_database_key() -> bytes | None:
     The engine computed it already: a digest of the test's source, about 1 ms, which
     is most of a run's start-up where a bug dies in its first few cases.
     """
-    from hypothesis.internal.conjecture.engine import ConjectureRunner
+    key = getattr(running_engine(), "database_key", None)
+    return key if isinstance(key, bytes) else None
 
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(_ENGINE_FRAMES):
-        if frame is None:
+
+class _RecordingObserver(DataObserver):
+    """The engine's tree observer for one case, made harmless: the first error it
+    raises (a test whose draws differ between runs of the same choices) stops the
+    recording for the rest of the run instead of failing the case."""
+
+    __slots__ = ("_inner", "_owner")
+
+    def __init__(self, inner: Any, owner: EngineTree) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> None:
+        inner = self._inner
+        if inner is None:
+            return
+        try:
+            getattr(inner, name)(*args, **kwargs)
+        except Exception:
+            self._inner = None
+            self._owner.broken = True
+
+    # The engine's observer methods, passed on with whatever arguments this Hypothesis
+    # version gives them (their keywords were renamed over the supported range).
+    def conclude_test(self, *args: Any, **kwargs: Any) -> None:
+        self._call("conclude_test", *args, **kwargs)
+
+    def kill_branch(self) -> None:
+        self._call("kill_branch")
+
+    def draw_integer(self, *args: Any, **kwargs: Any) -> None:
+        self._call("draw_integer", *args, **kwargs)
+
+    def draw_float(self, *args: Any, **kwargs: Any) -> None:
+        self._call("draw_float", *args, **kwargs)
+
+    def draw_string(self, *args: Any, **kwargs: Any) -> None:
+        self._call("draw_string", *args, **kwargs)
+
+    def draw_bytes(self, *args: Any, **kwargs: Any) -> None:
+        self._call("draw_bytes", *args, **kwargs)
+
+    def draw_boolean(self, *args: Any, **kwargs: Any) -> None:
+        self._call("draw_boolean", *args, **kwargs)
+
+
+class EngineTree:
+    """Records a backend's test cases in the running engine's ``DataTree``, as the
+    engine records its own backend's.
+
+    Hypothesis's engine records no case of another backend: after a hand-back (or in
+    the tail it runs itself), its novel prefixes start from an empty tree, so it runs
+    again the short inputs the backend ran, and where validity is strict its first
+    valid input comes as late as if the backend's cases had never run. Recorded, they
+    count for the engine as its own: it goes on from where the backend stopped.
+
+    Call :meth:`begin_case` once a case is sure to run on this backend (before its
+    first draw), :meth:`drop_case` when it is cut short by a backend exception (such a
+    case's draws end where no test of the same choices would, which the tree would
+    take for a test that does not draw the same way twice).
+    """
+
+    __slots__ = ("_runner", "broken")
+
+    def __init__(self, runner: Any) -> None:
+        self._runner = runner
+        self.broken = False  # the tree refused a case: recording stopped for the run
+
+    @classmethod
+    def running(cls) -> EngineTree | None:
+        """For the engine running the calling test case (``None`` where none is)."""
+        runner = running_engine()
+        if runner is None or not hasattr(getattr(runner, "tree", None), "new_observer"):
             return None
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, ConjectureRunner):
-            key = getattr(owner, "database_key", None)
-            return key if isinstance(key, bytes) else None
-        frame = frame.f_back
-    return None
+        return cls(runner)
+
+    def begin_case(self) -> None:
+        """Record the running case's draws and its end in the engine's tree."""
+        if self.broken:
+            return
+        data = _running_data()
+        # Only a case the engine made for this backend (its observer records nothing);
+        # never one it records itself.
+        if data is None or type(data.observer) is not DataObserver:
+            return
+        data.observer = _RecordingObserver(self._runner.tree.new_observer(), self)
+
+    def drop_case(self) -> None:
+        """Record nothing more of the running case (it was cut short)."""
+        data = _running_data()
+        if data is not None and not data.frozen and isinstance(data.observer, _RecordingObserver):
+            data.observer = DataObserver()
+
+
+def _running_data() -> Any:
+    from hypothesis.control import _current_build_context
+
+    return getattr(_current_build_context.value, "data", None)
 
 
 def database_key(test: Any) -> bytes | None:

@@ -114,6 +114,7 @@ from rlcheck.hypothesis.compat import (
     REJECTIONS,
     BackendCannotProceed,
     ConstantSource,
+    EngineTree,
     IntervalSet,
     PrimitiveProvider,
     RunEnd,
@@ -530,6 +531,23 @@ class RLCheckProvider(PrimitiveProvider):
     #: The valid cases of the probe (Hypothesis's own provider's) are mutated too. Half:
     #: measured on ``benchmarks/etna.py`` (README: what each part of the guidance pays).
     mutate_share: ClassVar[float] = 0.5
+    #: Until the run's first valid case (or failure), where every earlier learned case
+    #: took one option of a choice, a learned case takes another
+    #: (:meth:`rlcheck.choice_tree.ChoiceTree.untaken`), as Hypothesis's engine varies
+    #: the first such choice of its novel prefixes. With nothing valid there is nothing
+    #: to learn from, and a policy that followed the strategy's own distribution overshot
+    #: the smallest inputs not yet run: lists of booleans all True and at least 6 long
+    #: ended ``Unsatisfiable`` in 5 of 40 seeds where the default passed all 40
+    #: (``benchmarks/satisfiability.py``, README). Off: the policy alone.
+    vary_until_valid: ClassVar[bool] = True
+    #: Record this backend's cases in the engine's tree of the cases run
+    #: (:class:`rlcheck.hypothesis.compat.EngineTree`), as the engine records its own
+    #: backend's, so that after a hand-back, and in the tail it runs itself, Hypothesis's
+    #: engine goes on from the inputs run here instead of running the shortest ones again.
+    #: With :attr:`vary_until_valid`, the test above ended ``Unsatisfiable`` in 7 of 40
+    #: seeds at length 7 (the default: 2 of 40), 21 of 40 before (README). Off: the
+    #: engine starts from an empty tree at a hand-back.
+    record_engine_tree: ClassVar[bool] = True
     #: Weights of the mutation operators (:data:`rlcheck.mutation.OPERATORS`): another
     #: value for one draw, a boundary value for it (the draw's simplest values in
     #: Hypothesis's order, its bounds, the recorded value's neighbours), a copy of a like
@@ -648,6 +666,9 @@ class RLCheckProvider(PrimitiveProvider):
             seed=seed,
         )
         self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
+        self._nested = 0  # draws of Hypothesis's provider under way (see _delegating)
+        # the engine's tree, where this run's cases are recorded (record_engine_tree)
+        self._engine_tree: EngineTree | None = None
         self._trace: list[tuple[Hashable, Any]] = []  # this case's (draw key, value)s
         self._probe_rate: float | None = None  # valid per case of the probe (the default's)
         self._constants = ConstantSource(self._rng) if type(self).draw_constants else None
@@ -694,6 +715,8 @@ class RLCheckProvider(PrimitiveProvider):
         except PASS_THROUGH as exc:
             # Interrupts, exits, hand-backs: no outcome, no reward.
             outcome = None
+            if self._engine_tree is not None:
+                self._engine_tree.drop_case()
             last = ends_run(exc)
             raise
         except BaseException as exc:
@@ -784,11 +807,11 @@ class RLCheckProvider(PrimitiveProvider):
                 and self._rng.random() < type(self).mutate_share
             ):
                 self._plan = self._pool.plan()
-            if self._delegate is None:
-                self._tree.begin()  # a mutated case's values are placed in it too
-            else:
-                # not our choices: nothing to record
-                self._tree.abandon()
+            if self._engine_tree is not None:
+                self._engine_tree.begin_case()
+            # Every case is placed in the tree: a mutated case's values, Hypothesis's
+            # provider's (_placed), as the learned ones, so no case repeats another.
+            self._tree.begin()
         except BackendCannotProceed:
             raise
         except Exception as exc:
@@ -1012,6 +1035,12 @@ class RLCheckProvider(PrimitiveProvider):
             return True  # its small cases (if any) have not all run yet
         return self._small_valid < type(self).small_min_valid_rate * small
 
+    def _vary_taken(self) -> bool:
+        """Whether this learned case varies a choice that every earlier case made alike
+        (:attr:`vary_until_valid`): until the run's first valid case (or failure)."""
+        ledger = self._ledger
+        return type(self).vary_until_valid and ledger.valid + ledger.failures == 0
+
     def _should_hand_back(self) -> bool:
         """Whether to let Hypothesis's own backend finish this run.
 
@@ -1052,6 +1081,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._persistence = None
         self._policy.clear()
         self._tree = ChoiceTree()
+        self._engine_tree = None
 
     def _learn(self, outcome: Outcome | None) -> None:
         if outcome is None or self._broken is not None:
@@ -1131,6 +1161,8 @@ class RLCheckProvider(PrimitiveProvider):
             if test is not None:
                 self._name = f"{test.__module__}.{test.__qualname__}"
                 self._in_test = True
+                if type(self).record_engine_tree:
+                    self._engine_tree = EngineTree.running()
         except Exception as exc:
             self._fail(exc)
         with contextlib.suppress(Exception):  # without statistics, the warning still says
@@ -1283,15 +1315,22 @@ class RLCheckProvider(PrimitiveProvider):
         prior: Sequence[float] | None,
         *,
         inexact: Container[int] = (),
+        whole: bool = False,
     ) -> int:
         """One learned choice among ``n`` (``prior``: cumulative weights), never one the
         choice tree has exhausted.
 
         ``inexact`` holds the actions that leave part of the value to chance (a bucket of
         several values): the tree cannot tell their repeats apart, so it stops there.
+        ``whole``: the choice is a whole draw of Hypothesis's (a boolean, an integer of a
+        small range), which :attr:`RLCheckProvider.vary_until_valid` varies as the
+        engine varies its draws; not a part of one (a string's characters and length, a
+        magnitude bucket), where varying would enumerate the parts, shortest first.
         """
         tree = self._tree
-        allowed = tree.allowed(point, n)
+        allowed = tree.untaken(point, n) if whole and self._vary_taken() else None
+        if allowed is None:
+            allowed = tree.allowed(point, n)
         if allowed is None:
             index = self._choose_fast(point, n, prior)
         else:
@@ -1317,7 +1356,9 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             key = ("b", p)
             if self._delegate is not None:
-                return self._delegated(key, self._delegate.draw_boolean(p))
+                with self._delegating():
+                    value = self._delegate.draw_boolean(p)
+                return self._placed("boolean", {"p": p}, key, value)
             if self._plan is not None:
                 planned = self._planned(key, "boolean", {"p": p})
                 if planned is not FRESH:
@@ -1331,7 +1372,7 @@ class RLCheckProvider(PrimitiveProvider):
                 value = self._rng.random() < p if allowed is None else bool(allowed[0])
                 self._tree.step(point, 2, int(value))
             else:
-                value = self._choose(("b", round(p, 3)), 2, (1.0 - p, 1.0)) == 1
+                value = self._choose(("b", round(p, 3)), 2, (1.0 - p, 1.0), whole=True) == 1
             self._choices.append(value)
             if self._tracing:
                 self._trace.append((key, value))
@@ -1352,10 +1393,12 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             key = ("i", min_value, max_value)
             if self._delegate is not None:
-                value = self._delegate.draw_integer(
-                    min_value, max_value, weights=weights, shrink_towards=shrink_towards
-                )
-                return self._delegated(key, value)
+                with self._delegating():
+                    value = self._delegate.draw_integer(
+                        min_value, max_value, weights=weights, shrink_towards=shrink_towards
+                    )
+                constraints: dict[str, Any] = {"min_value": min_value, "max_value": max_value}
+                return self._placed("integer", constraints, key, value)
             if self._plan is not None:
                 constraints = {
                     "min_value": min_value,
@@ -1388,7 +1431,7 @@ class RLCheckProvider(PrimitiveProvider):
         if _small_range(min_value, max_value):
             assert min_value is not None and max_value is not None
             n = max_value - min_value + 1
-            return min_value + self._choose(("i", min_value, max_value), n, None)
+            return min_value + self._choose(("i", min_value, max_value), n, None, whole=True)
         lo, hi = buckets.integer_bounds(min_value, max_value)
         ranges = self._cached(("ib", lo, hi), lambda: buckets.integer_buckets(lo, hi))
         prior = self._cached(
@@ -1420,13 +1463,15 @@ class RLCheckProvider(PrimitiveProvider):
             }
             key = ("f", min_value, max_value, allow_nan, smallest_nonzero_magnitude)
             if self._delegate is not None:
-                value = self._delegate.draw_float(
-                    min_value=min_value,
-                    max_value=max_value,
-                    allow_nan=allow_nan,
-                    smallest_nonzero_magnitude=smallest_nonzero_magnitude,
-                )
-                return self._delegated(key, self._permitted_float(value, constraints))
+                with self._delegating():
+                    value = self._delegate.draw_float(
+                        min_value=min_value,
+                        max_value=max_value,
+                        allow_nan=allow_nan,
+                        smallest_nonzero_magnitude=smallest_nonzero_magnitude,
+                    )
+                value = self._permitted_float(value, constraints)
+                return self._placed("float", constraints, key, value)
             if self._plan is not None:
                 planned = self._planned(key, "float", constraints)
                 if planned is not FRESH:
@@ -1464,8 +1509,12 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             key = ("s", intervals, min_size, max_size)
             if self._delegate is not None:
-                value = self._delegate.draw_string(intervals, min_size=min_size, max_size=max_size)
-                return self._delegated(key, value)
+                with self._delegating():
+                    value = self._delegate.draw_string(
+                        intervals, min_size=min_size, max_size=max_size
+                    )
+                constraints = {"intervals": intervals, "min_size": min_size, "max_size": max_size}
+                return self._placed("string", constraints, key, value)
             if len(intervals) == 0:
                 self._choices.append("")
                 return ""
@@ -1504,8 +1553,10 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             key = ("y", min_size, max_size)
             if self._delegate is not None:
-                value = self._delegate.draw_bytes(min_size, max_size)
-                return self._delegated(key, value)
+                with self._delegating():
+                    value = self._delegate.draw_bytes(min_size, max_size)
+                constraints = {"min_size": min_size, "max_size": max_size}
+                return self._placed("bytes", constraints, key, value)
             if self._plan is not None:
                 planned = self._planned(key, "bytes", {"min_size": min_size, "max_size": max_size})
                 if planned is not FRESH:
@@ -1726,6 +1777,24 @@ class RLCheckProvider(PrimitiveProvider):
         if self._tracing:
             self._trace.append((key, value))
         return value
+
+    @contextmanager
+    def _delegating(self) -> Iterator[None]:
+        """Around a draw of Hypothesis's provider: the draws it makes of its own (a
+        string's characters, through the case's data) come back here nested."""
+        self._nested += 1
+        try:
+            yield
+        finally:
+            self._nested -= 1
+
+    def _placed(self, kind: str, constraints: dict[str, Any], key: Hashable, value: Any) -> Any:
+        """A value of Hypothesis's provider, placed in the choice tree as the learned
+        draw that makes it would be (its outermost draws only: a nested one is part of
+        the value drawn around it), so learned cases do not repeat the cases it ran."""
+        if not self._nested:
+            self._follow(self._tree_path(kind, constraints, value))
+        return self._delegated(key, value)
 
     def _replayed(self, key: Hashable, value: Any) -> Any:
         """A value from the case being mutated (or its changed draw), not learned."""
