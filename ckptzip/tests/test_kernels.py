@@ -616,6 +616,30 @@ def test_ans_words_match_constriction_on_long_streams() -> None:
 
 
 @needs_fast
+@pytest.mark.parametrize("dominant", [0, 77, 255])
+def test_ans_decoders_take_both_kinds_of_decode_table_slot(dominant: int) -> None:
+    """Widths at both ends of 2^24: one symbol holding nearly all of it, the others 1 to a few
+    (some absent: width 1 all the same), so the decoders' table has slots wholly one symbol's
+    and slots split among dozens, both read by every decoder (one stream, two, lanes)."""
+    assert fast is not None
+    rng = np.random.default_rng(dominant)
+    rare = rng.choice(256, size=600).astype(np.uint8)
+    rare = rare[(rare % 5 != 0) | (rare == dominant)]  # every fifth symbol never appears
+    sym = np.full(300_000, dominant, np.uint8)
+    sym[rng.choice(sym.size, size=rare.size, replace=False)] = rare
+    bounds = np.array([0, 1000, sym.size], np.int64)
+    counts, words = ref.ans_encode(sym, bounds, 256)
+    assert np.array_equal(fast.ans_encode(sym, bounds, 256)[1], words)
+    assert np.array_equal(fast.ans_decode(words, bounds, counts, sym.size), sym)
+    pair = fast.ans_decode_pair((words, bounds, counts, sym.size), (words, bounds, counts, sym.size))
+    assert all(np.array_equal(got, sym) for got in pair)
+    for block in (4096, 1 << 18):
+        lengths, lane_words = fast.ans_lanes_encode(sym, bounds, counts, block, 4)
+        got = fast.ans_lanes_decode(lane_words, lengths, bounds, counts, sym.size, block, 4)
+        assert got is not None and np.array_equal(got, sym)
+
+
+@needs_fast
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 def test_ans_damaged_streams_are_refused_alike(impl: str) -> None:
     k = ref if impl == "reference" else fast
