@@ -38,12 +38,15 @@ static inline void ckz_ans_model(const uint32_t *counts, int32_t alphabet, uint3
 #define ANS_DSLOT_SHIFT (ANS_PRECISION - ANS_DSLOT_BITS)
 
 static inline void ckz_ans_dtable(const uint32_t *left, uint64_t *tab) {
-    uint32_t y = 0;
-    for (uint32_t k = 0; k < (1u << ANS_DSLOT_BITS); k++) {
-        uint32_t lo = k << ANS_DSLOT_SHIFT, hi = lo + (1u << ANS_DSLOT_SHIFT) - 1;
-        while (left[y + 1] <= lo) y++;
-        uint64_t width = left[y + 1] <= hi ? 0 : left[y + 1] - left[y];
-        tab[k] = width << 32 | (uint64_t)(left[y] | y << 24);
+    /* symbol by symbol, the slots that start inside its range: all but the last are its
+     * alone, the last too when the range ends at the slot's end (left[alphabet] = 2^24 ends
+     * the last slot) */
+    uint32_t k = 0;
+    for (uint32_t y = 0; k < (1u << ANS_DSLOT_BITS); y++) {
+        uint32_t lo = left[y], hi = left[y + 1];
+        uint32_t end = (hi + (1u << ANS_DSLOT_SHIFT) - 1) >> ANS_DSLOT_SHIFT;
+        uint64_t part = lo | y << 24, whole = (uint64_t)(hi - lo) << 32 | part;
+        for (; k < end; k++) tab[k] = (k + 1) << ANS_DSLOT_SHIFT <= hi ? whole : part;
     }
 }
 
