@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -578,6 +579,72 @@ def test_run_length_parts_that_do_not_fit_are_refused_alike(impl: str, damage: s
         k.rle_join(tokens, values, extra, bits, bounds, others, base)
 
 
+# -- the "rle" back ends' zero runs -----------------------------------------------------------
+
+
+def _decoded_or_refused(k: Any, data: np.ndarray, n: int, nonzero: int) -> object:
+    try:
+        return k.zero_runs_decode(data, n, nonzero).tobytes()
+    except CorruptCheckpointError as exc:
+        return str(exc)
+
+
+@needs_fast
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 3000),
+    st.sampled_from([0.0, 0.001, 0.05, 0.5, 1.0]),
+)
+@settings(max_examples=100, deadline=None)
+def test_zero_runs_round_trip(seed: int, n: int, density: float) -> None:
+    """Runs of every length class (escaped or not, at the ends or not) come back."""
+    from ckptzip.entropy import _zero_runs
+
+    rng = np.random.default_rng(seed)
+    sym = np.where(rng.random(n) < density, rng.integers(1, 256, n), 0).astype(np.uint8)
+    data = np.frombuffer(_zero_runs(sym), np.uint8)
+    nonzero = int(np.count_nonzero(sym))
+    for k in (fast, ref):
+        assert np.array_equal(k.zero_runs_decode(data, n, nonzero), sym)
+
+
+@needs_fast
+@given(
+    # escapes and zeros often: the bytes that decide a payload's runs and its refusals
+    st.lists(st.one_of(st.integers(0, 255), st.sampled_from([0, 255])), max_size=600).map(bytes),
+    st.integers(0, 2000),
+    st.integers(0, 700),
+)
+@settings(max_examples=300, deadline=None)
+def test_zero_runs_any_payload_is_decoded_or_refused_alike(
+    data: bytes, n: int, nonzero: int
+) -> None:
+    """A parser of untrusted bytes: on any payload, the same symbols or the same message."""
+    raw = np.frombuffer(data, np.uint8)
+    assert _decoded_or_refused(fast, raw, n, nonzero) == _decoded_or_refused(ref, raw, n, nonzero)
+
+
+@needs_fast
+@pytest.mark.parametrize(
+    "payload, n, nonzero, match",
+    [
+        (b"\x03\x07", 3, 1, "past the end"),  # a run of 3 then a symbol at 3 of 3
+        (b"\x00\xff\x07", 5, 1, "inconsistent"),  # escapes after the last run
+        (b"\x00\x00", 5, 1, "inconsistent"),  # a zero symbol
+        (b"\x00\x01\x07", 5, 1, "inconsistent"),  # two runs for one symbol
+        (b"\x07", 5, 2, "announces"),
+    ],
+)
+def test_zero_runs_damaged_payloads_are_refused_alike(
+    payload: bytes, n: int, nonzero: int, match: str
+) -> None:
+    raw = np.frombuffer(payload, np.uint8)
+    for k in (fast, ref):
+        assert k is not None
+        with pytest.raises(CorruptCheckpointError, match=match):
+            k.zero_runs_decode(raw, n, nonzero)
+
+
 # -- ANS: word for word constriction's ----------------------------------------------------------
 
 
@@ -613,6 +680,31 @@ def test_ans_words_match_constriction_on_long_streams() -> None:
         counts, words = ref.ans_encode(sym, bounds, top)
         assert np.array_equal(fast.ans_encode(sym, bounds, top)[1], words)
         assert np.array_equal(fast.ans_decode(words, bounds, counts, sym.size), sym)
+
+
+@needs_fast
+@pytest.mark.parametrize("dominant", [0, 77, 255])
+def test_ans_decoders_take_both_kinds_of_decode_table_slot(dominant: int) -> None:
+    """Widths at both ends of 2^24: one symbol holding nearly all of it, the others 1 to a few
+    (some absent: width 1 all the same), so the decoders' table has slots wholly one symbol's
+    and slots split among dozens, both read by every decoder (one stream, two, lanes)."""
+    assert fast is not None
+    rng = np.random.default_rng(dominant)
+    rare = rng.choice(256, size=600).astype(np.uint8)
+    rare = rare[(rare % 5 != 0) | (rare == dominant)]  # every fifth symbol never appears
+    sym = np.full(300_000, dominant, np.uint8)
+    sym[rng.choice(sym.size, size=rare.size, replace=False)] = rare
+    bounds = np.array([0, 1000, sym.size], np.int64)
+    counts, words = ref.ans_encode(sym, bounds, 256)
+    assert np.array_equal(fast.ans_encode(sym, bounds, 256)[1], words)
+    assert np.array_equal(fast.ans_decode(words, bounds, counts, sym.size), sym)
+    stream = (words, bounds, counts, sym.size)
+    pair = fast.ans_decode_pair(stream, stream)
+    assert all(np.array_equal(got, sym) for got in pair)
+    for block in (4096, 1 << 18):
+        lengths, lane_words = fast.ans_lanes_encode(sym, bounds, counts, block, 4)
+        got = fast.ans_lanes_decode(lane_words, lengths, bounds, counts, sym.size, block, 4)
+        assert got is not None and np.array_equal(got, sym)
 
 
 @needs_fast

@@ -393,26 +393,6 @@ def _zero_runs(symbols: np.ndarray) -> bytes:
     return runs.tobytes() + symbols[nz].tobytes()
 
 
-def _from_zero_runs(data: bytes, n: int, nonzero: int) -> np.ndarray:
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if nonzero > raw.size or nonzero > n:
-        raise CorruptCheckpointError(f"run-length payload announces {nonzero} nonzero symbols")
-    runs, values = raw[: raw.size - nonzero], raw[raw.size - nonzero :]
-    ends = np.flatnonzero(runs != 255)
-    if ends.size != nonzero or (ends.size and ends[-1] != runs.size - 1) or (values == 0).any():
-        raise CorruptCheckpointError("run-length payload is inconsistent with its metadata")
-    escapes = np.diff(ends, prepend=-1) - 1
-    gaps = escapes.astype(np.int64) * 255 + runs[ends]
-    positions = np.cumsum(gaps + 1) - 1
-    if positions.size and positions[-1] >= n:
-        raise CorruptCheckpointError(
-            f"run-length payload places a symbol at {int(positions[-1])} past the end ({n})"
-        )
-    out = np.zeros(n, dtype=np.uint8)
-    out[positions] = values
-    return out
-
-
 @dataclass(frozen=True)
 class _Method:
     """One symbol back end: symbols -> (chunks, meta) and back, bounded by ``n``.
@@ -466,7 +446,8 @@ def _rle_method(pack: _Coder, unpack: _Coder) -> _Method:
         nonzero = _bounded(meta, "nonzero", n)
         # n symbols need at most n // 255 + n escape/run bytes plus the nonzero values.
         size = _bounded(meta, "rle_bytes", 2 * n + n // 255 + 1)
-        return _from_zero_runs(unpack(_one_chunk(chunks), size), n, nonzero)
+        raw = np.frombuffer(unpack(_one_chunk(chunks), size), dtype=np.uint8)
+        return kernels.zero_runs_decode(raw, n, nonzero)
 
     return _Method(enc, dec)
 

@@ -130,6 +130,11 @@ The functions (flat 1-D inputs throughout):
     longer one the token ``11 + bitlen(r)`` and the ``bitlen(r) - 1`` bits of ``r`` under its
     leading one LSB first in ``extra``; the other symbols in order. ``rle_join`` raises
     :class:`~ckptzip.errors.CorruptCheckpointError` on parts that do not fit.
+``zero_runs_decode(data, n, nonzero) -> symbols``
+    The inverse of the ``"rle"`` back ends' run-length form (:mod:`ckptzip.entropy`): the
+    zero-run lengths as 255-escaped bytes, then the ``nonzero`` nonzero symbols (C in
+    ``_delta.c``: one pass); raises :class:`~ckptzip.errors.CorruptCheckpointError` on a
+    payload that does not fit ``n`` and ``nonzero``.
 ``requantize(work, qidx, own_zero, protected, mids, zero_at, values, o2i=None)``
     ``-> (indices, err2, norm2)``:
     :func:`ckptzip.quantize.requantize`'s pass: the nearest of the new levels
@@ -195,6 +200,7 @@ __all__ = [
     "step_weights",
     "unpack",
     "unpack_gather",
+    "zero_runs_decode",
 ]
 
 _CHOICE = os.environ.get("CKPTZIP_KERNELS", "auto")
@@ -259,5 +265,6 @@ ans_lanes_encode = _active.ans_lanes_encode
 ans_lanes_decode = _active.ans_lanes_decode
 rle_split = _active.rle_split
 rle_join = _active.rle_join
+zero_runs_decode = _active.zero_runs_decode
 bin_counts = _active.bin_counts
 requantize = _active.requantize

@@ -25,41 +25,49 @@ static inline void ckz_ans_model(const uint32_t *counts, int32_t alphabet, uint3
     left[alphabet] = ANS_TOTAL;
 }
 
-/* The decoder's lookup of a state's symbol: the 24-bit quantile q of a step falls in slot
- * q >> ANS_DSLOT_SHIFT, whose entry holds, where the whole slot is one symbol's, that symbol
- * y, its start left[y] and its width left[y + 1] - left[y]: one load where the search through
- * `left` took two dependent ones after the slot's. A slot a boundary between two symbols
- * crosses is marked (bit 63) and holds its first symbol, from which the step searches. 1024
- * slots: 8 KiB a context (cheap to build for a short context, and L1-resident beside the
- * other lanes' data); a quantile lands in a marked one with probability at most
- * (alphabet - 1) / 1024. */
+/* The decoder's table: the 24-bit quantile q = state mod 2^24 of a step falls in slot
+ * q >> ANS_DSLOT_SHIFT, whose entry holds, where the whole slot is one symbol's y, that
+ * symbol's width left[y + 1] - left[y] in its high half and left[y] | y << 24 in its low
+ * half: one load gives the step all it needs, with few instructions to take it apart (a
+ * step is throughput-bound with four lanes in flight, so each instruction counts). A slot a
+ * boundary between two symbols crosses holds width 0 (no symbol has it) and its first
+ * symbol, from which the step searches `left`. 1024 slots: 8 KiB a context (cheap to build
+ * for a short context, and L1-resident beside the other lanes' data); a quantile lands in a
+ * split slot with probability at most (alphabet - 1) / 1024. */
 #define ANS_DSLOT_BITS 10
 #define ANS_DSLOT_SHIFT (ANS_PRECISION - ANS_DSLOT_BITS)
-#define ANS_DSPLIT ((uint64_t)1 << 63)
 
 static inline void ckz_ans_dtable(const uint32_t *left, uint64_t *tab) {
-    uint32_t y = 0;
-    for (uint32_t k = 0; k < (1u << ANS_DSLOT_BITS); k++) {
-        uint32_t lo = k << ANS_DSLOT_SHIFT, hi = lo + (1u << ANS_DSLOT_SHIFT) - 1;
-        while (left[y + 1] <= lo) y++;
-        tab[k] = (uint64_t)left[y] | (uint64_t)(left[y + 1] - left[y]) << 24 |
-                 (uint64_t)y << 49 | (left[y + 1] <= hi ? ANS_DSPLIT : 0);
+    /* symbol by symbol, the slots that start inside its range: all but the last are its
+     * alone, the last too when the range ends at the slot's end (left[alphabet] = 2^24 ends
+     * the last slot) */
+    uint32_t k = 0;
+    for (uint32_t y = 0; k < (1u << ANS_DSLOT_BITS); y++) {
+        uint32_t lo = left[y], hi = left[y + 1];
+        uint32_t end = (hi + (1u << ANS_DSLOT_SHIFT) - 1) >> ANS_DSLOT_SHIFT;
+        uint64_t part = lo | y << 24, whole = (uint64_t)(hi - lo) << 32 | part;
+        for (; k < end; k++) tab[k] = (k + 1) << ANS_DSLOT_SHIFT <= hi ? whole : part;
     }
 }
 
-/* One decoding step's symbol, start and width for quantile q (see ckz_ans_dtable). */
-#define ANS_LOOKUP(tab, left, q, y, start, width)                                          \
+/* One decoding step on `state` (a uint64_t lvalue) before its refill: the symbol to `y`,
+ * and state = (state >> 24) * width + (q - start). q - start is (state - left[y]) mod 2^24:
+ * the subtraction's low 24 bits do not depend on the bits above them. */
+#define ANS_ADVANCE(tab, left, state, y)                                                   \
     do {                                                                                   \
-        uint64_t e_ = (tab)[(q) >> ANS_DSLOT_SHIFT];                                       \
-        (y) = (uint32_t)(e_ >> 49) & 0xff;                                                 \
-        if (__builtin_expect((e_ & ANS_DSPLIT) != 0, 0)) {                                 \
-            while ((left)[(y) + 1] <= (q)) (y)++;                                          \
-            (start) = (left)[(y)];                                                         \
-            (width) = (left)[(y) + 1] - (start);                                           \
-        } else {                                                                           \
-            (start) = (uint32_t)e_ & 0xffffff;                                             \
-            (width) = (uint32_t)(e_ >> 24) & 0x1ffffff;                                    \
+        uint64_t e_ = (tab)[((uint32_t)(state) >> ANS_DSLOT_SHIFT) &                       \
+                            ((1u << ANS_DSLOT_BITS) - 1)];                                 \
+        uint64_t w_ = e_ >> 32;                                                            \
+        uint32_t lo_ = (uint32_t)e_;                                                       \
+        if (__builtin_expect(w_ == 0, 0)) {                                                \
+            uint32_t q_ = (uint32_t)(state) & (ANS_TOTAL - 1), y_ = lo_ >> 24;             \
+            while ((left)[y_ + 1] <= q_) y_++;                                             \
+            lo_ = (left)[y_] | y_ << 24;                                                   \
+            w_ = (left)[y_ + 1] - (left)[y_];                                              \
         }                                                                                  \
+        (y) = lo_ >> 24;                                                                   \
+        (state) = ((state) >> ANS_PRECISION) * w_ +                                        \
+                  (((uint32_t)(state) - lo_) & (ANS_TOTAL - 1));                           \
     } while (0)
 
 #endif

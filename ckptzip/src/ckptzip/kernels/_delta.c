@@ -276,3 +276,36 @@ CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
     sums[1] = norm;
     return 0;
 }
+
+/* -- the "rle" back end's zero runs --------------------------------------------------------
+ *
+ * The inverse of ckptzip/entropy.py's _zero_runs: data holds the zero-run lengths (a run of
+ * r is r // 255 bytes 255 then r % 255), then the `nonzero` nonzero symbols; out gets the n
+ * symbols. One pass where the reference takes six over the stream. Returns 0; 1 when the
+ * runs and the symbols disagree (not `nonzero` runs, escapes after the last run, a zero
+ * symbol); 2 when a symbol lands at or past n, the last such position in *last (the checks
+ * of _reference.zero_runs_decode, in its order). 0 <= nonzero <= min(size, n). */
+CKZ_API int32_t ckz_zero_runs_decode(const uint8_t *data, int64_t size, int64_t nonzero,
+                                     int64_t n, uint8_t *out, int64_t *last) {
+    const uint8_t *values = data + (size - nonzero);
+    int64_t runs = size - nonzero, ends = 0, pos = -1, gap = 0;
+    memset(out, 0, (size_t)n);
+    for (int64_t i = 0; i < runs; i++) {
+        uint8_t b = data[i];
+        if (b == 255) {
+            gap += 255;
+            continue;
+        }
+        pos += gap + b + 1;
+        gap = 0;
+        if (ends < nonzero && pos < n) out[pos] = values[ends];
+        ends++;
+    }
+    if (ends != nonzero || (ends > 0 && gap != 0) || memchr(values, 0, (size_t)nonzero) != NULL)
+        return 1;
+    if (ends > 0 && pos >= n) {
+        *last = pos;
+        return 2;
+    }
+    return 0;
+}

@@ -193,9 +193,8 @@ static void fill(int32_t s, int64_t k, const void *table, int32_t size, const vo
 /* One decoding step of lane state `s` (its words below `t`, down to `floor`). */
 #define STEP(s, t, floor, dst)                                                              \
     do {                                                                                    \
-        uint32_t q_ = (uint32_t)((s) & (TOTAL - 1)), y_, start_, width_;                    \
-        ANS_LOOKUP(dtab, left, q_, y_, start_, width_);                                     \
-        (s) = ((s) >> PRECISION) * (uint64_t)width_ + (uint64_t)(q_ - start_);              \
+        uint32_t y_;                                                                        \
+        ANS_ADVANCE(dtab, left, s, y_);                                                     \
         if ((s) < ((uint64_t)1 << 32) && (t) > (floor)) (s) = ((s) << 32) | words[--(t)]; \
         (dst) = (uint8_t)y_;                                                                \
     } while (0)

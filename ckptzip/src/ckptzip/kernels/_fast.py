@@ -23,7 +23,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 9
+_ABI_VERSION = 10
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -615,6 +615,25 @@ def rle_split(
         tokens[:nt].copy(), values[: counts[0]].copy(), nonzero, base,
         extra[: (bits + 7) // 8].copy(), bits,
     )  # fmt: skip
+
+
+_zero_runs = _fn("ckz_zero_runs_decode", _I32, _P, _I64, _I64, _I64, _P, _P)
+
+
+def zero_runs_decode(data: np.ndarray, n: int, nonzero: int) -> np.ndarray:
+    raw = _contig(data, np.uint8)
+    if nonzero > raw.size or nonzero > n:
+        raise CorruptCheckpointError(f"run-length payload announces {nonzero} nonzero symbols")
+    out = np.empty(n, dtype=np.uint8)
+    last = np.zeros(1, dtype=np.int64)
+    status = _zero_runs(_ptr(raw), raw.size, nonzero, n, _ptr(out), _ptr(last))
+    if status == 1:
+        raise CorruptCheckpointError("run-length payload is inconsistent with its metadata")
+    if status == 2:
+        raise CorruptCheckpointError(
+            f"run-length payload places a symbol at {int(last[0])} past the end ({n})"
+        )
+    return out
 
 
 def rle_join(

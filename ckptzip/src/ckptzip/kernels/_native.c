@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 9 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 10 /* also covers _entropy.c's and _delta.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -1054,9 +1054,8 @@ CKZ_API int32_t ckz_ans_decode(const uint32_t *words, int64_t nw, const int64_t 
         ckz_ans_model(row, alphabet, left);
         ckz_ans_dtable(left, dtab);
         for (int64_t i = lo; i < hi; i++) {
-            uint32_t q = (uint32_t)(state & (ANS_TOTAL - 1)), sy, start, width;
-            ANS_LOOKUP(dtab, left, q, sy, start, width);
-            state = (state >> ANS_PRECISION) * (uint64_t)width + (uint64_t)(q - start);
+            uint32_t sy;
+            ANS_ADVANCE(dtab, left, state, sy);
             if (state < ((uint64_t)1 << 32) && top > 0) state = (state << 32) | words[--top];
             out[i] = (uint8_t)sy;
         }
@@ -1116,9 +1115,8 @@ static int ans_stream_next(ans_stream *d) {
 
 #define ANS_STEP(state, top, words, left, dtab, dst)                                       \
     do {                                                                                   \
-        uint32_t q_ = (uint32_t)((state) & (ANS_TOTAL - 1)), y_, start_, width_;           \
-        ANS_LOOKUP(dtab, left, q_, y_, start_, width_);                                    \
-        (state) = ((state) >> ANS_PRECISION) * (uint64_t)width_ + (uint64_t)(q_ - start_); \
+        uint32_t y_;                                                                       \
+        ANS_ADVANCE(dtab, left, state, y_);                                                \
         if ((state) < ((uint64_t)1 << 32) && (top) > 0)                                    \
             (state) = ((state) << 32) | (words)[--(top)];                                  \
         (dst) = (uint8_t)y_;                                                               \

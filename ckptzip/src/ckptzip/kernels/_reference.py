@@ -785,6 +785,26 @@ def rle_split(
     return tok, vals.astype(np.uint8), counts, base, extra, int(bits.size)
 
 
+def zero_runs_decode(data: np.ndarray, n: int, nonzero: int) -> np.ndarray:
+    raw = np.asarray(data, dtype=np.uint8)
+    if nonzero > raw.size or nonzero > n:
+        raise CorruptCheckpointError(f"run-length payload announces {nonzero} nonzero symbols")
+    runs, values = raw[: raw.size - nonzero], raw[raw.size - nonzero :]
+    ends = np.flatnonzero(runs != 255)
+    if ends.size != nonzero or (ends.size and ends[-1] != runs.size - 1) or (values == 0).any():
+        raise CorruptCheckpointError("run-length payload is inconsistent with its metadata")
+    escapes = np.diff(ends, prepend=-1) - 1
+    gaps = escapes.astype(np.int64) * 255 + runs[ends]
+    positions = np.cumsum(gaps + 1) - 1
+    if positions.size and positions[-1] >= n:
+        raise CorruptCheckpointError(
+            f"run-length payload places a symbol at {int(positions[-1])} past the end ({n})"
+        )
+    out = np.zeros(n, dtype=np.uint8)
+    out[positions] = values
+    return out
+
+
 def rle_join(
     tokens: np.ndarray,
     values: np.ndarray,
