@@ -277,3 +277,63 @@ def test_golden_step_chain_decodes_exactly_as_when_written() -> None:
     # read_quantized gives the step entry's moment as a tensor
     q = read_quantized(GOLDEN / "v1_child.ckz")
     assert isinstance(q[M_PATH], torch.Tensor)
+
+
+def _golden_step_by_the_format(path: Path, v: torch.Tensor) -> torch.Tensor:
+    """The ``step`` entry at ``M_PATH`` of ``path`` decoded from its raw chunks as FORMAT.md
+    words it (NumPy and zstandard only, no ckptzip decoding), over the decoded ``v``."""
+    import numpy as np
+    import zstandard
+
+    from ckptzip.container import Reader
+
+    with path.open("rb") as f:
+        reader = Reader(f, name=path.name)
+        entry = next(e for e in reader.manifest.tensors if e.path == M_PATH)
+        chunks = reader.tensor_chunks(entry)
+    meta, n = entry.meta["step"], v.numel()
+
+    def stage(payload: bytes, info: dict[str, Any]) -> bytes:
+        if info["enc"] == "raw":
+            return payload
+        assert info["enc"] == "zstd"
+        return zstandard.ZstdDecompressor().decompress(payload, max_output_size=info["size"])
+
+    assert meta["index_layout"] == "packed"
+    levels = np.frombuffer(chunks[0], dtype="<f8")
+    bits = np.unpackbits(np.frombuffer(stage(chunks[1], meta["index_stage"]), np.uint8),
+                         bitorder="little")[: n * meta["bits"]]  # fmt: skip
+    idx = (bits.reshape(n, meta["bits"]).astype(np.int64) << np.arange(meta["bits"])).sum(1)
+    gaps = np.frombuffer(stage(chunks[2], meta["positions_stage"]), dtype="<i8")
+    values = np.frombuffer(stage(chunks[3], meta["values_stage"]), dtype="<f4")
+    u = levels.astype(np.float32)[idx]
+    v32 = v.reshape(-1).numpy().astype(np.float32)
+    with np.errstate(invalid="ignore"):  # 0 × inf where v̂ is inf: a protected position
+        out = u * (np.sqrt(np.maximum(v32, np.float32(0))) + np.float32(entry.meta["eps"]))
+    out[np.cumsum(gaps)] = values
+    return torch.from_numpy(out)
+
+
+def test_golden_step_child_decodes_as_the_format_says_on_every_thread_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every operation of a step entry's decoding is an exactly rounded IEEE one (a gather of
+    # float32 levels, sqrt, +, ×); the only inexact one, exp of the second moment's
+    # log-domain levels, is pinned by v̂'s own recorded digest. So these bytes have exactly
+    # one decoding on every machine: ckptzip's, on any number of threads, into fresh buffers
+    # full of NaN or not, is the one NumPy computes from the chunks by FORMAT.md.
+    from ckptzip import _pages
+
+    path = GOLDEN / "v1_child.ckz"
+    expected = EXPECTED["decoded_sha256"]["child"]
+    digests = set()
+    for threads in (1, 2, 4):
+        state = ckptzip.load(path, threads=threads)["optimizer"]["state"]["0"]
+        assert make_step_golden.sha256_tensor(state["exp_avg_sq"]) == expected[V_PATH]
+        digests.add(make_step_golden.sha256_tensor(state["exp_avg"]))
+    fresh = _pages.empty
+    monkeypatch.setattr(_pages, "empty", lambda n, dtype: fresh(n, dtype).fill_(float("nan")))
+    poisoned = ckptzip.load(path)["optimizer"]["state"]["0"]
+    digests.add(make_step_golden.sha256_tensor(poisoned["exp_avg"]))
+    by_format = _golden_step_by_the_format(path, poisoned["exp_avg_sq"])
+    assert digests == {make_step_golden.sha256_tensor(by_format)}
