@@ -218,6 +218,27 @@ def test_easy(xs):
     assert cases >= valid >= 100 and row.endswith("stepped aside after 30")
 
 
+def test_a_test_that_ends_inside_the_probe_is_marked_probe_only(
+    pytester: pytest.Pytester,
+) -> None:
+    # max_examples=20 (hypothesis-jsonschema's corpus tests): every case is the probe's,
+    # Hypothesis's own provider's; the table said "guided 19".
+    pytester.makepyfile(
+        test_short="""
+from hypothesis import given, settings, strategies as st
+
+@settings(max_examples=20, database=None)
+@given(st.integers())
+def test_short(x):
+    pass
+"""
+    )
+    result = pytester.runpytest("--rlcheck", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    row = next(line for line in result.stdout.lines if "test_short.py::test_short" in line)
+    assert "probe only" in row and "guided" not in row
+
+
 STATEFUL = """
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule

@@ -23,12 +23,13 @@ Options (registered through rlcheck's ``pytest11`` entry point):
 The table: per test, the generation phase's test cases, valid cases, valid cases per
 test case and, when the run stopped at ``max_examples``, the seconds it took to get
 there (a backend's gain shows there, since both then make the same number of valid
-cases), and what rlcheck did: guided every case, stepped aside after its first cases
-(nothing to learn: the rest ran on Hypothesis's own backend), handed back (too many
-invalid cases), or fell back (an internal error: the test ran on Hypothesis's own
-backend; the reason is shown and listed below the table). The counts read ``-`` where the
-engine gave no statistics (a run that failed a health check, or was skipped from inside the
-test), not 0.
+cases), and what rlcheck did: guided every case, ran its probe only (the run ended
+within the first cases, all Hypothesis's own provider's: ``max_examples`` of 20), stepped
+aside after its first cases (nothing to learn: the rest ran on Hypothesis's own backend),
+handed back (too many invalid cases), or fell back (an internal error: the test ran on
+Hypothesis's own backend; the reason is shown and listed below the table). The counts
+read ``-`` where the engine gave no statistics (a run that failed a health check, or was
+skipped from inside the test), not 0.
 
 Counting costs nothing: the counts come from the engine's own per-run statistics
 (``hypothesis.statistics``) and the backend's (:func:`rlcheck.hypothesis.collect_stats`);
@@ -62,7 +63,8 @@ class Row:
     engine counts them toward ``max_examples``); ``seconds``: that phase's duration;
     ``reached_max``: it stopped at ``max_examples``. For the rlcheck run, ``guided`` is
     the number of cases the backend generated itself (the rest were Hypothesis's own),
-    ``status`` what it did (``"guided"``, ``"stepped aside"``, ``"handed back"``,
+    ``status`` what it did (``"guided"``, ``"probe only"``: no case was the learned
+    policy's, ``"stepped aside"``, ``"handed back"``,
     ``"fell back"``, ``"unchanged"``: the backend could not be switched) and ``reason``
     the internal error behind a fallback. ``counted``: the engine delivered a run's
     statistics (it delivers none for a run that raised ``FailedHealthCheck`` or skipped,
@@ -115,6 +117,7 @@ class CaseCounts:
         """What the rlcheck backend said about its runs (a ``BackendStats``)."""
         tests = stats.as_dict().values()
         guided = sum(t.cases for t in tests)
+        learned = sum(t.learned for t in tests)
         reason = next((t.reason for t in tests if t.reason), "")
         if any(t.fallback for t in tests):
             status = "fell back"
@@ -122,6 +125,8 @@ class CaseCounts:
             status = "stepped aside"
         elif any(t.handed_back for t in tests):
             status = "handed back"
+        elif learned == 0 and guided:
+            status = "probe only"  # every case was the probe's: Hypothesis's provider's
         else:
             status = "guided"
         self.row = replace(self.row, guided=self.row.guided + guided, status=status, reason=reason)
@@ -327,6 +332,8 @@ def _status(row: Row) -> str:
         return f"{row.status} after {row.guided}"
     if row.status == "guided":
         return f"guided {row.guided}"
+    if row.status == "probe only":
+        return f"probe only {row.guided}"
     return row.status or "-"
 
 

@@ -204,7 +204,9 @@ class TestStats(Counts):
     internal error: then ``fallback`` is true too, and ``reason`` names the error).
     ``stepped_aside`` is true when a run found, within its first cases, that guidance
     could not pay (:meth:`RLCheckProvider._guidance_pays`) and left the rest to
-    Hypothesis's own backend.
+    Hypothesis's own backend. ``learned`` counts the cases the learned policy made (or a
+    mutation of an earlier case): the rest of ``cases`` are Hypothesis's own provider's
+    (the probe's, the tail's); a run that ended inside its probe learned none.
     """
 
     __test__: ClassVar[bool] = False  # not a pytest test class despite the name
@@ -214,6 +216,7 @@ class TestStats(Counts):
     fallback: bool = False
     stepped_aside: bool = False
     reason: str = ""
+    learned: int = 0
 
 
 class BackendStats:
@@ -252,6 +255,7 @@ class BackendStats:
         fallback: bool = False,
         stepped_aside: bool = False,
         reason: str = "",
+        learned: int = 0,
     ) -> None:
         """Set the counts of one run (flags only ever turn on; the first reason stays)."""
         runs = self._runs.setdefault(name, {})
@@ -267,6 +271,7 @@ class BackendStats:
             previous.fallback or fallback,
             previous.stepped_aside or stepped_aside,
             previous.reason or reason,
+            max(previous.learned, learned),
         )
 
     def __getitem__(self, name: str) -> TestStats:
@@ -667,6 +672,7 @@ class RLCheckProvider(PrimitiveProvider):
         )
         self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
         self._nested = 0  # draws of Hypothesis's provider under way (see _delegating)
+        self._learned = 0  # cases of this run the learned policy made (TestStats.learned)
         # the engine's tree, where this run's cases are recorded (record_engine_tree)
         self._engine_tree: EngineTree | None = None
         self._trace: list[tuple[Hashable, Any]] = []  # this case's (draw key, value)s
@@ -1090,6 +1096,7 @@ class RLCheckProvider(PrimitiveProvider):
         try:
             self._tree.finish()
             new = self._ledger.record(outcome, tuple(self._choices))
+            self._learned += self._delegate is None
             if self._delegate is not None:
                 if outcome == "invalid":
                     self._default_streak += 1
@@ -1266,6 +1273,7 @@ class RLCheckProvider(PrimitiveProvider):
                 fallback=fallback,
                 stepped_aside=stepped_aside,
                 reason=reason,
+                learned=self._learned,
             )
 
     def _fail(self, exc: BaseException) -> None:
