@@ -1516,24 +1516,21 @@ class RLCheckProvider(PrimitiveProvider):
             raise BackendCannotProceed("exhausted")
         try:
             key = ("s", intervals, min_size, max_size)
+            constraints = {"intervals": intervals, "min_size": min_size, "max_size": max_size}
             if self._delegate is not None:
                 with self._delegating():
                     value = self._delegate.draw_string(
                         intervals, min_size=min_size, max_size=max_size
                     )
-                constraints = {"intervals": intervals, "min_size": min_size, "max_size": max_size}
                 return self._placed("string", constraints, key, value)
             if len(intervals) == 0:
                 self._choices.append("")
                 return ""
             if self._plan is not None:
-                constraints = {"intervals": intervals, "min_size": min_size, "max_size": max_size}
                 planned = self._planned(key, "string", constraints)
                 if planned is not FRESH:
                     return planned
-            constant = self._constant(
-                "string", {"intervals": intervals, "min_size": min_size, "max_size": max_size}
-            )
+            constant = self._constant("string", constraints)
             if constant is not FRESH:
                 return self._delegated(key, constant)
             classes, prior = self._cached(("sc", intervals), lambda: _char_domain(intervals))
@@ -1560,16 +1557,16 @@ class RLCheckProvider(PrimitiveProvider):
             raise BackendCannotProceed("exhausted")
         try:
             key = ("y", min_size, max_size)
+            constraints = {"min_size": min_size, "max_size": max_size}
             if self._delegate is not None:
                 with self._delegating():
                     value = self._delegate.draw_bytes(min_size, max_size)
-                constraints = {"min_size": min_size, "max_size": max_size}
                 return self._placed("bytes", constraints, key, value)
             if self._plan is not None:
-                planned = self._planned(key, "bytes", {"min_size": min_size, "max_size": max_size})
+                planned = self._planned(key, "bytes", constraints)
                 if planned is not FRESH:
                     return planned
-            constant = self._constant("bytes", {"min_size": min_size, "max_size": max_size})
+            constant = self._constant("bytes", constraints)
             if constant is not FRESH:
                 return self._delegated(key, constant)
             out = bytearray()
