@@ -711,7 +711,7 @@ def check_compat() -> dict[str, bool]:
 
     from hypothesis import statistics
     from hypothesis.internal import observability, reflection
-    from hypothesis.internal.conjecture import data, engine
+    from hypothesis.internal.conjecture import data, datatree, engine
 
     low, high = SUPPORTED_RANGE
     return {
@@ -740,6 +740,11 @@ def check_compat() -> dict[str, bool]:
         ),
         "choice_from_index": simplest_choices("boolean", {"p": 0.5}, 2) == [False, True],
         "_maybe_draw_constant": ConstantSource(random.Random(0))._draw is not None,
+        "ConjectureRunner.tree, DataTree.new_observer, ConjectureData.observer (EngineTree)": (
+            "tree" in engine.ConjectureRunner.__init__.__code__.co_names
+            and hasattr(datatree.DataTree, "new_observer")
+            and "observer" in data.ConjectureData.__init__.__code__.co_names
+        ),
         # INTEGERS_DISTRIBUTION is optional (absent on 6.140: buckets keeps its own prior)
     }
 
