@@ -622,8 +622,7 @@ _zero_runs = _fn("ckz_zero_runs_decode", _I32, _P, _I64, _I64, _I64, _P, _P)
 
 def zero_runs_decode(data: np.ndarray, n: int, nonzero: int) -> np.ndarray:
     raw = _contig(data, np.uint8)
-    if nonzero > raw.size or nonzero > n:
-        raise CorruptCheckpointError(f"run-length payload announces {nonzero} nonzero symbols")
+    ref.check_zero_runs(raw.size, n, nonzero)
     out = np.empty(n, dtype=np.uint8)
     last = np.zeros(1, dtype=np.int64)
     status = _zero_runs(_ptr(raw), raw.size, nonzero, n, _ptr(out), _ptr(last))

@@ -785,10 +785,16 @@ def rle_split(
     return tok, vals.astype(np.uint8), counts, base, extra, int(bits.size)
 
 
+def check_zero_runs(size: int, n: int, nonzero: int) -> None:
+    """What both kernels check before decoding zero runs: ``nonzero`` symbols fit the
+    payload's ``size`` bytes and the ``n`` symbols."""
+    if nonzero > size or nonzero > n:
+        raise CorruptCheckpointError(f"run-length payload announces {nonzero} nonzero symbols")
+
+
 def zero_runs_decode(data: np.ndarray, n: int, nonzero: int) -> np.ndarray:
     raw = np.asarray(data, dtype=np.uint8)
-    if nonzero > raw.size or nonzero > n:
-        raise CorruptCheckpointError(f"run-length payload announces {nonzero} nonzero symbols")
+    check_zero_runs(raw.size, n, nonzero)
     runs, values = raw[: raw.size - nonzero], raw[raw.size - nonzero :]
     ends = np.flatnonzero(runs != 255)
     if ends.size != nonzero or (ends.size and ends[-1] != runs.size - 1) or (values == 0).any():
