@@ -5,8 +5,9 @@ Hypothesis gives a run up to 458 invalid cases to find its first valid one, then
 case it spends is one the default backend's engine does not get, so a strict test can turn
 ``Unsatisfiable`` under ``backend="rlcheck"`` where the default passes. This benchmark runs
 each strict test once per seed on each backend, at the test's own ``max_examples``, and
-counts the runs that passed, the runs that ended ``Unsatisfiable``, and where the first
-valid case came (its index among the run's cases).
+counts the runs that passed, the runs that ended ``Unsatisfiable``, where the first
+valid case came (its index among the run's cases), and the test-body calls whose value
+(by ``repr``) an earlier call of the same run already had (``repeats``, in the JSON).
 
 Tests: every test of ``_hyp_suite.SUITE`` plus a family of tests whose only valid inputs
 are few and far from the strategy's typical draws (lists of booleans, all ``True``, of at
@@ -58,6 +59,8 @@ def run_once(test: SuiteTest, backend: str, run_seed: int, max_examples: int) ->
     cases = 0
     valid = 0
     first: int | None = None
+    seen: set[str] = set()
+    repeats = 0  # body calls whose value an earlier call of the run already had
     strategy = test.strategy.filter(test.valid) if test.how == "filter" else test.strategy
 
     @seed(run_seed)
@@ -70,8 +73,11 @@ def run_once(test: SuiteTest, backend: str, run_seed: int, max_examples: int) ->
     )
     @given(strategy)
     def body(value: Any) -> None:
-        nonlocal cases, valid, first
+        nonlocal cases, valid, first, repeats
         cases += 1
+        shown = repr(value)
+        repeats += shown in seen
+        seen.add(shown)
         ok = test.valid(value)
         if ok:
             valid += 1
@@ -94,6 +100,7 @@ def run_once(test: SuiteTest, backend: str, run_seed: int, max_examples: int) ->
         "first_valid": first,
         "valid": valid,
         "body_calls": cases,
+        "repeats": repeats,
         "cpu_s": time.process_time() - start,
     }
 
@@ -107,6 +114,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": sum(r["outcome"].startswith("error") for r in runs),
         "median_first_valid": statistics.median(firsts) if firsts else None,
         "valid": sum(r["valid"] for r in runs),
+        "repeats": sum(r.get("repeats", 0) for r in runs),
+        "body_calls": sum(r["body_calls"] for r in runs),
         "cpu_s": sum(r["cpu_s"] for r in runs),
     }
 
