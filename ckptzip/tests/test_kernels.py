@@ -407,6 +407,22 @@ def test_pack_unpack_match(bits: int, n: int, seed: int) -> None:
 
 
 @needs_fast
+@pytest.mark.parametrize("bits", [3, 5, 6, 7])
+def test_pack_groups_end_alike(bits: int) -> None:
+    """The fast pack stores eight indices with one 8-byte store while 8 bytes of output are
+    left: every length around that edge, with the top index (all bits set) and random ones."""
+    assert fast is not None
+    rng = np.random.default_rng(bits)
+    for n in range(0, 200):
+        nbytes = (n * bits + 7) // 8
+        for idx in (
+            np.full(n, (1 << bits) - 1, np.uint8),
+            rng.integers(0, 1 << bits, n).astype(np.uint8),
+        ):
+            assert fast.pack(idx, bits, nbytes) == ref.pack(idx, bits, nbytes), n
+
+
+@needs_fast
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_gather_matches(dtype: torch.dtype) -> None:
     assert fast is not None
