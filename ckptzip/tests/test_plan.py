@@ -404,7 +404,9 @@ def test_gpt2_tied_embeddings_get_one_treatment_through_the_manager(tmp_path: Pa
     st.booleans(),
 )
 @settings(max_examples=60, deadline=None)
-def test_zero_fraction_counts_what_torch_counts(values: list[float], dtype: Any, strided: bool) -> None:
+def test_zero_fraction_counts_what_torch_counts(
+    values: list[float], dtype: Any, strided: bool
+) -> None:
     """The planner's NumPy count (the entries == 0) is torch's count of zeros: +-0, subnormals
     the dtype flushes, not NaN; strided views too."""
     x = torch.tensor(values, dtype=torch.float64).to(dtype)
