@@ -230,6 +230,30 @@ def save_cpu(run: Run, d: Path, repeat: int) -> dict[str, Any]:
     return {"least cpu s": least, "ratio": ratio, "sha256 ckptzip.save": sha}
 
 
+def delta_save_cpu(run: Run, d: Path, saves: int) -> dict[str, Any]:
+    """The least and the median CPU seconds of ``saves`` consecutive manager delta saves
+    (default manager: one chain, error feedback) after a keyframe, and one sha256 over the
+    chain's files (the same bytes across trees)."""
+    mgr = CheckpointManager(d / "delta-cpu", keyframe_every=saves + 1)
+    mgr.save(0, run.state())
+    took = []
+    for step in range(1, saves + 1):
+        run.step()
+        state = run.state()
+        c0 = cpu_time()
+        mgr.save(step, state)
+        took.append(cpu_time() - c0)
+    mgr.close()
+    files = sorted((d / "delta-cpu").rglob("*.ckz"))
+    digest = hashlib.sha256(b"".join(hashlib.sha256(f.read_bytes()).digest() for f in files))
+    return {
+        "delta save least cpu s": min(took),
+        "delta save median cpu s": sorted(took)[len(took) // 2],
+        "files": len(files),
+        "sha256 chain": digest.hexdigest(),
+    }
+
+
 def manager_times(
     run: Run,
     d: Path,
@@ -438,6 +462,14 @@ def main() -> None:
         help="only the one-thread saves' least CPU seconds, default and unfitted, with the "
         "file's sha256 (a before/after on a loaded machine)",
     )
+    ap.add_argument(
+        "--delta-cpu",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only N manager delta saves after a keyframe: their least and median CPU seconds "
+        "and a sha256 over the chain's files (a before/after on a loaded machine)",
+    )
     ap.add_argument("--json", type=Path, default=RESULTS / "throughput.json")
     args = ap.parse_args()
     width, depth = (256, 4) if args.quick else (384, 8)
@@ -452,6 +484,17 @@ def main() -> None:
             "kernels": _kernels(),
             "load average before": os.getloadavg()[0],
         }
+        if args.delta_cpu:
+            res.update(delta_save_cpu(run, d, args.delta_cpu))
+            res["load average after"] = os.getloadavg()[0]
+            print(
+                f"{res['params'] / 1e6:.1f}M parameters + AdamW, kernels={res['kernels']}: "
+                f"{args.delta_cpu} delta saves, least CPU {res['delta save least cpu s']:.3f} s, "
+                f"median {res['delta save median cpu s']:.3f} s, sha256 of the chain's "
+                f"{res['files']} files {res['sha256 chain'][:16]}"
+            )
+            write_json(args.json, res)
+            return
         if args.save_cpu:
             res.update(save_cpu(run, d, args.repeat))
             res["load average after"] = os.getloadavg()[0]

@@ -407,6 +407,22 @@ def test_pack_unpack_match(bits: int, n: int, seed: int) -> None:
 
 
 @needs_fast
+@pytest.mark.parametrize("bits", [3, 5, 6, 7])
+def test_pack_groups_end_alike(bits: int) -> None:
+    """The fast pack stores eight indices with one 8-byte store while 8 bytes of output are
+    left: every length around that edge, with the top index (all bits set) and random ones."""
+    assert fast is not None
+    rng = np.random.default_rng(bits)
+    for n in range(0, 200):
+        nbytes = (n * bits + 7) // 8
+        for idx in (
+            np.full(n, (1 << bits) - 1, np.uint8),
+            rng.integers(0, 1 << bits, n).astype(np.uint8),
+        ):
+            assert fast.pack(idx, bits, nbytes) == ref.pack(idx, bits, nbytes), n
+
+
+@needs_fast
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_gather_matches(dtype: torch.dtype) -> None:
     assert fast is not None
@@ -505,6 +521,26 @@ def test_requantize_pass_matches(
         idx.masked_fill_(zero, zero_at)
     assert torch.equal(got[0], idx)
     assert got[1:] == fast.squared_error(x, idx, values, prot)
+
+
+@needs_fast
+@given(st.integers(0, 9000), st.integers(0, 40), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_squared_error_matches_reference(n: int, n_prot: int, seed: int) -> None:
+    """Four interleaved sums a block against the reference's torch sums: the same error up
+    to the order of the additions, protected positions (any run lengths between them, the
+    first and last positions included) left out of the error and kept in the norm."""
+    assert fast is not None
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+    values = torch.from_numpy(np.sort(rng.standard_normal(16)).astype(np.float32))
+    idx = torch.from_numpy(rng.integers(0, 16, n).astype(np.uint8))
+    picks = rng.integers(0, max(n, 1), n_prot) if n else np.zeros(0, np.int64)
+    if n:
+        picks = np.concatenate([picks, [0, n - 1]])
+    prot = torch.from_numpy(np.unique(picks).astype(np.int64))
+    got = fast.squared_error(x, idx, values, prot)
+    assert got == pytest.approx(ref.squared_error(x, idx, values, prot), rel=1e-9, abs=1e-12)
 
 
 def _runs_stream(seed: int, n: int, groups: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from ckptzip.codecs import base as codecs_base
 from ckptzip.codecs.base import available_codecs, get_codec
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import ConfigError, UnsupportedFormatError
-from ckptzip.plan import ALMOST_ALL_ZEROS, MomentPolicy, Planner, keep_zeros
+from ckptzip.plan import ALMOST_ALL_ZEROS, MomentPolicy, Planner, keep_zeros, zero_fraction
 from ckptzip.search import moment_ladder, search
 
 
@@ -393,3 +393,24 @@ def test_gpt2_tied_embeddings_get_one_treatment_through_the_manager(tmp_path: Pa
     assert len(treatments) == 1 and next(iter(treatments))[1] is not None
     state = ckptzip.load(mgr.path(3))["model"]
     assert torch.equal(state["transformer.wte.weight"], state["lm_head.weight"])
+
+
+@given(
+    st.lists(
+        st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-40, 1.0, -3.5]),
+        max_size=64,
+    ),
+    st.sampled_from([torch.float16, torch.float32, torch.float64]),
+    st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_zero_fraction_counts_what_torch_counts(
+    values: list[float], dtype: Any, strided: bool
+) -> None:
+    """The planner's NumPy count (the entries == 0) is torch's count of zeros: +-0, subnormals
+    the dtype flushes, not NaN; strided views too."""
+    x = torch.tensor(values, dtype=torch.float64).to(dtype)
+    if strided:
+        x = x[::2]
+    expected = float(x.numel() - int(torch.count_nonzero(x))) / max(x.numel(), 1)
+    assert zero_fraction(x) == expected

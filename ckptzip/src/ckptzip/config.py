@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ckptzip.errors import ConfigError
@@ -113,7 +113,9 @@ class QuantConfig:
             )
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        # every field is a flat scalar: no ``asdict`` (its recursive copy cost a save 2 % of
+        # its CPU, one call per quantized tensor)
+        out = {name: getattr(self, name) for name in _QUANT_FIELDS}
         if self.fit == "values":  # absent at the default: the JSON of older configs unchanged
             del out["fit"]
         if self.rounding == "nearest":  # likewise
@@ -128,6 +130,9 @@ class QuantConfig:
             return cls(**data)
         except TypeError as exc:
             raise ConfigError(f"bad QuantConfig {data!r}: {exc}") from exc
+
+
+_QUANT_FIELDS = tuple(f.name for f in fields(QuantConfig))
 
 
 @dataclass(frozen=True)

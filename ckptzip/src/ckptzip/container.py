@@ -393,9 +393,9 @@ def write(f: Writable, manifest: Manifest, chunks: Sequence[bytes]) -> int:
         )
     version, flags = manifest.version, 0
     if len(head) >= _COMPRESS_MANIFEST_FROM:
-        # the manifest names its own version, so the version-3 manifest is dumped again
-        v3 = replace(manifest, version=max(manifest.version, 3))
-        packed = entropy.compress(manifest_bytes(v3), _MANIFEST_LEVEL)
+        # the manifest names its own version, so one older than 3 is dumped again as 3
+        v3 = manifest if manifest.version >= 3 else replace(manifest, version=3)
+        packed = entropy.compress(head if v3 is manifest else manifest_bytes(v3), _MANIFEST_LEVEL)
         if len(packed) < len(head):
             head, version, flags = packed, v3.version, MANIFEST_ZSTD
     f.write(HEADER.pack(MAGIC, version, flags, len(head)))

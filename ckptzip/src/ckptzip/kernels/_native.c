@@ -462,6 +462,33 @@ CKZ_API void ckz_residual_error(const float *x, const float *y, int64_t n, doubl
 }
 
 /* -- bit packing: LSB-first stream of `bits`-bit indices ----------------------------------*/
+/* Eight indices of `bits` bits make `bits` whole bytes: each group of eight is put together
+ * in one little-endian word and stored with one 8-byte store (its top bytes are overwritten
+ * by the next group's), while at least 8 bytes of output are left past the group's start
+ * (bits a constant where this is inlined: fixed shifts, a loop the compiler vectorises; 0.1
+ * ns an index at 5 bits against 0.8 for the bit-at-a-time loop). ORs every index into
+ * `*seen`. Returns how many indices it packed (a multiple of 8). */
+static inline __attribute__((always_inline)) int64_t pack_groups(const uint8_t *idx, int64_t n,
+                                                                  int32_t bits, uint8_t *out,
+                                                                  uint8_t *seen) {
+    int64_t i = 0;
+    uint8_t any = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* the group at i starts at byte i / 8 * bits of ceil(n * bits / 8): room for 8 bytes
+     * while i + 64 <= n, as in unpack_groups */
+    for (; i + 64 <= n; i += 8, out += bits) {
+        uint64_t w = 0;
+        for (int32_t l = 0; l < 8; l++) {
+            any |= idx[i + l];
+            w |= (uint64_t)idx[i + l] << (l * bits);
+        }
+        memcpy(out, &w, 8);
+    }
+#endif
+    *seen |= any;
+    return i;
+}
+
 CKZ_API int32_t ckz_pack(const uint8_t *idx, int64_t n, int32_t bits, uint8_t *out) {
     if (8 % bits == 0) { /* 1, 2, 4 bits: whole indices per byte */
         int32_t per = 8 / bits;
@@ -484,10 +511,19 @@ CKZ_API int32_t ckz_pack(const uint8_t *idx, int64_t n, int32_t bits, uint8_t *o
         }
         return 0;
     }
+    int64_t i = 0;
+    uint8_t seen = 0;
+    switch (bits) {
+    case 3: i = pack_groups(idx, n, 3, out, &seen); break;
+    case 5: i = pack_groups(idx, n, 5, out, &seen); break;
+    case 6: i = pack_groups(idx, n, 6, out, &seen); break;
+    case 7: i = pack_groups(idx, n, 7, out, &seen); break;
+    default: break;
+    }
+    out += (i / 8) * bits;
     uint64_t acc = 0;
     int32_t have = 0;
-    uint8_t seen = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (; i < n; i++) {
         seen |= idx[i];
         acc |= (uint64_t)idx[i] << have;
         have += bits;
