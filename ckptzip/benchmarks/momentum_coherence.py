@@ -5,8 +5,9 @@ steps of 200), compute :func:`ckptzip.plan.momentum_coherence` for every weight 
 the manager may quantize (at least 4096 elements): Adam's bias-corrected momentum against the
 size uncorrelated gradients of the same second moment would give it (1: as noise makes it;
 well below 1: the gradients cancel within the momentum's horizon). Printed per checkpoint:
-the smallest, median and largest value over the weights and the share of the moments' entries
-a ``MomentPolicy(quiet=..., quiet_below=R)`` would store by its quiet policy.
+the smallest, median and largest value over the weights (each weight's in the JSON) and the
+share of the moments' entries a ``MomentPolicy(quiet=..., quiet_below=R)`` would store by its
+quiet policy.
 
 Run ``python benchmarks/momentum_coherence.py --models llm chargru bytetf --seeds 0 1 2``
 (about 4 minutes of CPU on one core). Writes ``benchmarks/results/momentum_coherence.json``.
@@ -32,8 +33,10 @@ from ckptzip.plan import MomentPolicy, momentum_coherence
 MIN_NUMEL = 4096  # the manager's min_numel: the moments of smaller weights stay exact
 
 
-def coherences(w: _workloads.Workload) -> list[tuple[float, int]]:
-    """``(momentum_coherence, numel)`` of every weight of ``w`` with at least MIN_NUMEL."""
+def coherences(w: _workloads.Workload) -> list[tuple[str, float, int]]:
+    """``(name, momentum_coherence, numel)`` of every weight of ``w`` with at least
+    MIN_NUMEL elements."""
+    names = {id(p): n for n, p in w.model.named_parameters()}
     out = []
     for group in w.optimizer.param_groups:
         for p in group["params"]:
@@ -41,7 +44,7 @@ def coherences(w: _workloads.Workload) -> list[tuple[float, int]]:
                 continue
             r = momentum_coherence(w.optimizer.state[p], group.get("betas"))
             if r is not None:
-                out.append((r, p.numel()))
+                out.append((names.get(id(p), "?"), r, p.numel()))
     return out
 
 
@@ -64,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                 if (step + 1) % args.every:
                     continue
                 found = coherences(w)
-                values = [r for r, _ in found]
-                quiet = sum(n for r, n in found if r < args.below) / sum(n for _, n in found)
+                values = [r for _, r, _ in found]
+                quiet = sum(n for _, r, n in found if r < args.below) / sum(n for *_, n in found)
                 rows.append(
                     {
                         "model": model,
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                         "median": statistics.median(values),
                         "max": max(values),
                         "quiet_share": quiet,
+                        "weights": {name: r for name, r, _ in found},
                     }
                 )
                 r = rows[-1]
