@@ -10,7 +10,8 @@ share of the moments' entries a ``MomentPolicy(quiet=..., quiet_below=R)`` would
 quiet policy.
 
 Run ``python benchmarks/momentum_coherence.py --models llm chargru bytetf --seeds 0 1 2``
-(about 4 minutes of CPU on one core). Writes ``benchmarks/results/momentum_coherence.json``.
+(a few minutes on one core: it trains each model and seed once). Writes
+``benchmarks/results/momentum_coherence.json``.
 """
 
 from __future__ import annotations
