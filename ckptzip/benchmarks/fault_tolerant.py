@@ -141,7 +141,7 @@ from ckptzip._types import QuantizedTensor
 from ckptzip.api import read_manifest
 from ckptzip.codecs.quantized import decode_indices, encode_indices
 from ckptzip.config import QuantConfig
-from ckptzip.plan import RESIDUAL, moment_kind
+from ckptzip.plan import FEEDBACK_MOMENTS, RESIDUAL, moment_kind
 from ckptzip.quantize import dequantize, quantize
 
 RESULTS = _report.RESULTS
@@ -1716,6 +1716,22 @@ def main(argv: list[str] | None = None) -> int:
         "default: the policy's)",
     )
     ap.add_argument(
+        "--quiet",
+        metavar="M,V,FIT",
+        default=None,
+        help="MomentPolicy.quiet: the moments of a weight whose momentum is quiet "
+        "(momentum_coherence below --quiet-below) at M first-moment levels fitted by FIT "
+        "and V second-moment levels, e.g. 3,8,step; the others follow --moments (default: "
+        "the manager's policy under error feedback, plan.FEEDBACK_MOMENTS)",
+    )
+    ap.add_argument(
+        "--quiet-below",
+        type=float,
+        default=None,
+        metavar="R",
+        help="MomentPolicy.quiet_below (default: the policy's)",
+    )
+    ap.add_argument(
         "--residual",
         metavar="BINS,PRUNE",
         default=None,
@@ -1787,6 +1803,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.first_fit is not None:
         moments = dataclasses.replace(moments or ckptzip.MomentPolicy(), first_fit=args.first_fit)
+    if args.quiet is not None:
+        m, v, fit = args.quiet.split(",")
+        quiet = ckptzip.MomentPolicy(int(m), second_bins=int(v), first_fit=fit)  # type: ignore[arg-type]
+        moments = dataclasses.replace(moments or FEEDBACK_MOMENTS, quiet=quiet)
+    if args.quiet_below is not None:
+        moments = dataclasses.replace(moments or FEEDBACK_MOMENTS, quiet_below=args.quiet_below)
     mode = "quick" if args.quick else "full"
     # llm's quick plan is there for --models llm; the quick default stays under 3 minutes
     models = args.models or [m for m in PLANS[mode] if mode == "full" or m != "llm"]

@@ -4,9 +4,10 @@ Every rule that chooses a tensor's treatment lives here and nowhere else: which 
 lossy at all (:func:`exact_reason`), the configured :class:`~ckptzip.config.QuantConfig`, the
 optimizer-moment rules (:class:`MomentPolicy`, :func:`keep_zeros`, :func:`second_moment`,
 :func:`moment_configs`: which state tensors are whose moments and how they follow their
-weight), and whether a lossy tensor is delta-coded against a parent (``"delta"``: bin-index
-differences; ``"residual"``, with ``CompressionConfig.residual``: error feedback, every lossy
-tensor but the optimizer moments). :func:`ckptzip.save`
+weight, and :func:`momentum_coherence`: whether a weight's momentum is quiet), and whether a
+lossy tensor is delta-coded against a parent (``"delta"``: bin-index differences;
+``"residual"``, with ``CompressionConfig.residual``: error feedback, every lossy tensor but the
+optimizer moments). :func:`ckptzip.save`
 executes a plan; :func:`ckptzip.search.search` asks the same functions which tensors it may
 search and how the moments of a searched weight follow it.
 
@@ -59,6 +60,7 @@ __all__ = [
     "keep_zeros",
     "moment_configs",
     "moment_kind",
+    "momentum_coherence",
     "second_moment",
     "size_floor",
     "small_weight",
@@ -268,6 +270,16 @@ class MomentPolicy:
         ``"update"``: weighted by ``1/(sqrt(v)+eps)²`` so they minimize the error of Adam's
         step (:func:`fit_weights`), or ``"step"``: Adam's step itself is quantized, over the
         second moment the file stores (the codec ``"step"``).
+    quiet:
+        The policy for both moments of a weight whose momentum is *quiet*: its
+        :func:`momentum_coherence` below ``quiet_below``, so the gradients cancel within the
+        momentum's horizon and Adam's step is small against what uncorrelated gradients would
+        give; ``None`` (the default): every weight follows this policy. Decided per weight at
+        every save, from the optimizer state being saved (Adam-like state only: without
+        ``exp_avg_sq``, ``step`` and ``betas`` a weight follows this policy). Measured in the
+        README ("A moment policy that follows the momentum").
+    quiet_below:
+        The :func:`momentum_coherence` under which a weight's moments follow ``quiet``.
 
     Examples
     --------
@@ -287,8 +299,22 @@ class MomentPolicy:
     first_prune: float = 0.0
     first_protect: float | None = None
     first_fit: Literal["values", "update", "step"] = "values"
+    quiet: MomentPolicy | None = None
+    quiet_below: float = 0.5
 
     def __post_init__(self) -> None:
+        if self.quiet is not None and not isinstance(self.quiet, MomentPolicy):
+            raise ConfigError(f"quiet={self.quiet!r} must be None or a MomentPolicy")
+        if self.quiet is not None and self.quiet.quiet is not None:
+            raise ConfigError(
+                f"quiet={self.quiet!r} has a quiet policy of its own: give the quiet policy "
+                "quiet=None (one level of nesting)"
+            )
+        if not (isinstance(self.quiet_below, (int, float)) and 0.0 < self.quiet_below <= 1.0):
+            raise ConfigError(
+                f"quiet_below={self.quiet_below!r} must lie in (0, 1]: 1 is the coherence "
+                "uncorrelated gradients give"
+            )
         for name in ("first_bins", "second_bins"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 256:
@@ -346,9 +372,27 @@ class MomentPolicy:
         )
 
     def for_moment(
-        self, kind: Literal["first", "second"], weight: QuantConfig, zeros: float
+        self,
+        kind: Literal["first", "second"],
+        weight: QuantConfig,
+        zeros: float,
+        coherence: float | None = None,
     ) -> QuantConfig | None:
-        """The config of a moment of ``kind`` whose weight is quantized with ``weight``."""
+        """The config of a moment of ``kind`` whose weight is quantized with ``weight``.
+
+        ``coherence`` is the weight's :func:`momentum_coherence` (``None``: unknown); below
+        ``quiet_below`` the moment follows ``quiet`` when that is set.
+
+        Examples
+        --------
+        >>> p = MomentPolicy(quiet=MomentPolicy(first_bins=3, first_fit="step"))
+        >>> p.for_moment("first", QuantConfig(), 0.0, coherence=0.3).bins
+        3
+        >>> p.for_moment("first", QuantConfig(), 0.0, coherence=0.9).bins
+        8
+        """
+        if self.quiet is not None and coherence is not None and coherence < self.quiet_below:
+            return self.quiet.for_moment(kind, weight, zeros)
         return self.first(weight, zeros) if kind == "first" else self.second()
 
 
@@ -367,7 +411,54 @@ moment as its step"). Three levels of the step with eight second-moment levels
 (``MomentPolicy(first_bins=3, first_fit="step", second_bins=8)``, with ``keyframe_every=20``)
 took ``llm`` to 50.1x within its noise floor, but ``chargru`` to +2.4-2.5 % on two of three
 seeds, outside its 1 % target; eight second-moment levels alone, +1.1-1.4 % on two (README, "`llm`
-at 50x"): options, not the default."""
+at 50x"): options, not the default. The same two codings for the quiet weights alone
+(``replace(FEEDBACK_MOMENTS, quiet=MomentPolicy(first_bins=3, first_fit="step",
+second_bins=8))``, ``keyframe_every=20``) kept ``chargru`` and ``bytetf`` within 1 % of exact
+on every seed but took ``llm`` to 37.7x, not 50x (README, "A moment policy that follows the
+momentum"): an option too."""
+
+
+def momentum_coherence(state: Mapping[str, object], betas: object) -> float | None:
+    """How large Adam's momentum is against what uncorrelated gradients would make it.
+
+    ``rho = ||m̂|| / ||sqrt(v̂)||`` (both bias-corrected) over the noise value at step ``t``,
+    ``sqrt((1-b1)(1+b1^t) / ((1+b1)(1-b1^t)))``: the ratio gradients of zero mean, independent
+    from step to step and of the same second moment give (``sqrt((1-b1)/(1+b1))`` once ``t``
+    is many horizons ``1/(1-b1)``; 1 at ``t = 1``, where ``m̂`` is the gradient). About 1:
+    the momentum is as large as noise makes it; above: the gradients agree from step to step;
+    well below: they cancel within the momentum's horizon (or are small against the second
+    moment's longer memory), so Adam's step is small and an error in the stored momentum moves
+    training little. ``None`` where ``state`` is not Adam's (no ``exp_avg``, ``exp_avg_sq``
+    or ``step``; ``betas`` not a pair) or the second moment is all zeros.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> w = torch.nn.Parameter(torch.zeros(4096))
+    >>> opt = torch.optim.Adam([w])
+    >>> for _ in range(100):
+    ...     w.grad = torch.randn(4096, generator=g)
+    ...     opt.step()
+    >>> round(momentum_coherence(opt.state[w], opt.param_groups[0]["betas"]), 1)
+    1.0
+    """
+    m, v, t = state.get("exp_avg"), state.get("exp_avg_sq"), state.get("step")
+    if not (isinstance(m, torch.Tensor) and isinstance(v, torch.Tensor)):
+        return None
+    if not isinstance(t, (torch.Tensor, int, float)):
+        return None
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+        return None
+    b1, b2 = (float(b) for b in betas)
+    step = float(t)
+    if step < 1 or not (0.0 < b1 < 1.0 and 0.0 < b2 < 1.0):
+        return None
+    v_sum = float(v.detach().double().sum()) / (1.0 - b2**step)
+    if v_sum <= 0.0:
+        return None
+    m_sq = float(torch.linalg.vector_norm(m.detach().double())) ** 2 / (1.0 - b1**step) ** 2
+    noise = (1.0 - b1) * (1.0 + b1**step) / ((1.0 + b1) * (1.0 - b1**step))
+    return float(np.sqrt(m_sq / v_sum / noise))
 
 
 def state_indices(optimizer: torch.optim.Optimizer) -> dict[int, int]:
@@ -404,7 +495,9 @@ def moment_configs(
     """
     out: dict[str, QuantConfig | None] = {}
     index = state_indices(optimizer)
-    moments: list[tuple[str, Literal["first", "second"], QuantConfig, torch.Tensor]] = []
+    moments: list[tuple[str, Literal["first", "second"], QuantConfig, torch.Tensor, int]] = []
+    # the weights whose moments are lossy, with their optimizer state and betas
+    owners: dict[int, tuple[Mapping[str, object], object]] = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
             weight = weight_config(p)
@@ -415,11 +508,16 @@ def moment_configs(
                 kind = moment_kind(path)
                 out[path] = None
                 if weight is not None and kind is not None:
-                    moments.append((path, kind, weight, value))
+                    moments.append((path, kind, weight, value, id(p)))
+                    owners[id(p)] = (optimizer.state[p], group.get("betas"))
     # a pass over every moment: on the encoding threads, one core per op, moments in parallel
-    zeros = map_on_encoding_threads(zero_fraction, [value for *_, value in moments])
-    for (path, kind, weight, _), z in zip(moments, zeros, strict=True):
-        out[path] = policy.for_moment(kind, weight, z)
+    zeros = map_on_encoding_threads(zero_fraction, [m[3] for m in moments])
+    coherence: dict[int, float | None] = {}
+    if policy.quiet is not None:  # a pass over both moments of each weight, the same way
+        found = map_on_encoding_threads(lambda o: momentum_coherence(*o), list(owners.values()))
+        coherence = dict(zip(owners, found, strict=True))
+    for (path, kind, weight, _, owner), z in zip(moments, zeros, strict=True):
+        out[path] = policy.for_moment(kind, weight, z, coherence.get(owner))
     return out
 
 
