@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                         "kinds_before": before,
                         # the run's kinds of case up to its last first failure
                         "kinds": _runs_of([k for *_, k in inputs[:last]]),
+                        # and of those, the ones that ran an earlier input again
+                        "repeats": _repeats(inputs[:last]),
                     }
                 )
                 if args.show:
@@ -282,6 +284,20 @@ def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> d
     return out
 
 
+def _repeats(inputs: list[Any]) -> dict[str, int]:
+    """Per kind of case, the inputs equal (by ``repr``) to an earlier one of the run: a
+    new choice sequence can still make an input run before (a draw the input does not
+    depend on), and such a test cannot find a bug the earlier one did not."""
+    seen: set[str] = set()
+    out: dict[str, int] = {}
+    for value, _valid, _elapsed, kind in inputs:
+        text = repr(value)
+        if text in seen:
+            out[kind] = out.get(kind, 0) + 1
+        seen.add(text)
+    return out
+
+
 def _runs_of(kinds: list[str]) -> list[tuple[str, int]]:
     """``kinds`` as runs: ``[(kind, how many in a row), ...]``."""
     out: list[tuple[str, int]] = []
@@ -299,8 +315,10 @@ def _kinds(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for r in rows:
         cell = out.setdefault(r["workload"], {}).setdefault(
-            r["backend"], {"found": 0, "found_by": {}, "tests_before": {}}
+            r["backend"], {"found": 0, "found_by": {}, "tests_before": {}, "repeats": {}}
         )
+        for kind, n in r.get("repeats", {}).items():
+            cell["repeats"][kind] = cell["repeats"].get(kind, 0) + n
         for key, found in r["kills"].items():
             if found is None:
                 continue
@@ -316,12 +334,19 @@ def _kinds(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _kinds_table(by_kind: dict[str, dict[str, Any]]) -> list[str]:
-    lines = ["which kind of case found each bug (times), and mean tests of each kind up to it"]
+    lines = [
+        "which kind of case found each bug (times), mean tests of each kind up to it, and"
+        " inputs run again (summed over runs, up to each run's last first failure)"
+    ]
     for name, cells in by_kind.items():
         for backend, cell in cells.items():
             found = " ".join(f"{k} {v}" for k, v in sorted(cell["found_by"].items()))
             before = " ".join(f"{k} {v}" for k, v in sorted(cell["tests_before"].items()))
-            lines.append(f"  {name:<14} {backend:<22} found by: {found}; tests before: {before}")
+            again = " ".join(f"{k} {v}" for k, v in sorted(cell["repeats"].items()))
+            lines.append(
+                f"  {name:<14} {backend:<22} found by: {found}; tests before: {before}; "
+                f"run again: {again or 'none'}"
+            )
     return lines
 
 
