@@ -70,6 +70,22 @@ def test_a_suffix_plan_exposes_the_recorded_value_at_its_position_only() -> None
     assert Plan(((A, 4),), 0, operator="change").replaced(A) is FRESH
 
 
+def test_the_pool_mutates_the_newest_case_its_recent_share_of_the_time() -> None:
+    old, new = ((A, 1),), ((A, 2), (B, True))
+    pool = CasePool(recent=1.0, seed=0)
+    pool.add(*old)
+    pool.add(*new)
+    plans = [pool.plan() for _ in range(50)]
+    assert all(p is not None and p._draws == new for p in plans)
+    half = CasePool(recent=0.5, seed=0)
+    half.add(*old)
+    half.add(*new)
+    newest = sum(p is not None and p._draws == new for p in (half.plan() for _ in range(400)))
+    assert 250 < newest < 350  # 1/2 + 1/2 * 1/2 of the plans
+    with pytest.raises(InvalidArgument):
+        CasePool(recent=1.5)
+
+
 def test_the_pool_never_makes_a_deterministic_plan_twice() -> None:
     pool = CasePool(operators={"simplest": 1.0}, seed=0)
     pool.add((A, 1), (A, 2))
