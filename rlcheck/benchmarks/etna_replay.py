@@ -169,7 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="time cap of a run")
     parser.add_argument("--show", type=int, default=0, help="print a run's first N inputs")
     parser.add_argument("--json", type=Path, default=etna.RESULTS / "etna_replay.json")
+    parser.add_argument(
+        "--paired",
+        type=Path,
+        default=None,
+        help="no run: an earlier --json's table, and each backend's strict and rest ratios"
+        " over the second backend's, with a 90%% interval from resampling the seeds",
+    )
     args = parser.parse_args(argv)
+    if args.paired is not None:
+        return _paired(json.loads(args.paired.read_text()))
     mutants = etna.load_mutants()
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -250,7 +259,12 @@ def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> d
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault((r["workload"], r["backend"]), []).append(r)
-    names = [*dict.fromkeys(r["workload"] for r in rows), "strict, all"]
+    listed = [*dict.fromkeys(r["workload"] for r in rows)]
+    groups = {
+        "strict, all": [n for n in listed if WORKLOADS[n].strict],
+        "rest, all": [n for n in listed if not WORKLOADS[n].strict],
+    }
+    names = [*listed, *(g for g, members in groups.items() if members)]
     medians: dict[tuple[str, str], dict[str, tuple[float, float, int]]] = {}
     for (name, backend), runs in by.items():
         per: dict[str, tuple[float, float, int]] = {}
@@ -261,7 +275,7 @@ def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> d
             per[key] = (statistics.median(tests), statistics.median(secs), sum(map(bool, found)))
         medians[(name, backend)] = per
     for name in names:
-        workloads = [n for n in names[:-1] if name in (n, "strict, all")]
+        workloads = groups.get(name, [name])
         out[name] = {}
         for backend in backends:
             t_ratios, s_ratios, killed, mutants = [], [], 0, 0
@@ -282,6 +296,49 @@ def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> d
                 "seconds_ratio": _geomean(s_ratios),
             }
     return out
+
+
+def _paired(result: dict[str, Any], resamples: int = 400) -> int:
+    """Print an earlier result's table, then, per later backend, its geometric mean of
+    tests to failure over the second backend's (the strict and the rest workloads apart),
+    with a 90 % interval from resampling the seeds (the same seeds for every backend, so
+    the interval is that of the difference the backends make, not of the seeds' luck)."""
+    import random
+
+    rows, cap = result["runs"], result["seconds_cap"]
+    backends = [*dict.fromkeys(r["backend"] for r in rows)]
+    for line in _table(_summarize(rows, backends, cap), backends):
+        print(line)
+    if len(backends) < 3:
+        return 0
+    seeds = sorted({r["seed"] for r in rows})
+    rng = random.Random(0)
+
+    def ratio(sample: list[int], backend: str, group: str) -> float | None:
+        # a seed drawn twice counts twice (its runs appear twice among the medians' runs)
+        picked = [r for s in sample for r in rows if r["seed"] == s]
+        cell = _summarize(picked, [backends[0], backends[1], backend], cap).get(group)
+        if cell is None:
+            return None
+        ours, base = cell[backend]["tests_ratio"], cell[backends[1]]["tests_ratio"]
+        return None if ours is None or base is None else ours / base
+
+    for backend in backends[2:]:
+        for group in ("strict, all", "rest, all"):
+            point = ratio(seeds, backend, group)
+            if point is None:
+                continue
+            draws = sorted(
+                r
+                for _ in range(resamples)
+                if (r := ratio([rng.choice(seeds) for _ in seeds], backend, group)) is not None
+            )
+            low, high = draws[len(draws) // 20], draws[-1 - len(draws) // 20]
+            print(
+                f"{backend} over {backends[1]}, {group}: {point:.3f}x the tests to failure"
+                f" (90 % of {resamples} resamples of the seeds: {low:.3f} to {high:.3f})"
+            )
+    return 0
 
 
 def _repeats(inputs: list[Any]) -> dict[str, int]:
