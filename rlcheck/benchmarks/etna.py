@@ -143,6 +143,12 @@ for _sf in (0, 5, 10, 25, 50):
 for _cb in (2, 5, 20):
     _variant(f"rlcheck-cb{_cb}", count_bonus=float(_cb))
 
+# a "small" (or "simplest") mutation's first draw moved off its recorded value
+# (mutate_suffix_moves)
+_variant("rlcheck-sm", mutate_suffix_moves=True)
+# half the mutations on the newest new valid case (mutate_recent)
+_variant("rlcheck-mr50", mutate_recent=0.5)
+
 
 class _Stop(BaseException):
     """The run's time budget is spent (a BaseException: Hypothesis lets it through)."""

@@ -169,7 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="time cap of a run")
     parser.add_argument("--show", type=int, default=0, help="print a run's first N inputs")
     parser.add_argument("--json", type=Path, default=etna.RESULTS / "etna_replay.json")
+    parser.add_argument(
+        "--paired",
+        type=Path,
+        default=None,
+        help="no run: an earlier --json's table, and each backend's strict and rest ratios"
+        " over the second backend's, with a 90%% interval from resampling the seeds",
+    )
     args = parser.parse_args(argv)
+    if args.paired is not None:
+        return _paired(json.loads(args.paired.read_text()))
     mutants = etna.load_mutants()
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -202,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                         "kinds_before": before,
                         # the run's kinds of case up to its last first failure
                         "kinds": _runs_of([k for *_, k in inputs[:last]]),
+                        # and of those, the ones that ran an earlier input again
+                        "repeats": _repeats(inputs[:last]),
                     }
                 )
                 if args.show:
@@ -248,7 +259,12 @@ def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> d
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault((r["workload"], r["backend"]), []).append(r)
-    names = [*dict.fromkeys(r["workload"] for r in rows), "strict, all"]
+    listed = [*dict.fromkeys(r["workload"] for r in rows)]
+    groups = {
+        "strict, all": [n for n in listed if WORKLOADS[n].strict],
+        "rest, all": [n for n in listed if not WORKLOADS[n].strict],
+    }
+    names = [*listed, *(g for g, members in groups.items() if members)]
     medians: dict[tuple[str, str], dict[str, tuple[float, float, int]]] = {}
     for (name, backend), runs in by.items():
         per: dict[str, tuple[float, float, int]] = {}
@@ -259,7 +275,7 @@ def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> d
             per[key] = (statistics.median(tests), statistics.median(secs), sum(map(bool, found)))
         medians[(name, backend)] = per
     for name in names:
-        workloads = [n for n in names[:-1] if name in (n, "strict, all")]
+        workloads = groups.get(name, [name])
         out[name] = {}
         for backend in backends:
             t_ratios, s_ratios, killed, mutants = [], [], 0, 0
@@ -282,6 +298,63 @@ def _summarize(rows: list[dict[str, Any]], backends: list[str], cap: float) -> d
     return out
 
 
+def _paired(result: dict[str, Any], resamples: int = 400) -> int:
+    """Print an earlier result's table, then, per later backend, its geometric mean of
+    tests to failure over the second backend's (the strict and the rest workloads apart),
+    with a 90 % interval from resampling the seeds (the same seeds for every backend, so
+    the interval is that of the difference the backends make, not of the seeds' luck)."""
+    import random
+
+    rows, cap = result["runs"], result["seconds_cap"]
+    backends = [*dict.fromkeys(r["backend"] for r in rows)]
+    for line in _table(_summarize(rows, backends, cap), backends):
+        print(line)
+    if len(backends) < 3:
+        return 0
+    seeds = sorted({r["seed"] for r in rows})
+    rng = random.Random(0)
+
+    def ratio(sample: list[int], backend: str, group: str) -> float | None:
+        # a seed drawn twice counts twice (its runs appear twice among the medians' runs)
+        picked = [r for s in sample for r in rows if r["seed"] == s]
+        cell = _summarize(picked, [backends[0], backends[1], backend], cap).get(group)
+        if cell is None:
+            return None
+        ours, base = cell[backend]["tests_ratio"], cell[backends[1]]["tests_ratio"]
+        return None if ours is None or base is None else ours / base
+
+    for backend in backends[2:]:
+        for group in ("strict, all", "rest, all"):
+            point = ratio(seeds, backend, group)
+            if point is None:
+                continue
+            draws = sorted(
+                r
+                for _ in range(resamples)
+                if (r := ratio([rng.choice(seeds) for _ in seeds], backend, group)) is not None
+            )
+            low, high = draws[len(draws) // 20], draws[-1 - len(draws) // 20]
+            print(
+                f"{backend} over {backends[1]}, {group}: {point:.3f}x the tests to failure"
+                f" (90 % of {resamples} resamples of the seeds: {low:.3f} to {high:.3f})"
+            )
+    return 0
+
+
+def _repeats(inputs: list[Any]) -> dict[str, int]:
+    """Per kind of case, the inputs equal (by ``repr``) to an earlier one of the run: a
+    new choice sequence can still make an input run before (a draw the input does not
+    depend on), and such a test cannot find a bug the earlier one did not."""
+    seen: set[str] = set()
+    out: dict[str, int] = {}
+    for value, _valid, _elapsed, kind in inputs:
+        text = repr(value)
+        if text in seen:
+            out[kind] = out.get(kind, 0) + 1
+        seen.add(text)
+    return out
+
+
 def _runs_of(kinds: list[str]) -> list[tuple[str, int]]:
     """``kinds`` as runs: ``[(kind, how many in a row), ...]``."""
     out: list[tuple[str, int]] = []
@@ -299,8 +372,10 @@ def _kinds(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for r in rows:
         cell = out.setdefault(r["workload"], {}).setdefault(
-            r["backend"], {"found": 0, "found_by": {}, "tests_before": {}}
+            r["backend"], {"found": 0, "found_by": {}, "tests_before": {}, "repeats": {}}
         )
+        for kind, n in r.get("repeats", {}).items():
+            cell["repeats"][kind] = cell["repeats"].get(kind, 0) + n
         for key, found in r["kills"].items():
             if found is None:
                 continue
@@ -316,12 +391,19 @@ def _kinds(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _kinds_table(by_kind: dict[str, dict[str, Any]]) -> list[str]:
-    lines = ["which kind of case found each bug (times), and mean tests of each kind up to it"]
+    lines = [
+        "which kind of case found each bug (times), mean tests of each kind up to it, and"
+        " inputs run again (summed over runs, up to each run's last first failure)"
+    ]
     for name, cells in by_kind.items():
         for backend, cell in cells.items():
             found = " ".join(f"{k} {v}" for k, v in sorted(cell["found_by"].items()))
             before = " ".join(f"{k} {v}" for k, v in sorted(cell["tests_before"].items()))
-            lines.append(f"  {name:<14} {backend:<22} found by: {found}; tests before: {before}")
+            again = " ".join(f"{k} {v}" for k, v in sorted(cell["repeats"].items()))
+            lines.append(
+                f"  {name:<14} {backend:<22} found by: {found}; tests before: {before}; "
+                f"run again: {again or 'none'}"
+            )
     return lines
 
 

@@ -94,3 +94,24 @@ def test_a_replayed_run_fails_where_the_real_run_does(backend: str) -> None:
     replayed = etna_replay.first_failure(name, mutant, inputs)
     assert real["outcome"] == "found" and replayed is not None
     assert replayed[0] == real["tests_to_failure"]
+
+
+def test_replay_counts_inputs_run_again_and_pairs_an_earlier_result(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import etna_replay
+
+    inputs = [("a", True, 0.0, "probe"), ("b", False, 0.0, "mutation"), ("a", True, 0.0, "x")]
+    assert etna_replay._repeats(inputs) == {"x": 1}
+    runs = []
+    for seed in range(3):
+        for backend, tests in (("hypothesis", 40), ("rlcheck", 20), ("rlcheck-v", 10)):
+            kills = {"m:0": [tests, 0.1, "'/0/0'", "probe"]}
+            runs.append(
+                {"workload": "jsonpointer", "backend": backend, "seed": seed, "tests": 99}
+                | {"kills": kills}
+            )
+    assert etna_replay._paired({"runs": runs, "seconds_cap": 5.0}, resamples=20) == 0
+    out = capsys.readouterr().out
+    assert "strict, all" in out and "rest, all" not in out  # no rest workload listed
+    assert "rlcheck-v over rlcheck, strict, all: 0.500x" in out

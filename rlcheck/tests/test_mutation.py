@@ -58,6 +58,34 @@ def test_simplest_and_small_plans_answer_every_draw_from_the_position_on() -> No
     assert [again.small_index() for _ in range(400)] == indices  # deterministic
 
 
+def test_a_suffix_plan_exposes_the_recorded_value_at_its_position_only() -> None:
+    for operator in ("simplest", "small"):
+        plan = Plan(((A, 1), (B, True), (A, 7)), 1, operator=operator)
+        assert plan.next(A) == 1 and plan.replaced(A) is FRESH
+        assert plan.next(B) is SIMPLEST and plan.replaced(B) is True
+        assert plan.next(A) is SIMPLEST and plan.replaced(A) is FRESH  # past the position
+    moved = Plan(((A, 1), (B, True)), 1, operator="small")
+    assert moved.next(B) is FRESH  # recorded A here: the draws no longer line up
+    assert moved.next(B) is SIMPLEST and moved.replaced(B) is FRESH
+    assert Plan(((A, 4),), 0, operator="change").replaced(A) is FRESH
+
+
+def test_the_pool_mutates_the_newest_case_its_recent_share_of_the_time() -> None:
+    old, new = ((A, 1),), ((A, 2), (B, True))
+    pool = CasePool(recent=1.0, seed=0)
+    pool.add(*old)
+    pool.add(*new)
+    plans = [pool.plan() for _ in range(50)]
+    assert all(p is not None and p._draws == new for p in plans)
+    half = CasePool(recent=0.5, seed=0)
+    half.add(*old)
+    half.add(*new)
+    newest = sum(p is not None and p._draws == new for p in (half.plan() for _ in range(400)))
+    assert 250 < newest < 350  # 1/2 + 1/2 * 1/2 of the plans
+    with pytest.raises(InvalidArgument):
+        CasePool(recent=1.5)
+
+
 def test_the_pool_never_makes_a_deterministic_plan_twice() -> None:
     pool = CasePool(operators={"simplest": 1.0}, seed=0)
     pool.add((A, 1), (A, 2))

@@ -145,6 +145,8 @@ class Plan:
         i = self._i
         self._i += 1
         if i >= self._at and self.operator in _SUFFIX:
+            if i == self._at and (i >= len(self._draws) or self._draws[i][0] != key):
+                self._lined_up = False
             return SIMPLEST
         if not self._lined_up or i >= len(self._draws):
             return FRESH
@@ -166,6 +168,21 @@ class Plan:
         if rng is None or rng.random() < 0.5:
             return 0
         return rng.randint(1, 3)
+
+    def replaced(self, key: Hashable) -> Any:
+        """Right after :meth:`next` answered the position's draw (named ``key``) of a
+        ``"simplest"`` or ``"small"`` plan with :data:`SIMPLEST`: its recorded value, where
+        the draws lined up to it (the value to put last, so that the position's draw
+        changes, as a ``"change"`` plan's does: a suffix that starts with the recorded
+        value is the plan of a later position, or a case run before); :data:`FRESH` at
+        any other draw."""
+        at = self._at
+        if self._i - 1 != at or self.operator not in _SUFFIX or at >= len(self._draws):
+            return FRESH
+        if not self._lined_up:
+            return FRESH
+        recorded_key, value = self._draws[at]
+        return value if recorded_key == key else FRESH
 
     def changed(self) -> Any:
         """Right after :meth:`next` answered the changed draw of a ``"change"`` or
@@ -206,6 +223,10 @@ class CasePool:
         estimate: a case not yet mutated starts at one half), as greybox fuzzers give a
         seed its energy: a valid case whose neighbours are all invalid or run before is
         mutated less; off: every kept case alike.
+    recent:
+        Share of the plans that mutate the case kept last (the newest valid case, whose
+        neighbourhood no plan has explored yet; a greybox fuzzer's queue runs a new seed
+        first); the others pick as ``energy`` says. 0: none singled out.
     seed:
         Seed of the pool's randomness (which case, which operator, which position).
     """
@@ -215,6 +236,7 @@ class CasePool:
         "_cases",
         "_gains",
         "_names",
+        "_newest",
         "_rng",
         "_tried",
         "_tries",
@@ -225,6 +247,7 @@ class CasePool:
         "max_draws",
         "max_tried",
         "picks",
+        "recent",
         "size",
     )
 
@@ -238,6 +261,7 @@ class CasePool:
         max_tried: int = 1 << 16,
         adaptive: bool = True,
         energy: bool = False,
+        recent: float = 0.0,
         seed: int | None = None,
     ) -> None:
         if size < 1:
@@ -250,12 +274,16 @@ class CasePool:
             raise InvalidArgument(f"operators={weights!r} must have weights >= 0, some > 0")
         if picks < 1:
             raise InvalidArgument(f"picks={picks!r} must be at least 1")
+        if not 0.0 <= recent <= 1.0:
+            raise InvalidArgument(f"recent={recent!r} must lie in [0, 1]")
         self.size = size
         self.max_draws = max_draws
         self.picks = picks
         self.max_tried = max_tried
         self.adaptive = adaptive
         self.energy = energy
+        self.recent = recent
+        self._newest = -1
         self._names = [name for name in OPERATORS if weights.get(name, 0.0) > 0]
         self._weights = [weights[name] for name in self._names]
         self._tries = dict.fromkeys(self._names, 0)
@@ -278,12 +306,14 @@ class CasePool:
             return
         self.added += 1
         if len(self._cases) < self.size:
+            self._newest = len(self._cases)
             self._cases.append(draws)
             self._case_stats.append([0, 0])
         else:
             i = self._rng.randrange(self.size)
             self._cases[i] = draws
             self._case_stats[i] = [0, 0]
+            self._newest = i
 
     def plan(
         self, *, position: int | None = None, operator: str | None = None, tries: int = 8
@@ -328,8 +358,11 @@ class CasePool:
         return None
 
     def _pick_case(self) -> int:
-        """The index of the kept case to mutate: uniform, or by its energy (``energy``)."""
+        """The index of the kept case to mutate: the newest one (``recent`` of the time),
+        else uniform, or by its energy (``energy``)."""
         rng = self._rng
+        if self.recent and rng.random() < self.recent:
+            return self._newest
         if not self.energy:
             return rng.randrange(len(self._cases))
         scores = [(gains + 1) / (made + 2) for made, gains in self._case_stats]

@@ -571,6 +571,16 @@ class RLCheckProvider(PrimitiveProvider):
     #: ``benchmarks/etna.py``'s strict workloads it did not pay (20 seeds: 0.36x the
     #: default's tests to failure with it and without it; README).
     mutate_energy: ClassVar[bool] = False
+    #: A ``"simplest"`` or ``"small"`` mutation changes the draw at its position: the
+    #: recorded value is its last candidate (:meth:`rlcheck.mutation.Plan.replaced`), as a
+    #: ``"change"`` takes another value. Off: the position's draw may keep its recorded
+    #: value, and the plan is then one of a later position, whose last draws, often ones
+    #: the input does not depend on, were what changed.
+    mutate_suffix_moves: ClassVar[bool] = False
+    #: Share of the mutations that mutate the newest new valid case (its neighbourhood is
+    #: the one no mutation has explored yet: :class:`rlcheck.mutation.CasePool`'s
+    #: ``recent``). 0: every kept case alike.
+    mutate_recent: ClassVar[float] = 0.0
     #: Valid cases per case of the first :attr:`probe_cases` (Hypothesis's own
     #: provider's) below which :attr:`default_tail`'s share is interleaved instead of
     #: handed to Hypothesis's engine at the end (:meth:`_tail_unaffordable`), where
@@ -668,6 +678,7 @@ class RLCheckProvider(PrimitiveProvider):
             operators=type(self).mutate_operators,
             adaptive=type(self).mutate_adaptive,
             energy=type(self).mutate_energy,
+            recent=type(self).mutate_recent,
             seed=seed,
         )
         self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
@@ -1601,6 +1612,11 @@ class RLCheckProvider(PrimitiveProvider):
             candidates = simplest_choices(kind, constraints, 4)
             if index:
                 candidates.insert(0, candidates.pop(min(index, len(candidates) - 1)))
+            if type(self).mutate_suffix_moves:
+                recorded = plan.replaced(key)
+                if recorded is not FRESH and recorded in candidates:
+                    candidates.remove(recorded)
+                    candidates.append(recorded)
         elif value is FRESH:
             recorded = plan.changed()
             if recorded is FRESH:
