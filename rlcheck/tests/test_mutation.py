@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
@@ -256,3 +257,44 @@ def test_mutation_replays_every_kind_of_draw_and_copies_equal_parts() -> None:
     with pytest.raises(AssertionError):
         test()
     assert found
+
+
+class _SharingByRate(_Mutating):
+    mutate_share_bounds = (0.25, 0.75)
+
+
+AVAILABLE_PROVIDERS.setdefault("rlcheck-test-share", f"{__name__}._SharingByRate")
+
+
+def test_a_share_by_rate_follows_the_arms_within_its_bounds() -> None:
+    provider = _SharingByRate(None, seed=0, persist=False)
+    assert provider._mutate_share() == 0.5  # the priors alone: a half
+    provider._arm_cases, provider._arm_hits = [40, 40], [2, 30]  # mutation pays
+    assert provider._mutate_share() == 0.75  # held at the upper bound
+    provider._arm_cases, provider._arm_hits = [40, 40], [12, 6]  # fresh cases pay
+    assert 0.25 < provider._mutate_share() < 0.5
+    provider._arm_cases, provider._arm_hits = [40, 40], [30, 0]
+    assert provider._mutate_share() == 0.25
+    # the fixed share where no bounds are set
+    assert _Mutating(None, seed=0, persist=False)._mutate_share() == 0.5
+
+
+def test_a_share_by_rate_counts_the_learned_cases_of_a_run() -> None:
+    made: list[RLCheckProvider] = []
+    original = _SharingByRate.__init__
+
+    def spy(self: _SharingByRate, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    _SharingByRate.__init__ = spy  # type: ignore[method-assign]
+    try:
+        inputs = _strictly_increasing_inputs("rlcheck-test-share", 3)
+    finally:
+        _SharingByRate.__init__ = original  # type: ignore[method-assign]
+    assert len({tuple(x) for x in inputs}) >= 75
+    (provider,) = made
+    # both kinds of learned case ran, and each was credited with its new valid inputs
+    assert provider._arm_cases[0] > 0 and provider._arm_cases[1] > 0
+    assert 0 < sum(provider._arm_hits) <= sum(provider._arm_cases)
+    assert provider._arm_hits[1] <= provider._arm_cases[1]

@@ -581,6 +581,14 @@ class RLCheckProvider(PrimitiveProvider):
     #: the one no mutation has explored yet: :class:`rlcheck.mutation.CasePool`'s
     #: ``recent``). 0: every kept case alike.
     mutate_recent: ClassVar[float] = 0.0
+    #: Bounds of a :attr:`mutate_share` that follows the run's own rates: each learned
+    #: case mutates with the share ``r_m / (r_m + r_f)``, where ``r_m`` and ``r_f`` are the
+    #: rates of new valid inputs of the run's mutated and fresh learned cases so far (one
+    #: hit in two cases as prior each, so it starts at a half), held within these bounds.
+    #: Cold, mutation found new valid inputs several times as often as fresh learned cases
+    #: on ``benchmarks/etna.py``; warm, the learned policy paid more (README). ``None``:
+    #: the fixed :attr:`mutate_share`.
+    mutate_share_bounds: ClassVar[tuple[float, float] | None] = None
     #: Valid cases per case of the first :attr:`probe_cases` (Hypothesis's own
     #: provider's) below which :attr:`default_tail`'s share is interleaved instead of
     #: handed to Hypothesis's engine at the end (:meth:`_tail_unaffordable`), where
@@ -682,6 +690,9 @@ class RLCheckProvider(PrimitiveProvider):
             seed=seed,
         )
         self._plan: Any = None  # this case's rlcheck.mutation.Plan, if it mutates one
+        # learned cases [fresh, mutated]: cases run and new valid inputs (mutate_share_bounds)
+        self._arm_cases = [0, 0]
+        self._arm_hits = [0, 0]
         self._nested = 0  # draws of Hypothesis's provider under way (see _delegating)
         self._learned = 0  # cases of this run the learned policy made (TestStats.learned)
         # the engine's tree, where this run's cases are recorded (record_engine_tree)
@@ -821,7 +832,7 @@ class RLCheckProvider(PrimitiveProvider):
                 self._delegate is None
                 and self._tracing
                 and len(self._pool)
-                and self._rng.random() < type(self).mutate_share
+                and self._rng.random() < self._mutate_share()
             ):
                 self._plan = self._pool.plan()
             if self._engine_tree is not None:
@@ -834,6 +845,15 @@ class RLCheckProvider(PrimitiveProvider):
         except Exception as exc:
             self._fail(exc)
             raise BackendCannotProceed("exhausted") from exc
+
+    def _mutate_share(self) -> float:
+        """The share of learned cases that mutate (:attr:`mutate_share`, or one that
+        follows the run's rates within :attr:`mutate_share_bounds`)."""
+        bounds = type(self).mutate_share_bounds
+        if bounds is None:
+            return type(self).mutate_share
+        fresh, mutated = ((self._arm_hits[i] + 1) / (self._arm_cases[i] + 2) for i in (0, 1))
+        return min(max(mutated / (fresh + mutated), bounds[0]), bounds[1])
 
     def _default_turn(self) -> bool:
         """Whether Hypothesis's own provider generates the next case.
@@ -1140,6 +1160,10 @@ class RLCheckProvider(PrimitiveProvider):
                 self._discard = self._discards + 1 <= allowed
             if self._plan is not None:
                 self._pool.credit(self._plan.operator, new and outcome == "valid", self._plan)
+            if self._delegate is None:
+                arm = int(self._plan is not None)
+                self._arm_cases[arm] += 1
+                self._arm_hits[arm] += new and outcome == "valid"
             if self._tracing and new and outcome == "valid":
                 self._pool.add(*self._trace)
             self._policy.learn_rows(
