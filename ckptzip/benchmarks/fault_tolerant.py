@@ -1640,6 +1640,28 @@ def _save(runs: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> list[s
     return pngs
 
 
+def moment_policy(args: argparse.Namespace) -> ckptzip.MomentPolicy | None:
+    """The ckptzip methods' MomentPolicy from ``--moments``, ``--first-protect``,
+    ``--first-fit``, ``--quiet`` and ``--quiet-below`` (None: the methods' own)."""
+    moments = None
+    if args.moments:
+        m, v, p = args.moments.split(",")
+        moments = ckptzip.MomentPolicy(int(m), False, int(v), first_prune=float(p))
+    if args.first_protect is not None:
+        moments = dataclasses.replace(
+            moments or ckptzip.MomentPolicy(), first_protect=args.first_protect
+        )
+    if args.first_fit is not None:
+        moments = dataclasses.replace(moments or ckptzip.MomentPolicy(), first_fit=args.first_fit)
+    if args.quiet is not None:
+        m, v, fit = args.quiet.split(",")
+        quiet = ckptzip.MomentPolicy(int(m), second_bins=int(v), first_fit=fit)  # type: ignore[arg-type]
+        moments = dataclasses.replace(moments or FEEDBACK_MOMENTS, quiet=quiet)
+    if args.quiet_below is not None:
+        moments = dataclasses.replace(moments or FEEDBACK_MOMENTS, quiet_below=args.quiet_below)
+    return moments
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one seed, short runs (< 3 min)")
@@ -1793,22 +1815,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.residual:
         bins, prune = args.residual.split(",")
         ckptzip_residual = dataclasses.replace(RESIDUAL, bins=int(bins), prune=float(prune))
-    moments = None
-    if args.moments:
-        m, v, p = args.moments.split(",")
-        moments = ckptzip.MomentPolicy(int(m), False, int(v), first_prune=float(p))
-    if args.first_protect is not None:
-        moments = dataclasses.replace(
-            moments or ckptzip.MomentPolicy(), first_protect=args.first_protect
-        )
-    if args.first_fit is not None:
-        moments = dataclasses.replace(moments or ckptzip.MomentPolicy(), first_fit=args.first_fit)
-    if args.quiet is not None:
-        m, v, fit = args.quiet.split(",")
-        quiet = ckptzip.MomentPolicy(int(m), second_bins=int(v), first_fit=fit)  # type: ignore[arg-type]
-        moments = dataclasses.replace(moments or FEEDBACK_MOMENTS, quiet=quiet)
-    if args.quiet_below is not None:
-        moments = dataclasses.replace(moments or FEEDBACK_MOMENTS, quiet_below=args.quiet_below)
+    moments = moment_policy(args)
     mode = "quick" if args.quick else "full"
     # llm's quick plan is there for --models llm; the quick default stays under 3 minutes
     models = args.models or [m for m in PLANS[mode] if mode == "full" or m != "llm"]

@@ -277,3 +277,34 @@ def test_salted_rounding_draws_other_bits_and_puts_the_library_back() -> None:
     with ft.salted_rounding(3):
         salted = quantize.rounding_seed(x)
     assert salted != library and quantize.rounding_seed(x) == library
+
+
+def _moment_args(**given: Any) -> Any:
+    import argparse
+
+    fields = ("moments", "first_protect", "first_fit", "quiet", "quiet_below")
+    return argparse.Namespace(**{f: given.get(f) for f in fields})
+
+
+def test_the_quiet_options_set_the_feedback_policys_quiet_moments() -> None:
+    import ckptzip
+
+    assert ft.moment_policy(_moment_args()) is None
+    policy = ft.moment_policy(_moment_args(quiet="3,8,step", quiet_below=0.25))
+    assert policy is not None
+    # the other moments stay the feedback methods' policy
+    assert policy.first_bins == ft.FEEDBACK_MOMENTS.first_bins
+    assert policy.second_bins == ft.FEEDBACK_MOMENTS.second_bins
+    assert policy.quiet_below == 0.25
+    assert policy.quiet is not None
+    assert (policy.quiet.first_bins, policy.quiet.second_bins, policy.quiet.first_fit) == (
+        3,
+        8,
+        "step",
+    )
+    # --moments first, then the quiet ones on top of it
+    policy = ft.moment_policy(_moment_args(moments="6,16,0.5", quiet="3,8,values"))
+    assert policy is not None and policy.quiet is not None
+    assert (policy.first_bins, policy.second_bins, policy.first_prune) == (6, 16, 0.5)
+    assert policy.quiet.first_fit == "values"
+    assert policy.quiet_below == ckptzip.MomentPolicy().quiet_below
