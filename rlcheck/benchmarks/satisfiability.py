@@ -18,6 +18,8 @@ Usage::
 
     python benchmarks/satisfiability.py --seeds 40 --json benchmarks/results/satisfiability.json
     python benchmarks/satisfiability.py --seeds 10 --only all_true_6 close_pair
+    python benchmarks/satisfiability.py --seeds 40 --only all_true_7 close_pair \
+        --backends hypothesis rlcheck rlcheck-hb25 rlcheck-hb10
 """
 
 from __future__ import annotations
@@ -38,6 +40,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _hyp_suite import SUITE, SuiteTest
 
 import rlcheck.hypothesis  # noqa: F401  (registers the backends)
+from rlcheck.hypothesis.provider import RLCheckProvider
+
+
+def _register_variants() -> None:
+    """Backends ``rlcheck-hb<P>``: rlcheck handing a run with no valid case back at P %
+    of Hypothesis's give-up limit (``RLCheckProvider.hand_back_unsatisfiable``; the
+    default: 50 %)."""
+    from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
+
+    for percent in (10, 25):
+        name = f"rlcheck-hb{percent}"
+        options = {"hand_back_unsatisfiable": percent / 100}
+        AVAILABLE_PROVIDERS.setdefault(name, type(name, (RLCheckProvider,), options))
+
+
+_register_variants()
 
 
 def _all_true(k: int) -> SuiteTest:

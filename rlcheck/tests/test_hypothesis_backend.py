@@ -485,6 +485,18 @@ def test_hands_back_instead_of_giving_up(stats: BackendStats) -> None:
     assert 200 <= stats.invalid < 300
 
 
+def test_the_hand_back_point_of_a_blind_run_is_an_option(
+    stats: BackendStats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At a tenth of Hypothesis's give-up limit (458): handed back after 46 invalid cases.
+    monkeypatch.setattr(provider_module.RLCheckProvider, "hand_back_unsatisfiable", 0.1)
+    inner = _valid_after(300, **QUIET)
+    inner()
+    stats = _stats_of(stats, inner)
+    assert stats.handed_back and stats.valid == 0
+    assert 46 <= stats.invalid < 60
+
+
 def test_hands_back_before_the_filter_health_check_fails(stats: BackendStats) -> None:
     # Health checks on: Hypothesis fails a run with 50 invalid cases before the 10th valid
     # one, so the backend hands over after 25 (the first 30 calls are invalid here).

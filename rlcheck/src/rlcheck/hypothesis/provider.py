@@ -545,6 +545,16 @@ class RLCheckProvider(PrimitiveProvider):
     #: ended ``Unsatisfiable`` in 5 of 40 seeds where the default passed all 40
     #: (``benchmarks/satisfiability.py``, README). Off: the policy alone.
     vary_until_valid: ClassVar[bool] = True
+    #: The fraction of Hypothesis's give-up limit (``Unsatisfiable`` after 458 invalid
+    #: cases and no valid one) at which a run with no valid case yet is handed back to
+    #: Hypothesis's own backend (:meth:`_should_hand_back`). With nothing valid the
+    #: policy has nothing to learn from, so this splits a blind run between two
+    #: generators, and the better one depends on the test: on
+    #: ``benchmarks/satisfiability.py`` (40 seeds each) lowering it took lists of booleans
+    #: all True and at least 7 long from 33 passing runs to 35 (0.25) and 37 (0.1; the
+    #: default backend 38), and ``0 < a < b <= a + 16`` over unbounded integers from 34 to
+    #: 20 and 13 (the default backend 15). Half: each keeps half of the budget.
+    hand_back_unsatisfiable: ClassVar[float] = _HAND_BACK_UNSATISFIABLE
     #: Record this backend's cases in the engine's tree of the cases run
     #: (:class:`rlcheck.hypothesis.compat.EngineTree`), as the engine records its own
     #: backend's, so that after a hand-back, and in the tail it runs itself, Hypothesis's
@@ -1088,7 +1098,10 @@ class RLCheckProvider(PrimitiveProvider):
         """
         ledger = self._ledger
         valid = ledger.valid + ledger.failures
-        if valid == 0 and ledger.invalid >= _HAND_BACK_UNSATISFIABLE * INVALID_THRESHOLD_BASE:
+        if (
+            valid == 0
+            and ledger.invalid >= type(self).hand_back_unsatisfiable * INVALID_THRESHOLD_BASE
+        ):
             return True
         return (
             self._health_checked
