@@ -116,6 +116,8 @@ _variant("rlcheck-ms25", mutate_share=0.25)
 _variant("rlcheck-ms75", mutate_share=0.75)
 # a share that follows the run's rates of new valid inputs, mutated against fresh
 _variant("rlcheck-msa", mutate_share_bounds=(0.25, 0.75))
+# less exploration off the greedy choice (the default: epsilon 0.25)
+_variant("rlcheck-eps05", epsilon=0.05)
 # invalid cases of Hypothesis's provider in a row before a learned one, where its valid
 # rate is below the tail's (the default: 30)
 _variant("rlcheck-p1", default_patience=1)

@@ -46,12 +46,14 @@ from rlcheck.hypothesis.provider import RLCheckProvider
 def _register_variants() -> None:
     """Backends ``rlcheck-hb<P>``: rlcheck handing a run with no valid case back at P %
     of Hypothesis's give-up limit (``RLCheckProvider.hand_back_unsatisfiable``; the
-    default: 50 %)."""
+    default: 50 %); ``rlcheck-eps05``: its learner at epsilon 0.05 (the default: 0.25)."""
     from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
 
-    for percent in (10, 25):
-        name = f"rlcheck-hb{percent}"
-        options = {"hand_back_unsatisfiable": percent / 100}
+    variants: dict[str, dict[str, float]] = {
+        f"rlcheck-hb{percent}": {"hand_back_unsatisfiable": percent / 100} for percent in (10, 25)
+    }
+    variants["rlcheck-eps05"] = {"epsilon": 0.05}
+    for name, options in variants.items():
         AVAILABLE_PROVIDERS.setdefault(name, type(name, (RLCheckProvider,), options))
 
 
