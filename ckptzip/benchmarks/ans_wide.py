@@ -1,0 +1,229 @@
+"""Benchmark: would a format version with wider ANS interleaving decode faster? (issue #21)
+
+A load's time is mostly the ANS lanes decoder (README, "Speed"): four 64-bit states, 24-bit
+precision, one latency-bound step per symbol, about 1.9 ns a symbol on one core. This runs a
+prototype (``benchmarks/ans_wide/ans_wide.c``, built here with gcc; not the library's
+format) of the usual alternative: 32 interleaved 32-bit states, 16-bit refills, 12-bit
+precision, decoded by scalar C, AVX2 and AVX-512 (where the CPU has them), on the symbol
+streams the library itself codes for a real checkpoint (a manager keyframe and three deltas
+of ``throughput.py --quick``'s state, each stream taken as one context), against the
+library's own decoder on the same streams (``entropy.decode_ans_into``, one thread, levels
+written into a float32 tensor, as a load does). Every decoder's output is checked against
+the levels of the symbols. Prints a table and writes JSON.
+
+Usage::
+
+    python benchmarks/ans_wide.py [--json benchmarks/results/ans_wide.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import functools
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import ckptzip
+from ckptzip import entropy, kernels
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import print_table, write_json
+from throughput import Run
+
+HERE = Path(__file__).resolve().parent
+PRECISION = 12
+LANES = 32
+
+
+def has_cpu(flag: str) -> bool:
+    """Whether /proc/cpuinfo lists ``flag`` (False where there is no such file)."""
+    info = Path("/proc/cpuinfo")
+    return info.exists() and f" {flag}" in info.read_text()
+
+
+def build() -> ctypes.CDLL:
+    """Compile the prototype into a temporary shared library."""
+    out = Path(tempfile.mkdtemp(prefix="ans-wide-")) / "ans_wide.so"
+    src = HERE / "ans_wide" / "ans_wide.c"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    lib = ctypes.CDLL(str(out))
+    lib.wide_encode.restype = ctypes.c_int64
+    return lib
+
+
+def capture_streams() -> list[np.ndarray]:
+    """The symbol streams the library codes with ANS lanes for a manager keyframe and three
+    deltas of the --quick throughput state."""
+    streams: list[np.ndarray] = []
+    original = kernels.ans_lanes_encode
+
+    def spy(symbols: Any, bounds: Any, counts: Any, *args: Any, **kwargs: Any) -> Any:
+        streams.append(np.array(symbols, dtype=np.uint8, copy=True))
+        return original(symbols, bounds, counts, *args, **kwargs)
+
+    entropy.kernels.ans_lanes_encode = spy  # type: ignore[attr-defined]
+    try:
+        run = Run(8192, 256, 4)
+        for _ in range(3):
+            run.step()
+        with tempfile.TemporaryDirectory() as d:
+            manager = ckptzip.CheckpointManager(d, keyframe_every=10)
+            for step in range(4):
+                manager.save(step, run.state())
+                run.step()
+    finally:
+        entropy.kernels.ans_lanes_encode = original  # type: ignore[attr-defined]
+    return streams
+
+
+def model(symbols: np.ndarray, alphabet: int) -> tuple[np.ndarray, np.ndarray]:
+    """Frequencies summing to 2**PRECISION, every symbol of the alphabet at least 1, by the
+    library's rule (left[i] = floor(cum_i * scale) + i)."""
+    counts = np.bincount(symbols, minlength=alphabet).astype(np.float64)
+    scale = ((1 << PRECISION) - alphabet) / counts.sum()
+    cum = np.concatenate([[0.0], np.cumsum(counts)])
+    left = (np.floor(cum[:-1] * scale) + np.arange(alphabet)).astype(np.uint32)
+    left = np.append(left, np.uint32(1 << PRECISION))
+    return np.diff(left).astype(np.uint32), left[:-1].copy()
+
+
+def coded_bits(symbols: np.ndarray, precision: int) -> float:
+    """The bits an ideal coder spends on ``symbols`` with frequencies quantized to
+    ``2**precision`` by the library's rule (the cost of the precision alone)."""
+    alphabet = int(symbols.max()) + 1
+    counts = np.bincount(symbols, minlength=alphabet).astype(np.float64)
+    scale = ((1 << precision) - alphabet) / counts.sum()
+    cum = np.concatenate([[0.0], np.cumsum(counts)])
+    left = np.append(np.floor(cum[:-1] * scale) + np.arange(alphabet), 1 << precision)
+    width = np.diff(left)
+    used = counts > 0
+    return float((counts[used] * (precision - np.log2(width[used]))).sum())
+
+
+def _ptr(a: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def best(fn: Any, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def measure(
+    lib: ctypes.CDLL, s: np.ndarray, has: dict[str, bool], repeat: int
+) -> tuple[dict[str, float], int, int]:
+    """One stream's best decoding times per decoder (each output checked, but the
+    ceiling's), and its bytes coded by the library and by the prototype."""
+    n = s.size
+    alphabet = int(s.max()) + 1
+    levels = np.linspace(-1.0, 1.0, 16 if alphabet <= 16 else 256).astype(np.float32)
+    expect = levels[s]
+    # the library's decoder, one thread, straight into a float32 tensor
+    chunks, meta = entropy.encode_symbols(s, "ans-lanes")
+    out = torch.empty(n, dtype=torch.float32)
+    decode = functools.partial(
+        entropy.decode_ans_into, chunks[0], meta, torch.from_numpy(levels), out
+    )
+    timings = {"library": best(decode, repeat)}
+    assert np.array_equal(out.numpy(), expect)
+    # the prototype; words past the streams: the ceiling's fixed reads (ans_wide.c)
+    freq, cum = model(s, alphabet)
+    words = np.zeros(n + 2 * LANES + 1024 + 34, dtype=np.uint16)
+    start = np.zeros(LANES + 1, dtype=np.int64)
+    used = lib.wide_encode(
+        _ptr(s), ctypes.c_int64(n), _ptr(freq), _ptr(cum), _ptr(words),
+        ctypes.c_int64(n + 2 * LANES), _ptr(start),
+    )  # fmt: skip
+    assert used > 0
+    slots = np.zeros(1 << PRECISION, dtype=np.uint32)
+    lib.wide_table(_ptr(freq), _ptr(cum), ctypes.c_int(alphabet), _ptr(slots))
+    stream = (_ptr(words), _ptr(start), ctypes.c_int64(n))
+    calls: dict[str, tuple[str, tuple[Any, ...], bool]] = {
+        "scalar": ("wide_decode_scalar", (*stream, _ptr(slots), _ptr(levels)), True)
+    }
+    if has["avx2"]:
+        calls["avx2"] = ("wide_decode_avx2", (*stream, _ptr(slots), _ptr(levels)), True)
+    if has["avx512"]:
+        calls["avx512"] = ("wide_decode_avx512", (*stream, _ptr(slots), _ptr(levels)), True)
+    if has["avx512"] and alphabet <= 16:
+        freq16 = np.zeros(16, dtype=np.uint32)
+        cum16 = np.zeros(16, dtype=np.uint32)
+        freq16[:alphabet], cum16[:alphabet] = freq, cum
+        model16 = (*stream, _ptr(freq16), _ptr(cum16), ctypes.c_int32(alphabet), _ptr(levels))
+        calls["avx512, no table gather"] = ("wide_decode_avx512_cmp", model16, True)
+        # timing only: its refills read the wrong words (ans_wide.c), so no check
+        calls["avx512, no gathers (ceiling)"] = ("wide_decode_avx512_ceiling", model16, False)
+    for name, (symbol, arguments, checked) in calls.items():
+        if name == "avx512" and alphabet > 16:
+            continue  # its levels come from a 16-entry register permute
+        got = np.empty(n, dtype=np.float32)
+        timings[name] = best(functools.partial(getattr(lib, symbol), *arguments, _ptr(got)), repeat)
+        assert not checked or np.array_equal(got, expect), name
+    return timings, sum(len(c) for c in chunks), 2 * used + 8 * (LANES + 1) + 2 * alphabet
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", type=Path, default=HERE / "results" / "ans_wide.json")
+    args = ap.parse_args(argv)
+    lib = build()
+    has = {"avx2": has_cpu("avx2"), "avx512": has_cpu("avx512f")}
+    streams = [s for s in capture_streams() if s.size >= 1 << 16 and int(s.max()) >= 1]
+    totals: dict[str, float] = {"symbols": 0.0, "library bytes": 0.0, "wide bytes": 0.0}
+    for s in streams:
+        timings, library_bytes, wide_bytes = measure(lib, s, has, args.repeat)
+        for name, seconds in timings.items():
+            totals[f"{name} s"] = totals.get(f"{name} s", 0.0) + seconds
+            # the library's time over the same streams, for decoders that skip some
+            totals[f"{name} symbols"] = totals.get(f"{name} symbols", 0.0) + s.size
+            totals[f"{name} library s"] = totals.get(f"{name} library s", 0.0) + timings["library"]
+        totals["symbols"] += s.size
+        totals["library bytes"] += library_bytes
+        totals["wide bytes"] += wide_bytes
+    names = [k[: -len(" symbols")] for k in totals if k.endswith(" symbols") and k != "symbols"]
+    rows = [
+        {"decoder": name, "symbols": totals[f"{name} symbols"],
+         "ns": 1e9 * totals[f"{name} s"] / totals[f"{name} symbols"],
+         "x": totals[f"{name} library s"] / totals[f"{name} s"]}
+        for name in names
+    ]  # fmt: skip
+    print(
+        f"{len(streams)} streams, {totals['symbols'] / 1e6:.1f}M symbols; bytes: library "
+        f"{totals['library bytes'] / 1e6:.3f} MB, prototype {totals['wide bytes'] / 1e6:.3f} MB "
+        f"({(totals['wide bytes'] / totals['library bytes'] - 1) * 100:+.2f} %)"
+    )
+    bits = {p: sum(coded_bits(s, p) for s in streams) for p in (PRECISION, 24)}
+    totals["precision cost %"] = (bits[PRECISION] / bits[24] - 1) * 100
+    print(
+        f"the precision's own cost: {totals['precision cost %']:.4f} % more bits at "
+        f"{PRECISION} bits than at 24"
+    )
+    print_table(
+        "decoding into float32 levels, one thread (best of each stream's repeats)",
+        rows,
+        [
+            ("decoder", "decoder", ""),
+            ("symbols", "symbols", ".0f"),
+            ("ns", "ns a symbol", ".3f"),
+            ("x", "x library on the same streams", ".2f"),
+        ],
+    )
+    write_json(args.json, {"totals": totals, "rows": rows, "cpu": has, "streams": len(streams)})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

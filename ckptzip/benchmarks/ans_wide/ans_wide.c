@@ -1,0 +1,289 @@
+/* A prototype, not the library's format: 32 interleaved rANS states of 32 bits, 16-bit
+ * refills, 12-bit precision, decoded by scalar C, AVX2 (4 x 8 lanes) and AVX-512 (2 x 16
+ * lanes). It measures whether a format version with wider interleaving would decode faster
+ * than the library's four 64-bit states (benchmarks/ans_wide.py drives it and compares).
+ *
+ * Position i belongs to lane i % 32; each lane's 16-bit words are a stream of their own
+ * (read forwards from its start), as the library's lanes are. A slot's table entry holds
+ * the symbol (bits 24-31), its frequency - 1 (bits 12-23) and slot - cum[symbol]
+ * (bits 0-11): a step is x = freq * (x >> 12) + bias, then one refill where x < 2^16. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define P 12
+#define M (1u << P)
+#define L (1u << 16)
+#define LANES 32
+
+/* Encodes n symbols (freq/cum: the model, sum M, every used symbol freq >= 1) into
+ * words; lane l's stream is words[start[l] .. start[l + 1]). Returns the word count, or -1
+ * when cap is too small. */
+int64_t wide_encode(const uint8_t *sym, int64_t n, const uint32_t *freq, const uint32_t *cum,
+                    uint16_t *words, int64_t cap, int64_t *start) {
+    int64_t at = 0;
+    for (int l = 0; l < LANES; l++) {
+        int64_t count = n > l ? (n - 1 - l) / LANES + 1 : 0;
+        /* the worst case of one lane: one word a symbol, plus the flush */
+        int64_t room = count + 2;
+        if (at + room > cap) return -1;
+        uint16_t *end = words + at + room, *ptr = end;
+        uint32_t x = L;
+        for (int64_t k = count - 1; k >= 0; k--) {
+            uint8_t s = sym[l + k * LANES];
+            uint32_t f = freq[s];
+            if (x >= ((L >> P) << 16) * f) {
+                *--ptr = (uint16_t)x;
+                x >>= 16;
+            }
+            x = ((x / f) << P) + (x % f) + cum[s];
+        }
+        *--ptr = (uint16_t)(x >> 16);
+        *--ptr = (uint16_t)x;
+        int64_t used = end - ptr;
+        memmove(words + at, ptr, (size_t)used * 2);
+        start[l] = at;
+        at += used;
+    }
+    start[LANES] = at;
+    return at;
+}
+
+void wide_table(const uint32_t *freq, const uint32_t *cum, int alphabet, uint32_t *table) {
+    for (int s = 0; s < alphabet; s++)
+        for (uint32_t k = 0; k < freq[s]; k++)
+            table[cum[s] + k] = (uint32_t)s << 24 | (freq[s] - 1) << 12 | k;
+}
+
+/* out[i] = levels[symbol i] */
+void wide_decode_scalar(const uint16_t *words, const int64_t *start, int64_t n,
+                        const uint32_t *table, const float *levels, float *out) {
+    uint32_t x[LANES];
+    int64_t at[LANES];
+    for (int l = 0; l < LANES; l++) {
+        at[l] = start[l];
+        x[l] = start[l + 1] > start[l] ? words[at[l]] | (uint32_t)words[at[l] + 1] << 16 : L;
+        at[l] += 2;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t e = table[x[l] & (M - 1)];
+        x[l] = ((e >> 12 & 0xFFF) + 1) * (x[l] >> P) + (e & 0xFFF);
+        if (x[l] < L) x[l] = x[l] << 16 | words[at[l]++];
+        out[i] = levels[e >> 24];
+    }
+}
+
+__attribute__((target("avx2"))) void wide_decode_avx2(const uint16_t *words,
+                                                        const int64_t *start, int64_t n,
+                                                        const uint32_t *table,
+                                                        const float *levels, float *out) {
+    __m256i x[4], at[4];
+    for (int v = 0; v < 4; v++) {
+        int32_t xs[8], ats[8];
+        for (int j = 0; j < 8; j++) {
+            int l = v * 8 + j;
+            xs[j] = (int32_t)(words[start[l]] | (uint32_t)words[start[l] + 1] << 16);
+            ats[j] = (int32_t)start[l] + 2;
+        }
+        x[v] = _mm256_loadu_si256((const __m256i *)xs);
+        at[v] = _mm256_loadu_si256((const __m256i *)ats);
+    }
+    const __m256i low12 = _mm256_set1_epi32(0xFFF), one = _mm256_set1_epi32(1);
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF), zero = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int v = 0; v < 4; v++) {
+            __m256i e = _mm256_i32gather_epi32((const int *)table, _mm256_and_si256(x[v], low12), 4);
+            __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 12), low12), one);
+            __m256i y = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x[v], P)),
+                                         _mm256_and_si256(e, low12));
+            __m256 lv = _mm256_i32gather_ps(levels, _mm256_srli_epi32(e, 24), 4);
+            _mm256_storeu_ps(out + i + v * 8, lv);
+            __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(y, 16), zero);
+            __m256i w = _mm256_mask_i32gather_epi32(zero, (const int *)words, at[v], need, 2);
+            __m256i refilled = _mm256_or_si256(_mm256_slli_epi32(y, 16), _mm256_and_si256(w, low16));
+            x[v] = _mm256_blendv_epi8(y, refilled, need);
+            at[v] = _mm256_sub_epi32(at[v], need);
+        }
+    }
+    /* the tail: the scalar step, lane by lane */
+    uint32_t xs[LANES];
+    int32_t ats[LANES];
+    for (int v = 0; v < 4; v++) {
+        _mm256_storeu_si256((__m256i *)(xs + v * 8), x[v]);
+        _mm256_storeu_si256((__m256i *)(ats + v * 8), at[v]);
+    }
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t e = table[xs[l] & (M - 1)];
+        xs[l] = ((e >> 12 & 0xFFF) + 1) * (xs[l] >> P) + (e & 0xFFF);
+        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
+        out[i] = levels[e >> 24];
+    }
+}
+
+__attribute__((target("avx512f"))) void wide_decode_avx512(const uint16_t *words,
+                                                             const int64_t *start, int64_t n,
+                                                             const uint32_t *table,
+                                                             const float *levels, float *out) {
+    __m512i x[2], at[2];
+    for (int v = 0; v < 2; v++) {
+        int32_t xs[16], ats[16];
+        for (int j = 0; j < 16; j++) {
+            int l = v * 16 + j;
+            xs[j] = (int32_t)(words[start[l]] | (uint32_t)words[start[l] + 1] << 16);
+            ats[j] = (int32_t)start[l] + 2;
+        }
+        x[v] = _mm512_loadu_si512(xs);
+        at[v] = _mm512_loadu_si512(ats);
+    }
+    const __m512i low12 = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int v = 0; v < 2; v++) {
+            __m512i e = _mm512_i32gather_epi32(_mm512_and_si512(x[v], low12), table, 4);
+            __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 12), low12), one);
+            __m512i y = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x[v], P)),
+                                         _mm512_and_si512(e, low12));
+            /* levels of at most 16 entries: a register permute instead of a gather */
+            __m512 lv = _mm512_permutexvar_ps(_mm512_srli_epi32(e, 24), _mm512_loadu_ps(levels));
+            _mm512_storeu_ps(out + i + v * 16, lv);
+            __mmask16 need = _mm512_cmplt_epu32_mask(y, _mm512_set1_epi32((int)L));
+            __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), need, at[v], words, 2);
+            x[v] = _mm512_mask_or_epi32(y, need, _mm512_slli_epi32(y, 16), _mm512_and_si512(w, low16));
+            at[v] = _mm512_mask_add_epi32(at[v], need, at[v], one);
+        }
+    }
+    uint32_t xs[LANES];
+    int32_t ats[LANES];
+    for (int v = 0; v < 2; v++) {
+        _mm512_storeu_si512(xs + v * 16, x[v]);
+        _mm512_storeu_si512(ats + v * 16, at[v]);
+    }
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t e = table[xs[l] & (M - 1)];
+        xs[l] = ((e >> 12 & 0xFFF) + 1) * (xs[l] >> P) + (e & 0xFFF);
+        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
+        out[i] = levels[e >> 24];
+    }
+}
+
+/* AVX-512 for alphabets of at most 16 symbols without the table gather: the symbol is the
+ * count of cumulative starts at or below the slot, its frequency and start come from
+ * register permutes. freq16 / cum16 hold 16 entries (zero past the alphabet). */
+__attribute__((target("avx512f"))) void wide_decode_avx512_cmp(
+    const uint16_t *words, const int64_t *start, int64_t n, const uint32_t *freq16,
+    const uint32_t *cum16, int32_t alphabet, const float *levels, float *out) {
+    __m512i x[2], at[2];
+    for (int v = 0; v < 2; v++) {
+        int32_t xs[16], ats[16];
+        for (int j = 0; j < 16; j++) {
+            int l = v * 16 + j;
+            xs[j] = (int32_t)(words[start[l]] | (uint32_t)words[start[l] + 1] << 16);
+            ats[j] = (int32_t)start[l] + 2;
+        }
+        x[v] = _mm512_loadu_si512(xs);
+        at[v] = _mm512_loadu_si512(ats);
+    }
+    const __m512i low12 = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+    const __m512i F = _mm512_loadu_si512(freq16), C = _mm512_loadu_si512(cum16);
+    const __m512 LV = _mm512_loadu_ps(levels);
+    __m512i bound[16];
+    for (int k = 1; k < alphabet; k++) bound[k] = _mm512_set1_epi32((int)cum16[k]);
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int v = 0; v < 2; v++) {
+            __m512i slot = _mm512_and_si512(x[v], low12);
+            __m512i sym = _mm512_setzero_si512();
+            for (int k = 1; k < alphabet; k++)
+                sym = _mm512_mask_add_epi32(sym, _mm512_cmpge_epu32_mask(slot, bound[k]), sym, one);
+            __m512i f = _mm512_permutexvar_epi32(sym, F);
+            __m512i c = _mm512_permutexvar_epi32(sym, C);
+            __m512i y = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x[v], P)),
+                                         _mm512_sub_epi32(slot, c));
+            _mm512_storeu_ps(out + i + v * 16, _mm512_permutexvar_ps(sym, LV));
+            __mmask16 need = _mm512_cmplt_epu32_mask(y, _mm512_set1_epi32((int)L));
+            __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), need, at[v], words, 2);
+            x[v] = _mm512_mask_or_epi32(y, need, _mm512_slli_epi32(y, 16), _mm512_and_si512(w, low16));
+            at[v] = _mm512_mask_add_epi32(at[v], need, at[v], one);
+        }
+    }
+    uint32_t xs[LANES];
+    int32_t ats[LANES];
+    for (int v = 0; v < 2; v++) {
+        _mm512_storeu_si512(xs + v * 16, x[v]);
+        _mm512_storeu_si512(ats + v * 16, at[v]);
+    }
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t slot = xs[l] & (M - 1);
+        int s = 0;
+        while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
+        xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
+        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
+        out[i] = levels[s];
+    }
+}
+
+/* Timing only, its output is wrong: wide_decode_avx512_cmp with each refill read from a
+ * fixed place by one masked load instead of a gather from the lanes' streams. It bounds what
+ * a layout whose refills are contiguous (the lanes' words interleaved into one stream, read
+ * by an expanding load) could reach. The caller must give words 1024 + 32 readable entries. */
+__attribute__((target("avx512f"))) void wide_decode_avx512_ceiling(
+    const uint16_t *words, const int64_t *start, int64_t n, const uint32_t *freq16,
+    const uint32_t *cum16, int32_t alphabet, const float *levels, float *out) {
+    __m512i x[2], at[2];
+    for (int v = 0; v < 2; v++) {
+        int32_t xs[16], ats[16];
+        for (int j = 0; j < 16; j++) {
+            int l = v * 16 + j;
+            xs[j] = (int32_t)(words[start[l]] | (uint32_t)words[start[l] + 1] << 16);
+            ats[j] = (int32_t)start[l] + 2;
+        }
+        x[v] = _mm512_loadu_si512(xs);
+        at[v] = _mm512_loadu_si512(ats);
+    }
+    const __m512i low12 = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+    const __m512i F = _mm512_loadu_si512(freq16), C = _mm512_loadu_si512(cum16);
+    const __m512 LV = _mm512_loadu_ps(levels);
+    __m512i bound[16];
+    for (int k = 1; k < alphabet; k++) bound[k] = _mm512_set1_epi32((int)cum16[k]);
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int v = 0; v < 2; v++) {
+            __m512i slot = _mm512_and_si512(x[v], low12);
+            __m512i sym = _mm512_setzero_si512();
+            for (int k = 1; k < alphabet; k++)
+                sym = _mm512_mask_add_epi32(sym, _mm512_cmpge_epu32_mask(slot, bound[k]), sym, one);
+            __m512i f = _mm512_permutexvar_epi32(sym, F);
+            __m512i c = _mm512_permutexvar_epi32(sym, C);
+            __m512i y = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x[v], P)),
+                                         _mm512_sub_epi32(slot, c));
+            _mm512_storeu_ps(out + i + v * 16, _mm512_permutexvar_ps(sym, LV));
+            __mmask16 need = _mm512_cmplt_epu32_mask(y, _mm512_set1_epi32((int)L));
+            __m512i w = _mm512_maskz_loadu_epi32(need, words + (i & 1023));
+            x[v] = _mm512_mask_or_epi32(y, need, _mm512_slli_epi32(y, 16), _mm512_and_si512(w, low16));
+            at[v] = _mm512_mask_add_epi32(at[v], need, at[v], one);
+        }
+    }
+    uint32_t xs[LANES];
+    int32_t ats[LANES];
+    for (int v = 0; v < 2; v++) {
+        _mm512_storeu_si512(xs + v * 16, x[v]);
+        _mm512_storeu_si512(ats + v * 16, at[v]);
+    }
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t slot = xs[l] & (M - 1);
+        int s = 0;
+        while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
+        xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
+        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
+        out[i] = levels[s];
+    }
+}
