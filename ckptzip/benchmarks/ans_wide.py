@@ -49,6 +49,15 @@ def has_cpu(flag: str) -> bool:
     return info.exists() and f" {flag}" in info.read_text()
 
 
+def cpu_features() -> dict[str, bool]:
+    """The instruction sets the prototype's decoders need, as this CPU has them."""
+    return {
+        "avx2": has_cpu("avx2"),
+        "avx512": has_cpu("avx512f"),
+        "avx512_vbmi2": has_cpu("avx512_vbmi2") and has_cpu("bmi2"),
+    }
+
+
 def build() -> ctypes.CDLL:
     """Compile the prototype into a temporary shared library."""
     out = Path(tempfile.mkdtemp(prefix="ans-wide-")) / "ans_wide.so"
@@ -56,6 +65,7 @@ def build() -> ctypes.CDLL:
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
     lib = ctypes.CDLL(str(out))
     lib.wide_encode.restype = ctypes.c_int64
+    lib.wide_encode_il.restype = ctypes.c_int64
     return lib
 
 
@@ -138,9 +148,14 @@ def measure(
     )
     timings = {"library": best(decode, repeat)}
     assert np.array_equal(out.numpy(), expect)
-    # the prototype; words past the streams: the ceiling's fixed reads (ans_wide.c)
+    # the prototype, each lane's words a stream of its own (one spare word: a refill
+    # gather reads 32 bits)
     freq, cum = model(s, alphabet)
-    words = np.zeros(n + 2 * LANES + 1024 + 34, dtype=np.uint16)
+    freq16 = np.zeros(16, dtype=np.uint32)
+    cum16 = np.zeros(16, dtype=np.uint32)
+    if alphabet <= 16:
+        freq16[:alphabet], cum16[:alphabet] = freq, cum
+    words = np.zeros(n + 2 * LANES + 2, dtype=np.uint16)
     start = np.zeros(LANES + 1, dtype=np.int64)
     used = lib.wide_encode(
         _ptr(s), ctypes.c_int64(n), _ptr(freq), _ptr(cum), _ptr(words),
@@ -150,28 +165,39 @@ def measure(
     slots = np.zeros(1 << PRECISION, dtype=np.uint32)
     lib.wide_table(_ptr(freq), _ptr(cum), ctypes.c_int(alphabet), _ptr(slots))
     stream = (_ptr(words), _ptr(start), ctypes.c_int64(n))
-    calls: dict[str, tuple[str, tuple[Any, ...], bool]] = {
-        "scalar": ("wide_decode_scalar", (*stream, _ptr(slots), _ptr(levels)), True)
+    calls: dict[str, tuple[str, tuple[Any, ...]]] = {
+        "scalar": ("wide_decode_scalar", (*stream, _ptr(slots), _ptr(levels)))
     }
     if has["avx2"]:
-        calls["avx2"] = ("wide_decode_avx2", (*stream, _ptr(slots), _ptr(levels)), True)
+        calls["avx2"] = ("wide_decode_avx2", (*stream, _ptr(slots), _ptr(levels)))
     if has["avx512"]:
-        calls["avx512"] = ("wide_decode_avx512", (*stream, _ptr(slots), _ptr(levels)), True)
+        calls["avx512"] = ("wide_decode_avx512", (*stream, _ptr(slots), _ptr(levels)))
     if has["avx512"] and alphabet <= 16:
-        freq16 = np.zeros(16, dtype=np.uint32)
-        cum16 = np.zeros(16, dtype=np.uint32)
-        freq16[:alphabet], cum16[:alphabet] = freq, cum
         model16 = (*stream, _ptr(freq16), _ptr(cum16), ctypes.c_int32(alphabet), _ptr(levels))
-        calls["avx512, no table gather"] = ("wide_decode_avx512_cmp", model16, True)
-        # timing only: its refills read the wrong words (ans_wide.c), so no check
-        calls["avx512, no gathers (ceiling)"] = ("wide_decode_avx512_ceiling", model16, False)
-    for name, (symbol, arguments, checked) in calls.items():
+        calls["avx512, no table gather"] = ("wide_decode_avx512_cmp", model16)
+    # the interleaved layout: one stream, refills in the order the decoder takes them
+    one = np.zeros(n + 2 * LANES + 64, dtype=np.uint16)
+    used_il = lib.wide_encode_il(
+        _ptr(s), ctypes.c_int64(n), _ptr(freq), _ptr(cum), _ptr(one), ctypes.c_int64(n + 2 * LANES)
+    )
+    assert used_il == used  # the same words, in another order
+    interleaved = (_ptr(one), ctypes.c_int64(n))
+    calls["interleaved, scalar"] = (
+        "wide_decode_il_scalar",
+        (*interleaved, _ptr(slots), _ptr(levels)),
+    )
+    if has["avx512_vbmi2"] and alphabet <= 16:
+        calls["interleaved, avx512, no gathers"] = (
+            "wide_decode_il_avx512",
+            (*interleaved, _ptr(freq16), _ptr(cum16), ctypes.c_int32(alphabet), _ptr(levels)),
+        )
+    for name, (symbol, arguments) in calls.items():
         if name == "avx512" and alphabet > 16:
             continue  # its levels come from a 16-entry register permute
         got = np.empty(n, dtype=np.float32)
         timings[name] = best(functools.partial(getattr(lib, symbol), *arguments, _ptr(got)), repeat)
-        assert not checked or np.array_equal(got, expect), name
-    return timings, sum(len(c) for c in chunks), 2 * used + 8 * (LANES + 1) + 2 * alphabet
+        assert np.array_equal(got, expect), name
+    return timings, sum(len(c) for c in chunks), 2 * used + 2 * alphabet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=HERE / "results" / "ans_wide.json")
     args = ap.parse_args(argv)
     lib = build()
-    has = {"avx2": has_cpu("avx2"), "avx512": has_cpu("avx512f")}
+    has = cpu_features()
     streams = [s for s in capture_streams() if s.size >= 1 << 16 and int(s.max()) >= 1]
     totals: dict[str, float] = {"symbols": 0.0, "library bytes": 0.0, "wide bytes": 0.0}
     for s in streams:

@@ -229,26 +229,68 @@ __attribute__((target("avx512f"))) void wide_decode_avx512_cmp(
     }
 }
 
-/* Timing only, its output is wrong: wide_decode_avx512_cmp with each refill read from a
- * fixed place by one masked load instead of a gather from the lanes' streams. It bounds what
- * a layout whose refills are contiguous (the lanes' words interleaved into one stream, read
- * by an expanding load) could reach. The caller must give words 1024 + 32 readable entries. */
-__attribute__((target("avx512f"))) void wide_decode_avx512_ceiling(
-    const uint16_t *words, const int64_t *start, int64_t n, const uint32_t *freq16,
-    const uint32_t *cum16, int32_t alphabet, const float *levels, float *out) {
-    __m512i x[2], at[2];
-    for (int v = 0; v < 2; v++) {
-        int32_t xs[16], ats[16];
-        for (int j = 0; j < 16; j++) {
-            int l = v * 16 + j;
-            xs[j] = (int32_t)(words[start[l]] | (uint32_t)words[start[l] + 1] << 16);
-            ats[j] = (int32_t)start[l] + 2;
+/* -- the lanes' refill words interleaved into one stream ----------------------------------
+ *
+ * The same coder, one stream: the 32 initial states first (lane order, low word first),
+ * then every refill word in the order a decoder takes them, step by step and lane by lane
+ * within a step. The encoder goes backwards (last step first, last lane first) and writes
+ * backwards, so a decoder reads forwards, and a vector of lanes takes its refills as one
+ * contiguous run: an expanding load instead of a gather. Returns the word count, or -1. */
+int64_t wide_encode_il(const uint8_t *sym, int64_t n, const uint32_t *freq,
+                       const uint32_t *cum, uint16_t *words, int64_t cap) {
+    if (cap < n + 2 * LANES) return -1;
+    uint16_t *end = words + cap, *ptr = end;
+    uint32_t x[LANES];
+    for (int l = 0; l < LANES; l++) x[l] = L;
+    for (int64_t t = (n + LANES - 1) / LANES - 1; t >= 0; t--) {
+        for (int l = LANES - 1; l >= 0; l--) {
+            int64_t pos = t * LANES + l;
+            if (pos >= n) continue;
+            uint32_t f = freq[sym[pos]];
+            if (x[l] >= ((L >> P) << 16) * f) {
+                *--ptr = (uint16_t)x[l];
+                x[l] >>= 16;
+            }
+            x[l] = ((x[l] / f) << P) + (x[l] % f) + cum[sym[pos]];
         }
+    }
+    for (int l = LANES - 1; l >= 0; l--) {
+        *--ptr = (uint16_t)(x[l] >> 16);
+        *--ptr = (uint16_t)x[l];
+    }
+    int64_t used = end - ptr;
+    memmove(words, ptr, (size_t)used * 2);
+    return used;
+}
+
+void wide_decode_il_scalar(const uint16_t *words, int64_t n, const uint32_t *table,
+                           const float *levels, float *out) {
+    uint32_t x[LANES];
+    const uint16_t *p = words;
+    for (int l = 0; l < LANES; l++, p += 2) x[l] = p[0] | (uint32_t)p[1] << 16;
+    for (int64_t i = 0; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t e = table[x[l] & (M - 1)];
+        x[l] = ((e >> 12 & 0xFFF) + 1) * (x[l] >> P) + (e & 0xFFF);
+        if (x[l] < L) x[l] = x[l] << 16 | *p++;
+        out[i] = levels[e >> 24];
+    }
+}
+
+/* AVX-512 (with VBMI2 and BMI2) for alphabets of at most 16 symbols: the symbol by
+ * compares, frequency, start and level by register permutes, the refills of a vector by one
+ * expanding load of 16-bit words into the low halves of its lanes. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) void wide_decode_il_avx512(
+    const uint16_t *words, int64_t n, const uint32_t *freq16, const uint32_t *cum16,
+    int32_t alphabet, const float *levels, float *out) {
+    const uint16_t *p = words;
+    __m512i x[2];
+    for (int v = 0; v < 2; v++) {
+        int32_t xs[16];
+        for (int j = 0; j < 16; j++, p += 2) xs[j] = (int32_t)(p[0] | (uint32_t)p[1] << 16);
         x[v] = _mm512_loadu_si512(xs);
-        at[v] = _mm512_loadu_si512(ats);
     }
     const __m512i low12 = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
-    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
     const __m512i F = _mm512_loadu_si512(freq16), C = _mm512_loadu_si512(cum16);
     const __m512 LV = _mm512_loadu_ps(levels);
     __m512i bound[16];
@@ -266,24 +308,21 @@ __attribute__((target("avx512f"))) void wide_decode_avx512_ceiling(
                                          _mm512_sub_epi32(slot, c));
             _mm512_storeu_ps(out + i + v * 16, _mm512_permutexvar_ps(sym, LV));
             __mmask16 need = _mm512_cmplt_epu32_mask(y, _mm512_set1_epi32((int)L));
-            __m512i w = _mm512_maskz_loadu_epi32(need, words + (i & 1023));
-            x[v] = _mm512_mask_or_epi32(y, need, _mm512_slli_epi32(y, 16), _mm512_and_si512(w, low16));
-            at[v] = _mm512_mask_add_epi32(at[v], need, at[v], one);
+            __mmask32 halves = _pdep_u32(need, 0x55555555u);
+            __m512i w = _mm512_maskz_expandloadu_epi16(halves, p);
+            p += __builtin_popcount(need);
+            x[v] = _mm512_mask_or_epi32(y, need, _mm512_slli_epi32(y, 16), w);
         }
     }
     uint32_t xs[LANES];
-    int32_t ats[LANES];
-    for (int v = 0; v < 2; v++) {
-        _mm512_storeu_si512(xs + v * 16, x[v]);
-        _mm512_storeu_si512(ats + v * 16, at[v]);
-    }
+    for (int v = 0; v < 2; v++) _mm512_storeu_si512(xs + v * 16, x[v]);
     for (; i < n; i++) {
         int l = (int)(i % LANES);
         uint32_t slot = xs[l] & (M - 1);
         int s = 0;
         while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
         xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
-        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
+        if (xs[l] < L) xs[l] = xs[l] << 16 | *p++;
         out[i] = levels[s];
     }
 }
