@@ -118,6 +118,8 @@ _variant("rlcheck-ms75", mutate_share=0.75)
 _variant("rlcheck-msa", mutate_share_bounds=(0.25, 0.75))
 # less exploration off the greedy choice (the default: epsilon 0.25)
 _variant("rlcheck-eps05", epsilon=0.05)
+# both: the rate-following mutation share and epsilon 0.05
+_variant("rlcheck-msa-eps05", mutate_share_bounds=(0.25, 0.75), epsilon=0.05)
 # invalid cases of Hypothesis's provider in a row before a learned one, where its valid
 # rate is below the tail's (the default: 30)
 _variant("rlcheck-p1", default_patience=1)
