@@ -186,6 +186,11 @@ def measure(
         "wide_decode_il_scalar",
         (*interleaved, _ptr(slots), _ptr(levels)),
     )
+    if has["avx2"] and alphabet <= 16:
+        calls["interleaved, avx2, no gathers"] = (
+            "wide_decode_il_avx2",
+            (*interleaved, _ptr(freq16), _ptr(cum16), ctypes.c_int32(alphabet), _ptr(levels)),
+        )
     if has["avx512_vbmi2"] and alphabet <= 16:
         calls["interleaved, avx512, no gathers"] = (
             "wide_decode_il_avx512",

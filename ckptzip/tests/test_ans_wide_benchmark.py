@@ -34,4 +34,5 @@ def test_every_decoder_gives_back_the_coded_levels(alphabet: int) -> None:
     timings, library_bytes, wide_bytes = ans_wide.measure(lib, symbols, has, repeat=1)
     assert {"library", "scalar", "interleaved, scalar"} <= timings.keys()
     assert ("avx2" in timings) == has["avx2"]
+    assert ("interleaved, avx2, no gathers" in timings) == (has["avx2"] and alphabet <= 16)
     assert abs(wide_bytes / library_bytes - 1) < 0.05

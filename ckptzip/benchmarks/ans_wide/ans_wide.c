@@ -326,3 +326,90 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) void wide_de
         out[i] = levels[s];
     }
 }
+
+/* AVX2 for alphabets of at most 16 symbols on the interleaved layout: the symbol by
+ * compares, frequency, start and level by two 8-entry permutes and a blend, a vector's
+ * refills by one 16-byte load spread over its lanes by a byte shuffle from a 256-entry
+ * table (AVX2 has no expanding load). The caller gives words 8 readable entries past the
+ * stream's end (the load reads 16 bytes). */
+static uint8_t expand16[256][16];
+
+static void expand16_init(void) {
+    static int done = 0;
+    if (done) return;
+    for (int m = 0; m < 256; m++) {
+        int k = 0;
+        for (int i = 0; i < 8; i++) {
+            if (m >> i & 1) {
+                expand16[m][2 * i] = (uint8_t)(2 * k);
+                expand16[m][2 * i + 1] = (uint8_t)(2 * k + 1);
+                k++;
+            } else {
+                expand16[m][2 * i] = expand16[m][2 * i + 1] = 0x80;
+            }
+        }
+    }
+    done = 1;
+}
+
+__attribute__((target("avx2,popcnt"))) static inline __m256i lookup16(__m256i lo, __m256i hi,
+                                                                        __m256i sym,
+                                                                        __m256i seven) {
+    return _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(lo, sym),
+                              _mm256_permutevar8x32_epi32(hi, sym),
+                              _mm256_cmpgt_epi32(sym, seven));
+}
+
+__attribute__((target("avx2,popcnt"))) void wide_decode_il_avx2(
+    const uint16_t *words, int64_t n, const uint32_t *freq16, const uint32_t *cum16,
+    int32_t alphabet, const float *levels, float *out) {
+    expand16_init();
+    const uint16_t *p = words;
+    __m256i x[4];
+    for (int v = 0; v < 4; v++) {
+        int32_t xs[8];
+        for (int j = 0; j < 8; j++, p += 2) xs[j] = (int32_t)(p[0] | (uint32_t)p[1] << 16);
+        x[v] = _mm256_loadu_si256((const __m256i *)xs);
+    }
+    const __m256i low12 = _mm256_set1_epi32(0xFFF), zero = _mm256_setzero_si256();
+    const __m256i seven = _mm256_set1_epi32(7);
+    const __m256i F0 = _mm256_loadu_si256((const __m256i *)freq16);
+    const __m256i F1 = _mm256_loadu_si256((const __m256i *)(freq16 + 8));
+    const __m256i C0 = _mm256_loadu_si256((const __m256i *)cum16);
+    const __m256i C1 = _mm256_loadu_si256((const __m256i *)(cum16 + 8));
+    const __m256i V0 = _mm256_loadu_si256((const __m256i *)levels);
+    const __m256i V1 = _mm256_loadu_si256((const __m256i *)(levels + 8));
+    __m256i bound[16];
+    for (int k = 1; k < alphabet; k++) bound[k] = _mm256_set1_epi32((int)cum16[k] - 1);
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int v = 0; v < 4; v++) {
+            __m256i slot = _mm256_and_si256(x[v], low12), sym = zero;
+            for (int k = 1; k < alphabet; k++)
+                sym = _mm256_sub_epi32(sym, _mm256_cmpgt_epi32(slot, bound[k]));
+            __m256i f = lookup16(F0, F1, sym, seven), c = lookup16(C0, C1, sym, seven);
+            __m256i y = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x[v], P)),
+                                         _mm256_sub_epi32(slot, c));
+            _mm256_storeu_si256((__m256i *)(out + i + v * 8), lookup16(V0, V1, sym, seven));
+            __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(y, 16), zero);
+            int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
+            __m128i w = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p),
+                                         _mm_loadu_si128((const __m128i *)expand16[m]));
+            p += __builtin_popcount((unsigned)m);
+            x[v] = _mm256_blendv_epi8(y, _mm256_or_si256(_mm256_slli_epi32(y, 16),
+                                                         _mm256_cvtepu16_epi32(w)),
+                                      need);
+        }
+    }
+    uint32_t xs[LANES];
+    for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(xs + v * 8), x[v]);
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t slot = xs[l] & (M - 1);
+        int s = 0;
+        while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
+        xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
+        if (xs[l] < L) xs[l] = xs[l] << 16 | *p++;
+        out[i] = levels[s];
+    }
+}
