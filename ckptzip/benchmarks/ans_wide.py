@@ -4,7 +4,8 @@ A load's time is mostly the ANS lanes decoder (README, "Speed"): four 64-bit sta
 precision, one latency-bound step per symbol, about 1.9 ns a symbol on one core. This runs a
 prototype (``benchmarks/ans_wide/ans_wide.c``, built here with gcc; not the library's
 format) of the usual alternative: 32 interleaved 32-bit states, 16-bit refills, 12-bit
-precision, decoded by scalar C, AVX2 and AVX-512 (where the CPU has them), on the symbol
+precision, in two layouts (a stream per lane, or the lanes' refills interleaved into one
+stream), decoded by scalar C, AVX2 and AVX-512 (where the CPU has them), on the symbol
 streams the library itself codes for a real checkpoint (a manager keyframe and three deltas
 of ``throughput.py --quick``'s state, each stream taken as one context), against the
 library's own decoder on the same streams (``entropy.decode_ans_into``, one thread, levels

@@ -3,8 +3,10 @@
  * lanes). It measures whether a format version with wider interleaving would decode faster
  * than the library's four 64-bit states (benchmarks/ans_wide.py drives it and compares).
  *
- * Position i belongs to lane i % 32; each lane's 16-bit words are a stream of their own
- * (read forwards from its start), as the library's lanes are. A slot's table entry holds
+ * Position i belongs to lane i % 32. Two layouts: each lane's 16-bit words a stream of their
+ * own (read forwards from its start), as the library's lanes are; or every lane's refills
+ * interleaved into one stream in the order a decoder takes them (wide_encode_il, below),
+ * which lets a vector of lanes refill by one contiguous load. A slot's table entry holds
  * the symbol (bits 24-31), its frequency - 1 (bits 12-23) and slot - cum[symbol]
  * (bits 0-11): a step is x = freq * (x >> 12) + bias, then one refill where x < 2^16. */
 #include <immintrin.h>
