@@ -1,7 +1,8 @@
 """Benchmark: would a format version with wider ANS interleaving decode faster? (issue #21)
 
-A load's time is mostly the ANS lanes decoder (README, "Speed"): four 64-bit states, 24-bit
-precision, one latency-bound step per symbol, about 1.9 ns a symbol on one core. This runs a
+The largest part of a load's time (about 40 %, README, "Speed") is the ANS lanes decoder:
+four 64-bit states, 24-bit precision, a scalar step per symbol, about 2 ns a symbol on one
+core. This runs a
 prototype (``benchmarks/ans_wide/ans_wide.c``, built here with gcc; not the library's
 format) of the usual alternative: 32 interleaved 32-bit states, 16-bit refills, 12-bit
 precision, in two layouts (a stream per lane, or the lanes' refills interleaved into one
