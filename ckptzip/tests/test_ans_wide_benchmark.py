@@ -3,6 +3,7 @@ is the library's."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from pathlib import Path
 
@@ -36,3 +37,41 @@ def test_every_decoder_gives_back_the_coded_levels(alphabet: int) -> None:
     assert ("avx2" in timings) == has["avx2"]
     assert ("interleaved, avx2, no gathers" in timings) == (has["avx2"] and alphabet <= 16)
     assert abs(wide_bytes / library_bytes - 1) < 0.05
+
+
+def test_an_interleaved_stream_that_ends_early_or_runs_on_is_refused() -> None:
+    lib = ans_wide.build()
+    rng = np.random.default_rng(7)
+    n = 10_000
+    symbols = rng.integers(0, 12, n).astype(np.uint8)
+    freq, cum = ans_wide.model(symbols, 12)
+    one = np.zeros(n + 2 * ans_wide.LANES + 64, dtype=np.uint16)
+    used = lib.wide_encode_il(
+        ans_wide._ptr(symbols), ctypes.c_int64(n), ans_wide._ptr(freq), ans_wide._ptr(cum),
+        ans_wide._ptr(one), ctypes.c_int64(n + 2 * ans_wide.LANES),
+    )  # fmt: skip
+    slots = np.zeros(1 << ans_wide.PRECISION, dtype=np.uint32)
+    lib.wide_table(ans_wide._ptr(freq), ans_wide._ptr(cum), ctypes.c_int(12), ans_wide._ptr(slots))
+    levels = np.linspace(-1.0, 1.0, 16).astype(np.float32)
+    names = ["wide_decode_il_scalar"]
+    if ans_wide.cpu_features()["avx2"]:
+        names.append("wide_decode_il_avx2_table")
+    for name in names:
+        out = np.empty(n, dtype=np.float32)
+
+        def decode(words: int, name: str = name, out: np.ndarray = out) -> int:
+            return int(
+                getattr(lib, name)(
+                    ans_wide._ptr(one),
+                    ctypes.c_int64(words),
+                    ctypes.c_int64(n),
+                    ans_wide._ptr(slots),
+                    ans_wide._ptr(levels),
+                    ans_wide._ptr(out),
+                )
+            )
+
+        assert decode(used) == 0 and np.array_equal(out, levels[symbols])
+        assert decode(used - 1) == 1  # the last refill is past the end
+        assert decode(used + 1) == 2  # a word left over
+        assert decode(10) == 1  # not even the initial states

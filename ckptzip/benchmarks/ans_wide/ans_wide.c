@@ -265,27 +265,36 @@ int64_t wide_encode_il(const uint8_t *sym, int64_t n, const uint32_t *freq,
     return used;
 }
 
-void wide_decode_il_scalar(const uint16_t *words, int64_t n, const uint32_t *table,
-                           const float *levels, float *out) {
+/* The interleaved decoders check their reads against the stream's nwords words, as a real
+ * decoder must (the caller pads the buffer: the vector loads read past the stream's end), and
+ * return 0, 1 where the stream ends early, or 2 where words are left after the last symbol. */
+int32_t wide_decode_il_scalar(const uint16_t *words, int64_t nwords, int64_t n,
+                              const uint32_t *table, const float *levels, float *out) {
     uint32_t x[LANES];
-    const uint16_t *p = words;
+    const uint16_t *p = words, *end = words + nwords;
+    if (nwords < 2 * LANES) return 1;
     for (int l = 0; l < LANES; l++, p += 2) x[l] = p[0] | (uint32_t)p[1] << 16;
     for (int64_t i = 0; i < n; i++) {
         int l = (int)(i % LANES);
         uint32_t e = table[x[l] & (M - 1)];
         x[l] = ((e >> 12 & 0xFFF) + 1) * (x[l] >> P) + (e & 0xFFF);
-        if (x[l] < L) x[l] = x[l] << 16 | *p++;
+        if (x[l] < L) {
+            if (p == end) return 1;
+            x[l] = x[l] << 16 | *p++;
+        }
         out[i] = levels[e >> 24];
     }
+    return p == end ? 0 : 2;
 }
 
 /* AVX-512 (with VBMI2 and BMI2) for alphabets of at most 16 symbols: the symbol by
  * compares, frequency, start and level by register permutes, the refills of a vector by one
  * expanding load of 16-bit words into the low halves of its lanes. */
-__attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) void wide_decode_il_avx512(
-    const uint16_t *words, int64_t n, const uint32_t *freq16, const uint32_t *cum16,
-    int32_t alphabet, const float *levels, float *out) {
-    const uint16_t *p = words;
+__attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) int32_t wide_decode_il_avx512(
+    const uint16_t *words, int64_t nwords, int64_t n, const uint32_t *freq16,
+    const uint32_t *cum16, int32_t alphabet, const float *levels, float *out) {
+    const uint16_t *p = words, *end = words + nwords;
+    if (nwords < 2 * LANES) return 1;
     __m512i x[2];
     for (int v = 0; v < 2; v++) {
         int32_t xs[16];
@@ -311,8 +320,10 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) void wide_de
             _mm512_storeu_ps(out + i + v * 16, _mm512_permutexvar_ps(sym, LV));
             __mmask16 need = _mm512_cmplt_epu32_mask(y, _mm512_set1_epi32((int)L));
             __mmask32 halves = _pdep_u32(need, 0x55555555u);
+            int take = __builtin_popcount(need);
+            if (end - p < take) return 1;
             __m512i w = _mm512_maskz_expandloadu_epi16(halves, p);
-            p += __builtin_popcount(need);
+            p += take;
             x[v] = _mm512_mask_or_epi32(y, need, _mm512_slli_epi32(y, 16), w);
         }
     }
@@ -324,9 +335,13 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) void wide_de
         int s = 0;
         while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
         xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
-        if (xs[l] < L) xs[l] = xs[l] << 16 | *p++;
+        if (xs[l] < L) {
+            if (p == end) return 1;
+            xs[l] = xs[l] << 16 | *p++;
+        }
         out[i] = levels[s];
     }
+    return p == end ? 0 : 2;
 }
 
 /* AVX2 for alphabets of at most 16 symbols on the interleaved layout: the symbol by
@@ -362,11 +377,12 @@ __attribute__((target("avx2,popcnt"))) static inline __m256i lookup16(__m256i lo
                               _mm256_cmpgt_epi32(sym, seven));
 }
 
-__attribute__((target("avx2,popcnt"))) void wide_decode_il_avx2(
-    const uint16_t *words, int64_t n, const uint32_t *freq16, const uint32_t *cum16,
-    int32_t alphabet, const float *levels, float *out) {
+__attribute__((target("avx2,popcnt"))) int32_t wide_decode_il_avx2(
+    const uint16_t *words, int64_t nwords, int64_t n, const uint32_t *freq16,
+    const uint32_t *cum16, int32_t alphabet, const float *levels, float *out) {
     expand16_init();
-    const uint16_t *p = words;
+    const uint16_t *p = words, *end = words + nwords;
+    if (nwords < 2 * LANES) return 1;
     __m256i x[4];
     for (int v = 0; v < 4; v++) {
         int32_t xs[8];
@@ -395,9 +411,11 @@ __attribute__((target("avx2,popcnt"))) void wide_decode_il_avx2(
             _mm256_storeu_si256((__m256i *)(out + i + v * 8), lookup16(V0, V1, sym, seven));
             __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(y, 16), zero);
             int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
+            int take = __builtin_popcount((unsigned)m);
+            if (end - p < take) return 1;
             __m128i w = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p),
                                          _mm_loadu_si128((const __m128i *)expand16[m]));
-            p += __builtin_popcount((unsigned)m);
+            p += take;
             x[v] = _mm256_blendv_epi8(y, _mm256_or_si256(_mm256_slli_epi32(y, 16),
                                                          _mm256_cvtepu16_epi32(w)),
                                       need);
@@ -411,7 +429,63 @@ __attribute__((target("avx2,popcnt"))) void wide_decode_il_avx2(
         int s = 0;
         while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
         xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
-        if (xs[l] < L) xs[l] = xs[l] << 16 | *p++;
+        if (xs[l] < L) {
+            if (p == end) return 1;
+            xs[l] = xs[l] << 16 | *p++;
+        }
         out[i] = levels[s];
     }
+    return p == end ? 0 : 2;
+}
+
+/* AVX2 on the interleaved layout for any alphabet (up to 256): the slot's table entry and
+ * the level by gathers, refills as wide_decode_il_avx2. */
+__attribute__((target("avx2,popcnt"))) int32_t wide_decode_il_avx2_table(
+    const uint16_t *words, int64_t nwords, int64_t n, const uint32_t *table,
+    const float *levels, float *out) {
+    expand16_init();
+    const uint16_t *p = words, *end = words + nwords;
+    if (nwords < 2 * LANES) return 1;
+    __m256i x[4];
+    for (int v = 0; v < 4; v++) {
+        int32_t xs[8];
+        for (int j = 0; j < 8; j++, p += 2) xs[j] = (int32_t)(p[0] | (uint32_t)p[1] << 16);
+        x[v] = _mm256_loadu_si256((const __m256i *)xs);
+    }
+    const __m256i low12 = _mm256_set1_epi32(0xFFF), one = _mm256_set1_epi32(1);
+    const __m256i zero = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int v = 0; v < 4; v++) {
+            __m256i e = _mm256_i32gather_epi32((const int *)table, _mm256_and_si256(x[v], low12), 4);
+            __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 12), low12), one);
+            __m256i y = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x[v], P)),
+                                         _mm256_and_si256(e, low12));
+            _mm256_storeu_ps(out + i + v * 8,
+                             _mm256_i32gather_ps(levels, _mm256_srli_epi32(e, 24), 4));
+            __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(y, 16), zero);
+            int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
+            int take = __builtin_popcount((unsigned)m);
+            if (end - p < take) return 1;
+            __m128i w = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p),
+                                         _mm_loadu_si128((const __m128i *)expand16[m]));
+            p += take;
+            x[v] = _mm256_blendv_epi8(y, _mm256_or_si256(_mm256_slli_epi32(y, 16),
+                                                         _mm256_cvtepu16_epi32(w)),
+                                      need);
+        }
+    }
+    uint32_t xs[LANES];
+    for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(xs + v * 8), x[v]);
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t e = table[xs[l] & (M - 1)];
+        xs[l] = ((e >> 12 & 0xFFF) + 1) * (xs[l] >> P) + (e & 0xFFF);
+        if (xs[l] < L) {
+            if (p == end) return 1;
+            xs[l] = xs[l] << 16 | *p++;
+        }
+        out[i] = levels[e >> 24];
+    }
+    return p == end ? 0 : 2;
 }
