@@ -1,6 +1,6 @@
-"""What the bug-finding benchmarks' runs and tables share (``bugs.py``, ``etna.py``,
-``etna_replay.py``): one definition of a generate-only Hypothesis run and of the layout of
-their results tables.
+"""What the benchmarks' runs and tables share (``bugs.py``, ``etna.py``, ``etna_replay.py``,
+``satisfiability.py``): one definition of a generate-only Hypothesis run, of a variant of
+the rlcheck backend, and of the layout of their results tables.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 
-__all__ = ["generate_only", "grid"]
+__all__ = ["generate_only", "grid", "register_variant"]
 
 
 def generate_only(backend: str, budget: int, database: Any = None, **options: Any) -> settings:
@@ -37,3 +37,14 @@ def grid(
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     names = list(dict.fromkeys(r[key] for r in rows))
     return backends, names, {(r[key], r["backend"]): r for r in rows}
+
+
+def register_variant(name: str, base: str = "RLCheckProvider", **options: Any) -> None:
+    """Register a variant of the rlcheck backend (``base``, a provider class of
+    :mod:`rlcheck.hypothesis.provider`, with the class options ``options``) as backend
+    ``name``; a name already registered is left as it is."""
+    from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
+
+    from rlcheck.hypothesis import provider
+
+    AVAILABLE_PROVIDERS.setdefault(name, type(name, (getattr(provider, base),), options))

@@ -65,20 +65,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _etna_suite import LIBRARIES, VENDOR, WORKLOADS, Workload, load
 from _mutate import Mutant
 from _runs import generate_only, grid
+from _runs import register_variant as _variant  # one home: satisfiability.py's too
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MUTANTS_FILE = VENDOR / "mutants.json"
 WARM = "rlcheck-warm"  # rlcheck with the policy an earlier run learned (not a backend name)
 _HANG_S = 2.0
-
-
-def _variant(name: str, base: str = "RLCheckProvider", **options: Any) -> None:
-    """Register an ablation of the rlcheck backend as backend ``name``."""
-    from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
-
-    from rlcheck.hypothesis import provider
-
-    AVAILABLE_PROVIDERS.setdefault(name, type(name, (getattr(provider, base),), options))
 
 
 # Registered at import, so worker processes have them too: the guidance's parts alone and

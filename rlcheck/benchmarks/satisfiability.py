@@ -38,26 +38,16 @@ from hypothesis.errors import Unsatisfiable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _hyp_suite import SUITE, SuiteTest
+from _runs import register_variant
 
 import rlcheck.hypothesis  # noqa: F401  (registers the backends)
-from rlcheck.hypothesis.provider import RLCheckProvider
 
-
-def _register_variants() -> None:
-    """Backends ``rlcheck-hb<P>``: rlcheck handing a run with no valid case back at P %
-    of Hypothesis's give-up limit (``RLCheckProvider.hand_back_unsatisfiable``; the
-    default: 50 %); ``rlcheck-eps05``: its learner at epsilon 0.05 (the default: 0.25)."""
-    from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
-
-    variants: dict[str, dict[str, float]] = {
-        f"rlcheck-hb{percent}": {"hand_back_unsatisfiable": percent / 100} for percent in (10, 25)
-    }
-    variants["rlcheck-eps05"] = {"epsilon": 0.05}
-    for name, options in variants.items():
-        AVAILABLE_PROVIDERS.setdefault(name, type(name, (RLCheckProvider,), options))
-
-
-_register_variants()
+# rlcheck handing a run with no valid case back at P % of Hypothesis's give-up limit
+# ("rlcheck-hb<P>": RLCheckProvider.hand_back_unsatisfiable; the default: 50 %), and its
+# learner at epsilon 0.05 (the default: 0.25)
+for _percent in (10, 25):
+    register_variant(f"rlcheck-hb{_percent}", hand_back_unsatisfiable=_percent / 100)
+register_variant("rlcheck-eps05", epsilon=0.05)
 
 
 def _all_true(k: int) -> SuiteTest:
