@@ -1171,13 +1171,14 @@ class RLCheckProvider(PrimitiveProvider):
             if outcome == "valid" and not new:
                 allowed = max(_DISCARD_FREE, _DISCARD_SHARE * self._ledger.cases)
                 self._discard = self._discards + 1 <= allowed
+            found = new and outcome == "valid"  # a new valid input
             if self._plan is not None:
-                self._pool.credit(self._plan.operator, new and outcome == "valid", self._plan)
+                self._pool.credit(self._plan.operator, found, self._plan)
             if self._delegate is None:
                 arm = int(self._plan is not None)
                 self._arm_cases[arm] += 1
-                self._arm_hits[arm] += new and outcome == "valid"
-            if self._tracing and new and outcome == "valid":
+                self._arm_hits[arm] += found
+            if self._tracing and found:
                 self._pool.add(*self._trace)
             self._policy.learn_rows(
                 self._visits,
