@@ -18,6 +18,63 @@
 #define L (1u << 16)
 #define LANES 32
 
+/* One encoding step: state x takes a symbol of frequency f and start c, first pushing its
+ * low 16 bits below *ptr where it would outgrow 32 bits. */
+static inline uint32_t encode_step(uint32_t x, uint32_t f, uint32_t c, uint16_t **ptr) {
+    if (x >= ((L >> P) << 16) * f) {
+        *--*ptr = (uint16_t)x;
+        x >>= 16;
+    }
+    return ((x / f) << P) + (x % f) + c;
+}
+
+/* The symbol of a slot for alphabets of at most 16: the count of starts at or below it. */
+static inline int compare_symbol(uint32_t slot, const uint32_t *cum16, int32_t alphabet) {
+    int s = 0;
+    while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
+    return s;
+}
+
+/* Each lane's words a stream of its own: the lanes' first states and the positions of their
+ * next words. */
+static void lanes_init(const uint16_t *words, const int64_t *start, uint32_t *xs,
+                       int32_t *ats) {
+    for (int l = 0; l < LANES; l++) {
+        xs[l] = words[start[l]] | (uint32_t)words[start[l] + 1] << 16;
+        ats[l] = (int32_t)start[l] + 2;
+    }
+}
+
+/* The scalar steps of positions [i, n) on that layout, symbols by the slot table... */
+static void lanes_tail_table(const uint16_t *words, uint32_t *restrict xs,
+                             int32_t *restrict ats, int64_t i, int64_t n,
+                             const uint32_t *table, const float *levels,
+                             float *restrict out) {
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t e = table[xs[l] & (M - 1)];
+        xs[l] = ((e >> 12 & 0xFFF) + 1) * (xs[l] >> P) + (e & 0xFFF);
+        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
+        out[i] = levels[e >> 24];
+    }
+}
+
+/* ... or by compares (alphabets of at most 16). Not inlined: inlined into
+ * wide_decode_avx512_cmp it took that decoder's vector loop from 0.9 to 1.7 ns a symbol. */
+__attribute__((noinline)) static void lanes_tail_compare(
+    const uint16_t *words, uint32_t *restrict xs, int32_t *restrict ats, int64_t i, int64_t n,
+    const uint32_t *freq16, const uint32_t *cum16, int32_t alphabet, const float *levels,
+    float *restrict out) {
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t slot = xs[l] & (M - 1);
+        int s = compare_symbol(slot, cum16, alphabet);
+        xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
+        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
+        out[i] = levels[s];
+    }
+}
+
 /* Encodes n symbols (freq/cum: the model, sum M, every used symbol freq >= 1) into
  * words; lane l's stream is words[start[l] .. start[l + 1]). Returns the word count, or -1
  * when cap is too small. */
@@ -33,12 +90,7 @@ int64_t wide_encode(const uint8_t *sym, int64_t n, const uint32_t *freq, const u
         uint32_t x = L;
         for (int64_t k = count - 1; k >= 0; k--) {
             uint8_t s = sym[l + k * LANES];
-            uint32_t f = freq[s];
-            if (x >= ((L >> P) << 16) * f) {
-                *--ptr = (uint16_t)x;
-                x >>= 16;
-            }
-            x = ((x / f) << P) + (x % f) + cum[s];
+            x = encode_step(x, freq[s], cum[s], &ptr);
         }
         *--ptr = (uint16_t)(x >> 16);
         *--ptr = (uint16_t)x;
@@ -58,14 +110,15 @@ void wide_table(const uint32_t *freq, const uint32_t *cum, int alphabet, uint32_
 }
 
 /* out[i] = levels[symbol i] */
+/* Its own loop, not lanes_tail_table's over lanes_init's arrays: through those (int32
+ * positions behind pointers) this decoder measured about 6 % slower. */
 void wide_decode_scalar(const uint16_t *words, const int64_t *start, int64_t n,
                         const uint32_t *table, const float *levels, float *out) {
     uint32_t x[LANES];
     int64_t at[LANES];
     for (int l = 0; l < LANES; l++) {
-        at[l] = start[l];
-        x[l] = start[l + 1] > start[l] ? words[at[l]] | (uint32_t)words[at[l] + 1] << 16 : L;
-        at[l] += 2;
+        x[l] = words[start[l]] | (uint32_t)words[start[l] + 1] << 16;
+        at[l] = start[l] + 2;
     }
     for (int64_t i = 0; i < n; i++) {
         int l = (int)(i % LANES);
@@ -80,16 +133,13 @@ __attribute__((target("avx2"))) void wide_decode_avx2(const uint16_t *words,
                                                         const int64_t *start, int64_t n,
                                                         const uint32_t *table,
                                                         const float *levels, float *out) {
+    uint32_t xs[LANES];
+    int32_t ats[LANES];
+    lanes_init(words, start, xs, ats);
     __m256i x[4], at[4];
     for (int v = 0; v < 4; v++) {
-        int32_t xs[8], ats[8];
-        for (int j = 0; j < 8; j++) {
-            int l = v * 8 + j;
-            xs[j] = (int32_t)(words[start[l]] | (uint32_t)words[start[l] + 1] << 16);
-            ats[j] = (int32_t)start[l] + 2;
-        }
-        x[v] = _mm256_loadu_si256((const __m256i *)xs);
-        at[v] = _mm256_loadu_si256((const __m256i *)ats);
+        x[v] = _mm256_loadu_si256((const __m256i *)(xs + v * 8));
+        at[v] = _mm256_loadu_si256((const __m256i *)(ats + v * 8));
     }
     const __m256i low12 = _mm256_set1_epi32(0xFFF), one = _mm256_set1_epi32(1);
     const __m256i low16 = _mm256_set1_epi32(0xFFFF), zero = _mm256_setzero_si256();
@@ -110,35 +160,24 @@ __attribute__((target("avx2"))) void wide_decode_avx2(const uint16_t *words,
         }
     }
     /* the tail: the scalar step, lane by lane */
-    uint32_t xs[LANES];
-    int32_t ats[LANES];
     for (int v = 0; v < 4; v++) {
         _mm256_storeu_si256((__m256i *)(xs + v * 8), x[v]);
         _mm256_storeu_si256((__m256i *)(ats + v * 8), at[v]);
     }
-    for (; i < n; i++) {
-        int l = (int)(i % LANES);
-        uint32_t e = table[xs[l] & (M - 1)];
-        xs[l] = ((e >> 12 & 0xFFF) + 1) * (xs[l] >> P) + (e & 0xFFF);
-        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
-        out[i] = levels[e >> 24];
-    }
+    lanes_tail_table(words, xs, ats, i, n, table, levels, out);
 }
 
 __attribute__((target("avx512f"))) void wide_decode_avx512(const uint16_t *words,
                                                              const int64_t *start, int64_t n,
                                                              const uint32_t *table,
                                                              const float *levels, float *out) {
+    uint32_t xs[LANES];
+    int32_t ats[LANES];
+    lanes_init(words, start, xs, ats);
     __m512i x[2], at[2];
     for (int v = 0; v < 2; v++) {
-        int32_t xs[16], ats[16];
-        for (int j = 0; j < 16; j++) {
-            int l = v * 16 + j;
-            xs[j] = (int32_t)(words[start[l]] | (uint32_t)words[start[l] + 1] << 16);
-            ats[j] = (int32_t)start[l] + 2;
-        }
-        x[v] = _mm512_loadu_si512(xs);
-        at[v] = _mm512_loadu_si512(ats);
+        x[v] = _mm512_loadu_si512(xs + v * 16);
+        at[v] = _mm512_loadu_si512(ats + v * 16);
     }
     const __m512i low12 = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
     const __m512i low16 = _mm512_set1_epi32(0xFFFF);
@@ -158,19 +197,11 @@ __attribute__((target("avx512f"))) void wide_decode_avx512(const uint16_t *words
             at[v] = _mm512_mask_add_epi32(at[v], need, at[v], one);
         }
     }
-    uint32_t xs[LANES];
-    int32_t ats[LANES];
     for (int v = 0; v < 2; v++) {
         _mm512_storeu_si512(xs + v * 16, x[v]);
         _mm512_storeu_si512(ats + v * 16, at[v]);
     }
-    for (; i < n; i++) {
-        int l = (int)(i % LANES);
-        uint32_t e = table[xs[l] & (M - 1)];
-        xs[l] = ((e >> 12 & 0xFFF) + 1) * (xs[l] >> P) + (e & 0xFFF);
-        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
-        out[i] = levels[e >> 24];
-    }
+    lanes_tail_table(words, xs, ats, i, n, table, levels, out);
 }
 
 /* AVX-512 for alphabets of at most 16 symbols without the table gather: the symbol is the
@@ -179,16 +210,13 @@ __attribute__((target("avx512f"))) void wide_decode_avx512(const uint16_t *words
 __attribute__((target("avx512f"))) void wide_decode_avx512_cmp(
     const uint16_t *words, const int64_t *start, int64_t n, const uint32_t *freq16,
     const uint32_t *cum16, int32_t alphabet, const float *levels, float *out) {
+    uint32_t xs[LANES];
+    int32_t ats[LANES];
+    lanes_init(words, start, xs, ats);
     __m512i x[2], at[2];
     for (int v = 0; v < 2; v++) {
-        int32_t xs[16], ats[16];
-        for (int j = 0; j < 16; j++) {
-            int l = v * 16 + j;
-            xs[j] = (int32_t)(words[start[l]] | (uint32_t)words[start[l] + 1] << 16);
-            ats[j] = (int32_t)start[l] + 2;
-        }
-        x[v] = _mm512_loadu_si512(xs);
-        at[v] = _mm512_loadu_si512(ats);
+        x[v] = _mm512_loadu_si512(xs + v * 16);
+        at[v] = _mm512_loadu_si512(ats + v * 16);
     }
     const __m512i low12 = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
     const __m512i low16 = _mm512_set1_epi32(0xFFFF);
@@ -214,21 +242,11 @@ __attribute__((target("avx512f"))) void wide_decode_avx512_cmp(
             at[v] = _mm512_mask_add_epi32(at[v], need, at[v], one);
         }
     }
-    uint32_t xs[LANES];
-    int32_t ats[LANES];
     for (int v = 0; v < 2; v++) {
         _mm512_storeu_si512(xs + v * 16, x[v]);
         _mm512_storeu_si512(ats + v * 16, at[v]);
     }
-    for (; i < n; i++) {
-        int l = (int)(i % LANES);
-        uint32_t slot = xs[l] & (M - 1);
-        int s = 0;
-        while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
-        xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
-        if (xs[l] < L) xs[l] = xs[l] << 16 | words[ats[l]++];
-        out[i] = levels[s];
-    }
+    lanes_tail_compare(words, xs, ats, i, n, freq16, cum16, alphabet, levels, out);
 }
 
 /* -- the lanes' refill words interleaved into one stream ----------------------------------
@@ -248,12 +266,7 @@ int64_t wide_encode_il(const uint8_t *sym, int64_t n, const uint32_t *freq,
         for (int l = LANES - 1; l >= 0; l--) {
             int64_t pos = t * LANES + l;
             if (pos >= n) continue;
-            uint32_t f = freq[sym[pos]];
-            if (x[l] >= ((L >> P) << 16) * f) {
-                *--ptr = (uint16_t)x[l];
-                x[l] >>= 16;
-            }
-            x[l] = ((x[l] / f) << P) + (x[l] % f) + cum[sym[pos]];
+            x[l] = encode_step(x[l], freq[sym[pos]], cum[sym[pos]], &ptr);
         }
     }
     for (int l = LANES - 1; l >= 0; l--) {
@@ -268,23 +281,54 @@ int64_t wide_encode_il(const uint8_t *sym, int64_t n, const uint32_t *freq,
 /* The interleaved decoders check their reads against the stream's nwords words, as a real
  * decoder must (the caller pads the buffer: the vector loads read past the stream's end), and
  * return 0, 1 where the stream ends early, or 2 where words are left after the last symbol. */
-int32_t wide_decode_il_scalar(const uint16_t *words, int64_t nwords, int64_t n,
-                              const uint32_t *table, const float *levels, float *out) {
-    uint32_t x[LANES];
-    const uint16_t *p = words, *end = words + nwords;
-    if (nwords < 2 * LANES) return 1;
-    for (int l = 0; l < LANES; l++, p += 2) x[l] = p[0] | (uint32_t)p[1] << 16;
-    for (int64_t i = 0; i < n; i++) {
+static const uint16_t *il_init(const uint16_t *p, uint32_t *xs) {
+    for (int l = 0; l < LANES; l++, p += 2) xs[l] = p[0] | (uint32_t)p[1] << 16;
+    return p;
+}
+
+/* The scalar steps of positions [i, n) on the interleaved layout, from word p of a stream
+ * ending at end, symbols by the slot table... */
+static int32_t il_tail_table(const uint16_t *p, const uint16_t *end, uint32_t *xs, int64_t i,
+                             int64_t n, const uint32_t *table, const float *levels,
+                             float *out) {
+    for (; i < n; i++) {
         int l = (int)(i % LANES);
-        uint32_t e = table[x[l] & (M - 1)];
-        x[l] = ((e >> 12 & 0xFFF) + 1) * (x[l] >> P) + (e & 0xFFF);
-        if (x[l] < L) {
+        uint32_t e = table[xs[l] & (M - 1)];
+        xs[l] = ((e >> 12 & 0xFFF) + 1) * (xs[l] >> P) + (e & 0xFFF);
+        if (xs[l] < L) {
             if (p == end) return 1;
-            x[l] = x[l] << 16 | *p++;
+            xs[l] = xs[l] << 16 | *p++;
         }
         out[i] = levels[e >> 24];
     }
     return p == end ? 0 : 2;
+}
+
+/* ... or by compares (alphabets of at most 16). */
+static int32_t il_tail_compare(const uint16_t *p, const uint16_t *end, uint32_t *xs,
+                               int64_t i, int64_t n, const uint32_t *freq16,
+                               const uint32_t *cum16, int32_t alphabet, const float *levels,
+                               float *out) {
+    for (; i < n; i++) {
+        int l = (int)(i % LANES);
+        uint32_t slot = xs[l] & (M - 1);
+        int s = compare_symbol(slot, cum16, alphabet);
+        xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
+        if (xs[l] < L) {
+            if (p == end) return 1;
+            xs[l] = xs[l] << 16 | *p++;
+        }
+        out[i] = levels[s];
+    }
+    return p == end ? 0 : 2;
+}
+
+int32_t wide_decode_il_scalar(const uint16_t *words, int64_t nwords, int64_t n,
+                              const uint32_t *table, const float *levels, float *out) {
+    uint32_t xs[LANES];
+    if (nwords < 2 * LANES) return 1;
+    const uint16_t *p = il_init(words, xs);
+    return il_tail_table(p, words + nwords, xs, 0, n, table, levels, out);
 }
 
 /* AVX-512 (with VBMI2 and BMI2) for alphabets of at most 16 symbols: the symbol by
@@ -293,14 +337,11 @@ int32_t wide_decode_il_scalar(const uint16_t *words, int64_t nwords, int64_t n,
 __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) int32_t wide_decode_il_avx512(
     const uint16_t *words, int64_t nwords, int64_t n, const uint32_t *freq16,
     const uint32_t *cum16, int32_t alphabet, const float *levels, float *out) {
-    const uint16_t *p = words, *end = words + nwords;
+    uint32_t xs[LANES];
     if (nwords < 2 * LANES) return 1;
+    const uint16_t *p = il_init(words, xs), *end = words + nwords;
     __m512i x[2];
-    for (int v = 0; v < 2; v++) {
-        int32_t xs[16];
-        for (int j = 0; j < 16; j++, p += 2) xs[j] = (int32_t)(p[0] | (uint32_t)p[1] << 16);
-        x[v] = _mm512_loadu_si512(xs);
-    }
+    for (int v = 0; v < 2; v++) x[v] = _mm512_loadu_si512(xs + v * 16);
     const __m512i low12 = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
     const __m512i F = _mm512_loadu_si512(freq16), C = _mm512_loadu_si512(cum16);
     const __m512 LV = _mm512_loadu_ps(levels);
@@ -327,21 +368,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) int32_t wide
             x[v] = _mm512_mask_or_epi32(y, need, _mm512_slli_epi32(y, 16), w);
         }
     }
-    uint32_t xs[LANES];
     for (int v = 0; v < 2; v++) _mm512_storeu_si512(xs + v * 16, x[v]);
-    for (; i < n; i++) {
-        int l = (int)(i % LANES);
-        uint32_t slot = xs[l] & (M - 1);
-        int s = 0;
-        while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
-        xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
-        if (xs[l] < L) {
-            if (p == end) return 1;
-            xs[l] = xs[l] << 16 | *p++;
-        }
-        out[i] = levels[s];
-    }
-    return p == end ? 0 : 2;
+    return il_tail_compare(p, end, xs, i, n, freq16, cum16, alphabet, levels, out);
 }
 
 /* AVX2 for alphabets of at most 16 symbols on the interleaved layout: the symbol by
@@ -381,14 +409,11 @@ __attribute__((target("avx2,popcnt"))) int32_t wide_decode_il_avx2(
     const uint16_t *words, int64_t nwords, int64_t n, const uint32_t *freq16,
     const uint32_t *cum16, int32_t alphabet, const float *levels, float *out) {
     expand16_init();
-    const uint16_t *p = words, *end = words + nwords;
+    uint32_t xs[LANES];
     if (nwords < 2 * LANES) return 1;
+    const uint16_t *p = il_init(words, xs), *end = words + nwords;
     __m256i x[4];
-    for (int v = 0; v < 4; v++) {
-        int32_t xs[8];
-        for (int j = 0; j < 8; j++, p += 2) xs[j] = (int32_t)(p[0] | (uint32_t)p[1] << 16);
-        x[v] = _mm256_loadu_si256((const __m256i *)xs);
-    }
+    for (int v = 0; v < 4; v++) x[v] = _mm256_loadu_si256((const __m256i *)(xs + v * 8));
     const __m256i low12 = _mm256_set1_epi32(0xFFF), zero = _mm256_setzero_si256();
     const __m256i seven = _mm256_set1_epi32(7);
     const __m256i F0 = _mm256_loadu_si256((const __m256i *)freq16);
@@ -421,21 +446,8 @@ __attribute__((target("avx2,popcnt"))) int32_t wide_decode_il_avx2(
                                       need);
         }
     }
-    uint32_t xs[LANES];
     for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(xs + v * 8), x[v]);
-    for (; i < n; i++) {
-        int l = (int)(i % LANES);
-        uint32_t slot = xs[l] & (M - 1);
-        int s = 0;
-        while (s + 1 < alphabet && cum16[s + 1] <= slot) s++;
-        xs[l] = freq16[s] * (xs[l] >> P) + slot - cum16[s];
-        if (xs[l] < L) {
-            if (p == end) return 1;
-            xs[l] = xs[l] << 16 | *p++;
-        }
-        out[i] = levels[s];
-    }
-    return p == end ? 0 : 2;
+    return il_tail_compare(p, end, xs, i, n, freq16, cum16, alphabet, levels, out);
 }
 
 /* AVX2 on the interleaved layout for any alphabet (up to 256): the slot's table entry and
@@ -444,14 +456,11 @@ __attribute__((target("avx2,popcnt"))) int32_t wide_decode_il_avx2_table(
     const uint16_t *words, int64_t nwords, int64_t n, const uint32_t *table,
     const float *levels, float *out) {
     expand16_init();
-    const uint16_t *p = words, *end = words + nwords;
+    uint32_t xs[LANES];
     if (nwords < 2 * LANES) return 1;
+    const uint16_t *p = il_init(words, xs), *end = words + nwords;
     __m256i x[4];
-    for (int v = 0; v < 4; v++) {
-        int32_t xs[8];
-        for (int j = 0; j < 8; j++, p += 2) xs[j] = (int32_t)(p[0] | (uint32_t)p[1] << 16);
-        x[v] = _mm256_loadu_si256((const __m256i *)xs);
-    }
+    for (int v = 0; v < 4; v++) x[v] = _mm256_loadu_si256((const __m256i *)(xs + v * 8));
     const __m256i low12 = _mm256_set1_epi32(0xFFF), one = _mm256_set1_epi32(1);
     const __m256i zero = _mm256_setzero_si256();
     int64_t i = 0;
@@ -475,17 +484,6 @@ __attribute__((target("avx2,popcnt"))) int32_t wide_decode_il_avx2_table(
                                       need);
         }
     }
-    uint32_t xs[LANES];
     for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(xs + v * 8), x[v]);
-    for (; i < n; i++) {
-        int l = (int)(i % LANES);
-        uint32_t e = table[xs[l] & (M - 1)];
-        xs[l] = ((e >> 12 & 0xFFF) + 1) * (xs[l] >> P) + (e & 0xFFF);
-        if (xs[l] < L) {
-            if (p == end) return 1;
-            xs[l] = xs[l] << 16 | *p++;
-        }
-        out[i] = levels[e >> 24];
-    }
-    return p == end ? 0 : 2;
+    return il_tail_table(p, end, xs, i, n, table, levels, out);
 }
