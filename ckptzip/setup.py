@@ -30,6 +30,7 @@ setup(
                 "src/ckptzip/kernels/_native.c",
                 "src/ckptzip/kernels/_entropy.c",
                 "src/ckptzip/kernels/_delta.c",
+                "src/ckptzip/kernels/_wide.c",
             ],
             # the ANS model both coders share; listed so a change rebuilds the library and
             # the sdist carries it

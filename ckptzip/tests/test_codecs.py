@@ -209,8 +209,8 @@ def test_index_layouts_round_trip(n: int) -> None:
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 11, n).astype(np.uint8)
     payload, meta = encode_indices(idx, 11, 3)
-    # long streams are coded in lanes, short ones as one stream (or packed, when smaller)
-    want = ("ans-lanes",) if n >= entropy.ANS_LANES_MIN else ("ans", "packed")
+    # long streams are coded in wide lanes, short ones as one stream (or packed, when smaller)
+    want = ("ans-wide",) if n >= entropy.ANS_LANES_MIN else ("ans", "packed")
     assert meta["index_layout"] in want
     assert np.array_equal(decode_indices(meta, payload, n, 11), idx)
     # the packed layout, written by hand, decodes too
@@ -278,7 +278,7 @@ def test_index_choice_skips_the_passes_that_cannot_win(monkeypatch: pytest.Monke
     rng = np.random.default_rng(0)
     skewed = rng.choice(16, 400_000, p=rng.dirichlet(np.ones(16))).astype(np.uint8)
     _, meta = quantized.encode_indices(skewed, 16, 3)
-    assert meta["index_layout"] == "ans-lanes" and "ans" in calls
+    assert meta["index_layout"] == "ans-wide" and "ans" in calls
     assert all(int(c.split()[1]) <= skewed.size // 2 for c in calls if c.startswith("zstd"))
 
 
@@ -324,7 +324,7 @@ class _Siblings:
         return self._t.get(path)
 
 
-@pytest.mark.parametrize("layout", ["ans-lanes", "ans", "packed", "bytes"])
+@pytest.mark.parametrize("layout", ["ans-wide", "ans-lanes", "ans", "packed", "bytes"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize("log_domain", [False, True])
 def test_decoding_straight_into_the_tensor_gives_the_dequantized_values(
@@ -345,8 +345,9 @@ def test_decoding_straight_into_the_tensor_gives_the_dequantized_values(
                       log_domain=log_domain)  # fmt: skip
     q = quantize(x, cfg)
     meta, chunks = encode_quantized(q, 3)
-    if layout == "ans":
-        (chunks[1],), meta["index_stage"] = entropy.encode_symbols(q.indices, "ans")
+    assert meta["index_layout"] == "ans-wide"  # what this version writes
+    if layout in ("ans", "ans-lanes"):  # what earlier versions wrote
+        (chunks[1],), meta["index_stage"] = entropy.encode_symbols(q.indices, layout)
     elif layout in ("packed", "bytes"):
         raw = pack_indices(q.indices, meta["bits"]) if layout == "packed" else q.indices.tobytes()
         chunks[1], meta["index_stage"] = entropy.encode(raw)
@@ -366,10 +367,11 @@ def test_indices_beyond_levels_are_rejected_straight_into_the_tensor() -> None:
     with pytest.raises(CorruptCheckpointError, match="beyond"):
         get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=True))
     # an ANS alphabet wider than the levels could spell an index that addresses nothing
-    (chunks[1],), stage = entropy.encode_symbols(np.arange(4000, dtype=np.uint8) % 12, "ans-lanes")
-    meta.update(index_layout="ans-lanes", index_stage=stage)
-    with pytest.raises(CorruptCheckpointError, match="beyond"):
-        get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=True))
+    for layout in ("ans-lanes", "ans-wide"):
+        (chunks[1],), stage = entropy.encode_symbols(np.arange(4000, dtype=np.uint8) % 12, layout)
+        meta.update(index_layout=layout, index_stage=stage)
+        with pytest.raises(CorruptCheckpointError, match="beyond"):
+            get_codec("quant").decode(meta, chunks, DecodeContext(**fields, values=True))
 
 
 def test_encode_indices_reuses_a_packed_candidate_as_coded() -> None:

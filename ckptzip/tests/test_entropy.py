@@ -153,7 +153,27 @@ def test_ans_round_trips_with_and_without_contexts(
     assert back.dtype == np.uint8 and np.array_equal(back, symbols)
 
 
-@ANS
+@given(st.lists(st.integers(0, 255), max_size=3000), st.integers(0, 255))
+def test_ans_wide_round_trips(symbols: list[int], mask: int) -> None:
+    s = np.array(symbols, dtype=np.uint8) & mask  # narrow alphabets too
+    for segments in (None, [s.size]):
+        chunks, meta = entropy.encode_symbols(s, "ans-wide", segments=segments)
+        back = entropy.decode_symbols(chunks, meta, s.size, "ans-wide", segments=segments)
+        assert back.dtype == np.uint8 and np.array_equal(back, s)
+
+
+def test_ans_wide_codes_one_context() -> None:
+    with pytest.raises(ConfigError, match="one context"):
+        entropy.encode_symbols(np.zeros(10, np.uint8), "ans-wide", segments=[5, 5])
+    chunks, meta = entropy.encode_symbols(np.zeros(10, np.uint8), "ans-wide")
+    with pytest.raises(CorruptCheckpointError, match="one context"):
+        entropy.decode_symbols(chunks, meta, 10, "ans-wide", segments=[5, 5])
+
+
+ANS_ONE = pytest.mark.parametrize("method", ["ans", "ans-lanes", "ans-wide"])
+
+
+@ANS_ONE
 def test_ans_reaches_the_order0_entropy_within_two_percent(method: str) -> None:
     rng = np.random.default_rng(0)
     p = np.array([0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.02])
@@ -163,15 +183,18 @@ def test_ans_reaches_the_order0_entropy_within_two_percent(method: str) -> None:
     assert bound <= len(chunk) <= 1.02 * bound
 
 
-@ANS
+@ANS_ONE
 def test_ans_context_with_one_symbol_costs_no_coded_bits(method: str) -> None:
     symbols = np.zeros(1_000_000, np.uint8)
     (chunk,), meta = entropy.encode_symbols(symbols, method)
-    # the coder's empty state at most; in lanes, each lane's length (4 bytes) too
-    streams = (
-        1 if method == "ans" else 4 * entropy.ANS_LANES * -(-symbols.size // entropy.ANS_BLOCK)
-    )
-    assert len(chunk) - meta["table_bytes"] <= (8 if method == "ans" else streams)
+    # the coder's empty state at most; in lanes, each lane's length (4 bytes) too; in wide
+    # lanes each block's (4 bytes)
+    limit = {
+        "ans": 8,
+        "ans-lanes": 4 * entropy.ANS_LANES * -(-symbols.size // entropy.ANS_BLOCK),
+        "ans-wide": 4 * -(-symbols.size // entropy.ANS_WIDE_BLOCK),
+    }[method]
+    assert len(chunk) - meta["table_bytes"] <= limit
 
 
 def test_ans_segments_must_cover_the_stream() -> None:
@@ -193,6 +216,62 @@ def test_ans_garbage_only_raises_corrupt(
     except CorruptCheckpointError:
         return
     assert out.shape == (500,) and int(out.max()) < alphabet
+
+
+@given(
+    st.binary(max_size=300),
+    st.integers(1, 256),
+    st.integers(0, 300),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([32, 64, 96, 1 << 18]),
+)
+def test_ans_wide_garbage_only_raises_corrupt(
+    data: bytes, alphabet: int, table: int, width: int, block: int
+) -> None:
+    meta = {"alphabet": alphabet, "table_bytes": table, "table_width": width, "block": block}
+    try:
+        out = entropy.decode_symbols([data], meta, 500, "ans-wide")
+    except CorruptCheckpointError:
+        return
+    assert out.shape == (500,) and int(out.max()) < alphabet
+
+
+def test_ans_wide_forged_table_with_garbage_words_only_raises_corrupt() -> None:
+    # a valid count table after random words: decodes to something or is refused
+    rng = np.random.default_rng(1)
+    symbols = rng.integers(0, 5, 1000).astype(np.uint8)
+    (chunk,), meta = entropy.encode_symbols(symbols, "ans-wide")
+    table = chunk[len(chunk) - meta["table_bytes"] :]
+    for trial in range(200):
+        k = 60 + trial
+        words = rng.integers(0, 2**16, k, dtype=np.uint64).astype("<u2").tobytes()
+        body = np.array([k], "<u4").tobytes() + words
+        try:
+            out = entropy.decode_symbols([body + table], meta, 1000, "ans-wide")
+        except CorruptCheckpointError:
+            continue
+        assert out.shape == (1000,) and int(out.max()) < 5
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda m, c: m.update(block=0),
+        lambda m, c: m.update(block=48),  # not a multiple of 32
+        lambda m, c: m.update(block=1 << 31),
+        lambda m, c: m.update(block=32),  # more block lengths than the payload holds
+        lambda m, c: m.pop("block"),
+        lambda m, c: m.update(table_bytes=m["table_bytes"] + 1),  # odd words
+        lambda m, c: c[2:],  # the lengths sum past the words
+        lambda m, c: bytes(2) + c,  # a word no block claims
+    ],
+)
+def test_ans_wide_bad_layout_is_refused(damage: Any) -> None:
+    symbols = np.random.default_rng(0).integers(0, 6, 3000).astype(np.uint8)
+    (chunk,), meta = entropy.encode_symbols(symbols, "ans-wide")
+    out = damage(meta, chunk)
+    with pytest.raises(CorruptCheckpointError):
+        entropy.decode_symbols([out if isinstance(out, bytes) else chunk], meta, 3000, "ans-wide")
 
 
 @ANS

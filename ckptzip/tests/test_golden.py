@@ -135,25 +135,36 @@ def test_ans_golden_holds_ans_index_streams() -> None:
     assert layouts["model/w16"] == layouts["model/w4_pruned"] == "ans"
 
 
-def test_lanes_golden_holds_lane_index_streams_both_implementations_decode() -> None:
-    # the golden file of the "ans-lanes" index layout must keep exercising it, over two blocks
+@pytest.mark.parametrize(
+    ("name", "layout"), [("v4_quant_lanes.ckz", "ans-lanes"), ("v4_quant_wide.ckz", "ans-wide")]
+)
+def test_lane_goldens_hold_their_index_layout_both_implementations_decode(
+    name: str, layout: str
+) -> None:
+    # the golden files of the "ans-lanes" and "ans-wide" index layouts must keep exercising
+    # them, over two blocks; the reference decodes what the reader decoded
     from ckptzip import entropy
     from ckptzip.container import Reader
     from ckptzip.kernels import reference
 
-    path = GOLDEN / "v4_quant_lanes.ckz"
+    path = GOLDEN / name
     q = read_quantized(path)
     with open(path, "rb") as f:
         reader = Reader(f)
         for entry in reader.manifest.tensors:
             if entry.codec != "quant":
                 continue
-            assert entry.meta["index_layout"] == "ans-lanes"
+            assert entry.meta["index_layout"] == layout
             n = math.prod(entry.shape)
             stage = entry.meta["index_stage"]
-            lanes = entropy._ans_lanes_parse(reader.tensor_chunks(entry)[1], stage, n, None)
-            args = (lanes.bounds, lanes.counts, n, lanes.block, lanes.lanes)
-            want = reference.ans_lanes_decode(lanes.words, lanes.lengths, *args)
+            chunk = reader.tensor_chunks(entry)[1]
+            if layout == "ans-lanes":
+                p = entropy._ans_lanes_parse(chunk, stage, n, None)
+                args = (p.bounds, p.counts, n, p.block, p.lanes)
+                want = reference.ans_lanes_decode(p.words, p.lengths, *args)
+            else:
+                w = entropy._ans_wide_parse(chunk, stage, n, None)
+                want = reference.ans_wide_decode(w.words, w.lengths, w.counts, n, w.block)
             assert np.array_equal(q[entry.path].indices, want)
     assert math.prod(reader.manifest.tensors[0].shape) > 2**18 >= stage["block"]
 

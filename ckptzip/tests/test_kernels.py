@@ -869,6 +869,121 @@ def test_ans_lanes_damaged_streams_are_refused_alike(impl: str) -> None:
         k.ans_lanes_decode(extra, lengths + np.eye(1, lengths.size, 0, np.int64)[0], *args)
 
 
+# -- ANS in 32 wide lanes: the compiled coder writes the reference's words -------------------
+
+
+@needs_fast
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 5000),
+    st.integers(1, 256),
+    st.sampled_from([32, 64, 4096, 1 << 18]),
+    st.integers(1, 3),
+)
+@settings(max_examples=150, deadline=None)
+def test_ans_wide_matches_the_reference(
+    seed: int, n: int, alphabet: int, block: int, threads: int
+) -> None:
+    assert fast is not None
+    sym, _ = _stream(seed, n, max(alphabet, 2), 1)
+    top = int(sym.max()) + 1 if n else 1
+    counts = np.bincount(sym, minlength=top).astype(np.uint32)
+    lengths_ref, words_ref = ref.ans_wide_encode(sym, counts, block)
+    lengths, words = fast.ans_wide_encode(sym, counts, block, threads=threads)
+    assert np.array_equal(lengths, lengths_ref) and np.array_equal(words, words_ref)
+    assert words.dtype == np.uint16 and int(lengths.sum()) == words.size
+    args = (counts, n, block)
+    got = fast.ans_wide_decode(words_ref, lengths_ref, *args, threads=threads)
+    assert got is not None and np.array_equal(got, sym)
+    back = ref.ans_wide_decode(words, lengths, *args)
+    assert back is not None and np.array_equal(back, sym)
+    # straight into a tensor of each width, and added to a base, as ans_lanes_decode does
+    for dtype in (torch.bfloat16, torch.float32, torch.float64):
+        table = torch.randn(top, generator=torch.Generator().manual_seed(seed)).to(dtype)
+        want = ref.gather(table, sym)
+        base = torch.randn(n, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+        for k in (fast, ref):
+            out = torch.empty(n, dtype=dtype)
+            assert k.ans_wide_decode(words, lengths, *args, table=table, out=out) is None
+            assert torch.equal(out, want)
+            k.ans_wide_decode(words, lengths, *args, table=table, out=out, base=base)
+            assert _bits_equal(out, base + want)
+            over = base.clone()
+            k.ans_wide_decode(words, lengths, *args, table=table, out=over, base=over)
+            assert _bits_equal(over, base + want)
+
+
+@needs_fast
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_ans_wide_damaged_streams_are_refused_alike(impl: str) -> None:
+    k = ref if impl == "reference" else fast
+    assert k is not None
+    sym, _ = _stream(3, 9000, 8, 1)
+    counts = np.bincount(sym).astype(np.uint32)
+    lengths, words = ref.ans_wide_encode(sym, counts, 4096)  # three blocks
+    args = (counts, sym.size, 4096)
+    last = np.eye(1, lengths.size, lengths.size - 1, np.int64)[0]
+    for bad, lens in (
+        (words[:-1], lengths - last),  # a block one word short
+        (np.concatenate([words, [7]]), lengths + last),  # a word no step takes
+        (words[:-1], lengths),  # lengths past the words
+        (words, np.minimum(lengths, 63)),  # blocks without their 32 states
+    ):
+        with pytest.raises(CorruptCheckpointError, match="does not decode"):
+            k.ans_wide_decode(bad.astype(np.uint16), lens, *args)
+    # a changed word decodes to other symbols, or is refused: a lane ends elsewhere
+    flipped = words.copy()
+    flipped[100] ^= 0x0100
+    with pytest.raises(CorruptCheckpointError, match="does not decode"):
+        k.ans_wide_decode(flipped, lengths, *args)
+    # one distinct symbol codes nothing, so a block with words is damaged
+    ones = np.full(5000, 3, np.uint8)
+    one_counts = np.bincount(ones).astype(np.uint32)
+    lens, none = ref.ans_wide_encode(ones, one_counts, 4096)
+    assert none.size == 0 and not lens.any()
+    assert np.array_equal(k.ans_wide_decode(none, lens, one_counts, 5000, 4096), ones)
+    with pytest.raises(CorruptCheckpointError, match="does not decode"):
+        k.ans_wide_decode(np.zeros(1, np.uint16), np.array([1, 0]), one_counts, 5000, 4096)
+
+
+_WIDE_DECODE = textwrap.dedent(
+    """
+    import hashlib
+    import numpy as np
+    import torch
+    from ckptzip.kernels import _fast as fast
+    h = hashlib.sha256()
+    rng = np.random.default_rng(7)
+    # alphabets about the compare decoder's 16, sizes about a step, a chunk and a block
+    for n in (1, 31, 32, 33, 4095, 4096, 4097, 70_001):
+        for alphabet in (2, 5, 16, 17, 200):
+            sym = rng.integers(0, alphabet, n).astype(np.uint8)
+            counts = np.bincount(sym, minlength=alphabet).astype(np.uint32)
+            lengths, words = fast.ans_wide_encode(sym, counts, 8192)
+            got = fast.ans_wide_decode(words, lengths, counts, n, 8192)
+            assert np.array_equal(got, sym), (n, alphabet)
+            table = torch.randn(alphabet, generator=torch.Generator().manual_seed(n))
+            out = torch.empty(n)
+            fast.ans_wide_decode(words, lengths, counts, n, 8192, table=table, out=out)
+            h.update(got.tobytes() + out.numpy().tobytes())
+            try:
+                fast.ans_wide_decode(words[:-1], lengths - np.eye(1, lengths.size,
+                                     lengths.size - 1, np.int64)[0], counts, n, 8192)
+            except Exception as exc:
+                h.update(type(exc).__name__.encode())
+    print(h.hexdigest())
+    """
+)
+
+
+@needs_fast
+def test_the_scalar_wide_decoder_writes_what_the_vector_one_writes() -> None:
+    # x86-64 with AVX2 decodes the 32 lanes of "ans-wide" as four vectors; CKPTZIP_NO_AVX2
+    # makes the same process take the scalar loop other machines run
+    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _WIDE_DECODE)
+    assert vector == scalar
+
+
 @needs_fast
 @given(st.integers(1, 8), st.integers(0, 20_000), st.integers(0, 2**32 - 1))
 @settings(max_examples=60, deadline=None)

@@ -211,7 +211,7 @@ def test_the_one_pass_reconstruction_gives_the_two_pass_bits(
     # float32 and float64 add in one pass (over the parent when the reader allows it) where
     # the indices decode straight into a tensor; float16 and bfloat16, and the single ANS
     # stream of a small tensor, take the two passes, never over the parent
-    one_pass = meta["residual"]["index_layout"] in ("packed", "bytes", "ans-lanes")
+    one_pass = meta["residual"]["index_layout"] in ("packed", "bytes", "ans-lanes", "ans-wide")
     assert one_pass == (n > 65_536)
     assert overwritten == (reuse and one_pass and dtype in (torch.float32, torch.float64))
     if not overwritten:

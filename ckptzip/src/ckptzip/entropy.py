@@ -60,6 +60,22 @@ length ``n`` as one chunk, by
   :data:`ANS_LANES_MIN` symbols. Decoding checks the word counts against the payload before
   allocating anything, and that every coder ends empty.
 
+* ``"ans-wide"``: one context only (``segments`` None), a faster coder for the same model
+  idea: the stream is cut into blocks of ``block`` symbols (meta, a multiple of 32; this
+  version writes :data:`ANS_WIDE_BLOCK`), symbol ``i`` of a block in lane ``i mod 32``, each
+  lane a rANS coder with a 32-bit state, 16-bit words and 12-bit frequencies, the model
+  ``left[s] = trunc(C_s · (2^12 − alphabet) / n) + s`` (``"ans"``'s rule at 12 bits). A
+  block's words are one uint16 stream: its lanes' 32 final states (low word, high word), then
+  the words its encoder pushed, in the order the decoder takes them back (step by step, lane
+  by lane). Chunk: ``ceil(n / block)`` uint32 little-endian word counts, the blocks' uint16
+  little-endian words, then the count table's zstd frame (as ``"ans"``, ``table_bytes`` long,
+  last so the words stay aligned). A stream holding one distinct symbol has no words. The
+  coder is written out in ``ckptzip/kernels/_wide.c``. Decoding checks the word counts against
+  the payload before allocating, and that each block reads exactly its words and leaves every
+  lane in its initial state (2^16). It decodes about 3x faster than ``"ans-lanes"`` (32 lanes
+  step as four 8-lane vectors, symbols of alphabets up to 16 by compares instead of loads) for
+  about 0.1 % more bytes (132 a block, and the coarser frequencies).
+
 * ``"rle+ans"``: run lengths coded by ANS, for streams of long runs (the delta codec's
   differences, where most weights keep their bin). Per context (segment) its *base*, the
   symbol it holds most often (the smallest on a tie; 0 for an empty segment), and per symbol
@@ -103,9 +119,12 @@ __all__ = [
     "MAX_RATIO",
     "max_decoded_size",
     "SYMBOL_METHODS",
+    "ONE_CONTEXT",
     "ANS_BLOCK",
     "ANS_LANES",
     "ANS_LANES_MIN",
+    "ANS_WIDE_BLOCK",
+    "ans_wide_overhead",
     "compress",
     "decode",
     "decode_ans_into",
@@ -538,19 +557,26 @@ def _ans_encode(
 def _ans_counts(data: bytes, meta: dict[str, Any], bounds: np.ndarray) -> tuple[np.ndarray, int]:
     """The count table of an ``ans`` / ``ans-lanes`` chunk, checked against the segments, and
     where the table ends."""
+    table_bytes = _bounded(meta, "table_bytes", len(data))
+    if (len(data) - table_bytes) % 4:
+        raise CorruptCheckpointError("ans payload: misaligned coder words")
+    return _table_counts(data[:table_bytes], meta, bounds), table_bytes
+
+
+def _table_counts(frame: bytes, meta: dict[str, Any], bounds: np.ndarray) -> np.ndarray:
+    """The counts of a count table's zstd ``frame``, checked against the segments."""
     contexts = bounds.size - 1
     alphabet = _bounded(meta, "alphabet", 256)
-    table_bytes = _bounded(meta, "table_bytes", len(data))
     width = meta.get("table_width")
-    if alphabet < 1 or width not in (1, 2, 4) or (len(data) - table_bytes) % 4:
+    if alphabet < 1 or width not in (1, 2, 4):
         raise CorruptCheckpointError(
-            f"ans payload: alphabet={alphabet}, table_width={width!r} or misaligned coder words"
+            f"ans payload: alphabet={alphabet} or table_width={width!r} out of range"
         )
-    raw = decompress(data[:table_bytes], width * contexts * alphabet)
+    raw = decompress(frame, width * contexts * alphabet)
     counts = np.frombuffer(raw, dtype=f"<u{width}").reshape(contexts, alphabet)
     if (counts.sum(axis=1, dtype=np.int64) != np.diff(bounds)).any():
         raise CorruptCheckpointError("ans count table does not match the stream's segments")
-    return counts, table_bytes
+    return counts
 
 
 def _ans_stream(
@@ -660,18 +686,110 @@ def _ans_lanes_decode(
     return out
 
 
+ANS_WIDE_BLOCK = 1 << 18
+"""Symbols per block of the ``"ans-wide"`` layout this version writes (a multiple of 32):
+the unit of parallel coding and decoding, as :data:`ANS_BLOCK` is for ``"ans-lanes"``."""
+
+_WIDE_LANES = 32
+_WIDE_BLOCK_BYTES = 4 * _WIDE_LANES + 4
+"""What a block of ``"ans-wide"`` costs beyond its coded words: 32 final states of 4 bytes and
+its word count."""
+
+
+def _one_context(segments: _Segments, what: type[Exception]) -> None:
+    if segments is not None and len(segments) != 1:
+        raise what("the ans-wide back end codes one context: segments must be None")
+
+
+def _ans_wide_encode(
+    symbols: np.ndarray,
+    level: int,
+    segments: _Segments,
+    *,
+    threads: int = 1,
+    bins: np.ndarray | None = None,
+) -> tuple[list[bytes], dict[str, Any]]:
+    _one_context(segments, ConfigError)
+    counted = kernels.bin_counts(symbols) if bins is None else bins
+    used = np.flatnonzero(counted)
+    alphabet = int(used[-1]) + 1 if used.size else 1
+    counts = np.asarray(counted[:alphabet], dtype=np.uint32)
+    lengths, words = kernels.ans_wide_encode(symbols, counts, ANS_WIDE_BLOCK, threads=threads)
+    table, width = _ans_table(counts.reshape(1, alphabet))
+    meta = {
+        "alphabet": alphabet,
+        "table_bytes": len(table),
+        "table_width": width,
+        "block": ANS_WIDE_BLOCK,
+    }
+    # the words first, 4-byte aligned after the word counts; the table last
+    body = b"".join((lengths.astype("<u4").tobytes(), words.astype("<u2", copy=False), table))
+    return [body], meta
+
+
+@dataclass(frozen=True)
+class _Wide:
+    """An ``ans-wide`` chunk, parsed and checked: everything its decoder needs."""
+
+    counts: np.ndarray
+    lengths: np.ndarray
+    words: np.ndarray
+    block: int
+
+
+def _ans_wide_parse(data: bytes, meta: dict[str, Any], n: int, segments: _Segments) -> _Wide:
+    _one_context(segments, CorruptCheckpointError)
+    table_bytes = _bounded(meta, "table_bytes", len(data))
+    block = _bounded(meta, "block", 1 << 30)
+    if block < _WIDE_LANES or block % _WIDE_LANES:
+        raise CorruptCheckpointError(f"ans-wide payload: block={block}")
+    blocks = -(-n // block)
+    body = len(data) - table_bytes
+    if 4 * blocks > body or (body - 4 * blocks) % 2:  # before anything is allocated
+        raise CorruptCheckpointError(
+            f"ans-wide payload: {body} bytes before its count table do not hold {blocks} "
+            "word counts and whole words"
+        )
+    counts = _table_counts(data[body:], meta, _bounds(None, n))[0]
+    lengths = np.frombuffer(data, dtype="<u4", count=blocks).astype(np.int64)
+    words = np.frombuffer(data, dtype="<u2", offset=4 * blocks, count=(body - 4 * blocks) // 2)
+    if int(lengths.sum()) != words.size:
+        raise CorruptCheckpointError(
+            f"ans-wide block lengths sum to {int(lengths.sum())} words, the payload holds "
+            f"{words.size}"
+        )
+    return _Wide(counts, lengths, words, block)
+
+
+def _ans_wide_decode(
+    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
+) -> np.ndarray:
+    p = _ans_wide_parse(_one_chunk(chunks), meta, n, segments)
+    out = kernels.ans_wide_decode(p.words, p.lengths, p.counts, n, p.block)
+    assert out is not None
+    return out
+
+
+def ans_wide_overhead(n: int) -> int:
+    """Bytes an ``"ans-wide"`` stream of ``n`` symbols spends beyond its coded words: every
+    block's final states and word count (what a caller weighs against ``"ans"``)."""
+    return _WIDE_BLOCK_BYTES * -(-n // ANS_WIDE_BLOCK)
+
+
 def decode_ans_into(
     chunk: bytes,
     meta: dict[str, Any],
     table: Any,
     out: Any,
     *,
+    method: str = "ans-lanes",
     threads: int = 1,
     base: Any = None,
 ) -> None:
-    """Decode an ``"ans-lanes"`` stream of ``out.numel()`` symbols (one context) straight into
-    ``out``: element ``i`` becomes ``table[symbol i]`` (with ``base``, a tensor like ``out``,
-    which may be ``out`` itself: ``base[i] + table[symbol i]``), with no symbol array between.
+    """Decode an ``"ans-lanes"`` or ``"ans-wide"`` (``method``) stream of ``out.numel()``
+    symbols (one context) straight into ``out``: element ``i`` becomes ``table[symbol i]``
+    (with ``base``, a tensor like ``out``, which may be ``out`` itself:
+    ``base[i] + table[symbol i]``), with no symbol array between.
 
     ``table`` (a 1-D CPU tensor of ``out``'s dtype, the level values) must hold at least
     ``meta["alphabet"]`` entries, which the caller checks against its level count: the coder
@@ -686,8 +804,21 @@ def decode_ans_into(
     >>> decode_ans_into(chunks[0], meta, torch.tensor([0.5, 1.5, 2.5]), out)
     >>> out[:4].tolist()
     [0.5, 1.5, 2.5, 0.5]
+    >>> chunks, meta = encode_symbols(s, "ans-wide")
+    >>> decode_ans_into(chunks[0], meta, torch.tensor([0.5, 1.5, 2.5]), out, method="ans-wide")
+    >>> out[-2:].tolist()
+    [2.5, 0.5]
     """
     n = out.numel()
+    if method == "ans-wide":
+        w = _ans_wide_parse(bytes(chunk), meta, n, None)
+        kernels.ans_wide_decode(
+            w.words, w.lengths, w.counts, n, w.block,
+            table=table, out=out, threads=threads, base=base,
+        )  # fmt: skip
+        return
+    if method != "ans-lanes":
+        raise ConfigError(f"method={method!r}: decode_ans_into takes 'ans-lanes' or 'ans-wide'")
     p = _ans_lanes_parse(bytes(chunk), meta, n, None)
     kernels.ans_lanes_decode(
         p.words, p.lengths, p.bounds, p.counts, n, p.block, p.lanes,
@@ -827,9 +958,14 @@ SYMBOL_METHODS: dict[str, _Method] = {
     "rle+lzma": _rle_method(_lzma_compress, _lzma_decompress),
     "ans": _Method(_ans_encode, _ans_decode),
     "ans-lanes": _Method(_ans_lanes_encode, _ans_lanes_decode),
+    "ans-wide": _Method(_ans_wide_encode, _ans_wide_decode),
     "rle+ans": _Method(_rle_ans_encode, _rle_ans_decode),
 }
 """Symbol back ends by id; a payload records the id it was written with."""
+
+ONE_CONTEXT = frozenset({"ans-wide"})
+"""Back ends that code a stream as one context: they take no ``segments`` (the delta codec's
+groups by parent bin need the others)."""
 
 
 def encode_symbols(
@@ -845,7 +981,8 @@ def encode_symbols(
     ``segments``: sizes of contiguous parts of the stream that are separate contexts (the
     ``"ans"`` back end models each on its own); the decoder must pass the same sizes.
     ``bins``: the stream's :func:`ckptzip.kernels.bin_counts`, where the caller has them
-    (``"ans-lanes"`` without ``segments`` then counts no symbol again); the same output.
+    (``"ans-lanes"`` and ``"ans-wide"`` without ``segments`` then count no symbol again); the
+    same output.
 
     Examples
     --------
@@ -860,8 +997,9 @@ def encode_symbols(
     if method not in SYMBOL_METHODS:
         raise ConfigError(f"method={method!r} is unknown; choose one of {sorted(SYMBOL_METHODS)}")
     flat = np.ascontiguousarray(np.asarray(symbols, dtype=np.uint8).reshape(-1))
-    if bins is not None and method == "ans-lanes" and segments is None:
-        return _ans_lanes_encode(flat, level, None, bins=bins)
+    if bins is not None and method in ("ans-lanes", "ans-wide") and segments is None:
+        encoder = _ans_lanes_encode if method == "ans-lanes" else _ans_wide_encode
+        return encoder(flat, level, None, bins=bins)
     return SYMBOL_METHODS[method].encode(flat, level, segments)
 
 
@@ -895,7 +1033,7 @@ def estimate_symbols(symbols: np.ndarray, method: str, level: int = 3) -> float 
     True
     """
     flat = np.asarray(symbols, dtype=np.uint8).reshape(-1)
-    if method in ("ans", "ans-lanes", "rle+ans") or flat.size < _ESTIMATE_MIN:
+    if method in ("ans", "ans-lanes", "ans-wide", "rle+ans") or flat.size < _ESTIMATE_MIN:
         return None
     step = flat.size // _ESTIMATE_SLICES
     sample = np.concatenate(

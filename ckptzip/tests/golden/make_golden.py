@@ -175,7 +175,8 @@ def ans_object() -> dict[str, Any]:
 
 
 def lanes_object() -> dict[str, Any]:
-    """Index streams long enough for ANS in lanes ("ans-lanes"), one over two blocks."""
+    """Index streams long enough for ANS in lanes ("ans-lanes", then "ans-wide"), one over two
+    blocks."""
     w = bell(270_000, 4)
     w[5], w[200_000] = math.nan, -math.inf
     return {"model": {"w4_pruned": w, "w16": bell(70_000, 5)}, "step": 3}
@@ -232,6 +233,8 @@ def cases() -> dict[int, dict[str, tuple[Any, Any]]]:
             "v4_zstd_manifest.ckz": (many_object(), quant_config()),
             # written once the quant codec coded long index streams in lanes ("ans-lanes")
             "v4_quant_lanes.ckz": (lanes_object(), quant_config()),
+            # written once it coded them in 32 wide lanes ("ans-wide"): the same object
+            "v4_quant_wide.ckz": (lanes_object(), quant_config()),
         },
     }
 

@@ -136,7 +136,7 @@ def encode_indices(
     if bins is not None and len(stream) >= _ans_floor(flat, bins):
         # long streams in independent lanes and blocks (decoded several symbols at a time,
         # on as many threads as there are), short ones as one stream (no per-lane cost)
-        method = "ans-lanes" if flat.size >= entropy.ANS_LANES_MIN else "ans"
+        method = "ans-wide" if flat.size >= entropy.ANS_LANES_MIN else "ans"
         (coded,), ans_info = entropy.encode_symbols(flat, method, bins=bins)
         if len(coded) < len(stream):
             best = (coded, {"bits": bits, "index_layout": method, "index_stage": ans_info})
@@ -163,12 +163,14 @@ def encode_packed(indices: np.ndarray, n_levels: int, level: int) -> tuple[bytes
 
 def _ans_floor(flat: np.ndarray, bins: np.ndarray) -> float:
     """Bytes under which no ANS coding of ``flat`` (one context) comes: its order-0 entropy,
-    less the 8 bytes of final state each lane may save against it, and 1 % for the float
-    sums. A model's cross-entropy is never below the entropy, and each coder step adds at
-    least its symbol's information to the state, so a stream coded smaller by zstd than this
-    is one ANS cannot beat."""
-    streams = entropy.ANS_LANES * -(-flat.size // entropy.ANS_BLOCK)
-    return 0.99 * entropy.order0_entropy_bits(flat, bins=bins) / 8 - 8 * streams
+    less what the final states of its blocks' lanes may hold against it (their bytes:
+    :func:`~ckptzip.entropy.ans_wide_overhead`), and 1 % for the float sums. A model's
+    cross-entropy is never below the entropy, and each coder step adds at least its symbol's
+    information to the state, so a stream coded smaller by zstd than this is one ANS cannot
+    beat."""
+    return 0.99 * entropy.order0_entropy_bits(flat, bins=bins) / 8 - entropy.ans_wide_overhead(
+        flat.size
+    )
 
 
 def decode_indices(meta: dict[str, Any], payload: bytes, n: int, n_levels: int) -> np.ndarray:
@@ -178,12 +180,13 @@ def decode_indices(meta: dict[str, Any], payload: bytes, n: int, n_levels: int) 
         raise CorruptCheckpointError(f"bits={bits} does not match {n_levels} levels")
     layout = meta_get(meta, "index_layout", str)
     stage = meta_get(meta, "index_stage", dict)
-    if layout in ("ans", "ans-lanes"):  # bounded by n, which comes from the shape
+    if layout in ("ans", "ans-lanes", "ans-wide"):  # bounded by n, which comes from the shape
         return entropy.decode_symbols([payload], stage, n, layout)
     expected = {"packed": packed_size(n, bits), "bytes": n}.get(layout)
     if expected is None:
         raise CorruptCheckpointError(
-            f"unknown index layout {layout!r} (known: 'packed', 'bytes', 'ans', 'ans-lanes'); "
+            f"unknown index layout {layout!r} (known: 'packed', 'bytes', 'ans', 'ans-lanes', "
+            "'ans-wide'); "
             "the file may need a newer ckptzip"
         )
     if stage.get("size") != expected:  # before decompressing: sizes come from the shape
@@ -331,7 +334,7 @@ def decode_side(side: SideParts, indices: np.ndarray, ctx: DecodeContext) -> Qua
     )
 
 
-_VALUE_LAYOUTS = ("ans-lanes", "packed", "bytes")
+_VALUE_LAYOUTS = ("ans-lanes", "ans-wide", "packed", "bytes")
 """Index layouts :func:`decode_values` decodes straight into the output tensor."""
 
 
@@ -381,12 +384,14 @@ def decode_values(
     beyond = CorruptCheckpointError(
         f"{ctx.path!r}: an index addresses a level beyond the {n_levels} levels"
     )
-    if layout == "ans-lanes":
+    if layout in ("ans-lanes", "ans-wide"):
         alphabet = stage.get("alphabet")
         # the coder writes no symbol outside its alphabet: within the levels, every index is
         if not isinstance(alphabet, int) or not 1 <= alphabet <= n_levels:
             raise beyond
-        entropy.decode_ans_into(chunks[1], stage, table, out, threads=ctx.threads, base=flat)
+        entropy.decode_ans_into(
+            chunks[1], stage, table, out, method=layout, threads=ctx.threads, base=flat
+        )
     else:
         width = bits if layout == "packed" else 8
         expected = packed_size(n, width)

@@ -190,6 +190,17 @@ static void fill(int32_t s, int64_t k, const void *table, int32_t size, const vo
         put(chunk, k - j < CHUNK ? k - j : CHUNK, table, size, base, out, at + j);
 }
 
+/* put and fill for _wide.c, which decodes into the tensor the same way */
+void ckz_put_levels(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
+                    const void *base, void *out, int64_t at) {
+    put(chunk, k, table, size, base, out, at);
+}
+
+void ckz_fill_levels(int32_t s, int64_t k, const void *table, int32_t size, const void *base,
+                     void *out, int64_t at) {
+    fill(s, k, table, size, base, out, at);
+}
+
 /* One decoding step of lane state `s` (its words below `t`, down to `floor`). */
 #define STEP(s, t, floor, dst)                                                              \
     do {                                                                                    \

@@ -23,7 +23,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 10
+_ABI_VERSION = 11
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -78,6 +78,8 @@ _lanes_dec = _fn(
     "ckz_ans_lanes_decode", _I32, _P, _P, _I64, _P, _I32, _I32, _P, _I64, _I32, _I64, _I64, _P,
     _I32, _P, _P,
 )  # fmt: skip
+_wide_enc = _fn("ckz_wide_encode", _I32, _P, _I64, _P, _I32, _I64, _I64, _I64, _P, _I64, _P)
+_wide_dec = _fn("ckz_wide_decode", _I32, _P, _P, _I64, _P, _I32, _I64, _I64, _I64, _P, _I32, _P, _P)
 # the quantizer's fused passes
 _F32 = ctypes.c_float
 _key_scan = _fn("ckz_key_scan", _I32, _P, _I64, _P, _P, _I32, _P, _P, _P)
@@ -522,12 +524,7 @@ def ans_lanes_decode(
     b = _contig(bounds, np.int64)
     c = _contig(counts, np.uint32)
     blocks = -(-n // block) if n else 0
-    if table is None or out is None:
-        symbols = np.empty(n, dtype=np.uint8)
-        dst, tab, size = _ptr(symbols), None, 1
-    else:
-        symbols = None
-        tab, dst, size = _table256(table), _ptr(out), out.element_size()
+    symbols, tab, size, dst = _decode_target(n, table, out)
 
     def run(lo: int, hi: int) -> int:
         return int(
@@ -544,6 +541,90 @@ def ans_lanes_decode(
     if status:
         raise CorruptCheckpointError("ans payload has coded data left after the last symbol")
     return symbols
+
+
+def ans_wide_encode(
+    symbols: np.ndarray, counts: np.ndarray, block: int, threads: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    s = _contig(symbols, np.uint8)
+    c = _contig(counts, np.uint32).reshape(-1)
+    blocks = -(-s.size // block)
+    cap = min(block, s.size) + 2 * ref.WIDE_LANES  # a symbol pushes at most one word
+    scratch = np.empty(blocks * cap, dtype=np.uint16)
+    lengths = np.zeros(blocks, dtype=np.int64)
+
+    def run(lo: int, hi: int) -> int:
+        return int(
+            _wide_enc(
+                _ptr(s), s.size, _ptr(c), c.size, block, lo, hi, _ptr(scratch), cap,
+                _ptr(lengths),
+            )
+        )  # fmt: skip
+
+    if any(ref.over_blocks(run, blocks, threads)):
+        raise ValueError(f"ans-wide: block={block} must be a positive multiple of 32")
+    rows = scratch.reshape(blocks, cap)
+    parts = [r[:k] for r, k in zip(rows, lengths.tolist(), strict=True) if k]
+    return lengths, np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+
+
+def ans_wide_decode(
+    words: np.ndarray,
+    lengths: np.ndarray,
+    counts: np.ndarray,
+    n: int,
+    block: int,
+    *,
+    table: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    threads: int = 1,
+    base: torch.Tensor | None = None,
+) -> np.ndarray | None:
+    if base is not None and not _adds(base, out):
+        return ref.ans_wide_decode(
+            words, lengths, counts, n, block, table=table, out=out, base=base
+        )
+    w = _contig(words, np.uint16)
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    c = _contig(counts, np.uint32).reshape(-1)
+    blocks = -(-n // block) if n else 0
+    if starts.size != blocks + 1 or starts[-1] != w.size or (np.diff(starts) < 0).any():
+        raise CorruptCheckpointError(  # the C loop reads every block's words by these
+            f"ans-wide payload: {starts.size - 1} block lengths summing to {starts[-1]} for "
+            f"{blocks} blocks of {w.size} words does not decode"
+        )
+    symbols, tab, size, dst = _decode_target(n, table, out)
+
+    def run(lo: int, hi: int) -> int:
+        return int(
+            _wide_dec(
+                _ptr(w), _ptr(starts), n, _ptr(c), c.size, block, lo, hi,
+                None if tab is None else _ptr(tab), size,
+                None if base is None else _ptr(base), dst,
+            )
+        )  # fmt: skip
+
+    status = ref.over_blocks(run, blocks, threads)
+    if any(s < 0 for s in status):
+        raise MemoryError("ckz_wide_decode could not allocate its model")
+    if any(status):
+        raise CorruptCheckpointError(
+            "ans-wide payload does not decode to exactly its symbols (words missing or left "
+            "over, or a lane that does not end in its initial state)"
+        )
+    return symbols
+
+
+def _decode_target(
+    n: int, table: torch.Tensor | None, out: torch.Tensor | None
+) -> tuple[np.ndarray | None, torch.Tensor | None, int, int]:
+    """Where an ANS decoder writes: ``(symbols, table, size, dst)``, a new uint8 array of
+    ``n`` symbols (table ``None``, size 1) unless ``table`` and ``out`` are given, then the
+    table padded to 256 entries and ``out``'s element size (symbols ``None``)."""
+    if table is None or out is None:
+        symbols = np.empty(n, dtype=np.uint8)
+        return symbols, None, 1, _ptr(symbols)
+    return None, _table256(table), out.element_size(), _ptr(out)
 
 
 def _table256(table: torch.Tensor) -> torch.Tensor:

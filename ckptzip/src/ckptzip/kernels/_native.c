@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 10 /* also covers _entropy.c's and _delta.c's symbols */
+#define CKZ_ABI_VERSION 11 /* also covers _entropy.c's, _delta.c's and _wide.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 

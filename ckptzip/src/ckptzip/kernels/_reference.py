@@ -745,6 +745,139 @@ def ans_lanes_decode(
     return None
 
 
+# -- ANS in 32 wide lanes (the "ans-wide" layout of ckptzip.entropy) ------------------------------
+
+WIDE_LANES = 32
+WIDE_PRECISION = 12
+_WIDE_LOW = 1 << 16
+
+
+def wide_model(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | int:
+    """The ``"ans-wide"`` model of one context's ``counts``: ``(freq, cum)`` (int64, ``cum``
+    with the total ``2^12`` appended), or the stream's one symbol (0 when it holds none) when
+    fewer than two distinct symbols occur: such a stream codes nothing."""
+    c = np.asarray(counts, dtype=np.float64).reshape(-1)
+    used = np.flatnonzero(c)
+    if used.size < 2:
+        return int(used[0]) if used.size else 0
+    scale = ((1 << WIDE_PRECISION) - c.size) / c.sum()
+    # the cumulative counts in double, in order, as the C loop adds them (exact below 2^53)
+    starts = np.concatenate([[0.0], np.cumsum(c)[:-1]])
+    left = np.trunc(starts * scale).astype(np.int64) + np.arange(c.size)
+    cum = np.append(left, 1 << WIDE_PRECISION)
+    return np.diff(cum), cum
+
+
+def _wide_grid(n: int, block: int) -> tuple[int, int, np.ndarray]:
+    """Blocks, steps a block and the positions ``(step, block, lane)`` of the layout (``-1``
+    past ``n``)."""
+    blocks = -(-n // block)
+    steps = -(-min(block, n) // WIDE_LANES)
+    pos = (np.arange(steps)[:, None, None] * WIDE_LANES
+           + np.arange(blocks)[None, :, None] * block
+           + np.arange(WIDE_LANES)[None, None, :])  # fmt: skip
+    pos[pos >= n] = -1
+    return blocks, steps, pos
+
+
+def ans_wide_encode(
+    symbols: np.ndarray, counts: np.ndarray, block: int, threads: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    del threads  # one NumPy pass steps every block's lanes together
+    if block < WIDE_LANES or block % WIDE_LANES:
+        raise ValueError(f"ans-wide: block={block} must be a positive multiple of 32")
+    sym = np.ascontiguousarray(symbols, dtype=np.uint8).reshape(-1)
+    n = sym.size
+    model = wide_model(counts)
+    blocks, steps, pos = _wide_grid(n, block)
+    if isinstance(model, int) or n == 0:
+        return np.zeros(blocks, dtype=np.int64), np.zeros(0, dtype=np.uint16)
+    freq, cum = model
+    x = np.full((blocks, WIDE_LANES), _WIDE_LOW, dtype=np.int64)
+    pushed = np.zeros((steps, blocks, WIDE_LANES), dtype=np.uint16)
+    pushes = np.zeros((steps, blocks, WIDE_LANES), dtype=bool)
+    for t in range(steps - 1, -1, -1):  # the encoder runs backwards: a decoder reads forwards
+        p = pos[t]
+        live = p >= 0
+        s = sym[np.where(live, p, 0)]
+        f = freq[s]
+        push = live & (x >= f << (32 - WIDE_PRECISION))
+        pushed[t] = x & 0xFFFF
+        pushes[t] = push
+        x = np.where(push, x >> 16, x)
+        x = np.where(live, ((x // f) << WIDE_PRECISION) + x % f + cum[s], x)
+    # block by block: the final states (low word, high word), then the pushed words in the
+    # order a decoder takes them (step by step, lane by lane)
+    states = np.stack([x & 0xFFFF, x >> 16], axis=2).reshape(blocks, 2 * WIDE_LANES)
+    by_block = pushes.transpose(1, 0, 2).reshape(blocks, -1)
+    body = pushed.transpose(1, 0, 2).reshape(blocks, -1)
+    parts = []
+    for b in range(blocks):
+        parts += [states[b].astype(np.uint16), body[b][by_block[b]]]
+    lengths = 2 * WIDE_LANES + by_block.sum(axis=1, dtype=np.int64)
+    return lengths, np.concatenate(parts)
+
+
+def ans_wide_decode(
+    words: np.ndarray,
+    lengths: np.ndarray,
+    counts: np.ndarray,
+    n: int,
+    block: int,
+    *,
+    table: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    threads: int = 1,
+    base: torch.Tensor | None = None,
+) -> np.ndarray | None:
+    del threads
+    if block < WIDE_LANES or block % WIDE_LANES:
+        raise CorruptCheckpointError(f"ans-wide payload: block={block}")
+    w = np.asarray(words, dtype=np.int64).reshape(-1)
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    model = wide_model(counts)
+    blocks, steps, pos = _wide_grid(n, block)
+    bad = CorruptCheckpointError(
+        "ans-wide payload does not decode to exactly its symbols (words missing or left "
+        "over, or a lane that does not end in its initial state)"
+    )
+    if starts.size != blocks + 1 or starts[-1] != w.size or (np.diff(starts) < 0).any():
+        raise bad
+    if isinstance(model, int):
+        if (np.diff(starts) != 0).any():
+            raise bad
+        symbols = np.full(n, model, dtype=np.uint8)
+    else:
+        freq, cum = model
+        slot_symbol = np.repeat(np.arange(freq.size), freq)
+        first, end = starts[:-1], starts[1:]
+        if blocks and (end - first < 2 * WIDE_LANES).any():
+            raise bad
+        at = first[:, None] + 2 * np.arange(WIDE_LANES)[None, :]
+        x = w[at] | w[at + 1] << 16 if blocks else np.zeros((0, WIDE_LANES), np.int64)
+        p = first + 2 * WIDE_LANES
+        symbols = np.empty(n, dtype=np.uint8)
+        for t in range(steps):
+            live = pos[t] >= 0
+            slot = x & ((1 << WIDE_PRECISION) - 1)
+            s = slot_symbol[slot]
+            y = freq[s] * (x >> WIDE_PRECISION) + slot - cum[s]
+            need = live & (y < _WIDE_LOW)
+            take = p[:, None] + np.cumsum(need, axis=1) - 1
+            if (need & (take >= end[:, None])).any():
+                raise bad
+            refill = w[np.where(need, take, 0)] if w.size else np.zeros_like(y)
+            x = np.where(live, np.where(need, y << 16 | refill, y), x)
+            p = p + need.sum(axis=1)
+            symbols[pos[t][live]] = s[live]
+        if (p != end).any() or (x != _WIDE_LOW).any():
+            raise bad
+    if table is None or out is None:
+        return symbols
+    _put(gather(table, symbols), out, base)
+    return None
+
+
 # -- run-length split of a rearranged delta stream (the "rle+ans" back end) -----------------
 
 _RLE_DIRECT = 16  # runs below this are their own token; longer ones a length class + bits
