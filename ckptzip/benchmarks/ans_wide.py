@@ -72,16 +72,22 @@ def build() -> ctypes.CDLL:
 
 
 def capture_streams() -> list[np.ndarray]:
-    """The symbol streams the library codes with ANS lanes for a manager keyframe and three
-    deltas of the --quick throughput state."""
+    """The symbol streams the library codes with ANS lanes (``"ans-lanes"``, or since it
+    exists ``"ans-wide"``) for a manager keyframe and three deltas of the --quick throughput
+    state."""
     streams: list[np.ndarray] = []
-    original = kernels.ans_lanes_encode
+    lanes, wide = kernels.ans_lanes_encode, kernels.ans_wide_encode
 
-    def spy(symbols: Any, bounds: Any, counts: Any, *args: Any, **kwargs: Any) -> Any:
+    def spy_lanes(symbols: Any, *args: Any, **kwargs: Any) -> Any:
         streams.append(np.array(symbols, dtype=np.uint8, copy=True))
-        return original(symbols, bounds, counts, *args, **kwargs)
+        return lanes(symbols, *args, **kwargs)
 
-    entropy.kernels.ans_lanes_encode = spy  # type: ignore[attr-defined]
+    def spy_wide(symbols: Any, *args: Any, **kwargs: Any) -> Any:
+        streams.append(np.array(symbols, dtype=np.uint8, copy=True))
+        return wide(symbols, *args, **kwargs)
+
+    entropy.kernels.ans_lanes_encode = spy_lanes  # type: ignore[attr-defined]
+    entropy.kernels.ans_wide_encode = spy_wide  # type: ignore[attr-defined]
     try:
         run = Run(8192, 256, 4)
         for _ in range(3):
@@ -92,7 +98,8 @@ def capture_streams() -> list[np.ndarray]:
                 manager.save(step, run.state())
                 run.step()
     finally:
-        entropy.kernels.ans_lanes_encode = original  # type: ignore[attr-defined]
+        entropy.kernels.ans_lanes_encode = lanes  # type: ignore[attr-defined]
+        entropy.kernels.ans_wide_encode = wide  # type: ignore[attr-defined]
     return streams
 
 
@@ -151,6 +158,15 @@ def measure(
     )
     timings = {"library": best(decode, repeat)}
     assert np.array_equal(out.numpy(), expect)
+    # the library's "ans-wide" layout, built from this prototype's interleaved layout
+    wide_chunks, wide_meta = entropy.encode_symbols(s, "ans-wide")
+    decode = functools.partial(
+        entropy.decode_ans_into, wide_chunks[0], wide_meta, torch.from_numpy(levels), out,
+        method="ans-wide",
+    )  # fmt: skip
+    timings["library ans-wide"] = best(decode, repeat)
+    assert np.array_equal(out.numpy(), expect)
+    wide_library_bytes = sum(len(c) for c in wide_chunks)
     # the prototype, each lane's words a stream of its own (one spare word: a refill
     # gather reads 32 bits)
     freq, cum = model(s, alphabet)
@@ -212,7 +228,7 @@ def measure(
         timings[name] = best(decode, repeat)
         assert np.array_equal(got, expect), name
         assert not name.startswith("interleaved") or decode() == 0, name
-    return timings, sum(len(c) for c in chunks), 2 * used + 2 * alphabet
+    return timings, sum(len(c) for c in chunks), 2 * used + 2 * alphabet, wide_library_bytes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,9 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     lib = build()
     has = cpu_features()
     streams = [s for s in capture_streams() if s.size >= 1 << 16 and int(s.max()) >= 1]
-    totals: dict[str, float] = {"symbols": 0.0, "library bytes": 0.0, "wide bytes": 0.0}
+    totals: dict[str, float] = {
+        "symbols": 0.0, "library bytes": 0.0, "wide bytes": 0.0, "library ans-wide bytes": 0.0
+    }  # fmt: skip
     for s in streams:
-        timings, library_bytes, wide_bytes = measure(lib, s, has, args.repeat)
+        timings, library_bytes, wide_bytes, wide_library = measure(lib, s, has, args.repeat)
+        totals["library ans-wide bytes"] += wide_library
         for name, seconds in timings.items():
             totals[f"{name} s"] = totals.get(f"{name} s", 0.0) + seconds
             # the library's time over the same streams, for decoders that skip some
@@ -244,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(streams)} streams, {totals['symbols'] / 1e6:.1f}M symbols; bytes: library "
         f"{totals['library bytes'] / 1e6:.3f} MB, prototype {totals['wide bytes'] / 1e6:.3f} MB "
-        f"({(totals['wide bytes'] / totals['library bytes'] - 1) * 100:+.2f} %)"
+        f"({(totals['wide bytes'] / totals['library bytes'] - 1) * 100:+.2f} %), the library's "
+        f"ans-wide {totals['library ans-wide bytes'] / 1e6:.3f} MB "
+        f"({(totals['library ans-wide bytes'] / totals['library bytes'] - 1) * 100:+.2f} %)"
     )
     bits = {p: sum(coded_bits(s, p) for s in streams) for p in (PRECISION, 24)}
     totals["precision cost %"] = (bits[PRECISION] / bits[24] - 1) * 100
@@ -269,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     for alphabet in (32, 64, 256):
         s = np.clip(rng.normal(alphabet / 2, alphabet / 6, 1 << 22), 0, alphabet - 1)
         symbols = s.astype(np.uint8)
-        timings, _, _ = measure(lib, symbols, has, args.repeat)
+        timings, _, _, _ = measure(lib, symbols, has, args.repeat)
         cost = (coded_bits(symbols, PRECISION) / coded_bits(symbols, 24) - 1) * 100
         for name, seconds in timings.items():
             wide.append(

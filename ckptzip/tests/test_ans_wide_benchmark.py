@@ -32,8 +32,9 @@ def test_every_decoder_gives_back_the_coded_levels(alphabet: int) -> None:
     symbols = symbols.astype(np.uint8)
     has = ans_wide.cpu_features()
     # measure() checks each decoder's output against the levels of the symbols
-    timings, library_bytes, wide_bytes = ans_wide.measure(lib, symbols, has, repeat=1)
-    assert {"library", "scalar", "interleaved, scalar"} <= timings.keys()
+    timings, library_bytes, wide_bytes, built = ans_wide.measure(lib, symbols, has, repeat=1)
+    assert {"library", "library ans-wide", "scalar", "interleaved, scalar"} <= timings.keys()
+    assert abs(built / library_bytes - 1) < 0.05
     assert ("avx2" in timings) == has["avx2"]
     assert ("interleaved, avx2, no gathers" in timings) == (has["avx2"] and alphabet <= 16)
     assert abs(wide_bytes / library_bytes - 1) < 0.05
@@ -75,3 +76,23 @@ def test_an_interleaved_stream_that_ends_early_or_runs_on_is_refused() -> None:
         assert decode(used - 1) == 1  # the last refill is past the end
         assert decode(used + 1) == 2  # a word left over
         assert decode(10) == 1  # not even the initial states
+
+
+def test_the_library_layout_is_the_prototype_s_interleaved_stream_block_by_block() -> None:
+    # "ans-wide" is this prototype's interleaved layout, cut into blocks: a stream of one
+    # block holds the same words
+    from ckptzip import kernels
+
+    lib = ans_wide.build()
+    rng = np.random.default_rng(3)
+    n = 10_000
+    symbols = rng.integers(0, 12, n).astype(np.uint8)
+    freq, cum = ans_wide.model(symbols, 12)
+    one = np.zeros(n + 2 * ans_wide.LANES + 64, dtype=np.uint16)
+    used = lib.wide_encode_il(
+        ans_wide._ptr(symbols), ctypes.c_int64(n), ans_wide._ptr(freq), ans_wide._ptr(cum),
+        ans_wide._ptr(one), ctypes.c_int64(n + 2 * ans_wide.LANES),
+    )  # fmt: skip
+    counts = np.bincount(symbols, minlength=12).astype(np.uint32)
+    lengths, words = kernels.ans_wide_encode(symbols, counts, 1 << 18)
+    assert lengths.tolist() == [used] and np.array_equal(words, one[:used])
