@@ -389,3 +389,39 @@ def test_encode_indices_reuses_a_packed_candidate_as_coded() -> None:
         assert reused == encode_indices(idx, levels, 3)
         layouts.add(reused[1]["index_layout"])
     assert len(layouts) >= 2  # both the packed stream and another candidate won somewhere
+
+
+@pytest.fixture(scope="module")
+def wide_entry() -> tuple[dict[str, Any], list[bytes], torch.Tensor, QuantConfig, float]:
+    """A quant entry whose indices are an "ans-wide" stream, and its dequantized values."""
+    from ckptzip.codecs.quantized import encode_quantized
+    from ckptzip.quantize import dequantize, quantize
+
+    x = torch.randn(70_001, generator=torch.Generator().manual_seed(3))
+    cfg = QuantConfig(bins=12, protect=0.001)
+    q = quantize(x, cfg)
+    meta, chunks = encode_quantized(q, 3)
+    assert meta["index_layout"] == "ans-wide"
+    return meta, list(chunks), dequantize(q), cfg, q.rel_error
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), min_size=1, max_size=4))
+def test_a_damaged_ans_wide_index_chunk_is_refused_or_decodes_to_level_values(
+    wide_entry: tuple[dict[str, Any], list[bytes], torch.Tensor, QuantConfig, float],
+    flips: list[tuple[int, int]],
+) -> None:
+    # a chunk changed past its digest (a hostile writer reseals it): the straight-into-the-
+    # tensor decoder refuses it or writes level values, never reads or writes out of bounds
+    meta, chunks, want, cfg, rel = wide_entry
+    data = bytearray(chunks[1])
+    for where, bits in flips:
+        data[where % len(data)] ^= bits
+    damaged = [chunks[0], bytes(data), *chunks[2:]]
+    ctx = DecodeContext("t", tuple(want.shape), torch.float32, cfg, rel, values=True)
+    try:
+        got = get_codec("quant").decode(meta, damaged, ctx).materialize()
+    except CorruptCheckpointError:
+        return
+    assert got.shape == want.shape
+    assert set(got.unique().tolist()) <= set(want.unique().tolist())
