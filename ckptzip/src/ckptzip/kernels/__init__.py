@@ -132,7 +132,8 @@ The functions (flat 1-D inputs throughout):
     exactly its symbols, reads all its words and leaves each lane in its initial state. On
     x86-64 with AVX2 the compiled decoder steps 32 lanes in four vectors
     (``CKPTZIP_NO_AVX2=1``: the scalar loop; the same values). The reference steps every
-    block's lanes together in NumPy: correct, and slow (about 0.1 s a 2^18-symbol block).
+    block's lanes together in NumPy: correct, and slow (0.1-0.2 s to encode and about 0.3 s to
+    decode a stream of one to four 2^18-symbol blocks, which step together).
 ``rle_split(symbols, bounds) -> (tokens, values, others, base, extra, extra_bits)``,
 ``rle_join(tokens, values, extra, extra_bits, bounds, others, base) -> symbols``
     The run-length form of the ``"rle+ans"`` back end of :mod:`ckptzip.entropy` (C in
