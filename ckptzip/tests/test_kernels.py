@@ -1109,6 +1109,44 @@ _QUANTIZE = textwrap.dedent(
 )
 
 
+_KEY_SCAN = textwrap.dedent(
+    """
+    import hashlib, numpy as np, torch
+    from ckptzip.kernels import _fast as fast
+    from ckptzip.sketch import key_table
+    g = torch.Generator().manual_seed(1)
+    z, nz, nan, inf = 0.0, -0.0, float("nan"), float("inf")
+    cases = [
+        torch.randn(100_003, generator=g) * 0.02,
+        torch.randn(4099, generator=g).abs(),  # a zero minimum below: the first zero's sign
+        torch.tensor([1.0, nz, z, 2.0] * 5), torch.tensor([2.0, z, nz, 1.0] * 5),
+        torch.tensor([-1.0, z, nz] * 5), torch.tensor([-1.0, nz, z] * 5),
+        torch.tensor([nz] * 40), torch.tensor([nan] * 9 + [1.0] * 20),
+        torch.tensor([1e-40, 2.0, -3e-42] * 7),  # subnormals: slices of several thresholds
+        torch.cat([torch.randn(100, generator=g), torch.tensor([1e-39]), -torch.ones(99)]),
+        torch.tensor([inf, 1.0] * 8), torch.tensor([3.0, -2.0, 7.0]),
+    ]
+    cases[1][[5, 3000]] = torch.tensor([nz, z])
+    h = hashlib.sha256()
+    for alpha in (0.01, 0.002):
+        table = key_table(alpha, 2048)
+        for x in cases:
+            hist, lo, hi, finite = fast.key_scan(x, table)
+            h.update(hist.tobytes() + np.float32(lo).tobytes() + np.float32(hi).tobytes())
+            h.update(bytes([finite]))
+    print(h.hexdigest())
+    """
+)
+
+
+@needs_fast
+def test_the_scalar_key_scan_counts_what_the_vector_one_counts() -> None:
+    # the sketch pass goes eight values at a time with AVX2; the same counts, and the same
+    # extremes to the bit (a zero extreme keeps the sign of the first zero, as in the loop)
+    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _KEY_SCAN)
+    assert vector == scalar
+
+
 def _printed_with_and_without(switch: str, script: str) -> tuple[str, str]:
     """What ``script`` prints in a fresh interpreter with ``switch`` unset, then set to 1
     (the kernels choose their loops once per process, so each choice needs its own)."""

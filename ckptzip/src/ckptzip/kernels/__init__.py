@@ -29,7 +29,9 @@ The functions (flat 1-D inputs throughout):
     ``#{table.thresholds < |x|}`` (:class:`KeyTable`, one table of float32 bucket edges for
     every tensor) counted by sign (``hist[0]`` values with the sign bit set, ``hist[1]`` the
     others; key 0 is zero), with ``min`` and ``max``; ``finite`` is false when a NaN or inf
-    was seen (``hist``, ``lo``, ``hi`` are then undefined).
+    was seen (``hist``, ``lo``, ``hi`` are then undefined). On x86-64 with AVX2 the compiled
+    pass computes eight keys at a time (``CKPTZIP_NO_AVX2=1``: the scalar loop; the same
+    counts, and the same extremes to the bit).
 ``members(work, ranges) -> positions``
     For each ``(lo, hi)`` of ``ranges`` (at most two), the ascending int64 positions with
     ``lo < |x| <= hi``: the sketch buckets a protect or prune cut-off falls in.
