@@ -13,16 +13,34 @@
 #define ANS_PRECISION 24
 #define ANS_TOTAL (1u << ANS_PRECISION)
 
-static inline void ckz_ans_model(const uint32_t *counts, int32_t alphabet, uint32_t *left) {
+/* The rule at any precision (total = 2^precision): _wide.c's coder takes it at 12 bits. */
+static inline void ckz_ans_left(const uint32_t *counts, int32_t alphabet, uint32_t total,
+                                uint32_t *left) {
     double norm = 0.0;
     for (int32_t s = 0; s < alphabet; s++) norm += (double)counts[s];
-    double scale = (double)(ANS_TOTAL - (uint32_t)alphabet) / norm;
+    double scale = (double)(total - (uint32_t)alphabet) / norm;
     double cum = 0.0;
     for (int32_t s = 0; s < alphabet; s++) {
         left[s] = (uint32_t)(cum * scale) + (uint32_t)s;
         cum += (double)counts[s];
     }
-    left[alphabet] = ANS_TOTAL;
+    left[alphabet] = total;
+}
+
+static inline void ckz_ans_model(const uint32_t *counts, int32_t alphabet, uint32_t *left) {
+    ckz_ans_left(counts, alphabet, ANS_TOTAL, left);
+}
+
+/* -1 when a context's counts hold two or more distinct symbols, else its one symbol (0 if
+ * none): such a context codes nothing, in every layout */
+static inline int32_t ckz_only_symbol(const uint32_t *counts, int32_t alphabet) {
+    int32_t seen = 0, only = 0;
+    for (int32_t s = 0; s < alphabet; s++)
+        if (counts[s]) {
+            seen++;
+            only = s;
+        }
+    return seen > 1 ? -1 : only;
 }
 
 /* The decoder's table: the 24-bit quantile q = state mod 2^24 of a step falls in slot

@@ -24,23 +24,13 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#include "_ans.h" /* ckz_ans_model: the model _native.c codes with */
+#include "_ans.h" /* ckz_ans_model (the model _native.c codes with), ckz_only_symbol */
 
 #define PRECISION ANS_PRECISION
 #define TOTAL ANS_TOTAL
 #define MAX_LANES 64
 #define CHUNK 4096 /* symbols decoded into a cache-resident buffer, then gathered */
 
-/* -1 when the context holds two or more distinct symbols, else its one symbol (0 if none) */
-static int32_t only_symbol(const uint32_t *counts, int32_t alphabet) {
-    int32_t seen = 0, only = 0;
-    for (int32_t s = 0; s < alphabet; s++)
-        if (counts[s]) {
-            seen++;
-            only = s;
-        }
-    return seen > 1 ? -1 : only;
-}
 
 /* the context of position i: the last c with bounds[c] <= i (bounds ascending, c < contexts) */
 static int32_t context_of(const int64_t *bounds, int32_t contexts, int64_t i) {
@@ -84,7 +74,7 @@ CKZ_API int32_t ckz_ans_lanes_encode(const uint8_t *sym, int64_t n, const int64_
                 int64_t run_lo = bounds[c] > lo ? bounds[c] : lo;
                 if (run_lo > i) continue;
                 const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
-                if (only_symbol(row, alphabet) >= 0) { /* codes nothing */
+                if (ckz_only_symbol(row, alphabet) >= 0) { /* codes nothing */
                     i = run_lo - 1;
                     continue;
                 }
@@ -245,7 +235,7 @@ CKZ_API int32_t ckz_ans_lanes_decode(const uint32_t *words, const int64_t *start
             int64_t run_hi = bounds[c + 1] < hi ? bounds[c + 1] : hi;
             if (run_hi <= i) continue;
             const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
-            int32_t only = only_symbol(row, alphabet);
+            int32_t only = ckz_only_symbol(row, alphabet);
             if (only >= 0) {
                 fill(only, run_hi - i, table, size, base, out, i);
                 i = run_hi;

@@ -44,6 +44,19 @@ static inline float bits_to_float(uint32_t b) {
     return f;
 }
 
+/* Whether the AVX2 passes may run (decided once, for every pass of the library, _wide.c's
+ * included): the processor has AVX2 and CKPTZIP_NO_AVX2 is unset, which makes a process take
+ * the scalar loops other processors run (the same bits either way). */
+CKZ_API int32_t ckz_avx2_ok(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static int ok = -1; /* the race of two first calls writes the same value */
+    if (ok < 0) ok = __builtin_cpu_supports("avx2") && getenv("CKPTZIP_NO_AVX2") == NULL;
+    return ok;
+#else
+    return 0;
+#endif
+}
+
 /* The offsets' lookup: lut[prefix of |x|] = #{T < the smallest float with that prefix}, pad
  * = T then +inf; one_step when at most one threshold lies in any slice (one branch-free step
  * finishes every offset). lut is NULL where it cannot be made (then a plain search). */
@@ -229,9 +242,7 @@ CKZ_API void ckz_fit_sums(const float *x, const float *v, int64_t n, double eps,
     ckz_fit_ctx c = {&o, x, v, eps, pt, qt, pp, qp, sums};
     void (*pass)(const ckz_fit_ctx *, int64_t, int64_t) = ckz_fit_scalar;
 #ifdef CKZ_HAVE_AVX2_FIT
-    if (o.lut != NULL && o.one_step && __builtin_cpu_supports("avx2") &&
-        getenv("CKPTZIP_NO_AVX2") == NULL)
-        pass = ckz_fit_avx2;
+    if (o.lut != NULL && o.one_step && ckz_avx2_ok()) pass = ckz_fit_avx2;
 #endif
     pass(&c, 0, n);
     ckz_offsets_close(&o);
@@ -407,9 +418,7 @@ __attribute__((target("avx2"))) static void round_run_avx2(const float *v, int64
 static void round_run(const float *v, int64_t lo, int64_t hi, const float *levels,
                       int32_t n_levels, uint32_t seed, uint8_t *idx) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    static int avx2 = -1; /* decided once: getenv per run between protected entries costs */
-    if (avx2 < 0) avx2 = __builtin_cpu_supports("avx2") && getenv("CKPTZIP_NO_AVX2") == NULL;
-    if (avx2) {
+    if (ckz_avx2_ok()) { /* decided once: getenv per run between protected entries costs */
         round_run_avx2(v, lo, hi, levels, n_levels, seed, idx);
         return;
     }
@@ -1300,12 +1309,6 @@ __attribute__((target("avx2"))) static int64_t key_scan_avx2(const float *x, int
     *bad |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(vbad));
     return i;
 }
-
-static int key_scan_vector_ok(void) {
-    static int ok = -1; /* decided once; the race of two first calls writes the same value */
-    if (ok < 0) ok = __builtin_cpu_supports("avx2") && getenv("CKPTZIP_NO_AVX2") == NULL;
-    return ok;
-}
 #endif
 
 /* The scalar loop keeps the first of equal extremes it meets, so a zero extreme has the sign
@@ -1330,7 +1333,7 @@ CKZ_API int32_t ckz_key_scan(const float *x, int64_t n, const int32_t *lut, cons
     int64_t zeros[2] = {0, 0};
     int64_t i = 0;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (pk != NULL && key_scan_vector_ok()) {
+    if (pk != NULL && ckz_avx2_ok()) {
         i = key_scan_avx2(x, n, pk, row, hist, &lo, &hi, &bad);
         if (lo == 0.0f) lo = first_zero_sign(x, i, lo);
         if (hi == 0.0f) hi = first_zero_sign(x, i, hi);
@@ -1608,8 +1611,7 @@ CKZ_API int64_t ckz_assign_fused(const float *x, int64_t n, const float *cuts, i
                         qp, (uint8_t)qidx, levels, lut, out, prot, max_prot, 0};
     int (*pass)(ckz_assign_ctx *, int64_t, int64_t, double *) = ckz_assign_scalar;
 #ifdef CKZ_HAVE_AVX2_PATH
-    if (__builtin_cpu_supports("avx2") && getenv("CKPTZIP_NO_AVX2") == NULL)
-        pass = ckz_assign_avx2;
+    if (ckz_avx2_ok()) pass = ckz_assign_avx2;
 #endif
     double sums[2] = {0.0, 0.0};
     for (int64_t lo = 0; lo < n; lo += 4096) {

@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_ans.h" /* ckz_ans_left: the model's rule; ckz_only_symbol */
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define CKZ_WIDE_X86 1
@@ -51,6 +53,8 @@
 #define WIDE_LANES 32
 #define WIDE_CHUNK 4096 /* symbols decoded at a time into a cache-resident buffer */
 
+int32_t ckz_avx2_ok(void); /* _native.c: the AVX2 switch of every pass */
+
 /* _entropy.c: table[symbol] into the tensor (size 2, 4 or 8 bytes), added to base when it is
  * not NULL; the symbols themselves when table is NULL */
 void ckz_put_levels(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
@@ -58,23 +62,14 @@ void ckz_put_levels(const uint8_t *chunk, int64_t k, const void *table, int32_t 
 void ckz_fill_levels(int32_t s, int64_t k, const void *table, int32_t size, const void *base,
                      void *out, int64_t at);
 
-/* the model: frequencies and starts (cum[alphabet] = 2^12); -1 when the stream holds two or
- * more distinct symbols, else its one symbol (0 when it holds none) */
+/* the model: frequencies and starts (cum[alphabet] = 2^12), by the rule "ans" codes with at
+ * 24 bits (_ans.h); -1 when the stream holds two or more distinct symbols, else its one
+ * symbol (0 when it holds none) */
 static int32_t wide_model(const uint32_t *counts, int32_t alphabet, uint32_t *freq,
                           uint32_t *cum) {
-    double norm = 0.0;
-    int32_t seen = 0, only = 0;
-    for (int32_t s = 0; s < alphabet; s++) {
-        norm += (double)counts[s];
-        if (counts[s]) seen++, only = s;
-    }
-    if (seen < 2) return only;
-    double scale = (double)(WIDE_TOTAL - (uint32_t)alphabet) / norm, c = 0.0;
-    for (int32_t s = 0; s < alphabet; s++) {
-        cum[s] = (uint32_t)(c * scale) + (uint32_t)s;
-        c += (double)counts[s];
-    }
-    cum[alphabet] = WIDE_TOTAL;
+    int32_t only = ckz_only_symbol(counts, alphabet);
+    if (only >= 0) return only;
+    ckz_ans_left(counts, alphabet, WIDE_TOTAL, cum);
     for (int32_t s = 0; s < alphabet; s++) freq[s] = cum[s + 1] - cum[s];
     return -1;
 }
@@ -298,11 +293,6 @@ wide_avx2_table(wide_lanes *w, int64_t steps, const wide_model_t *m, const uint3
     return 0;
 }
 
-static int wide_avx2_ok(void) {
-    static int ok = -1; /* the race of two first calls writes the same value */
-    if (ok < 0) ok = __builtin_cpu_supports("avx2") && getenv("CKPTZIP_NO_AVX2") == NULL;
-    return ok;
-}
 #endif
 
 /* k symbols (k a multiple of 32 but for a block's last call), the first in lane 0: the
@@ -311,7 +301,7 @@ static int32_t wide_run(wide_lanes *w, int64_t k, const wide_model_t *m,
                         const uint32_t *levels, uint32_t *dst) {
     int64_t done = 0;
 #ifdef CKZ_WIDE_X86
-    if (wide_avx2_ok()) {
+    if (ckz_avx2_ok()) {
         int64_t steps = k / WIDE_LANES;
         int32_t bad = m->alphabet <= 16 ? wide_avx2_compare(w, steps, m, levels, dst)
                                         : wide_avx2_table(w, steps, m, levels, dst);
