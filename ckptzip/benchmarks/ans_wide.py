@@ -131,6 +131,20 @@ def _ptr(a: np.ndarray) -> ctypes.c_void_p:
     return ctypes.c_void_p(a.ctypes.data)
 
 
+def encode_interleaved(
+    lib: ctypes.CDLL, s: np.ndarray, freq: np.ndarray, cum: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """The prototype's interleaved stream of ``s``: its words (in a buffer 64 words longer, as
+    the AVX2 decoders' loads want) and their count."""
+    n = s.size
+    one = np.zeros(n + 2 * LANES + 64, dtype=np.uint16)
+    used = lib.wide_encode_il(
+        _ptr(s), ctypes.c_int64(n), _ptr(freq), _ptr(cum), _ptr(one), ctypes.c_int64(n + 2 * LANES)
+    )
+    assert used > 0
+    return one, int(used)
+
+
 def best(fn: Any, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -195,10 +209,7 @@ def measure(
         model16 = (*stream, _ptr(freq16), _ptr(cum16), ctypes.c_int32(alphabet), _ptr(levels))
         calls["avx512, no table gather"] = ("wide_decode_avx512_cmp", model16)
     # the interleaved layout: one stream, refills in the order the decoder takes them
-    one = np.zeros(n + 2 * LANES + 64, dtype=np.uint16)
-    used_il = lib.wide_encode_il(
-        _ptr(s), ctypes.c_int64(n), _ptr(freq), _ptr(cum), _ptr(one), ctypes.c_int64(n + 2 * LANES)
-    )
+    one, used_il = encode_interleaved(lib, s, freq, cum)
     assert used_il == used  # the same words, in another order
     interleaved = (_ptr(one), ctypes.c_int64(used_il), ctypes.c_int64(n))
     calls["interleaved, scalar"] = (

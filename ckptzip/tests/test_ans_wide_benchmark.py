@@ -46,11 +46,7 @@ def test_an_interleaved_stream_that_ends_early_or_runs_on_is_refused() -> None:
     n = 10_000
     symbols = rng.integers(0, 12, n).astype(np.uint8)
     freq, cum = ans_wide.model(symbols, 12)
-    one = np.zeros(n + 2 * ans_wide.LANES + 64, dtype=np.uint16)
-    used = lib.wide_encode_il(
-        ans_wide._ptr(symbols), ctypes.c_int64(n), ans_wide._ptr(freq), ans_wide._ptr(cum),
-        ans_wide._ptr(one), ctypes.c_int64(n + 2 * ans_wide.LANES),
-    )  # fmt: skip
+    one, used = ans_wide.encode_interleaved(lib, symbols, freq, cum)
     slots = np.zeros(1 << ans_wide.PRECISION, dtype=np.uint32)
     lib.wide_table(ans_wide._ptr(freq), ans_wide._ptr(cum), ctypes.c_int(12), ans_wide._ptr(slots))
     levels = np.linspace(-1.0, 1.0, 16).astype(np.float32)
@@ -88,11 +84,7 @@ def test_the_library_layout_is_the_prototype_s_interleaved_stream_block_by_block
     n = 10_000
     symbols = rng.integers(0, 12, n).astype(np.uint8)
     freq, cum = ans_wide.model(symbols, 12)
-    one = np.zeros(n + 2 * ans_wide.LANES + 64, dtype=np.uint16)
-    used = lib.wide_encode_il(
-        ans_wide._ptr(symbols), ctypes.c_int64(n), ans_wide._ptr(freq), ans_wide._ptr(cum),
-        ans_wide._ptr(one), ctypes.c_int64(n + 2 * ans_wide.LANES),
-    )  # fmt: skip
+    one, used = ans_wide.encode_interleaved(lib, symbols, freq, cum)
     counts = np.bincount(symbols, minlength=12).astype(np.uint32)
     lengths, words = kernels.ans_wide_encode(symbols, counts, 1 << 18)
     assert lengths.tolist() == [used] and np.array_equal(words, one[:used])
