@@ -606,7 +606,10 @@ ANS_LANES = 4
 
 ANS_LANES_MIN = 1 << 16
 """Streams shorter than this are worth no lanes: a lane costs up to 12 bytes (its final
-state and its length), 0.15 % of 2^16 three-bit symbols; callers choose ``"ans"`` below it."""
+state and its length), 0.15 % of 2^16 three-bit symbols; callers choose ``"ans"`` below it.
+The quant codec takes ``"ans-wide"`` from here on too, whose block costs 132 bytes (0.5 % of
+2^16 three-bit symbols, 0.13 % of a full block): the threshold was not tuned for it, and the
+ratios it was measured on moved by 0.05 % (README, "The ans-wide layout, built")."""
 
 _MAX_LANES = 64
 
