@@ -1097,6 +1097,8 @@ _QUANTIZE = textwrap.dedent(
     for x, cfg in [
         (w, QuantConfig()),
         (w, QuantConfig(bins=4, prune=0.3, protect=0.01)),
+        (w, QuantConfig(bins=32, prune=0.1)),  # 31 cut-offs: the AVX-512 loop's largest
+        (w, QuantConfig(bins=32, rounding="stochastic")),
         (w, QuantConfig(bins=256, prune=0.05)),
         (sq, QuantConfig(log_domain=True)),
         (sq, QuantConfig(log_domain=True, bins=64, prune=0.2)),
@@ -1165,10 +1167,13 @@ def _printed_with_and_without(switch: str, script: str) -> tuple[str, str]:
 
 @needs_fast
 def test_the_scalar_assignment_writes_what_the_vector_one_writes() -> None:
-    # x86-64 runs the fused assignment eight values at a time (AVX2) where the processor
-    # has it; CKPTZIP_NO_AVX2 makes the same process take the scalar loop other machines run
+    # x86-64 runs the fused assignment sixteen values at a time (AVX-512, codebooks of up to
+    # 32 levels) or eight (AVX2) where the processor has them; CKPTZIP_NO_AVX512 makes the
+    # same process take the AVX2 loop, CKPTZIP_NO_AVX2 the scalar loop other machines run
     vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _QUANTIZE)
     assert vector == scalar
+    vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _QUANTIZE)
+    assert vector == avx2
 
 
 @needs_fast
