@@ -954,9 +954,10 @@ _WIDE_DECODE = textwrap.dedent(
     from ckptzip.kernels import _fast as fast
     h = hashlib.sha256()
     rng = np.random.default_rng(7)
-    # alphabets about the compare decoder's 16, sizes about a step, a chunk and a block
+    # alphabets about the AVX2 compare decoder's 16 and the AVX-512 decoder's 32, sizes
+    # about a step, a chunk and a block
     for n in (1, 31, 32, 33, 4095, 4096, 4097, 70_001):
-        for alphabet in (2, 5, 16, 17, 200):
+        for alphabet in (2, 3, 5, 16, 17, 32, 33, 200):
             sym = rng.integers(0, alphabet, n).astype(np.uint8)
             counts = np.bincount(sym, minlength=alphabet).astype(np.uint32)
             lengths, words = fast.ans_wide_encode(sym, counts, 8192)
@@ -978,10 +979,13 @@ _WIDE_DECODE = textwrap.dedent(
 
 @needs_fast
 def test_the_scalar_wide_decoder_writes_what_the_vector_one_writes() -> None:
-    # x86-64 with AVX2 decodes the 32 lanes of "ans-wide" as four vectors; CKPTZIP_NO_AVX2
-    # makes the same process take the scalar loop other machines run
+    # x86-64 decodes the 32 lanes of "ans-wide" as two AVX-512 vectors (alphabets of up to
+    # 32) or four AVX2 ones; CKPTZIP_NO_AVX512 makes the same process take the AVX2 decoders,
+    # CKPTZIP_NO_AVX2 the scalar loop other machines run
     vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _WIDE_DECODE)
     assert vector == scalar
+    vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _WIDE_DECODE)
+    assert vector == avx2
 
 
 @needs_fast

@@ -129,11 +129,11 @@ typedef struct {
 } wide_lanes;
 
 /* The decoder's model: the slot table (entry: symbol << 24 | (freq - 1) << 12 |
- * slot - start, so a step needs one load) and, for the vector decoder of small alphabets,
- * the frequencies and starts padded to 16 entries. */
+ * slot - start, so a step needs one load) and, for the vector decoders of small alphabets,
+ * the frequencies and starts padded to 32 entries. */
 typedef struct {
     uint32_t slots[WIDE_TOTAL];
-    uint32_t freq16[16], cum16[16];
+    uint32_t freq32[32], cum32[32];
     int32_t alphabet;
 } wide_model_t;
 
@@ -142,9 +142,9 @@ static void wide_decoder_model(const uint32_t *freq, const uint32_t *cum, int32_
     for (int32_t s = 0; s < alphabet; s++)
         for (uint32_t k = 0; k < freq[s]; k++)
             m->slots[cum[s] + k] = (uint32_t)s << 24 | (freq[s] - 1) << 12 | k;
-    memset(m->freq16, 0, sizeof m->freq16);
-    memset(m->cum16, 0, sizeof m->cum16);
-    for (int32_t s = 0; s < alphabet && s < 16; s++) m->freq16[s] = freq[s], m->cum16[s] = cum[s];
+    memset(m->freq32, 0, sizeof m->freq32);
+    memset(m->cum32, 0, sizeof m->cum32);
+    for (int32_t s = 0; s < alphabet && s < 32; s++) m->freq32[s] = freq[s], m->cum32[s] = cum[s];
     m->alphabet = alphabet;
 }
 
@@ -234,14 +234,14 @@ wide_avx2_compare(wide_lanes *w, int64_t steps, const wide_model_t *m, const uin
     __m256i x[4];
     for (int v = 0; v < 4; v++) x[v] = _mm256_loadu_si256((const __m256i *)(w->x + 8 * v));
     const __m256i low12 = _mm256_set1_epi32(WIDE_TOTAL - 1), zero = _mm256_setzero_si256();
-    const __m256i f0 = _mm256_loadu_si256((const __m256i *)m->freq16);
-    const __m256i f1 = _mm256_loadu_si256((const __m256i *)(m->freq16 + 8));
-    const __m256i c0 = _mm256_loadu_si256((const __m256i *)m->cum16);
-    const __m256i c1 = _mm256_loadu_si256((const __m256i *)(m->cum16 + 8));
+    const __m256i f0 = _mm256_loadu_si256((const __m256i *)m->freq32);
+    const __m256i f1 = _mm256_loadu_si256((const __m256i *)(m->freq32 + 8));
+    const __m256i c0 = _mm256_loadu_si256((const __m256i *)m->cum32);
+    const __m256i c1 = _mm256_loadu_si256((const __m256i *)(m->cum32 + 8));
     const __m256i v0 = _mm256_loadu_si256((const __m256i *)levels);
     const __m256i v1 = _mm256_loadu_si256((const __m256i *)(levels + 8));
     __m256i bound[16];
-    for (int k = 1; k < m->alphabet; k++) bound[k] = _mm256_set1_epi32((int)m->cum16[k] - 1);
+    for (int k = 1; k < m->alphabet; k++) bound[k] = _mm256_set1_epi32((int)m->cum32[k] - 1);
     for (int64_t t = 0; t < steps; t++) {
         for (int v = 0; v < 4; v++) {
             __m256i slot = _mm256_and_si256(x[v], low12), sym = zero;
@@ -293,6 +293,63 @@ wide_avx2_table(wide_lanes *w, int64_t steps, const wide_model_t *m, const uint3
     return 0;
 }
 
+int32_t ckz_avx512_ok(void); /* _native.c: the AVX-512 switch (BW, VBMI2) */
+
+/* `steps` steps of 32 symbols with AVX-512, alphabets of at most 32: two vectors of 16
+ * lanes; the symbol by a branch-free binary search over the starts held in two registers, its
+ * frequency, start and level by register permutes (vpermi2d), a vector's refills by one
+ * expanding load of 16-bit words (vpexpandw, which reads only the words it takes). No
+ * gathers: where the processor carries the gather data sampling mitigation (Intel up to Ice
+ * Lake, as clouds ship them) an eight-lane gather costs about 24 cycles, and the table
+ * decoder takes two per eight symbols. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt"))) static int32_t
+wide_avx512(wide_lanes *w, int64_t steps, const wide_model_t *m, const uint32_t *levels,
+            uint32_t *dst) {
+    const uint16_t *p = w->p, *end = w->end;
+    __m512i x[2] = {_mm512_loadu_si512((const void *)w->x),
+                    _mm512_loadu_si512((const void *)(w->x + 16))};
+    uint32_t bound[32]; /* bound[j] = the start of symbol j + 1 (past the last: 2^12) */
+    for (int j = 0; j < 32; j++) bound[j] = j + 1 < m->alphabet ? m->cum32[j + 1] : WIDE_TOTAL;
+    const __m512i b0 = _mm512_loadu_si512((const void *)bound);
+    const __m512i b1 = _mm512_loadu_si512((const void *)(bound + 16));
+    const __m512i f0 = _mm512_loadu_si512((const void *)m->freq32);
+    const __m512i f1 = _mm512_loadu_si512((const void *)(m->freq32 + 16));
+    const __m512i c0 = _mm512_loadu_si512((const void *)m->cum32);
+    const __m512i c1 = _mm512_loadu_si512((const void *)(m->cum32 + 16));
+    const __m512i v0 = _mm512_loadu_si512((const void *)levels); /* levels: 256 entries */
+    const __m512i v1 = _mm512_loadu_si512((const void *)(levels + 16));
+    const __m512i low12 = _mm512_set1_epi32(WIDE_TOTAL - 1), floor = _mm512_set1_epi32(WIDE_LOW);
+    int32_t top = 1; /* the search's first step: the largest power of two <= alphabet - 1 */
+    while (top * 2 <= m->alphabet - 1) top *= 2;
+    for (int64_t t = 0; t < steps; t++) {
+        for (int v = 0; v < 2; v++) {
+            __m512i slot = _mm512_and_si512(x[v], low12), sym = _mm512_setzero_si512();
+            for (int32_t h = top; h; h >>= 1) { /* sym += h where bound[sym + h - 1] <= slot */
+                __m512i probe = _mm512_permutex2var_epi32(
+                    b0, _mm512_add_epi32(sym, _mm512_set1_epi32(h - 1)), b1);
+                sym = _mm512_mask_add_epi32(sym, _mm512_cmple_epu32_mask(probe, slot), sym,
+                                            _mm512_set1_epi32(h));
+            }
+            __m512i f = _mm512_permutex2var_epi32(f0, sym, f1);
+            __m512i c = _mm512_permutex2var_epi32(c0, sym, c1);
+            __m512i y = _mm512_add_epi32(
+                _mm512_mullo_epi32(f, _mm512_srli_epi32(x[v], WIDE_PRECISION)),
+                _mm512_sub_epi32(slot, c));
+            _mm512_storeu_si512((void *)(dst + 32 * t + 16 * v),
+                                _mm512_permutex2var_epi32(v0, sym, v1));
+            __mmask16 need = _mm512_cmplt_epu32_mask(y, floor);
+            int take = __builtin_popcount((unsigned)need);
+            if (end - p < take) return 1;
+            __m512i words = _mm512_cvtepu16_epi32(_mm256_maskz_expandloadu_epi16(need, p));
+            p += take;
+            x[v] = _mm512_mask_or_epi32(y, need, _mm512_slli_epi32(y, 16), words);
+        }
+    }
+    _mm512_storeu_si512((void *)w->x, x[0]);
+    _mm512_storeu_si512((void *)(w->x + 16), x[1]);
+    w->p = p;
+    return 0;
+}
 #endif
 
 /* k symbols (k a multiple of 32 but for a block's last call), the first in lane 0: the
@@ -303,8 +360,11 @@ static int32_t wide_run(wide_lanes *w, int64_t k, const wide_model_t *m,
 #ifdef CKZ_WIDE_X86
     if (ckz_avx2_ok()) {
         int64_t steps = k / WIDE_LANES;
-        int32_t bad = m->alphabet <= 16 ? wide_avx2_compare(w, steps, m, levels, dst)
-                                        : wide_avx2_table(w, steps, m, levels, dst);
+        /* CKPTZIP_NO_AVX512: the AVX2 decoders; CKPTZIP_NO_AVX2: the scalar loop */
+        int32_t bad = m->alphabet <= 32 && ckz_avx512_ok()
+                          ? wide_avx512(w, steps, m, levels, dst)
+                      : m->alphabet <= 16 ? wide_avx2_compare(w, steps, m, levels, dst)
+                                          : wide_avx2_table(w, steps, m, levels, dst);
         if (bad) return bad;
         done = steps * WIDE_LANES;
     }
