@@ -966,6 +966,7 @@ _WIDE_DECODE = textwrap.dedent(
             table = torch.randn(alphabet, generator=torch.Generator().manual_seed(n))
             out = torch.empty(n)
             fast.ans_wide_decode(words, lengths, counts, n, 8192, table=table, out=out)
+            h.update(lengths.tobytes() + words.tobytes())  # the encoder's vector steps too
             h.update(got.tobytes() + out.numpy().tobytes())
             try:
                 fast.ans_wide_decode(words[:-1], lengths - np.eye(1, lengths.size,
@@ -980,8 +981,9 @@ _WIDE_DECODE = textwrap.dedent(
 @needs_fast
 def test_the_scalar_wide_decoder_writes_what_the_vector_one_writes() -> None:
     # x86-64 decodes the 32 lanes of "ans-wide" as two AVX-512 vectors (alphabets of up to
-    # 32) or four AVX2 ones; CKPTZIP_NO_AVX512 makes the same process take the AVX2 decoders,
-    # CKPTZIP_NO_AVX2 the scalar loop other machines run
+    # 32) or four AVX2 ones, and encodes them as two AVX-512 vectors; CKPTZIP_NO_AVX512 makes
+    # the same process take the AVX2 decoders and the scalar encoder, CKPTZIP_NO_AVX2 the
+    # scalar loops other machines run; the same words either way
     vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _WIDE_DECODE)
     assert vector == scalar
     vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _WIDE_DECODE)

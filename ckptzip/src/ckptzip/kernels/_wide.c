@@ -53,7 +53,6 @@
 #define WIDE_LANES 32
 #define WIDE_CHUNK 4096 /* symbols decoded at a time into a cache-resident buffer */
 
-int32_t ckz_avx2_ok(void); /* _native.c: the AVX2 switch of every pass */
 
 /* _entropy.c: table[symbol] into the tensor (size 2, 4 or 8 bytes), added to base when it is
  * not NULL; the symbols themselves when table is NULL */
@@ -76,15 +75,89 @@ static int32_t wide_model(const uint32_t *counts, int32_t alphabet, uint32_t *fr
 
 /* -- encoding ---------------------------------------------------------------------------- */
 
+int32_t ckz_avx2_ok(void);   /* _native.c: the AVX2 switch of every pass */
+int32_t ckz_avx512_ok(void); /* _native.c: the AVX-512 switch (BW, VBMI2) */
+
+/* One encoder step of lanes [0, top) at sym[0..top), from the last lane down (the scalar
+ * rule the vector step below follows): returns the new word pointer. */
+static inline uint16_t *wide_encode_step(const uint8_t *sym, int top, uint32_t *x,
+                                         const uint32_t *freq, const uint32_t *cum,
+                                         uint16_t *ptr) {
+    for (int l = top - 1; l >= 0; l--) {
+        uint32_t s = sym[l], f = freq[s], v = x[l];
+        /* without a branch (whether a symbol pushes a word is a coin toss the predictor
+         * loses): the word is always written below ptr, which moves over it only when it is
+         * pushed (the cap leaves room below) */
+        uint32_t push = (uint64_t)v >= (uint64_t)f << (32 - WIDE_PRECISION);
+        ptr[-1] = (uint16_t)v;
+        ptr -= push;
+        v >>= 16 * push;
+        /* a plain division: measured faster than a multiply by f's reciprocal here */
+        x[l] = ((v / f) << WIDE_PRECISION) + v % f + cum[s];
+    }
+    return ptr;
+}
+
+#ifdef CKZ_WIDE_X86
+/* Full steps of 32 lanes, from the step at `at` down to the one at `lo`, with AVX-512, for
+ * alphabets of up to 32: lanes 31-16 then 15-0 as two vectors; frequency and start by
+ * register permutes, the pushed words by one compressing store (vpcompressw: in lane order,
+ * just below the pointer, as the scalar loop leaves them), the quotient by a division in
+ * double (exact: v < 2^32 and f < 2^13, so v / f lies at least 2^-12 from the next integer
+ * and the correctly rounded quotient truncates to the integer one). The same words as
+ * wide_encode_step. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,popcnt"))) static uint16_t *
+wide_encode_avx512(const uint8_t *sym, int64_t lo, int64_t at, uint32_t *x, const uint32_t *freq,
+                   const uint32_t *cum, uint16_t *ptr) {
+    uint32_t f32[32] = {0}, c32[32] = {0};
+    memcpy(f32, freq, sizeof f32); /* freq, cum: 256 entries */
+    memcpy(c32, cum, sizeof c32);
+    const __m512i f0 = _mm512_loadu_si512((const void *)f32);
+    const __m512i f1 = _mm512_loadu_si512((const void *)(f32 + 16));
+    const __m512i c0 = _mm512_loadu_si512((const void *)c32);
+    const __m512i c1 = _mm512_loadu_si512((const void *)(c32 + 16));
+    __m512i xv[2] = {_mm512_loadu_si512((const void *)x),
+                     _mm512_loadu_si512((const void *)(x + 16))};
+    for (; at >= lo; at -= WIDE_LANES) {
+        for (int v = 1; v >= 0; v--) {
+            __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sym + at + 16 * v)));
+            __m512i f = _mm512_permutex2var_epi32(f0, s, f1);
+            __m512i y = xv[v];
+            __mmask16 push = _mm512_cmpge_epu32_mask(y, _mm512_slli_epi32(f, 32 - WIDE_PRECISION));
+            int k = __builtin_popcount((unsigned)push);
+            _mm256_mask_compressstoreu_epi16(ptr - k, push, _mm512_cvtepi32_epi16(y));
+            ptr -= k;
+            y = _mm512_mask_srli_epi32(y, push, y, 16);
+            __m512d lo_q = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(y)),
+                                         _mm512_cvtepu32_pd(_mm512_castsi512_si256(f)));
+            __m512d hi_q = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(y, 1)),
+                                         _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(f, 1)));
+            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(lo_q)),
+                                           _mm512_cvttpd_epu32(hi_q), 1);
+            __m512i r = _mm512_sub_epi32(y, _mm512_mullo_epi32(q, f));
+            xv[v] = _mm512_add_epi32(
+                _mm512_add_epi32(_mm512_slli_epi32(q, WIDE_PRECISION), r),
+                _mm512_permutex2var_epi32(c0, s, c1));
+        }
+    }
+    _mm512_storeu_si512((void *)x, xv[0]);
+    _mm512_storeu_si512((void *)(x + 16), xv[1]);
+    return ptr;
+}
+#endif
+
 /* Blocks [b_lo, b_hi): block b's words to scratch + b * cap (a prefix of its row), their
  * count to lengths[b]. cap >= block + 64 always suffices (a symbol pushes at most one word).
  * Returns 0, or -1 on arguments out of range. */
 CKZ_API int32_t ckz_wide_encode(const uint8_t *sym, int64_t n, const uint32_t *counts,
                                 int32_t alphabet, int64_t block, int64_t b_lo, int64_t b_hi,
                                 uint16_t *scratch, int64_t cap, int64_t *lengths) {
-    uint32_t freq[256], cum[257];
+    uint32_t freq[256] = {0}, cum[257] = {0}; /* zeros past the alphabet: the vector step */
     if (alphabet < 1 || alphabet > 256 || block < WIDE_LANES || block % WIDE_LANES) return -1;
     int32_t only = wide_model(counts, alphabet, freq, cum);
+#ifdef CKZ_WIDE_X86
+    int vector = alphabet <= 32 && ckz_avx2_ok() && ckz_avx512_ok();
+#endif
     for (int64_t b = b_lo; b < b_hi; b++) {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
         lengths[b] = 0;
@@ -93,22 +166,19 @@ CKZ_API int32_t ckz_wide_encode(const uint8_t *sym, int64_t n, const uint32_t *c
         uint16_t *row = scratch + (size_t)b * (size_t)cap, *end = row + cap, *ptr = end;
         uint32_t x[WIDE_LANES];
         for (int l = 0; l < WIDE_LANES; l++) x[l] = WIDE_LOW;
-        for (int64_t at = lo + (hi - lo - 1) / WIDE_LANES * WIDE_LANES; at >= lo;
-             at -= WIDE_LANES) {
-            int top = hi - at < WIDE_LANES ? (int)(hi - at) : WIDE_LANES;
-            for (int l = top - 1; l >= 0; l--) {
-                uint32_t s = sym[at + l], f = freq[s], v = x[l];
-                /* without a branch (whether a symbol pushes a word is a coin toss the
-                 * predictor loses): the word is always written below ptr, which moves over
-                 * it only when it is pushed (the cap leaves room below) */
-                uint32_t push = (uint64_t)v >= (uint64_t)f << (32 - WIDE_PRECISION);
-                ptr[-1] = (uint16_t)v;
-                ptr -= push;
-                v >>= 16 * push;
-                /* a plain division: measured faster than a multiply by f's reciprocal here */
-                x[l] = ((v / f) << WIDE_PRECISION) + v % f + cum[s];
-            }
+        int64_t at = lo + (hi - lo - 1) / WIDE_LANES * WIDE_LANES; /* the last step */
+        if (hi - at < WIDE_LANES) { /* a partial last step */
+            ptr = wide_encode_step(sym + at, (int)(hi - at), x, freq, cum, ptr);
+            at -= WIDE_LANES;
         }
+#ifdef CKZ_WIDE_X86
+        if (vector && at >= lo) { /* CKPTZIP_NO_AVX512: the scalar steps */
+            ptr = wide_encode_avx512(sym, lo, at, x, freq, cum, ptr);
+            at = lo - WIDE_LANES;
+        }
+#endif
+        for (; at >= lo; at -= WIDE_LANES)
+            ptr = wide_encode_step(sym + at, WIDE_LANES, x, freq, cum, ptr);
         for (int l = WIDE_LANES - 1; l >= 0; l--) {
             *--ptr = (uint16_t)(x[l] >> 16);
             *--ptr = (uint16_t)x[l];
@@ -292,8 +362,6 @@ wide_avx2_table(wide_lanes *w, int64_t steps, const wide_model_t *m, const uint3
     w->p = p;
     return 0;
 }
-
-int32_t ckz_avx512_ok(void); /* _native.c: the AVX-512 switch (BW, VBMI2) */
 
 /* `steps` steps of 32 symbols with AVX-512, alphabets of at most 32: two vectors of 16
  * lanes; the symbol by a branch-free binary search over the starts held in two registers, its
