@@ -21,32 +21,18 @@ import argparse
 import hashlib
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _replay import Call, copy_args, least_cpu_row
 from _report import RESULTS, print_table, write_json
 from throughput import Run
 
 from ckptzip import CheckpointManager, entropy, kernels
-
-Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], int]
-
-
-def _copy(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return x.copy()
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, tuple):
-        return tuple(_copy(v) for v in x)
-    return x
 
 
 def record(d: Path) -> dict[str, list[Call]]:
@@ -64,19 +50,19 @@ def record(d: Path) -> dict[str, list[Call]]:
     runs = getattr(owner, name)
 
     def spy_lanes(*args: Any, **kw: Any) -> Any:
-        mine = {k: _copy(v) for k, v in kw.items()}
+        mine = {k: copy_args(v) for k, v in kw.items()}
         mine["threads"] = 1
         if kw.get("out") is not None:  # its own output: the replay writes no restore's tensor
             mine["out"] = torch.empty_like(kw["out"])
-        calls["ans lanes"].append((lanes, _copy(args), mine, int(args[4])))
+        calls["ans lanes"].append((lanes, copy_args(args), mine, int(args[4])))
         return lanes(*args, **kw)
 
     def spy_pair(a: Any, b: Any) -> Any:
-        calls["ans pair (rle+ans)"].append((pair, _copy((a, b)), {}, int(a[3]) + int(b[3])))
+        calls["ans pair (rle+ans)"].append((pair, copy_args((a, b)), {}, int(a[3]) + int(b[3])))
         return pair(a, b)
 
     def spy_runs(data: Any, n: int, nonzero: int) -> Any:
-        calls["zero runs (rle)"].append((runs, (_copy(data), n, nonzero), {}, n))
+        calls["zero runs (rle)"].append((runs, (copy_args(data), n, nonzero), {}, n))
         return runs(data, n, nonzero)
 
     kernels.ans_lanes_decode, kernels.ans_decode_pair = spy_lanes, spy_pair
@@ -127,22 +113,7 @@ def main() -> None:
     for name, calls in recorded.items():
         if not calls:
             continue
-        symbols = sum(c[3] for c in calls)
-        digest, best = replay(calls, digest=True), float("inf")
-        for _ in range(args.repeat):
-            t = time.process_time()
-            replay(calls)
-            best = min(best, time.process_time() - t)
-        rows.append(
-            {
-                "decoder": name,
-                "calls": len(calls),
-                "symbols": symbols,
-                "cpu s": best,
-                "ns/symbol": 1e9 * best / symbols,
-                "sha256": digest[:16],
-            }
-        )
+        rows.append({"decoder": name, **least_cpu_row(calls, replay, args.repeat, "symbol")})
     print_table(
         f"the decoders of a chain-end restore, replayed on one thread ({kernels.IMPLEMENTATION})",
         rows,

@@ -21,7 +21,6 @@ import copy
 import hashlib
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -32,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _replay import Call, copy_args, least_cpu_row
 from _report import RESULTS, print_table, write_json
 from throughput import Run
 
@@ -52,20 +52,6 @@ PASSES = (
 )
 """The kernel layer's functions a default save calls, in the order a tensor meets them."""
 
-Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], int]
-
-
-def _copy(x: Any) -> Any:
-    if isinstance(x, np.random.Generator):  # as the call got it, before it draws
-        return copy.deepcopy(x)
-    if isinstance(x, np.ndarray):
-        return x.copy()
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, (tuple, list)):
-        return type(x)(_copy(v) for v in x)
-    return x
-
 
 def _size(args: tuple[Any, ...]) -> int:
     """The values a call passes over: its first argument's element count."""
@@ -85,7 +71,7 @@ def record(state: dict[str, Any], path: Path) -> dict[str, list[Call]]:
         def call(*args: Any, **kw: Any) -> Any:
             if name == "ans_wide_encode":
                 kw = {**kw, "threads": 1}
-            calls[name].append((fn, _copy(args), _copy(kw), _size(args)))
+            calls[name].append((fn, copy_args(args), copy_args(kw), _size(args)))
             return fn(*args, **kw)
 
         return call
@@ -130,27 +116,11 @@ def replay(calls: list[Call], digest: bool = False) -> str:
 
 def measure(calls: dict[str, list[Call]], repeat: int) -> list[dict[str, Any]]:
     """One row per pass: calls, values, least CPU seconds over ``repeat`` replays."""
-    rows = []
-    for name, these in calls.items():
-        if not these:
-            continue
-        values = sum(c[3] for c in these)
-        digest, best = replay(these, digest=True), float("inf")
-        for _ in range(repeat):
-            t = time.process_time()
-            replay(these)
-            best = min(best, time.process_time() - t)
-        rows.append(
-            {
-                "pass": name,
-                "calls": len(these),
-                "values": values,
-                "cpu s": best,
-                "ns/value": 1e9 * best / max(values, 1),
-                "sha256": digest[:16],
-            }
-        )
-    return rows
+    return [
+        {"pass": name, **least_cpu_row(these, replay, repeat, "value")}
+        for name, these in calls.items()
+        if these
+    ]
 
 
 def main() -> None:
