@@ -415,7 +415,7 @@ __attribute__((target("avx2"))) static void round_run_avx2(const float *v, int64
 }
 #endif
 
-CKZ_API int32_t ckz_avx512_ok(void);
+CKZ_API int32_t ckz_avx512_ok(void); /* below: the AVX-512 switch (BW, VBMI2) */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* round_run_any sixteen entries at a time with AVX-512 for codebooks of up to 32 levels: the
@@ -659,8 +659,6 @@ CKZ_API void ckz_unpack(const uint8_t *data, int64_t n, int32_t bits, uint8_t *o
 }
 
 /* -- decoding: levels gathered straight into the output tensor's memory ------------------*/
-
-CKZ_API int32_t ckz_avx512_ok(void);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

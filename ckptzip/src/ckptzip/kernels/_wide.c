@@ -53,7 +53,6 @@
 #define WIDE_LANES 32
 #define WIDE_CHUNK 4096 /* symbols decoded at a time into a cache-resident buffer */
 
-
 /* _entropy.c: table[symbol] into the tensor (size 2, 4 or 8 bytes), added to base when it is
  * not NULL; the symbols themselves when table is NULL */
 void ckz_put_levels(const uint8_t *chunk, int64_t k, const void *table, int32_t size,
