@@ -1421,16 +1421,55 @@ CKZ_API int32_t ckz_key_scan(const float *x, int64_t n, const int32_t *lut, cons
     return bad != 0;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* ckz_members' scan sixteen values at a time with AVX2: both ranges' tests as compares, and
+ * the positions of the members (a few in a thousand) taken bit by bit from the masks. The
+ * block loop below writes a position for every value of a block that holds a member, and
+ * where a bucket holds 0.2-0.3 % of the values (the moments' edges) half the blocks do: 1.2-1.5
+ * ns a value there. Returns where it stopped (a multiple of 16); *k0, *k1 the counts. */
+__attribute__((target("avx2,bmi"))) static int64_t
+members_avx2(const float *x, int64_t n, float l0, float h0, float l1, float h1, int64_t *out0,
+             int64_t *out1, int64_t *k0, int64_t *k1) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 vl0 = _mm256_set1_ps(l0), vh0 = _mm256_set1_ps(h0);
+    const __m256 vl1 = _mm256_set1_ps(l1), vh1 = _mm256_set1_ps(h1);
+    int64_t i = 0, c0 = *k0, c1 = *k1;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), absmask);
+        __m256 b = _mm256_and_ps(_mm256_loadu_ps(x + i + 8), absmask);
+        uint32_t m0 = (uint32_t)_mm256_movemask_ps(_mm256_and_ps(
+                          _mm256_cmp_ps(a, vl0, _CMP_GT_OQ), _mm256_cmp_ps(a, vh0, _CMP_LE_OQ))) |
+                      (uint32_t)_mm256_movemask_ps(_mm256_and_ps(
+                          _mm256_cmp_ps(b, vl0, _CMP_GT_OQ), _mm256_cmp_ps(b, vh0, _CMP_LE_OQ)))
+                          << 8;
+        uint32_t m1 = (uint32_t)_mm256_movemask_ps(_mm256_and_ps(
+                          _mm256_cmp_ps(a, vl1, _CMP_GT_OQ), _mm256_cmp_ps(a, vh1, _CMP_LE_OQ))) |
+                      (uint32_t)_mm256_movemask_ps(_mm256_and_ps(
+                          _mm256_cmp_ps(b, vl1, _CMP_GT_OQ), _mm256_cmp_ps(b, vh1, _CMP_LE_OQ)))
+                          << 8;
+        for (; m0; m0 &= m0 - 1) out0[c0++] = i + __builtin_ctz(m0);
+        for (; m1; m1 &= m1 - 1) out1[c1++] = i + __builtin_ctz(m1);
+    }
+    *k0 = c0;
+    *k1 = c1;
+    return i;
+}
+#endif
+
 /* Positions i (ascending) with lo[r] < |x[i]| <= hi[r], for ranges r = 0, 1 (n_ranges of
- * them), into out[r] (each with room for its count + 1); counts written to found[r]. A block
- * is first tested as a whole (a branch-free OR the compiler vectorises): the two buckets
- * hold a few values in a thousand. */
+ * them), into out[r] (each with room for its count + 1); counts written to found[r]. With
+ * AVX2 sixteen values at a time (above; CKPTZIP_NO_AVX2=1: the loop below, the same
+ * positions); else a block is first tested as a whole (a branch-free OR the compiler
+ * vectorises): the two buckets hold a few values in a thousand. */
 CKZ_API void ckz_members(const float *x, int64_t n, const float *lo, const float *hi,
                          int32_t n_ranges, int64_t *out0, int64_t *out1, int64_t *found) {
-    int64_t k0 = 0, k1 = 0;
+    int64_t k0 = 0, k1 = 0, first = 0;
     float l0 = lo[0], h0 = hi[0];
     float l1 = n_ranges > 1 ? lo[1] : 0.0f, h1 = n_ranges > 1 ? hi[1] : -1.0f;
-    for (int64_t start = 0; start < n; start += 256) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (ckz_avx2_ok()) first = members_avx2(x, n, l0, h0, l1, h1, out0, out1, &k0, &k1);
+#endif
+    for (int64_t start = first; start < n; start += 256) {
         int64_t stop = start + 256 < n ? start + 256 : n;
         int any = 0;
         for (int64_t i = start; i < stop; i++) {
