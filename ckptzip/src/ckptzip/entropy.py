@@ -74,8 +74,9 @@ length ``n`` as one chunk, by
   the payload before allocating, and that each block reads exactly its words and leaves every
   lane in its initial state (2^16). With AVX2 it decodes 2-4x faster than ``"ans-lanes"``
   (32 lanes step as four 8-lane vectors, symbols of alphabets up to 16 by compares instead of
-  loads; ``benchmarks/ans_wide.py``), without it 0.75x, for about 0.1 % more bytes (132 a
-  block, and the coarser frequencies).
+  loads; with AVX-512 two 16-lane vectors, alphabets up to 32 by register permutes;
+  ``benchmarks/ans_wide.py``), without it 0.75x, for about 0.1 % more bytes (132 a block,
+  and the coarser frequencies).
 
 * ``"rle+ans"``: run lengths coded by ANS, for streams of long runs (the delta codec's
   differences, where most weights keep their bin). Per context (segment) its *base*, the

@@ -34,14 +34,18 @@ The functions (flat 1-D inputs throughout):
     counts, and the same extremes to the bit).
 ``members(work, ranges) -> positions``
     For each ``(lo, hi)`` of ``ranges`` (at most two), the ascending int64 positions with
-    ``lo < |x| <= hi``: the sketch buckets a protect or prune cut-off falls in.
+    ``lo < |x| <= hi``: the sketch buckets a protect or prune cut-off falls in. On x86-64
+    with AVX2 the compiled pass tests sixteen values at a time (``CKPTZIP_NO_AVX2=1``: the
+    block loop; the same positions).
 ``assign_fused(v, plan) -> (indices, protected, err2, norm2)``
     One pass for what :class:`Assignment` ``plan`` describes: the level index of every value
     (``o2i[#{cuts < v}]``, ``zero_fix`` for exact zeros when >= 0), the protected positions
     (ascending: ``|x| > t``, or ``|x| == t`` at a position ``<= p``), pruned values set to
     their index, and the squared error as :func:`squared_error` measures it. On x86-64 with
-    AVX2 the compiled pass takes eight values at a time (``CKPTZIP_NO_AVX2=1`` makes it take
-    the scalar loop other processors run; both write the same bits).
+    AVX2 the compiled pass takes eight values at a time, with AVX-512 (BW, VBMI2) sixteen
+    where every index is below 32 (cut-offs, levels and indices in registers, no gathers)
+    (``CKPTZIP_NO_AVX512=1``: the AVX2 loop; ``CKPTZIP_NO_AVX2=1``: the scalar loop other
+    processors run; all write the same bits).
 ``fit_sums(work, second, eps, thresholds, cap, protect, prune) -> sums``
     The level fit's weight of every bucket code of the finite values ``work`` (as
     :func:`sketch_codes` gives them; float64, ``2·cap + 1``): the sum, in position order, of
@@ -71,7 +75,9 @@ The functions (flat 1-D inputs throughout):
     value is ``v``; entries outside the levels' range, non-finite ones and ``protected``
     positions keep their index. Position ``i``'s draw is a 32-bit hash of ``i`` under
     ``seed`` (lowbias32's finaliser on the low, then the high half of ``i``) over ``2^32``:
-    the same integers in both implementations, so the same indices.
+    the same integers in both implementations, so the same indices. On x86-64 the compiled
+    pass is vectorised (AVX2; AVX-512 with at most 32 levels, the levels in registers;
+    ``CKPTZIP_NO_AVX512=1`` and ``CKPTZIP_NO_AVX2=1`` take the others, the same indices).
 ``residual_error(x, y) -> (err2, norm2)``
     ``Σ (y − x)²`` and ``Σ x²`` in float64 over the entries where ``x`` is finite (a
     residual's reconstruction ``y`` against the tensor ``x``).
@@ -132,8 +138,10 @@ The functions (flat 1-D inputs throughout):
     ``ans_lanes_decode`` (symbols, or levels straight into ``out``, ``threads`` over blocks)
     and raises :class:`~ckptzip.errors.CorruptCheckpointError` unless every block decodes to
     exactly its symbols, reads all its words and leaves each lane in its initial state. On
-    x86-64 with AVX2 the compiled decoder steps 32 lanes in four vectors
-    (``CKPTZIP_NO_AVX2=1``: the scalar loop; the same values). The reference steps every
+    x86-64 with AVX2 the compiled decoder steps 32 lanes in four vectors, with AVX-512 (BW,
+    VBMI2) and at most 32 symbols in two, and the encoder then codes full steps in two
+    vectors (``CKPTZIP_NO_AVX512=1``: the AVX2 decoders and the scalar encoder;
+    ``CKPTZIP_NO_AVX2=1``: the scalar loops; the same words and values). The reference steps every
     block's lanes together in NumPy: correct, and slow (0.1-0.2 s to encode and about 0.3 s to
     decode a stream of one to four 2^18-symbol blocks, which step together).
 ``rle_split(symbols, bounds) -> (tokens, values, others, base, extra, extra_bits)``,

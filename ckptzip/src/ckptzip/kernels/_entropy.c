@@ -31,7 +31,6 @@
 #define MAX_LANES 64
 #define CHUNK 4096 /* symbols decoded into a cache-resident buffer, then gathered */
 
-
 /* the context of position i: the last c with bounds[c] <= i (bounds ascending, c < contexts) */
 static int32_t context_of(const int64_t *bounds, int32_t contexts, int64_t i) {
     int32_t lo = 0, hi = contexts; /* answer in [lo, hi) */
