@@ -40,13 +40,21 @@ def test_every_decoder_gives_back_the_coded_levels(alphabet: int) -> None:
     assert abs(wide_bytes / library_bytes - 1) < 0.05
 
 
-def test_an_interleaved_stream_that_ends_early_or_runs_on_is_refused() -> None:
-    lib = ans_wide.build()
-    rng = np.random.default_rng(7)
-    n = 10_000
-    symbols = rng.integers(0, 12, n).astype(np.uint8)
+def _interleaved(
+    lib: ctypes.CDLL, seed: int, n: int = 10_000
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """n uniform symbols of 12, their prototype model and its interleaved stream:
+    (symbols, freq, cum, words, words used)."""
+    symbols = np.random.default_rng(seed).integers(0, 12, n).astype(np.uint8)
     freq, cum = ans_wide.model(symbols, 12)
     one, used = ans_wide.encode_interleaved(lib, symbols, freq, cum)
+    return symbols, freq, cum, one, used
+
+
+def test_an_interleaved_stream_that_ends_early_or_runs_on_is_refused() -> None:
+    lib = ans_wide.build()
+    symbols, freq, cum, one, used = _interleaved(lib, 7)
+    n = symbols.size
     slots = np.zeros(1 << ans_wide.PRECISION, dtype=np.uint32)
     lib.wide_table(ans_wide._ptr(freq), ans_wide._ptr(cum), ctypes.c_int(12), ans_wide._ptr(slots))
     levels = np.linspace(-1.0, 1.0, 16).astype(np.float32)
@@ -79,12 +87,7 @@ def test_the_library_layout_is_the_prototype_s_interleaved_stream_block_by_block
     # block holds the same words
     from ckptzip import kernels
 
-    lib = ans_wide.build()
-    rng = np.random.default_rng(3)
-    n = 10_000
-    symbols = rng.integers(0, 12, n).astype(np.uint8)
-    freq, cum = ans_wide.model(symbols, 12)
-    one, used = ans_wide.encode_interleaved(lib, symbols, freq, cum)
+    symbols, _, _, one, used = _interleaved(ans_wide.build(), 3)
     counts = np.bincount(symbols, minlength=12).astype(np.uint32)
     lengths, words = kernels.ans_wide_encode(symbols, counts, 1 << 18)
     assert lengths.tolist() == [used] and np.array_equal(words, one[:used])
