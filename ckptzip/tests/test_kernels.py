@@ -167,6 +167,84 @@ def test_key_scan_matches(values: list[float], alpha: float, seed: int) -> None:
     assert not ref.key_scan(bad, table)[3] and not fast.key_scan(bad, table)[3]
 
 
+def _windows(t: torch.Tensor, side: str, parity: int, width: int = 16) -> torch.Tensor:
+    """The ``width`` float32 values next to every other positive normal threshold of ``t``
+    (those of index parity ``parity``): at or below it (``side="below"``) or above it. Each
+    window's values share one key, and a key one off lands in a bin no window fills, so a
+    histogram that matches the reference's holds every value's key."""
+    bits = t.numpy().view(np.int32).astype(np.int64)
+    idx = np.flatnonzero((t.numpy() >= np.float32(2.0**-126)) & np.isfinite(t.numpy()))
+    idx = idx[idx % 2 == parity]
+    steps = np.arange(width) - (width - 1 if side == "below" else -1)
+    out = (bits[idx][:, None] + steps[None, :]).reshape(-1)
+    out = out[(out > 0) & (out < 0x7F800000)].astype(np.int32)
+    return torch.from_numpy(out.view(np.float32).copy())
+
+
+@needs_fast
+@pytest.mark.parametrize("alpha", [0.01, 0.002, 0.3])
+def test_key_scan_keys_every_value_next_to_every_threshold(alpha: float) -> None:
+    # the AVX-512 loop reads keys off a fitted log2 (ckz_log_fit) and looks up only the
+    # values within its error of a threshold: every value within 16 ulps of a threshold
+    # (the lookup's band is about 2 ulps wide at alpha 0.01) gets the reference's key
+    from ckptzip.sketch import key_table
+
+    assert fast is not None
+    table = key_table(alpha, 2048)
+    assert table is not None
+    t = table.thresholds[: table.size]
+    for side in ("below", "above"):
+        for parity in (0, 1):
+            x = _windows(t, side, parity)
+            x = torch.cat([x, -x.flip(0)])  # both rows, and the other order
+            h_ref, lo_ref, hi_ref, _ = ref.key_scan(x, table)
+            h_fast, lo_fast, hi_fast, _ = fast.key_scan(x, table)
+            assert np.array_equal(h_ref, h_fast), (side, parity)
+            assert (lo_ref, hi_ref) == (lo_fast, hi_fast)
+
+
+@needs_fast
+@pytest.mark.parametrize("key_min", [-300, -4000, 40])
+def test_fit_sums_code_every_value_next_to_every_threshold(key_min: int) -> None:
+    # the same for the first moment's fit: the sums' buckets by the fitted log2
+    assert fast is not None
+    t = _thresholds(key_min, 2048)
+    for side in ("below", "above"):
+        for parity in (0, 1):
+            x = _windows(t, side, parity)
+            x = torch.cat([x, -x.flip(0)])
+            if not x.numel():
+                continue
+            v = torch.full_like(x, 1e-6)
+            rules = ((math.inf, -1), (-1.0, -1))
+            s_ref = ref.fit_sums(x, v, 1e-8, t, 2048, *rules)
+            assert s_ref.tobytes() == fast.fit_sums(x, v, 1e-8, t, 2048, *rules).tobytes()
+
+
+@needs_fast
+@pytest.mark.slow
+def test_key_scan_keys_every_positive_float32() -> None:
+    # all 2^31 - 2^23 positive finite floats, a binade at a time: the keys of consecutive
+    # floats ascend, so a binade's histogram is the differences of where each threshold's
+    # bits fall in it (computed here without the kernels)
+    from ckptzip.sketch import key_table
+
+    assert fast is not None
+    table = key_table(0.01, 2048)
+    assert table is not None
+    size = table.size
+    t_bits = table.thresholds[:size].numpy().view(np.int32).astype(np.int64)
+    for e in range(255):
+        lo, hi = e << 23, (e + 1) << 23
+        x = torch.arange(lo, hi, dtype=torch.int32).view(torch.float32)
+        hist, *_ = fast.key_scan(x, table)
+        # values with key <= k: the floats at or below threshold k, i.e. bits <= t_bits[k]
+        at_most = np.clip(t_bits + 1 - lo, 0, hi - lo)
+        want = np.diff(np.concatenate([[0], at_most, [hi - lo]]))
+        assert np.array_equal(hist[1], want), e
+        assert not hist[0].any()
+
+
 @needs_fast
 @given(st.integers(0, 2**32 - 1), st.integers(0, 5000), st.integers(1, 2))
 @settings(max_examples=80, deadline=None)
@@ -1149,10 +1227,13 @@ _KEY_SCAN = textwrap.dedent(
 
 @needs_fast
 def test_the_scalar_key_scan_counts_what_the_vector_one_counts() -> None:
-    # the sketch pass goes eight values at a time with AVX2; the same counts, and the same
-    # extremes to the bit (a zero extreme keeps the sign of the first zero, as in the loop)
+    # the sketch pass goes sixteen values at a time with AVX-512 (keys by arithmetic) or
+    # eight with AVX2 (keys by a gather); the same counts, and the same extremes to the bit
+    # (a zero extreme keeps the sign of the first zero, as in the loop)
     vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _KEY_SCAN)
     assert vector == scalar
+    vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _KEY_SCAN)
+    assert vector == avx2
 
 
 def _printed_with_and_without(switch: str, script: str) -> tuple[str, str]:

@@ -23,7 +23,7 @@ from ckptzip.kernels import _reference as ref
 
 NAME = "fast"
 
-_ABI_VERSION = 11
+_ABI_VERSION = 12
 
 _lib = ctypes.CDLL(_native.__file__)
 if _lib.ckz_abi_version() != _ABI_VERSION:  # a stale build next to newer Python code
@@ -82,8 +82,9 @@ _wide_enc = _fn("ckz_wide_encode", _I32, _P, _I64, _P, _I32, _I64, _I64, _I64, _
 _wide_dec = _fn("ckz_wide_decode", _I32, _P, _P, _I64, _P, _I32, _I64, _I64, _I64, _P, _I32, _P, _P)
 # the quantizer's fused passes
 _F32 = ctypes.c_float
-_key_scan = _fn("ckz_key_scan", _I32, _P, _I64, _P, _P, _I32, _P, _P, _P)
+_key_scan = _fn("ckz_key_scan", _I32, _P, _I64, _P, _P, _I32, _P, _P, _P, _P)
 _key_pack = _fn("ckz_key_pack", None, _P, _P, _P)
+_log_fit = _fn("ckz_log_fit", _I32, _P, _I64, _P)
 _F64 = ctypes.c_double
 _fit_sums = _fn("ckz_fit_sums", None, _P, _P, _I64, _F64, _P, _I32, _F32, _I64, _F32, _I64, _P)
 _members = _fn("ckz_members", None, _P, _I64, _P, _P, _I32, _P, _P, _P)
@@ -129,14 +130,17 @@ def sketch_codes(
 
 # KeyTable hashes by identity (eq=False); sketch.key_table keeps at most 8 tables alive
 @functools.lru_cache(maxsize=8)
-def _packed_table(table: ref.KeyTable) -> np.ndarray | None:
-    """``ckz_key_pack``'s one-load form of ``table`` (made once a table; ``None`` where it
-    has too many thresholds for it)."""
+def _packed_table(table: ref.KeyTable) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """``ckz_key_pack``'s one-load form of ``table`` and ``ckz_log_fit``'s fit of its
+    thresholds (``None`` where the fit is unusable), made once a table; ``None`` where the
+    table has too many thresholds for the packed form."""
     if table.size >= 1 << 15:
         return None
     pk = np.empty(table.prefix.size, dtype=np.int32)
     _key_pack(_ptr(table.prefix), _ptr(table.thresholds), _ptr(pk))
-    return pk
+    fit = np.zeros(5, dtype=np.float64)
+    ok = _log_fit(_ptr(table.thresholds), table.size, _ptr(fit))
+    return pk, (fit if ok else None)
 
 
 def key_scan(work: torch.Tensor, table: ref.KeyTable) -> tuple[np.ndarray, float, float, bool]:
@@ -146,10 +150,12 @@ def key_scan(work: torch.Tensor, table: ref.KeyTable) -> tuple[np.ndarray, float
     size = table.size
     hist = np.zeros((2, size + 1), dtype=np.int64)
     bounds = np.zeros(2, dtype=np.float32)
-    pk = _packed_table(table)
+    packed = _packed_table(table)
+    pk, fit = (None, None) if packed is None else packed
     bad = _key_scan(
         _ptr(w), w.numel(), _ptr(table.prefix), _ptr(table.thresholds), size,
-        None if pk is None else _ptr(pk), _ptr(hist), _ptr(bounds),
+        None if pk is None else _ptr(pk), None if fit is None else _ptr(fit), _ptr(hist),
+        _ptr(bounds),
     )  # fmt: skip
     if bad or w.numel() == 0:
         return hist, math.nan, math.nan, not bad

@@ -24,7 +24,7 @@
 #define CKZ_API __attribute__((visibility("default")))
 #endif
 
-#define CKZ_ABI_VERSION 11 /* also covers _entropy.c's, _delta.c's and _wide.c's symbols */
+#define CKZ_ABI_VERSION 12 /* also covers _entropy.c's, _delta.c's and _wide.c's symbols */
 
 CKZ_API int ckz_abi_version(void) { return CKZ_ABI_VERSION; }
 
@@ -56,6 +56,8 @@ CKZ_API int32_t ckz_avx2_ok(void) {
     return 0;
 #endif
 }
+
+CKZ_API int32_t ckz_avx512_ok(void); /* below: the AVX-512 switch (BW, VBMI2) */
 
 /* The offsets' lookup: lut[prefix of |x|] = #{T < the smallest float with that prefix}, pad
  * = T then +inf; one_step when at most one threshold lies in any slice (one branch-free step
@@ -132,6 +134,120 @@ CKZ_API void ckz_sketch_codes(const float *x, int64_t n, const float *t, int32_t
     }
     ckz_offsets_close(&o);
 }
+
+/* -- offsets by arithmetic: #{T < |x|} from log2 |x|, without a table load ----------------
+ *
+ * The thresholds are gamma^k rounded to float32, so a threshold's index is an affine function
+ * of its log, up to the rounding: i = A log2 T[i] + B + eta_i, |eta_i| about 3e-6 for the
+ * sketch's gamma. ckz_log_fit fits A and B through the first and last normal, finite
+ * thresholds g0 < g1 and measures the largest |eta| over [g0, g1]; delta = that + 1e-7 + A 1e-9
+ * (what the vector log2 below can be off by, with room to spare: ckz_logkey). For
+ * T[g0] < |x| < T[g1], with y = A log2|x| + B: every i <= floor(y) has T[i] < |x| and every
+ * i > floor(y) has T[i] >= |x| wherever y lies more than delta from an integer, so the offset
+ * is floor(y) + 1. A value within delta of an integer (about 2 delta of them), or outside
+ * (T[g0], T[g1]) (zeros, subnormals, the collapsed keys, non-finite values) takes the table's
+ * scalar lookup: the same offsets, bit for bit, as the gather and scalar loops.
+ *
+ * fit: A, B, delta, T[g0], T[g1]. Returns 0 (fit unusable: the caller keeps its other loop)
+ * where fewer than three thresholds are normal, they do not ascend strictly, there are 2^24
+ * or more, or delta would exceed 1e-3. */
+CKZ_API int32_t ckz_log_fit(const float *t, int64_t n, double *fit) {
+    int64_t g0 = 0, g1 = n - 1;
+    while (g0 < n && !(t[g0] >= 0x1p-126f)) g0++;
+    while (g1 >= 0 && !(t[g1] <= 3.4028234663852886e38f)) g1--;
+    if (n >= (int64_t)1 << 24 || g0 >= n || g1 < 0 || g1 - g0 < 2) return 0;
+    for (int64_t i = g0; i < g1; i++)
+        if (!(t[i] < t[i + 1])) return 0;
+    double l0 = log2((double)t[g0]), l1 = log2((double)t[g1]);
+    double a = (double)(g1 - g0) / (l1 - l0), b = (double)g0 - a * l0, eta = 0.0;
+    for (int64_t i = g0; i <= g1; i++) {
+        double d = fabs(a * log2((double)t[i]) + b - (double)i);
+        eta = d > eta ? d : eta;
+    }
+    /* the vector log2's error (under 2e-10 before scaling by a: ckz_logkey) and the doubles'
+     * rounding at |y| < 2^24 (under 2e-8), with room */
+    double delta = eta + 1e-7 + a * 1e-9;
+    if (!(delta <= 1e-3)) return 0;
+    fit[0] = a;
+    fit[1] = b;
+    fit[2] = delta;
+    fit[3] = (double)t[g0];
+    fit[4] = (double)t[g1];
+    return 1;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* The vector constants of one fit: log2 |x| = e + log2 c_j + log(1 + r) / ln 2 with c_j the
+ * centre of the sixteenth of [1, 2) the mantissa m lies in (its top four bits j), r = m / c_j
+ * - 1 (|r| <= 1/33), log(1 + r) by its series to r^5 (the rest under 1.3e-10, 1.9e-10 in
+ * log2 units: ckz_log_fit's delta allows A 1e-9 for it). Held per j: 1 / c_j and
+ * A log2 c_j + B + 1. */
+typedef struct {
+    __m512d inv_c_lo, inv_c_hi, log_c_lo, log_c_hi, a, a_ln2, delta, one_minus_delta;
+    __m512 lo, hi;
+} ckz_logkey;
+
+__attribute__((target("avx512f,avx512dq"))) static void ckz_logkey_open(ckz_logkey *k,
+                                                                       const double *fit) {
+    double inv_c[16], log_c[16];
+    for (int j = 0; j < 16; j++) {
+        double c = 1.0 + (2.0 * j + 1.0) / 32.0;
+        inv_c[j] = 1.0 / c;
+        log_c[j] = fit[0] * log2(c) + fit[1] + 1.0; /* + 1: the offset floor(y) + 1 */
+    }
+    k->inv_c_lo = _mm512_loadu_pd(inv_c);
+    k->inv_c_hi = _mm512_loadu_pd(inv_c + 8);
+    k->log_c_lo = _mm512_loadu_pd(log_c);
+    k->log_c_hi = _mm512_loadu_pd(log_c + 8);
+    k->a = _mm512_set1_pd(fit[0]);
+    k->a_ln2 = _mm512_set1_pd(fit[0] / 0.6931471805599453);
+    k->delta = _mm512_set1_pd(fit[2]);
+    k->one_minus_delta = _mm512_set1_pd(1.0 - fit[2]);
+    k->lo = _mm512_set1_ps((float)fit[3]);
+    k->hi = _mm512_set1_ps((float)fit[4]);
+}
+
+/* floor(y) + 1 of eight magnitudes (their float32 bits in mag, normal and finite where it
+ * matters), and in *near the lanes whose y lies within delta of an integer. y + 1 is computed
+ * (the + 1 folded into the table) and is > 0 there, so truncation is the floor. */
+__attribute__((target("avx512f,avx512dq"))) static inline __m256i
+ckz_logkey8(const ckz_logkey *k, __m256i mag, __mmask8 *near) {
+    const __m512d one = _mm512_set1_pd(1.0);
+    __m512d x = _mm512_cvtps_pd(_mm256_castsi256_ps(mag));
+    __m512i j = _mm512_cvtepu32_epi64(_mm256_srli_epi32(mag, 19)); /* low 4 bits used */
+    __m512d m = _mm512_getmant_pd(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero);
+    __m512d e = _mm512_getexp_pd(x);
+    __m512d r = _mm512_fmsub_pd(m, _mm512_permutex2var_pd(k->inv_c_lo, j, k->inv_c_hi), one);
+    __m512d p = _mm512_fmadd_pd(r, _mm512_set1_pd(1.0 / 5.0), _mm512_set1_pd(-1.0 / 4.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 3.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(-1.0 / 2.0));
+    p = _mm512_fmadd_pd(p, r, one);
+    p = _mm512_mul_pd(p, r); /* log(1 + r) */
+    /* y + 1 = A e + (A log2 c_j + B + 1) + (A / ln 2) log(1 + r) */
+    __m512d y1 = _mm512_fmadd_pd(
+        p, k->a_ln2,
+        _mm512_fmadd_pd(e, k->a, _mm512_permutex2var_pd(k->log_c_lo, j, k->log_c_hi)));
+    __m512d fr = _mm512_reduce_pd(y1, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); /* y - floor y */
+    *near = _mm512_cmp_pd_mask(fr, k->delta, _CMP_LT_OQ) |
+            _mm512_cmp_pd_mask(fr, k->one_minus_delta, _CMP_GT_OQ);
+    return _mm512_cvttpd_epi32(y1);
+}
+
+/* Sixteen magnitudes' floor(y) + 1, and the lanes it does not settle (outside (T[g0],
+ * T[g1]), NaN included, or near an integer): the caller looks those up. */
+__attribute__((target("avx512f,avx512dq"))) static inline __m512i
+ckz_logkey16(const ckz_logkey *k, __m512 a, __mmask16 *fix) {
+    __m512i mag = _mm512_castps_si512(a);
+    __mmask8 n0, n1;
+    __m256i k0 = ckz_logkey8(k, _mm512_castsi512_si256(mag), &n0);
+    __m256i k1 = ckz_logkey8(k, _mm512_extracti64x4_epi64(mag, 1), &n1);
+    __mmask16 in = _mm512_cmp_ps_mask(a, k->lo, _CMP_GT_OQ) &
+                   _mm512_cmp_ps_mask(a, k->hi, _CMP_LT_OQ);
+    *fix = (__mmask16)(~in | (((unsigned)n1 << 8 | n0) & in));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(k0), k1, 1);
+}
+#endif
 
 /* -- the level fit's weights: Adam's step, summed per bucket ------------------------------
  *
@@ -232,6 +348,65 @@ __attribute__((target("avx2"))) static void ckz_fit_avx2(const ckz_fit_ctx *c, i
     }
     ckz_fit_scalar(c, i, hi);
 }
+
+/* ckz_fit_avx2's loop with AVX-512 and the codes by arithmetic (ckz_logkey16's eight-lane
+ * half, the lanes it does not settle by ckz_code): no gather. Weights as in the AVX2 loop
+ * (eight doubles: max, sqrt, add, multiply, divide, each correctly rounded, then rounded to
+ * float), the sums added lane by lane in position order. Needs a log fit of the sketch's
+ * thresholds (ckz_log_fit). */
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) static void
+ckz_fit_avx512(const ckz_fit_ctx *c, const double *fit, int64_t lo, int64_t hi) {
+    const ckz_offsets *o = c->o;
+    ckz_logkey k;
+    ckz_logkey_open(&k, fit);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 vpt = _mm256_set1_ps(c->pt), vqt = _mm256_set1_ps(c->qt);
+    const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
+    const __m256 vlo = _mm512_castps512_ps256(k.lo), vhi = _mm512_castps512_ps256(k.hi);
+    const __m256i vcap = _mm256_set1_epi32(o->cap);
+    const __m512d dzero = _mm512_setzero_pd(), done = _mm512_set1_pd(1.0);
+    const __m512d veps = _mm512_set1_pd(c->eps);
+    int32_t code[8];
+    double w[8];
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+        __m256 xv = _mm256_loadu_ps(c->x + i);
+        __m256 a = _mm256_and_ps(xv, absmask);
+        __m256 edge = _mm256_or_ps(_mm256_cmp_ps(a, vpt, _CMP_GE_OQ),
+                                   _mm256_cmp_ps(a, vqt, _CMP_EQ_OQ));
+        if (_mm256_movemask_ps(edge)) {
+            for (int64_t j = i; j < i + 8; j++) ckz_fit_one(c, j);
+            continue;
+        }
+        unsigned keep = ~(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, vqt, _CMP_LT_OQ)) & 0xff;
+        if (!keep) continue;
+        /* the weights */
+        __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(c->v + i));
+        d = _mm512_add_pd(_mm512_sqrt_pd(_mm512_max_pd(dzero, d)), veps); /* NaN stays */
+        __m256 wf = _mm512_cvtpd_ps(_mm512_div_pd(done, _mm512_mul_pd(d, d)));
+        keep &= (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(wf, fmax, _CMP_LE_OQ));
+        if (!keep) continue;
+        _mm512_storeu_pd(w, _mm512_cvtps_pd(wf));
+        /* the codes: cap +- m, m = floor(y) + 1 inside (T[g0], T[g1]) */
+        __mmask8 near;
+        __m256i m = ckz_logkey8(&k, _mm256_castps_si256(a), &near);
+        unsigned in = (unsigned)_mm256_movemask_ps(_mm256_and_ps(
+            _mm256_cmp_ps(a, vlo, _CMP_GT_OQ), _mm256_cmp_ps(a, vhi, _CMP_LT_OQ)));
+        unsigned fix = (~in | (near & in)) & keep;
+        __m256i sign = _mm256_srai_epi32(_mm256_castps_si256(xv), 31);
+        m = _mm256_sub_epi32(_mm256_xor_si256(m, sign), sign); /* -m for a set sign bit */
+        _mm256_storeu_si256((__m256i *)code, _mm256_add_epi32(vcap, m));
+        for (; fix; fix &= fix - 1) {
+            int j = __builtin_ctz(fix);
+            uint32_t b;
+            memcpy(&b, &c->x[i + j], sizeof b);
+            code[j] = ckz_code(o, b);
+        }
+        for (int j = 0; j < 8; j++)
+            if (keep >> j & 1) c->sums[code[j]] += w[j];
+    }
+    ckz_fit_scalar(c, i, hi);
+}
 #endif
 
 CKZ_API void ckz_fit_sums(const float *x, const float *v, int64_t n, double eps, const float *t,
@@ -242,6 +417,12 @@ CKZ_API void ckz_fit_sums(const float *x, const float *v, int64_t n, double eps,
     ckz_fit_ctx c = {&o, x, v, eps, pt, qt, pp, qp, sums};
     void (*pass)(const ckz_fit_ctx *, int64_t, int64_t) = ckz_fit_scalar;
 #ifdef CKZ_HAVE_AVX2_FIT
+    double fit[5];
+    if (ckz_avx512_ok() && ckz_log_fit(t, cap, fit)) {
+        ckz_fit_avx512(&c, fit, 0, n);
+        ckz_offsets_close(&o);
+        return;
+    }
     if (o.lut != NULL && o.one_step && ckz_avx2_ok()) pass = ckz_fit_avx2;
 #endif
     pass(&c, 0, n);
@@ -414,8 +595,6 @@ __attribute__((target("avx2"))) static void round_run_avx2(const float *v, int64
     round_run_any(v, lo, hi, levels, n_levels, seed, idx);
 }
 #endif
-
-CKZ_API int32_t ckz_avx512_ok(void); /* below: the AVX-512 switch (BW, VBMI2) */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* round_run_any sixteen entries at a time with AVX-512 for codebooks of up to 32 levels: the
@@ -1365,6 +1544,64 @@ __attribute__((target("avx2"))) static int64_t key_scan_avx2(const float *x, int
 }
 #endif
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* ckz_key_scan's loop sixteen values at a time with AVX-512 over [0, end) (pk and a log fit
+ * of the table given): the keys by arithmetic (ckz_logkey16, no gather: on processors whose
+ * gathers are slowed by a microcode mitigation a gather costs more than the rest of the
+ * loop), zeros as key 0, the lanes it does not settle by the scalar lookup, min and max as
+ * the AVX2 loop keeps them, the counts by sixteen scalar increments. The same counts,
+ * extremes and flag as the scalar loop. Returns where it stopped (a multiple of 16). */
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) static int64_t
+key_scan_avx512(const float *x, int64_t end, const int32_t *lut, const float *t,
+                const int32_t *pk, const double *fit, int64_t row, int64_t *hist, float *lo,
+                float *hi, uint32_t *bad) {
+    ckz_logkey k;
+    ckz_logkey_open(&k, fit);
+    __m512 vlo = _mm512_set1_ps(*lo), vhi = _mm512_set1_ps(*hi);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+    const __m512i finite_max = _mm512_set1_epi32(0x7f7fffff), vrow = _mm512_set1_epi32((int)row);
+    __mmask16 vbad = 0;
+    /* the keys of a group are counted one group later: the scalar loads then read what the
+     * vector store wrote long before, not straight after it (a store-forwarding stall) */
+    int32_t idx[2][16];
+    int64_t i = 0, filled = 0;
+    for (; i + 16 <= end; i += 16) {
+        int32_t *cur = idx[(i >> 4) & 1], *prev = idx[~(i >> 4) & 1];
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512i b = _mm512_castps_si512(v), mag = _mm512_and_si512(b, abs_mask);
+        vlo = _mm512_min_ps(v, vlo);
+        vhi = _mm512_max_ps(v, vhi);
+        vbad |= _mm512_cmpgt_epi32_mask(mag, finite_max);
+        __mmask16 fix, zero = _mm512_testn_epi32_mask(mag, mag);
+        __m512i key = ckz_logkey16(&k, _mm512_castsi512_ps(mag), &fix);
+        key = _mm512_mask_mov_epi32(key, zero, _mm512_setzero_si512());
+        fix &= (__mmask16)~zero;
+        /* row 1 for the values whose sign bit is clear, row 0 for the others */
+        __m512i off = _mm512_maskz_mov_epi32((__mmask16)~_mm512_movepi32_mask(b), vrow);
+        _mm512_storeu_si512(cur, _mm512_add_epi32(off, key));
+        for (unsigned f = fix; f; f &= f - 1) { /* rare: the scalar lookup */
+            int j = __builtin_ctz(f);
+            uint32_t bj;
+            memcpy(&bj, &x[i + j], sizeof bj);
+            uint32_t mj = bj & 0x7fffffffu;
+            int32_t e = pk[mj >> PREFIX_SHIFT];
+            int32_t kj = e >= 0 ? (e >> 16) + ((int32_t)(mj & 0xffffu) > (e & 0xffff))
+                                : ckz_key(lut, t, mj);
+            cur[j] = (int32_t)((int64_t)(1u - (bj >> 31)) * row + kj);
+        }
+        if (filled)
+            for (int j = 0; j < 16; j++) hist[prev[j]]++;
+        filled = 1;
+    }
+    if (filled)
+        for (int j = 0; j < 16; j++) hist[idx[((i >> 4) - 1) & 1][j]]++;
+    *lo = _mm512_reduce_min_ps(vlo) < *lo ? _mm512_reduce_min_ps(vlo) : *lo;
+    *hi = _mm512_reduce_max_ps(vhi) > *hi ? _mm512_reduce_max_ps(vhi) : *hi;
+    *bad |= (uint32_t)vbad;
+    return i;
+}
+#endif
+
 /* The scalar loop keeps the first of equal extremes it meets, so a zero extreme has the sign
  * of the first zero in order; the vector loop meets them in another order. Where the extreme
  * it found is a zero, the first zero of [0, end) gives its sign. */
@@ -1376,18 +1613,24 @@ static float first_zero_sign(const float *x, int64_t end, float fallback) {
 
 /* hist: 2 x (len + 1) int64, row 0 the negative values by key, row 1 the others (zeros have
  * key 0: T[0] is 0.0). out: lo, hi (NaN ignored); returns 1 when a NaN or inf was seen.
- * pk: ckz_key_pack's table of lut and t, or NULL (then lut and t alone). On x86-64 with
- * AVX2 (and pk given) the values go eight at a time (CKPTZIP_NO_AVX2=1: the scalar loop; the
- * same counts and extremes). */
+ * pk: ckz_key_pack's table of lut and t, or NULL (then lut and t alone); fit: ckz_log_fit of
+ * t, or NULL. On x86-64 with AVX-512 (pk and fit given) the values go sixteen at a time, keys
+ * by arithmetic (CKPTZIP_NO_AVX512=1: the AVX2 loop); with AVX2 (pk given) eight at a time, keys
+ * by a gather (CKPTZIP_NO_AVX2=1: the scalar loop). The same counts and extremes each way. */
 CKZ_API int32_t ckz_key_scan(const float *x, int64_t n, const int32_t *lut, const float *t,
-                             int32_t len, const int32_t *pk, int64_t *hist, float *out) {
+                             int32_t len, const int32_t *pk, const double *fit, int64_t *hist,
+                             float *out) {
     float lo = bits_to_float(0x7f800000u), hi = -lo;
     uint32_t bad = 0;
     int64_t row = (int64_t)len + 1;
     int64_t zeros[2] = {0, 0};
     int64_t i = 0;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (pk != NULL && ckz_avx2_ok()) {
+    if (pk != NULL && fit != NULL && ckz_avx512_ok()) {
+        i = key_scan_avx512(x, n, lut, t, pk, fit, row, hist, &lo, &hi, &bad);
+        if (lo == 0.0f) lo = first_zero_sign(x, i, lo);
+        if (hi == 0.0f) hi = first_zero_sign(x, i, hi);
+    } else if (pk != NULL && ckz_avx2_ok()) {
         i = key_scan_avx2(x, n, pk, row, hist, &lo, &hi, &bad);
         if (lo == 0.0f) lo = first_zero_sign(x, i, lo);
         if (hi == 0.0f) hi = first_zero_sign(x, i, hi);
