@@ -265,6 +265,7 @@ def test_members_match(seed: int, n: int, k: int) -> None:
     ranges = [(float(np.float32(a)), float(np.float32(b))) for a, b in ranges]
     for r, f in zip(ref.members(x, ranges), fast.members(x, ranges), strict=True):
         assert torch.equal(r, f)
+    assert fast.members(x, []) == ref.members(x, []) == []  # no range: no pass over x
 
 
 def _second_moments(g: torch.Generator, n: int) -> torch.Tensor:

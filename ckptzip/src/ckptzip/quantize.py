@@ -741,9 +741,9 @@ def _quantize_sketched(
     looked = sorted(
         {r for r, whole in ((cut_p, whole_p), (cut_q, whole_q)) if r >= 0 and not whole}
     )
-    found = dict(
-        zip(looked, kernels.members(v, [_bucket_range(sk, r) for r in looked]), strict=True)
-    )
+    # no bucket to look into (each cut takes whole buckets): no pass over the values
+    ranges = [_bucket_range(sk, r) for r in looked]
+    found = dict(zip(looked, kernels.members(v, ranges), strict=True)) if looked else {}
 
     def signs(pos: torch.Tensor) -> tuple[int, int]:
         neg = int(torch.signbit(v[pos]).sum())

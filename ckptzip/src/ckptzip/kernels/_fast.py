@@ -163,7 +163,9 @@ def key_scan(work: torch.Tensor, table: ref.KeyTable) -> tuple[np.ndarray, float
 
 
 def members(work: torch.Tensor, ranges: list[tuple[float, float]]) -> list[torch.Tensor]:
-    if not _host_f32(work) or not 1 <= len(ranges) <= 2:
+    if not ranges:
+        return []
+    if not _host_f32(work) or len(ranges) > 2:
         return ref.members(work, ranges)
     w = work.contiguous()
     n = w.numel()
