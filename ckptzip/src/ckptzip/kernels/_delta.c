@@ -146,6 +146,7 @@ CKZ_API int32_t ckz_rle_join(const uint8_t *tokens, int64_t n_tokens, const uint
     return (t == n_tokens && v == n_values && pos == extra_bits) ? 0 : 1;
 }
 
+CKZ_API int32_t ckz_avx2_ok(void);   /* _native.c */
 CKZ_API int32_t ckz_avx512_ok(void); /* _native.c */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -205,8 +206,11 @@ CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups) {
 /* out[i] = #{j : mids[j] < v[i]} for a block of at most 4096 values, a level at a time over
  * the block, so the compare and the add vectorise (AVX2 where the processor has it: the
  * same exact comparisons, so the same counts). */
-static inline void count_below_any(const float *v, int64_t k, const float *mids,
-                                   int32_t n_mids, uint8_t *out) {
+/* always inlined: the AVX2 wrapper's copy is then compiled for AVX2 (with its 16 KiB of
+ * stack it was not inlined, and the wrapper called the generic copy: SSE, four values a
+ * compare) */
+static inline __attribute__((always_inline)) void
+count_below_any(const float *v, int64_t k, const float *mids, int32_t n_mids, uint8_t *out) {
     int32_t cnt[4096];
     for (int64_t i = 0; i < k; i++) cnt[i] = 0;
     for (int32_t j = 0; j < n_mids; j++) {
@@ -227,7 +231,7 @@ __attribute__((target("avx2"))) static void count_below_avx2(const float *v, int
 static void count_below(const float *v, int64_t k, const float *mids, int32_t n_mids,
                         uint8_t *out) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (__builtin_cpu_supports("avx2")) {
+    if (ckz_avx2_ok()) { /* CKPTZIP_NO_AVX2=1: the generic copy, the same counts */
         count_below_avx2(v, k, mids, n_mids, out);
         return;
     }
