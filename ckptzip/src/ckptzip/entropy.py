@@ -532,9 +532,7 @@ def ans_size(symbols: np.ndarray, segments: Sequence[int] | None = None) -> floa
     """
     flat = np.ascontiguousarray(symbols, dtype=np.uint8).reshape(-1)
     bounds = _bounds(segments, flat.size)
-    counts = np.stack(
-        [kernels.bin_counts(flat[bounds[c] : bounds[c + 1]]) for c in range(bounds.size - 1)]
-    )
+    counts = kernels.ans_counts(flat, bounds, 256)  # every segment in one call
     used = np.flatnonzero(counts.any(axis=0))
     counts = counts[:, : int(used[-1]) + 1 if used.size else 1]  # the alphabet coded
     table, _ = _ans_table(counts)
