@@ -10,7 +10,12 @@ machine move least), in nanoseconds per value; the sha256 of their outputs says 
 runs computed the same results (a run with ``CKPTZIP_NO_AVX512=1`` or ``CKPTZIP_NO_AVX2=1``
 takes the other loops: the digests must not move, the times do).
 
-``python benchmarks/save_kernels.py`` (under a minute); prints a table and writes
+``--delta``: the same for a default ``CheckpointManager``'s delta save of the step after its
+keyframe, with the passes that save adds (requantizing to the parent's levels, the residual's
+reconstruction and error, the bin-index delta, its run-length split and ANS counts and
+coders); ``benchmarks/results/save_kernels-delta.json``.
+
+``python benchmarks/save_kernels.py [--delta]`` (under a minute); prints a table and writes
 ``benchmarks/results/save_kernels.json`` (``--json``).
 """
 
@@ -52,38 +57,82 @@ PASSES = (
 )
 """The kernel layer's functions a default save calls, in the order a tensor meets them."""
 
+DELTA_PASSES = (
+    *PASSES,
+    "requantize",
+    "residual_error",
+    "gather",
+    "delta_encode",
+    "rle_split",
+    "ans_counts",
+    "ans_encode",
+    "ans_lanes_encode",
+)
+"""And those a manager's delta save adds: requantizing to the parent's levels, the residual's
+reconstruction and error, the bin-index delta and its back ends."""
 
-def _size(args: tuple[Any, ...]) -> int:
-    """The values a call passes over: its first argument's element count."""
-    first = args[0]
+
+def _size(name: str, args: tuple[Any, ...]) -> int:
+    """The values a call passes over: its first argument's element count (``gather``'s
+    indices, its second)."""
+    first = args[1] if name == "gather" else args[0]
     return int(first.numel() if isinstance(first, torch.Tensor) else np.asarray(first).size)
 
 
-def record(state: dict[str, Any], path: Path) -> dict[str, list[Call]]:
-    """Every call of :data:`PASSES` during ``ckptzip.save(state, path, threads=1)``:
-    (function, copies of its arguments, values); the save itself runs as it would."""
-    calls: dict[str, list[Call]] = {name: [] for name in PASSES}
-    originals = {name: getattr(kernels, name) for name in PASSES}
+def record(save: Callable[[], Any], passes: tuple[str, ...] = PASSES) -> dict[str, list[Call]]:
+    """Every call of ``passes`` while ``save()`` runs: (function, copies of its arguments,
+    values); the save itself runs as it would."""
+    calls: dict[str, list[Call]] = {name: [] for name in passes}
+    originals = {name: getattr(kernels, name) for name in passes}
 
     def spy(name: str) -> Callable[..., Any]:
         fn = originals[name]
 
         def call(*args: Any, **kw: Any) -> Any:
-            if name == "ans_wide_encode":
+            if name in ("ans_wide_encode", "ans_lanes_encode"):
                 kw = {**kw, "threads": 1}
-            calls[name].append((fn, copy_args(args), copy_args(kw), _size(args)))
+            calls[name].append((fn, copy_args(args), copy_args(kw), _size(name, args)))
             return fn(*args, **kw)
 
         return call
 
-    for name in PASSES:
+    for name in passes:
         setattr(kernels, name, spy(name))
     try:
-        ckptzip.save(state, path, threads=1)
+        save()
     finally:
         for name, fn in originals.items():
             setattr(kernels, name, fn)
     return calls
+
+
+def record_delta(run: Run, tmp: Path) -> dict[str, list[Call]]:
+    """The calls of :data:`DELTA_PASSES` during a default ``CheckpointManager``'s save of the
+    step after its keyframe (error feedback, one chain; the manager's own threads, each call
+    replayed on one)."""
+    mgr = ckptzip.CheckpointManager(tmp / "chain", keyframe_every=10)
+    try:
+        mgr.save(0, run.state())
+        run.step()
+        state = run.state()
+        calls = record(lambda: mgr.save(1, state), DELTA_PASSES)
+    finally:
+        mgr.close()
+    # the manager's threads made the calls in whatever order they ran: by their inputs, so
+    # two runs replay (and digest) the same sequence
+    for these in calls.values():
+        these.sort(key=_inputs_key)
+    return calls
+
+
+def _inputs_key(call: Call) -> str:
+    h = hashlib.sha256()
+    for arg in [*call[1], *call[2].values()]:
+        if isinstance(arg, np.random.Generator):  # its state, not its repr (an address)
+            h.update(repr(arg.bit_generator.state).encode())
+        else:
+            _digest_into(h, arg)
+    return h.hexdigest()
 
 
 def _digest_into(h: Any, out: Any) -> None:
@@ -126,20 +175,35 @@ def measure(calls: dict[str, list[Call]], repeat: int) -> list[dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--json", type=Path, default=RESULTS / "save_kernels.json")
+    ap.add_argument(
+        "--delta",
+        action="store_true",
+        help="the passes of a manager's delta save (the step after a keyframe) instead",
+    )
+    ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    out = args.json or RESULTS / ("save_kernels-delta.json" if args.delta else "save_kernels.json")
+    if args.delta:
+        # one torch thread for the training steps: two may sum the embedding's gradient in
+        # another order from run to run (a delta save's inputs then differ in the last bits)
+        torch.set_num_threads(1)
     run = Run(8192, 256, 4)
     for _ in range(3):
         run.step()
     with TemporaryDirectory() as tmp:
-        calls = record(run.state(), Path(tmp) / "s.ckz")
+        if args.delta:
+            calls = record_delta(run, Path(tmp))
+        else:
+            state = run.state()
+            calls = record(lambda: ckptzip.save(state, Path(tmp) / "s.ckz", threads=1))
     rows = measure(calls, args.repeat)
     total = sum(r["cpu s"] for r in rows)
     switches = {
         k: os.environ[k] for k in ("CKPTZIP_NO_AVX2", "CKPTZIP_NO_AVX512") if k in os.environ
     }
     print_table(
-        f"the passes of one ckptzip.save of the --quick state, replayed on one thread "
+        f"the passes of {'a manager delta save' if args.delta else 'one ckptzip.save'} of "
+        f"the --quick state, replayed on one thread "
         f"({kernels.IMPLEMENTATION}{', ' + str(switches) if switches else ''}); "
         f"all: {total:.4f} CPU s",
         rows,
@@ -153,8 +217,14 @@ def main() -> None:
         ],
     )
     write_json(
-        args.json,
-        {"kernels": kernels.IMPLEMENTATION, "switches": switches, "cpu s": total, "rows": rows},
+        out,
+        {
+            "kernels": kernels.IMPLEMENTATION,
+            "switches": switches,
+            "save": "manager delta" if args.delta else "ckptzip.save",
+            "cpu s": total,
+            "rows": rows,
+        },
     )
 
 
