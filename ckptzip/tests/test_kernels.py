@@ -1307,7 +1307,7 @@ _DELTA_DECODE = textwrap.dedent(
             for known in (None, counts):
                 got = fast.delta_decode(prev, sym, bins, True, known)
                 assert np.array_equal(got, now), (n, bins)
-            h.update(counts.tobytes() + got.tobytes())
+            h.update(sym.tobytes() + counts.tobytes() + got.tobytes())
             if n and bins < 256:  # a difference >= bins is refused by both loops
                 bad = sym.copy()
                 bad[-1] = bins
@@ -1335,7 +1335,7 @@ _DELTA_DECODE = textwrap.dedent(
 
 @needs_fast
 def test_the_scalar_delta_decoding_writes_what_the_vector_one_writes() -> None:
-    # x86-64 with AVX-512 (BW, VBMI2) counts parent bins and applies a rearranged delta 64
-    # indices at a time; CKPTZIP_NO_AVX512 makes the same process take the scalar loops
+    # x86-64 with AVX-512 (BW, VBMI2) counts parent bins, rearranges a delta and applies it
+    # 64 indices at a time; CKPTZIP_NO_AVX512 makes the same process take the scalar loops
     vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX512", _DELTA_DECODE)
     assert vector == scalar

@@ -948,32 +948,80 @@ CKZ_API void ckz_gather(const uint8_t *idx, int64_t n, const void *table, int32_
  * written group after group, each in position order (a stable counting sort by prev).
  * Returns max(prev) | max(now) << 8 so the caller can check every index is below bins.
  */
+CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups); /* _delta.c */
+
+#define DELTA_COMPRESS_BINS 32 /* the vector scatter's limit: one compare per bin */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* The rearranged differences 64 positions at a time, for bins <= DELTA_COMPRESS_BINS: for
+ * each bin b, the differences at the positions holding b, packed in order (vpcompressb), go
+ * to group b's cursor by a masked store (nothing past the group's next free byte is
+ * touched), which is what the scalar loop's cursor writes one by one. The scalar loop stalls
+ * on the cursor of the most common bin (each write waits for the last increment). Returns
+ * where it stopped (a multiple of 64); the caller finishes with the advanced offsets. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt"))) static int64_t
+delta_encode_avx512(const uint8_t *prev, const uint8_t *now, int64_t n, int32_t bins,
+                    int64_t *offset, uint8_t *out) {
+    const __m512i vbins = _mm512_set1_epi8((char)bins);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i p = _mm512_loadu_si512((const void *)(prev + i));
+        __m512i q = _mm512_loadu_si512((const void *)(now + i));
+        __m512i d = _mm512_sub_epi8(p, q);
+        d = _mm512_mask_add_epi8(d, _mm512_cmplt_epu8_mask(p, q), d, vbins);
+        for (int32_t b = 0; b < bins; b++) {
+            __mmask64 m = _mm512_cmpeq_epi8_mask(p, _mm512_set1_epi8((char)b));
+            uint32_t k = (uint32_t)_mm_popcnt_u64(m);
+            _mm512_mask_storeu_epi8(out + offset[b], _bzhi_u64(~0ULL, k),
+                                    _mm512_maskz_compress_epi8(m, d));
+            offset[b] += k;
+        }
+    }
+    return i;
+}
+#endif
+
 CKZ_API int32_t ckz_delta_encode(const uint8_t *prev, const uint8_t *now, int64_t n,
                                  int32_t bins, int32_t rearrange, uint8_t *out,
                                  int64_t *groups) {
     int64_t offset[256];
     uint8_t top_prev = 0, top_now = 0;
-    memset(groups, 0, sizeof(int64_t) * 256);
-    for (int64_t i = 0; i < n; i++) {
-        groups[prev[i]]++;
-        if (prev[i] > top_prev) top_prev = prev[i];
-        if (now[i] > top_now) top_now = now[i];
-    }
+    /* the group sizes by the counting pass (four tables, or a popcount per bin), the tops
+     * by a maximum the compiler vectorises: branches on the data here cost more than the
+     * rest of the pass */
+    ckz_bin_counts(prev, n, groups);
+    for (int b = 255; b > 0; b--)
+        if (groups[b]) {
+            top_prev = (uint8_t)b;
+            break;
+        }
+    for (int64_t i = 0; i < n; i++) top_now = now[i] > top_now ? now[i] : top_now;
     if (top_prev >= bins || top_now >= bins) return top_prev | (top_now << 8);
+    if (!rearrange) {
+        for (int64_t i = 0; i < n; i++) {
+            int32_t d = (int32_t)prev[i] - (int32_t)now[i];
+            out[i] = (uint8_t)(d < 0 ? d + bins : d);
+        }
+        return top_prev | (top_now << 8);
+    }
     int64_t acc = 0;
     for (int b = 0; b < 256; b++) {
         offset[b] = acc;
         acc += groups[b];
     }
-    for (int64_t i = 0; i < n; i++) {
+    int64_t i = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (bins <= DELTA_COMPRESS_BINS && ckz_avx512_ok())
+        i = delta_encode_avx512(prev, now, n, bins, offset, out);
+#endif
+    for (; i < n; i++) {
         int32_t d = (int32_t)prev[i] - (int32_t)now[i];
         if (d < 0) d += bins;
-        out[rearrange ? offset[prev[i]]++ : i] = (uint8_t)d;
+        out[offset[prev[i]]++] = (uint8_t)d;
     }
     return top_prev | (top_now << 8);
 }
-
-CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups); /* _delta.c */
 
 /* Whether the AVX-512 passes may run (decided once): the processor has AVX-512 BW and VBMI2
  * and CKPTZIP_NO_AVX512 is unset, which makes a process take the scalar loops other
