@@ -1317,6 +1317,13 @@ _DELTA_DECODE = textwrap.dedent(
                     h.update(type(exc).__name__.encode())
                 else:
                     raise AssertionError("a difference >= bins decoded")
+    # run-length splits: runs of the base around 16 (the vector pass's limit) and long ones,
+    # groups not aligned to its 64-symbol chunks
+    for n, density in ((1000, 0.5), (70_001, 0.05), (70_001, 0.3), (300_000, 0.002)):
+        sym = np.where(rng.random(n) < density, rng.integers(0, 16, n), 7).astype(np.uint8)
+        bounds = np.array([0, 3, 130, n // 2, n // 2 + 64, n], np.int64)
+        for part in fast.rle_split(sym, bounds):
+            h.update(np.asarray(part).tobytes())
     # levels gathered into a tensor (16 levels: the vector pass; 40: blocks it leaves)
     import torch
     from ckptzip.kernels import _reference as ref
@@ -1335,7 +1342,8 @@ _DELTA_DECODE = textwrap.dedent(
 
 @needs_fast
 def test_the_scalar_delta_decoding_writes_what_the_vector_one_writes() -> None:
-    # x86-64 with AVX-512 (BW, VBMI2) counts parent bins, rearranges a delta and applies it
-    # 64 indices at a time; CKPTZIP_NO_AVX512 makes the same process take the scalar loops
+    # x86-64 with AVX-512 (BW, VBMI2) counts parent bins, rearranges a delta, splits it into
+    # runs and applies it 64 indices at a time; CKPTZIP_NO_AVX512 makes the same process take
+    # the scalar loops
     vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX512", _DELTA_DECODE)
     assert vector == scalar

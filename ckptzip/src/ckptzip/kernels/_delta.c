@@ -62,6 +62,61 @@ static inline int64_t skip_base(const uint8_t *sym, int64_t i, int64_t hi, uint8
     return i;
 }
 
+CKZ_API int32_t ckz_avx512_ok(void); /* _native.c */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* One group's tokens and values from sym[i] (i < hi) on, 64 symbols at a time with AVX-512:
+ * the positions of the symbols other than the base b, packed (vpcompressb of 0..63 under the
+ * mask), give the runs between them as differences of neighbours; the symbols themselves are
+ * packed the same way. A chunk's first run may be long (it carries on from the chunk
+ * before: run_token writes its extra bits); a chunk holding another run of 16 or more goes
+ * to the scalar loop, which then writes those runs' extra bits in order. Stops at the
+ * group's last whole chunk; *last, *nt, *nv advanced as the scalar loop would. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,lzcnt,popcnt"))) static int64_t
+rle_group_avx512(const uint8_t *sym, int64_t i, int64_t hi, uint8_t b, int64_t *last,
+                 uint8_t *tokens, int64_t *nt, uint8_t *values, int64_t *nv, uint8_t *extra,
+                 int64_t *pos) {
+    const __m512i vb = _mm512_set1_epi8((char)b), direct = _mm512_set1_epi8(RLE_DIRECT);
+    const __m512i iota = _mm512_set_epi8(
+        63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42,
+        41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+        19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i one = _mm512_set1_epi8(1);
+    for (; i + 64 <= hi; i += 64) {
+        __m512i v = _mm512_loadu_si512((const void *)(sym + i));
+        __mmask64 m = _mm512_cmpneq_epi8_mask(v, vb);
+        if (!m) continue;
+        uint32_t k = (uint32_t)_mm_popcnt_u64(m);
+        __m512i at = _mm512_maskz_compress_epi8(m, iota); /* positions, ascending */
+        /* runs between neighbours: at[j] - at[j - 1] - 1 for j >= 1 (at moved up a lane by
+         * an expanding load into lanes 1..63) */
+        __m512i runs =
+            _mm512_sub_epi8(_mm512_sub_epi8(at, _mm512_maskz_expand_epi8(~1ULL, at)), one);
+        __mmask64 lanes = _bzhi_u64(~0ULL, k) & ~1ULL;
+        if (_mm512_mask_cmpge_epu8_mask(lanes, runs, direct)) {
+            /* a long run inside the chunk: the scalar loop, in order */
+            for (int64_t j = i; j < i + 64; j++) {
+                if (sym[j] == b) continue;
+                tokens[(*nt)++] = run_token((uint64_t)(j - *last), extra, pos);
+                values[(*nv)++] = sym[j];
+                *last = j + 1;
+            }
+            continue;
+        }
+        int64_t first = i + (int64_t)__builtin_ctzll(m);
+        tokens[*nt] = run_token((uint64_t)(first - *last), extra, pos);
+        _mm512_mask_storeu_epi8(tokens + *nt, lanes, runs); /* lane 0 stays the first run */
+        _mm512_mask_storeu_epi8(values + *nv, _bzhi_u64(~0ULL, k),
+                                _mm512_maskz_compress_epi8(m, v));
+        *nt += k;
+        *nv += k;
+        *last = i + 64 - (int64_t)__builtin_clzll(m);
+    }
+    return i;
+}
+#endif
+
 /* Split sym (groups contexts at bounds) into tokens, the other values and extra bits.
  * base[g] receives the group's base symbol, nonzero[g] its count of other symbols. extra must hold n / 32 + 16 zeroed bytes
  * (sum of bitlen(r) - 1 over runs r >= 16 is at most n / 4). Returns the token count and
@@ -82,7 +137,13 @@ CKZ_API int64_t ckz_rle_split(const uint8_t *sym, const int64_t *bounds, int32_t
         for (int v = 1; v < 256; v++)
             if (hist[v] > hist[b0]) b0 = (uint8_t)v;
         base[g] = b0;
-        for (int64_t i = lo;; i++) {
+        int64_t start = lo;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (ckz_avx512_ok())
+            start = rle_group_avx512(sym, lo, hi, b0, &last, tokens, &nt, values, &nv, extra,
+                                     &pos);
+#endif
+        for (int64_t i = start;; i++) {
             i = skip_base(sym, i, hi, b0);
             if (i >= hi) break;
             tokens[nt++] = run_token((uint64_t)(i - last), extra, &pos);
@@ -146,8 +207,7 @@ CKZ_API int32_t ckz_rle_join(const uint8_t *tokens, int64_t n_tokens, const uint
     return (t == n_tokens && v == n_values && pos == extra_bits) ? 0 : 1;
 }
 
-CKZ_API int32_t ckz_avx2_ok(void);   /* _native.c */
-CKZ_API int32_t ckz_avx512_ok(void); /* _native.c */
+CKZ_API int32_t ckz_avx2_ok(void); /* _native.c */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
