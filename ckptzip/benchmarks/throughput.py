@@ -206,10 +206,21 @@ def save_load(run: Run, d: Path, repeat: int, cpu: dict[str, float]) -> dict[str
     return {**saves, **loads, "ratio": ratio, "bytes_in": pt.stat().st_size}
 
 
+def state_sha256(state: Any) -> str:
+    """A sha256 over the state's tensors: training on two torch threads does not always end
+    in the same bits (here 2 runs in 12 ended elsewhere), so two trees' files compare only
+    where their states do."""
+    h = hashlib.sha256()
+    for t in _floats(state):
+        h.update(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def save_cpu(run: Run, d: Path, repeat: int) -> dict[str, Any]:
     """The least CPU seconds of each one-thread save (default config, and ``unfitted``) and
     of ``torch.save`` over ``repeat`` interleaved rounds, the figure other processes on the
-    machine move least, and the sha256 of the default's file (the same bytes across trees)."""
+    machine move least, the sha256 of the default's file (the same bytes across trees) and
+    of the state (:func:`state_sha256`)."""
     state = run.state()
     ckz = d / "s.ckz"
     fns: dict[str, Callable[[], Any]] = {
@@ -227,19 +238,27 @@ def save_cpu(run: Run, d: Path, repeat: int) -> dict[str, Any]:
             least[name] = min(least[name], cpu_time() - c0)
     ratio = (d / "s.pt").stat().st_size / ckz.stat().st_size
     sha = hashlib.sha256(ckz.read_bytes()).hexdigest()
-    return {"least cpu s": least, "ratio": ratio, "sha256 ckptzip.save": sha}
+    return {
+        "least cpu s": least,
+        "ratio": ratio,
+        "sha256 ckptzip.save": sha,
+        "sha256 state": state_sha256(state),
+    }
 
 
 def delta_save_cpu(run: Run, d: Path, saves: int) -> dict[str, Any]:
     """The least and the median CPU seconds of ``saves`` consecutive manager delta saves
-    (default manager: one chain, error feedback) after a keyframe, and one sha256 over the
-    chain's files (the same bytes across trees)."""
+    (default manager: one chain, error feedback) after a keyframe, one sha256 over the
+    chain's files (the same bytes across trees) and one over the states saved
+    (:func:`state_sha256`)."""
     mgr = CheckpointManager(d / "delta-cpu", keyframe_every=saves + 1)
     mgr.save(0, run.state())
     took = []
+    states = hashlib.sha256(state_sha256(run.state()).encode())
     for step in range(1, saves + 1):
         run.step()
         state = run.state()
+        states.update(state_sha256(state).encode())
         c0 = cpu_time()
         mgr.save(step, state)
         took.append(cpu_time() - c0)
@@ -251,6 +270,7 @@ def delta_save_cpu(run: Run, d: Path, saves: int) -> dict[str, Any]:
         "delta save median cpu s": sorted(took)[len(took) // 2],
         "files": len(files),
         "sha256 chain": digest.hexdigest(),
+        "sha256 states": states.hexdigest(),
     }
 
 
@@ -491,7 +511,8 @@ def main() -> None:
                 f"{res['params'] / 1e6:.1f}M parameters + AdamW, kernels={res['kernels']}: "
                 f"{args.delta_cpu} delta saves, least CPU {res['delta save least cpu s']:.3f} s, "
                 f"median {res['delta save median cpu s']:.3f} s, sha256 of the chain's "
-                f"{res['files']} files {res['sha256 chain'][:16]}"
+                f"{res['files']} files {res['sha256 chain'][:16]} (states "
+                f"{res['sha256 states'][:16]})"
             )
             write_json(args.json, res)
             return
@@ -501,7 +522,8 @@ def main() -> None:
             least = res["least cpu s"]
             print_table(
                 f"{res['params'] / 1e6:.1f}M parameters + AdamW, kernels={res['kernels']}, "
-                f"ratio {res['ratio']:.2f}x, sha256 {res['sha256 ckptzip.save'][:16]}",
+                f"ratio {res['ratio']:.2f}x, sha256 {res['sha256 ckptzip.save'][:16]} (state "
+                f"{res['sha256 state'][:16]})",
                 [{"what": k, "cpu": v, "x": v / least["torch.save"]} for k, v in least.items()],
                 [("what", "what", ""), ("cpu", "least cpu s", ".3f"), ("x", "x torch", ".2f")],
             )
