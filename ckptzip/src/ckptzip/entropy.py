@@ -403,17 +403,6 @@ def _lzma_decompress(data: bytes, size: int) -> bytes:
     return _sized(out, size, "lzma payload (at most one byte past the recorded size)")
 
 
-def _zero_runs(symbols: np.ndarray) -> bytes:
-    """Run-length form: zero-run lengths (255-escaped bytes) then the nonzero symbols."""
-    nz = np.flatnonzero(symbols)
-    gaps = np.diff(nz, prepend=-1) - 1
-    quot, rem = np.divmod(gaps, 255)
-    ends = np.cumsum(quot + 1) - 1
-    runs = np.full(int(ends[-1]) + 1 if ends.size else 0, 255, dtype=np.uint8)
-    runs[ends] = rem.astype(np.uint8)
-    return runs.tobytes() + symbols[nz].tobytes()
-
-
 @dataclass(frozen=True)
 class _Method:
     """One symbol back end: symbols -> (chunks, meta) and back, bounded by ``n``.
@@ -457,11 +446,9 @@ def _raw_method(pack: _Coder, unpack: _Coder) -> _Method:
 
 def _rle_method(pack: _Coder, unpack: _Coder) -> _Method:
     def enc(symbols: np.ndarray, level: int, _: _Segments) -> tuple[list[bytes], dict[str, Any]]:
-        data = _zero_runs(symbols)
-        return [pack(data, level)], {
-            "rle_bytes": len(data),
-            "nonzero": int(np.count_nonzero(symbols)),
-        }
+        # run-length form: zero-run lengths (255-escaped bytes) then the nonzero symbols
+        data, nonzero = kernels.zero_runs_encode(symbols)
+        return [pack(data.data, level)], {"rle_bytes": int(data.size), "nonzero": nonzero}
 
     def dec(chunks: Sequence[bytes], meta: dict[str, Any], n: int, _: _Segments) -> np.ndarray:
         nonzero = _bounded(meta, "nonzero", n)

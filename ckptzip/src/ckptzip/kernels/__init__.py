@@ -29,8 +29,10 @@ The functions (flat 1-D inputs throughout):
     ``#{table.thresholds < |x|}`` (:class:`KeyTable`, one table of float32 bucket edges for
     every tensor) counted by sign (``hist[0]`` values with the sign bit set, ``hist[1]`` the
     others; key 0 is zero), with ``min`` and ``max``; ``finite`` is false when a NaN or inf
-    was seen (``hist``, ``lo``, ``hi`` are then undefined). On x86-64 with AVX2 the compiled
-    pass computes eight keys at a time (``CKPTZIP_NO_AVX2=1``: the scalar loop; the same
+    was seen (``hist``, ``lo``, ``hi`` are then undefined). On x86-64 with AVX-512 the
+    compiled pass computes sixteen keys at a time from a fitted log2 of ``|x|`` (the table
+    looked up only within the fit's error of a threshold), with AVX2 eight by table gathers
+    (``CKPTZIP_NO_AVX512=1``: the AVX2 loop; ``CKPTZIP_NO_AVX2=1``: the scalar loop; the same
     counts, and the same extremes to the bit).
 ``members(work, ranges) -> positions``
     For each ``(lo, hi)`` of ``ranges`` (at most two), the ascending int64 positions with
@@ -54,8 +56,9 @@ The functions (flat 1-D inputs throughout):
     protected (``|x| > t``, or ``|x| == t`` at a position ``<= p``: ``protect = (t, p)``) nor
     pruned (``|x| < t``, or ``|x| == t`` at a position ``<= p``: ``prune = (t, p)``); one
     pass, with no weight tensor made. The order is ``torch.bincount``'s, so the sums are the
-    same bits. On x86-64 with AVX2 the compiled pass takes eight values at a time
-    (``CKPTZIP_NO_AVX2=1``: the scalar loop; both write the same bits).
+    same bits. On x86-64 the compiled pass takes eight values at a time, their buckets from a
+    fitted log2 with AVX-512, by table gathers with AVX2 (``CKPTZIP_NO_AVX512=1``,
+    ``CKPTZIP_NO_AVX2=1`` take the others; all write the same bits).
 ``step_weights(second, eps) -> weights``
     ``1/(sqrt(max(v, 0)) + eps)²`` of every entry ``v`` of ``second`` (an Adam second
     moment), computed in float64 and rounded to float32: the level-fit weights that make a
@@ -104,7 +107,7 @@ The functions (flat 1-D inputs throughout):
     count again; ``out``: a flat, writable uint8 array of ``prev``'s size to decode into,
     which may be ``prev`` itself, else a new array is returned); decoding raises
     :class:`~ckptzip.errors.CorruptCheckpointError` on a symbol ``>= bins``. On x86-64 with
-    AVX-512 (BW and VBMI2) the compiled decoder applies a rearranged delta of at most 32
+    AVX-512 (BW and VBMI2) the compiled coder rearranges and applies a delta of at most 32
     bins 64 indices at a time, and ``bin_counts`` counts indices below 16 64 at a time
     (``CKPTZIP_NO_AVX512=1`` makes them take the scalar loops other processors run; both
     write the same bits).
@@ -152,20 +155,26 @@ The functions (flat 1-D inputs throughout):
     (``others[c] + 1`` runs; none for an empty context), a run below 16 its own token, a
     longer one the token ``11 + bitlen(r)`` and the ``bitlen(r) - 1`` bits of ``r`` under its
     leading one LSB first in ``extra``; the other symbols in order. ``rle_join`` raises
-    :class:`~ckptzip.errors.CorruptCheckpointError` on parts that do not fit.
+    :class:`~ckptzip.errors.CorruptCheckpointError` on parts that do not fit. On x86-64 with
+    AVX-512 (BW, VBMI2) ``rle_split`` takes 64 symbols at a time (``CKPTZIP_NO_AVX512=1``:
+    the scalar loop; the same parts).
+``zero_runs_encode(symbols) -> (data, nonzero)``,
 ``zero_runs_decode(data, n, nonzero) -> symbols``
-    The inverse of the ``"rle"`` back ends' run-length form (:mod:`ckptzip.entropy`): the
-    zero-run lengths as 255-escaped bytes, then the ``nonzero`` nonzero symbols (C in
-    ``_delta.c``: one pass); raises :class:`~ckptzip.errors.CorruptCheckpointError` on a
-    payload that does not fit ``n`` and ``nonzero``.
+    The ``"rle"`` back ends' run-length form (:mod:`ckptzip.entropy`) and its inverse: for
+    each nonzero symbol the length of the zero run before it as 255-escaped bytes (``g //
+    255`` bytes 255, then ``g % 255``), then the ``nonzero`` nonzero symbols (C in
+    ``_delta.c``: one pass each); decoding raises
+    :class:`~ckptzip.errors.CorruptCheckpointError` on a payload that does not fit ``n`` and
+    ``nonzero``.
 ``requantize(work, qidx, own_zero, protected, mids, zero_at, values, o2i=None)``
     ``-> (indices, err2, norm2)``:
     :func:`ckptzip.quantize.requantize`'s pass: the nearest of the new levels
     (``#{mids < v}``, mapped through ``o2i`` when given: a log-domain codebook's value-space
     cut-offs between its non-zero levels, ``o2i`` their indices), ``zero_at`` where the first
     quantization gave exact zero (``own_zero[qidx]``, protected entries aside), and
-    :func:`squared_error` of the result, in one pass (C in ``_delta.c``); ``None`` when a
-    zero is to be kept but ``zero_at < 0`` (no zero level).
+    :func:`squared_error` of the result, in one pass (C in ``_delta.c``; the count of
+    ``mids`` below each value eight at a time with AVX2, ``CKPTZIP_NO_AVX2=1`` the generic
+    loop); ``None`` when a zero is to be kept but ``zero_at < 0`` (no zero level).
 ``bin_counts(prev) -> counts``
     ``np.bincount(prev, minlength=256)`` of uint8 indices (int64): the group sizes of a
     rearranged delta stream.
@@ -226,6 +235,7 @@ __all__ = [
     "unpack",
     "unpack_gather",
     "zero_runs_decode",
+    "zero_runs_encode",
 ]
 
 _CHOICE = os.environ.get("CKPTZIP_KERNELS", "auto")
@@ -293,5 +303,6 @@ ans_wide_decode = _active.ans_wide_decode
 rle_split = _active.rle_split
 rle_join = _active.rle_join
 zero_runs_decode = _active.zero_runs_decode
+zero_runs_encode = _active.zero_runs_encode
 bin_counts = _active.bin_counts
 requantize = _active.requantize

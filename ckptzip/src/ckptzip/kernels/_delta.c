@@ -349,6 +349,26 @@ CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
  * runs and the symbols disagree (not `nonzero` runs, escapes after the last run, a zero
  * symbol); 2 when a symbol lands at or past n, the last such position in *last (the checks
  * of _reference.zero_runs_decode, in its order). 0 <= nonzero <= min(size, n). */
+/* The forward form: for each nonzero symbol the length g of the zero run before it, as
+ * g / 255 bytes 255 then g % 255, into runs; the nonzero symbols into values. Returns the
+ * count of nonzero symbols; *n_runs the run bytes (at most nonzero + n / 255). Zeros are
+ * skipped eight bytes at a time. */
+CKZ_API int64_t ckz_zero_runs_encode(const uint8_t *sym, int64_t n, uint8_t *runs,
+                                     uint8_t *values, int64_t *n_runs) {
+    int64_t nr = 0, nv = 0, last = -1;
+    for (int64_t i = 0;; i++) {
+        i = skip_base(sym, i, n, 0);
+        if (i >= n) break;
+        int64_t g = i - last - 1;
+        for (; g >= 255; g -= 255) runs[nr++] = 255;
+        runs[nr++] = (uint8_t)g;
+        values[nv++] = sym[i];
+        last = i;
+    }
+    *n_runs = nr;
+    return nv;
+}
+
 CKZ_API int32_t ckz_zero_runs_decode(const uint8_t *data, int64_t size, int64_t nonzero,
                                      int64_t n, uint8_t *out, int64_t *last) {
     const uint8_t *values = data + (size - nonzero);

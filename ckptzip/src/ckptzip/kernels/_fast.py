@@ -707,6 +707,16 @@ def rle_split(
 
 
 _zero_runs = _fn("ckz_zero_runs_decode", _I32, _P, _I64, _I64, _I64, _P, _P)
+_zero_runs_enc = _fn("ckz_zero_runs_encode", _I64, _P, _I64, _P, _P, _P)
+
+
+def zero_runs_encode(symbols: np.ndarray) -> tuple[np.ndarray, int]:
+    s = _contig(symbols, np.uint8).reshape(-1)
+    runs = np.empty(s.size + s.size // 255 + 1, dtype=np.uint8)
+    values = np.empty(s.size, dtype=np.uint8)
+    n_runs = np.zeros(1, dtype=np.int64)
+    nonzero = int(_zero_runs_enc(_ptr(s), s.size, _ptr(runs), _ptr(values), _ptr(n_runs)))
+    return np.concatenate([runs[: int(n_runs[0])], values[:nonzero]]), nonzero
 
 
 def zero_runs_decode(data: np.ndarray, n: int, nonzero: int) -> np.ndarray:

@@ -918,6 +918,17 @@ def rle_split(
     return tok, vals.astype(np.uint8), counts, base, extra, int(bits.size)
 
 
+def zero_runs_encode(symbols: np.ndarray) -> tuple[np.ndarray, int]:
+    flat = np.asarray(symbols, dtype=np.uint8).reshape(-1)
+    nz = np.flatnonzero(flat)
+    gaps = np.diff(nz, prepend=-1) - 1
+    quot, rem = np.divmod(gaps, 255)
+    ends = np.cumsum(quot + 1) - 1
+    runs = np.full(int(ends[-1]) + 1 if ends.size else 0, 255, dtype=np.uint8)
+    runs[ends] = rem.astype(np.uint8)
+    return np.concatenate([runs, flat[nz]]), int(nz.size)
+
+
 def check_zero_runs(size: int, n: int, nonzero: int) -> None:
     """What both kernels check before decoding zero runs: ``nonzero`` symbols fit the
     payload's ``size`` bytes and the ``n`` symbols."""
