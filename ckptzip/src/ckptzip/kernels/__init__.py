@@ -44,7 +44,7 @@ The functions (flat 1-D inputs throughout):
     (``o2i[#{cuts < v}]``, ``zero_fix`` for exact zeros when >= 0), the protected positions
     (ascending: ``|x| > t``, or ``|x| == t`` at a position ``<= p``), pruned values set to
     their index, and the squared error as :func:`squared_error` measures it. On x86-64 with
-    AVX2 the compiled pass takes eight values at a time, with AVX-512 (BW, VBMI2) sixteen
+    AVX2 the compiled pass takes eight values at a time, with AVX-512 (BW, DQ, VBMI2) sixteen
     where every index is below 32 (cut-offs, levels and indices in registers, no gathers)
     (``CKPTZIP_NO_AVX512=1``: the AVX2 loop; ``CKPTZIP_NO_AVX2=1``: the scalar loop other
     processors run; all write the same bits).
@@ -107,7 +107,7 @@ The functions (flat 1-D inputs throughout):
     count again; ``out``: a flat, writable uint8 array of ``prev``'s size to decode into,
     which may be ``prev`` itself, else a new array is returned); decoding raises
     :class:`~ckptzip.errors.CorruptCheckpointError` on a symbol ``>= bins``. On x86-64 with
-    AVX-512 (BW and VBMI2) the compiled coder rearranges and applies a delta of at most 32
+    AVX-512 (BW, DQ, VBMI2) the compiled coder rearranges and applies a delta of at most 32
     bins 64 indices at a time, and ``bin_counts`` counts indices below 16 64 at a time
     (``CKPTZIP_NO_AVX512=1`` makes them take the scalar loops other processors run; both
     write the same bits).
@@ -156,7 +156,7 @@ The functions (flat 1-D inputs throughout):
     longer one the token ``11 + bitlen(r)`` and the ``bitlen(r) - 1`` bits of ``r`` under its
     leading one LSB first in ``extra``; the other symbols in order. ``rle_join`` raises
     :class:`~ckptzip.errors.CorruptCheckpointError` on parts that do not fit. On x86-64 with
-    AVX-512 (BW, VBMI2) ``rle_split`` takes 64 symbols at a time (``CKPTZIP_NO_AVX512=1``:
+    AVX-512 (BW, DQ, VBMI2) ``rle_split`` takes 64 symbols at a time (``CKPTZIP_NO_AVX512=1``:
     the scalar loop; the same parts).
 ``zero_runs_encode(symbols) -> (data, nonzero)``,
 ``zero_runs_decode(data, n, nonzero) -> symbols``

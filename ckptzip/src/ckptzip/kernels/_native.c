@@ -57,7 +57,7 @@ CKZ_API int32_t ckz_avx2_ok(void) {
 #endif
 }
 
-CKZ_API int32_t ckz_avx512_ok(void); /* below: the AVX-512 switch (BW, VBMI2) */
+CKZ_API int32_t ckz_avx512_ok(void); /* below: the AVX-512 switch (BW, DQ, VBMI2) */
 
 /* The offsets' lookup: lut[prefix of |x|] = #{T < the smallest float with that prefix}, pad
  * = T then +inf; one_step when at most one threshold lies in any slice (one branch-free step
@@ -1023,15 +1023,16 @@ CKZ_API int32_t ckz_delta_encode(const uint8_t *prev, const uint8_t *now, int64_
     return top_prev | (top_now << 8);
 }
 
-/* Whether the AVX-512 passes may run (decided once): the processor has AVX-512 BW and VBMI2
- * and CKPTZIP_NO_AVX512 is unset, which makes a process take the scalar loops other
- * processors run (the same bits either way). */
+/* Whether the AVX-512 passes may run (decided once): the processor has AVX-512 BW, DQ and
+ * VBMI2 (every processor with VBMI2 so far has the other two) and CKPTZIP_NO_AVX512 is
+ * unset, which makes a process take the loops other processors run (the same bits either
+ * way). */
 CKZ_API int32_t ckz_avx512_ok(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     static int ok = -1; /* the race of two first calls writes the same value */
     if (ok < 0)
-        ok = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi2") &&
-             getenv("CKPTZIP_NO_AVX512") == NULL;
+        ok = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vbmi2") && getenv("CKPTZIP_NO_AVX512") == NULL;
     return ok;
 #else
     return 0;

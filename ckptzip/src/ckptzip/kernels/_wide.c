@@ -75,7 +75,7 @@ static int32_t wide_model(const uint32_t *counts, int32_t alphabet, uint32_t *fr
 /* -- encoding ---------------------------------------------------------------------------- */
 
 int32_t ckz_avx2_ok(void);   /* _native.c: the AVX2 switch of every pass */
-int32_t ckz_avx512_ok(void); /* _native.c: the AVX-512 switch (BW, VBMI2) */
+int32_t ckz_avx512_ok(void); /* _native.c: the AVX-512 switch (BW, DQ, VBMI2) */
 
 /* One encoder step of lanes [0, top) at sym[0..top), from the last lane down (the scalar
  * rule the vector step below follows): returns the new word pointer. */
