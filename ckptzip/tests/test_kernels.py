@@ -1230,6 +1230,40 @@ _KEY_SCAN = textwrap.dedent(
 )
 
 
+_FIT_SUMS = textwrap.dedent(
+    """
+    import hashlib, math, torch
+    from ckptzip.kernels import _fast as fast
+    from ckptzip.sketch import _thresholds
+    g = torch.Generator().manual_seed(3)
+    h = hashlib.sha256()
+    x = torch.randn(100_003, generator=g) * 0.02
+    x[::13] = 0.0
+    v = torch.exp(torch.randn(x.numel(), generator=g) * 6.0 - 14.0)
+    v[::101] = float("nan")
+    a = x.abs()
+    for key_min, cap in ((-300, 2048), (-40, 64), (-4000, 2048)):
+        t = _thresholds(key_min, cap, 0.01, torch.zeros(0))
+        for rules in (
+            ((math.inf, -1), (-1.0, -1)),
+            ((float(a.kthvalue(99_000).values), 500), (float(a.kthvalue(30_000).values), 70)),
+        ):
+            h.update(fast.fit_sums(x, v, 1e-8, t, cap, *rules).tobytes())
+    print(h.hexdigest())
+    """
+)
+
+
+@needs_fast
+def test_the_scalar_fit_sums_add_what_the_vector_ones_add() -> None:
+    # the first moment's fit sums: eight values at a time, buckets from a fitted log2 with
+    # AVX-512 or by gathers with AVX2; the scalar loop elsewhere; the same sums to the bit
+    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _FIT_SUMS)
+    assert vector == scalar
+    vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _FIT_SUMS)
+    assert vector == avx2
+
+
 @needs_fast
 def test_the_scalar_key_scan_counts_what_the_vector_one_counts() -> None:
     # the sketch pass goes sixteen values at a time with AVX-512 (keys by arithmetic) or

@@ -293,11 +293,28 @@ static void ckz_fit_scalar(const ckz_fit_ctx *c, int64_t lo, int64_t hi) {
  * to float) in the lanes, and the sums added lane by lane in position order. A group holding
  * a value on a rule's edge (|x| >= pt, |x| == qt) goes to ckz_fit_one. Only for tables whose
  * slices hold at most one threshold (one_step). */
+/* The group of eight values from i, for both vector loops: 0 when none is kept (every
+ * one pruned) or it holds a value on a rule's edge (|x| >= pt, |x| == qt: then already
+ * summed one by one, by ckz_fit_one), else the mask of the values kept (|x| >= qt); the
+ * values and their magnitudes in *xv, *a. */
+__attribute__((target("avx2"), always_inline)) static inline unsigned
+ckz_fit_group(const ckz_fit_ctx *c, int64_t i, __m256 *xv, __m256 *a) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 vpt = _mm256_set1_ps(c->pt), vqt = _mm256_set1_ps(c->qt);
+    *xv = _mm256_loadu_ps(c->x + i);
+    *a = _mm256_and_ps(*xv, absmask);
+    __m256 edge = _mm256_or_ps(_mm256_cmp_ps(*a, vpt, _CMP_GE_OQ),
+                               _mm256_cmp_ps(*a, vqt, _CMP_EQ_OQ));
+    if (_mm256_movemask_ps(edge)) {
+        for (int64_t j = i; j < i + 8; j++) ckz_fit_one(c, j);
+        return 0;
+    }
+    return ~(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(*a, vqt, _CMP_LT_OQ)) & 0xff;
+}
+
 __attribute__((target("avx2"))) static void ckz_fit_avx2(const ckz_fit_ctx *c, int64_t lo,
                                                          int64_t hi) {
     const ckz_offsets *o = c->o;
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 vpt = _mm256_set1_ps(c->pt), vqt = _mm256_set1_ps(c->qt);
     const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
     const __m256i low16 = _mm256_set1_epi32(0xffff), izero = _mm256_setzero_si256();
     const __m256i vcap = _mm256_set1_epi32(o->cap);
@@ -307,15 +324,8 @@ __attribute__((target("avx2"))) static void ckz_fit_avx2(const ckz_fit_ctx *c, i
     double w[8];
     int64_t i = lo;
     for (; i + 8 <= hi; i += 8) {
-        __m256 xv = _mm256_loadu_ps(c->x + i);
-        __m256 a = _mm256_and_ps(xv, absmask);
-        __m256 edge = _mm256_or_ps(_mm256_cmp_ps(a, vpt, _CMP_GE_OQ),
-                                   _mm256_cmp_ps(a, vqt, _CMP_EQ_OQ));
-        if (_mm256_movemask_ps(edge)) {
-            for (int64_t j = i; j < i + 8; j++) ckz_fit_one(c, j);
-            continue;
-        }
-        int keep = ~_mm256_movemask_ps(_mm256_cmp_ps(a, vqt, _CMP_LT_OQ)) & 0xff;
+        __m256 xv, a;
+        unsigned keep = ckz_fit_group(c, i, &xv, &a);
         if (!keep) continue;
         /* the weights */
         __m256 vv = _mm256_loadu_ps(c->v + i);
@@ -359,8 +369,6 @@ ckz_fit_avx512(const ckz_fit_ctx *c, const double *fit, int64_t lo, int64_t hi) 
     const ckz_offsets *o = c->o;
     ckz_logkey k;
     ckz_logkey_open(&k, fit);
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 vpt = _mm256_set1_ps(c->pt), vqt = _mm256_set1_ps(c->qt);
     const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
     const __m256 vlo = _mm512_castps512_ps256(k.lo), vhi = _mm512_castps512_ps256(k.hi);
     const __m256i vcap = _mm256_set1_epi32(o->cap);
@@ -370,15 +378,8 @@ ckz_fit_avx512(const ckz_fit_ctx *c, const double *fit, int64_t lo, int64_t hi) 
     double w[8];
     int64_t i = lo;
     for (; i + 8 <= hi; i += 8) {
-        __m256 xv = _mm256_loadu_ps(c->x + i);
-        __m256 a = _mm256_and_ps(xv, absmask);
-        __m256 edge = _mm256_or_ps(_mm256_cmp_ps(a, vpt, _CMP_GE_OQ),
-                                   _mm256_cmp_ps(a, vqt, _CMP_EQ_OQ));
-        if (_mm256_movemask_ps(edge)) {
-            for (int64_t j = i; j < i + 8; j++) ckz_fit_one(c, j);
-            continue;
-        }
-        unsigned keep = ~(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, vqt, _CMP_LT_OQ)) & 0xff;
+        __m256 xv, a;
+        unsigned keep = ckz_fit_group(c, i, &xv, &a);
         if (!keep) continue;
         /* the weights */
         __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(c->v + i));
