@@ -1067,10 +1067,7 @@ def test_the_scalar_wide_decoder_writes_what_the_vector_one_writes() -> None:
     # 32) or four AVX2 ones, and encodes them as two AVX-512 vectors; CKPTZIP_NO_AVX512 makes
     # the same process take the AVX2 decoders and the scalar encoder, CKPTZIP_NO_AVX2 the
     # scalar loops other machines run; the same words either way
-    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _WIDE_DECODE)
-    assert vector == scalar
-    vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _WIDE_DECODE)
-    assert vector == avx2
+    _same_under_every_switch(_WIDE_DECODE)
 
 
 @needs_fast
@@ -1258,10 +1255,7 @@ _FIT_SUMS = textwrap.dedent(
 def test_the_scalar_fit_sums_add_what_the_vector_ones_add() -> None:
     # the first moment's fit sums: eight values at a time, buckets from a fitted log2 with
     # AVX-512 or by gathers with AVX2; the scalar loop elsewhere; the same sums to the bit
-    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _FIT_SUMS)
-    assert vector == scalar
-    vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _FIT_SUMS)
-    assert vector == avx2
+    _same_under_every_switch(_FIT_SUMS)
 
 
 @needs_fast
@@ -1269,10 +1263,25 @@ def test_the_scalar_key_scan_counts_what_the_vector_one_counts() -> None:
     # the sketch pass goes sixteen values at a time with AVX-512 (keys by arithmetic) or
     # eight with AVX2 (keys by a gather); the same counts, and the same extremes to the bit
     # (a zero extreme keeps the sign of the first zero, as in the loop)
-    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _KEY_SCAN)
-    assert vector == scalar
-    vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _KEY_SCAN)
-    assert vector == avx2
+    _same_under_every_switch(_KEY_SCAN)
+
+
+def _same_under_every_switch(script: str) -> None:
+    """``script`` prints the same in a fresh interpreter by default, with
+    ``CKPTZIP_NO_AVX512=1`` (the AVX2 loops) and with ``CKPTZIP_NO_AVX2=1`` (the scalar ones
+    other processors run)."""
+    switches = ("CKPTZIP_NO_AVX512", "CKPTZIP_NO_AVX2")
+    printed = {}
+    for switch in (None, *switches):
+        env = {k: v for k, v in os.environ.items() if k not in switches}
+        if switch is not None:
+            env[switch] = "1"
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        printed[switch] = done.stdout.strip()
+    assert len(set(printed.values())) == 1, printed
 
 
 def _printed_with_and_without(switch: str, script: str) -> tuple[str, str]:
@@ -1296,10 +1305,7 @@ def test_the_scalar_assignment_writes_what_the_vector_one_writes() -> None:
     # x86-64 runs the fused assignment sixteen values at a time (AVX-512, codebooks of up to
     # 32 levels) or eight (AVX2) where the processor has them; CKPTZIP_NO_AVX512 makes the
     # same process take the AVX2 loop, CKPTZIP_NO_AVX2 the scalar loop other machines run
-    vector, scalar = _printed_with_and_without("CKPTZIP_NO_AVX2", _QUANTIZE)
-    assert vector == scalar
-    vector, avx2 = _printed_with_and_without("CKPTZIP_NO_AVX512", _QUANTIZE)
-    assert vector == avx2
+    _same_under_every_switch(_QUANTIZE)
 
 
 @needs_fast
