@@ -11,6 +11,7 @@ import hashlib
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -762,6 +763,24 @@ def test_zero_runs_damaged_payloads_are_refused_alike(
         assert k is not None
         with pytest.raises(CorruptCheckpointError, match=match):
             k.zero_runs_decode(raw, n, nonzero)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler here")
+def test_the_ans_encoders_division_is_exact(tmp_path: Path) -> None:
+    # the encoders divide the state by a symbol's width with a multiply-high (_ans.h);
+    # checked against the processor's division on ~4M dividends and divisors, edges included
+    here = Path(__file__).resolve().parent
+    kernels_dir = here.parent / "src" / "ckptzip" / "kernels"
+    exe = tmp_path / "ans_div_check"
+    built = subprocess.run(
+        ["cc", "-O2", "-I", str(kernels_dir), str(here / "c" / "ans_div_check.c"), "-o", str(exe)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    done = subprocess.run([str(exe)], capture_output=True, text=True)
+    checked, wrong = map(int, done.stdout.split())
+    assert done.returncode == 0 and wrong == 0 and checked > 3_000_000
 
 
 # -- ANS: word for word constriction's ----------------------------------------------------------

@@ -31,6 +31,56 @@ static inline void ckz_ans_model(const uint32_t *counts, int32_t alphabet, uint3
     ckz_ans_left(counts, alphabet, ANS_TOTAL, left);
 }
 
+/* floor(x / d) for every 64-bit x by a multiply-high, a subtraction and two shifts, for a
+ * divisor 2 <= d < 2^32 fixed per symbol (Granlund and Montgomery's method in libdivide's
+ * branch-free form: magic = floor(2^(64 + k) / d) * 2 + a rounding bit + 1 - 2^64 with
+ * k = floor(log2 d), 0 for a power of two; shift k, k - 1 for a power of two). The encoders'
+ * 64-bit division of the state by a symbol's width was a latency of its own per symbol;
+ * this is a multiplication's. d = 1 is the caller's (the quotient is x). */
+typedef struct {
+    uint64_t magic;
+    uint32_t shift;
+} ckz_div;
+
+static inline ckz_div ckz_div_prepare(uint64_t d) {
+    ckz_div v;
+    uint32_t k = 63u - (uint32_t)__builtin_clzll(d);
+    if ((d & (d - 1)) == 0) {
+        v.magic = 0;
+        v.shift = k - 1;
+        return v;
+    }
+    unsigned __int128 num = (unsigned __int128)1 << (64 + k);
+    uint64_t m = (uint64_t)(num / d), rem = (uint64_t)(num % d);
+    m += m; /* the 65-bit magic's low 64 bits: 2^(65 + k) / d */
+    uint64_t twice = rem + rem;
+    if (twice >= d || twice < rem) m += 1;
+    v.magic = m + 1;
+    v.shift = k;
+    return v;
+}
+
+static inline uint64_t ckz_div_apply(uint64_t x, ckz_div v) {
+    uint64_t q = (uint64_t)(((unsigned __int128)x * v.magic) >> 64);
+    return (((x - q) >> 1) + q) >> v.shift;
+}
+
+/* The divisors of a model's symbols (their widths left[s + 1] - left[s]) where counts[s] is
+ * not zero: the symbols a context codes. */
+static inline void ckz_ans_divisors(const uint32_t *counts, int32_t alphabet,
+                                    const uint32_t *left, ckz_div *div) {
+    for (int32_t s = 0; s < alphabet; s++)
+        if (counts[s]) {
+            uint64_t w = (uint64_t)(left[s + 1] - left[s]);
+            div[s] = w > 1 ? ckz_div_prepare(w) : (ckz_div){0, 0};
+        }
+}
+
+/* floor(x / w) for a symbol of width w with divisor v (ckz_ans_divisors). */
+static inline uint64_t ckz_ans_quotient(uint64_t x, uint64_t w, ckz_div v) {
+    return w == 1 ? x : ckz_div_apply(x, v);
+}
+
 /* -1 when a context's counts hold two or more distinct symbols, else its one symbol (0 if
  * none): such a context codes nothing, in every layout */
 static inline int32_t ckz_only_symbol(const uint32_t *counts, int32_t alphabet) {

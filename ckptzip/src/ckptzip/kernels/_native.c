@@ -1329,12 +1329,14 @@ CKZ_API int64_t ckz_ans_encode(const uint8_t *sym, const int64_t *bounds, int32_
                                int32_t alphabet, const uint32_t *counts, uint32_t *words,
                                int64_t capacity) {
     uint32_t left[257];
+    ckz_div div[256];
     uint64_t state = 0;
     int64_t nw = 0;
     for (int32_t c = contexts - 1; c >= 0; c--) {
         const uint32_t *row = counts + (size_t)c * (size_t)alphabet;
         if (distinct(row, alphabet) <= 1) continue;
         ckz_ans_model(row, alphabet, left);
+        ckz_ans_divisors(row, alphabet, left, div);
         for (int64_t i = bounds[c + 1] - 1; i >= bounds[c]; i--) {
             uint32_t s = sym[i];
             uint64_t prob = (uint64_t)(left[s + 1] - left[s]);
@@ -1343,7 +1345,7 @@ CKZ_API int64_t ckz_ans_encode(const uint8_t *sym, const int64_t *bounds, int32_
                 words[nw++] = (uint32_t)state;
                 state >>= 32;
             }
-            uint64_t prefix = state / prob;
+            uint64_t prefix = ckz_ans_quotient(state, prob, div[s]);
             uint64_t rem = state - prefix * prob;
             state = (prefix << ANS_PRECISION) | (uint64_t)(left[s] + rem);
         }
