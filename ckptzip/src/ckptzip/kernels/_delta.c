@@ -14,6 +14,7 @@
  * r < 16, else the token 16 + (bitlen(r) - 5) followed by the bitlen(r) - 1 bits of r below
  * its leading one, appended LSB first to one bit stream shared by the whole stream.
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -258,17 +259,16 @@ CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups) {
  * nearest of the new levels (#{mids < v}, as ckz_nearest), except the entries the first
  * quantization set to exactly zero (own_zero[its index], protected entries aside), which
  * take zero_at; the squared error of the result is summed as ckz_squared_error sums it
- * (blocks of 4096, float32 differences, double sums), so the measured error is the same
- * to the bit. With `o2i` (may be NULL; 256 entries) the count is an ordinal among the
+ * (float32 differences, double sums; the AVX-512 loop below adds in lanes, so the sums are
+ * the same to rounding, and the quantizer records the relative error to 8 digits). With `o2i` (may be NULL; 256 entries) the count is an ordinal among the
  * non-zero levels of a log-domain codebook and the index is o2i[count] (the cut-offs are
  * then the value-space geometric midpoints of those levels). Returns 1, having written
  * nothing meaningful, when a zero entry needs a zero level and zero_at < 0; else 0. */
 /* out[i] = #{j : mids[j] < v[i]} for a block of at most 4096 values, a level at a time over
  * the block, so the compare and the add vectorise (AVX2 where the processor has it: the
- * same exact comparisons, so the same counts). */
-/* always inlined: the AVX2 wrapper's copy is then compiled for AVX2 (with its 16 KiB of
- * stack it was not inlined, and the wrapper called the generic copy: SSE, four values a
- * compare) */
+ * same exact comparisons, so the same counts). Always inlined: the AVX2 wrapper's copy is
+ * then compiled for AVX2 (with its 16 KiB of stack it was not inlined, and the wrapper
+ * called the generic copy: SSE, four values a compare). */
 static inline __attribute__((always_inline)) void
 count_below_any(const float *v, int64_t k, const float *mids, int32_t n_mids, uint8_t *out) {
     int32_t cnt[4096];
@@ -299,11 +299,118 @@ static void count_below(const float *v, int64_t k, const float *mids, int32_t n_
     count_below_any(v, k, mids, n_mids, out);
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RQ_ZEROS 4 /* the parent's exact-zero indices the vector loop compares against */
+/* ckz_requantize sixteen values at a time with AVX-512 where the new codebook has at most 32
+ * levels (ascending mids, every index below 32) and the parent's exact zeros are at most
+ * RQ_ZEROS indices (zeros[], n_zeros): #{mids < v} by a branch-free binary search over the
+ * mids in two registers, o2i and the levels by register permutes, the parent's zeros by
+ * compares, protected lanes from the sorted positions. The sums go in lanes, another order
+ * than the scalar loop's (equal to rounding: the quantizer records the relative error to 8
+ * digits). Returns 1 as ckz_requantize does, else 0 with the sums in sums[0..1]. */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) static int32_t
+requantize_avx512(const float *v, int64_t n, const uint8_t *qidx, const uint8_t *zeros,
+                  int32_t n_zeros, const int64_t *prot, int64_t n_prot, const float *mids,
+                  int32_t n_mids, const uint8_t *o2i, int32_t zero_at, const float *levels,
+                  int32_t top_index, uint8_t *out, double *sums) {
+    float cut[32], lev[32];
+    int32_t o2[32] = {0};
+    for (int j = 0; j < 32; j++) {
+        cut[j] = j < n_mids ? mids[j] : INFINITY;
+        lev[j] = j <= top_index ? levels[j] : 0.0f;
+    }
+    for (int32_t j = 0; j <= n_mids; j++) o2[j] = o2i ? o2i[j] : j;
+    const __m512 c0 = _mm512_loadu_ps(cut), c1 = _mm512_loadu_ps(cut + 16);
+    const __m512 l0 = _mm512_loadu_ps(lev), l1 = _mm512_loadu_ps(lev + 16);
+    const __m512i o0 = _mm512_loadu_si512((const void *)o2);
+    const __m512i o1 = _mm512_loadu_si512((const void *)(o2 + 16));
+    const __m512i vzero_at = _mm512_set1_epi32(zero_at < 0 ? 0 : zero_at);
+    __m512i zk[RQ_ZEROS];
+    for (int z = 0; z < RQ_ZEROS; z++) zk[z] = _mm512_set1_epi32(z < n_zeros ? zeros[z] : -1);
+    int32_t top = 0; /* the search's first step: the largest power of two <= n_mids */
+    while (top * 2 <= n_mids) top = top ? top * 2 : 1;
+    __m512d e0 = _mm512_setzero_pd(), e1 = e0, m0 = e0, m1 = e0;
+    int64_t next = 0, stop = n_prot > 0 ? prot[0] : n, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = _mm512_loadu_ps(v + i);
+        __m512i cnt = _mm512_setzero_si512(); /* step h adds h where mids[cnt + h - 1] < x */
+        for (int32_t h = top; h; h >>= 1) {
+            __m512 probe = _mm512_permutex2var_ps(
+                c0, _mm512_add_epi32(cnt, _mm512_set1_epi32(h - 1)), c1);
+            cnt = _mm512_mask_add_epi32(cnt, _mm512_cmp_ps_mask(probe, x, _CMP_LT_OQ), cnt,
+                                        _mm512_set1_epi32(h));
+        }
+        __m512i k = _mm512_permutex2var_epi32(o0, cnt, o1);
+        __mmask16 protected_lanes = 0;
+        for (; stop < i + 16; stop = ++next < n_prot ? prot[next] : n)
+            protected_lanes |= (__mmask16)(1u << (stop - i));
+        __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qidx + i)));
+        __mmask16 z = 0;
+        for (int t = 0; t < n_zeros; t++) z |= _mm512_cmpeq_epi32_mask(q, zk[t]);
+        z &= (__mmask16)~protected_lanes;
+        if (z && zero_at < 0) return 1;
+        k = _mm512_mask_mov_epi32(k, z, vzero_at);
+        _mm_storeu_si128((__m128i *)(out + i), _mm512_cvtepi32_epi8(k));
+        __m512 d = _mm512_maskz_sub_ps((__mmask16)~protected_lanes,
+                                       _mm512_permutex2var_ps(l0, k, l1), x);
+        __m512d dl = _mm512_cvtps_pd(_mm512_castps512_ps256(d));
+        __m512d dh = _mm512_cvtps_pd(_mm512_extractf32x8_ps(d, 1));
+        __m512d xl = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+        __m512d xh = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
+        e0 = _mm512_add_pd(e0, _mm512_mul_pd(dl, dl));
+        e1 = _mm512_add_pd(e1, _mm512_mul_pd(dh, dh));
+        m0 = _mm512_add_pd(m0, _mm512_mul_pd(xl, xl));
+        m1 = _mm512_add_pd(m1, _mm512_mul_pd(xh, xh));
+    }
+    double e = 0.0, m = 0.0;
+    for (; i < n; i++) { /* the tail, as the scalar loop takes it */
+        float x = v[i];
+        m += (double)x * (double)x;
+        uint8_t c = 0;
+        for (int32_t j = 0; j < n_mids; j++) c += mids[j] < x;
+        out[i] = (uint8_t)o2[c];
+        if (i == stop) {
+            stop = ++next < n_prot ? prot[next] : n;
+            continue;
+        }
+        int zero = 0;
+        for (int t = 0; t < n_zeros; t++) zero |= qidx[i] == zeros[t];
+        if (zero) {
+            if (zero_at < 0) return 1;
+            out[i] = (uint8_t)zero_at;
+        }
+        float d = lev[out[i]] - x;
+        e += (double)d * (double)d;
+    }
+    sums[0] = _mm512_reduce_add_pd(_mm512_add_pd(e0, e1)) + e;
+    sums[1] = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1)) + m;
+    return 0;
+}
+#endif
+
 CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
                                const uint8_t *own_zero, const int64_t *prot, int64_t n_prot,
                                const float *mids, int32_t n_mids, const uint8_t *o2i,
                                int32_t zero_at, const float *levels, uint8_t *out,
                                double *sums) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (n_mids <= 31 && ckz_avx512_ok()) {
+        uint8_t zeros[RQ_ZEROS];
+        int32_t n_zeros = 0, top_index = n_mids, sorted = 1;
+        for (int b = 0; b < 256; b++)
+            if (own_zero[b]) {
+                if (n_zeros == RQ_ZEROS) n_zeros = RQ_ZEROS + 1; /* too many: the loop below */
+                else zeros[n_zeros++] = (uint8_t)b;
+            }
+        for (int32_t j = 0; o2i && j <= n_mids; j++)
+            top_index = o2i[j] > top_index ? o2i[j] : top_index;
+        if (zero_at > top_index) top_index = zero_at;
+        for (int32_t j = 1; j < n_mids; j++) sorted &= mids[j - 1] < mids[j];
+        if (n_zeros <= RQ_ZEROS && top_index < 32 && sorted)
+            return requantize_avx512(v, n, qidx, zeros, n_zeros, prot, n_prot, mids, n_mids, o2i,
+                                     zero_at, levels, top_index, out, sums);
+    }
+#endif
     double err = 0.0, norm = 0.0;
     int64_t next = 0;
     int64_t stop = n_prot > 0 ? prot[0] : n;
