@@ -32,9 +32,9 @@ setup(
                 "src/ckptzip/kernels/_delta.c",
                 "src/ckptzip/kernels/_wide.c",
             ],
-            # the ANS model both coders share; listed so a change rebuilds the library and
-            # the sdist carries it
-            depends=["src/ckptzip/kernels/_ans.h"],
+            # the ANS model both coders share and the vector search two passes share; listed
+            # so a change rebuilds the library and the sdist carries them
+            depends=["src/ckptzip/kernels/_ans.h", "src/ckptzip/kernels/_search.h"],
             optional=True,
         )
     ],

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_search.h" /* ckz_count_below16: the requantization's search */
+
 #if defined(_WIN32)
 #define CKZ_API __declspec(dllexport)
 #else
@@ -327,19 +329,12 @@ requantize_avx512(const float *v, int64_t n, const uint8_t *qidx, const uint8_t 
     const __m512i vzero_at = _mm512_set1_epi32(zero_at < 0 ? 0 : zero_at);
     __m512i zk[RQ_ZEROS];
     for (int z = 0; z < RQ_ZEROS; z++) zk[z] = _mm512_set1_epi32(z < n_zeros ? zeros[z] : -1);
-    int32_t top = 0; /* the search's first step: the largest power of two <= n_mids */
-    while (top * 2 <= n_mids) top = top ? top * 2 : 1;
+    int32_t top = ckz_search_top(n_mids);
     __m512d e0 = _mm512_setzero_pd(), e1 = e0, m0 = e0, m1 = e0;
     int64_t next = 0, stop = n_prot > 0 ? prot[0] : n, i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 x = _mm512_loadu_ps(v + i);
-        __m512i cnt = _mm512_setzero_si512(); /* step h adds h where mids[cnt + h - 1] < x */
-        for (int32_t h = top; h; h >>= 1) {
-            __m512 probe = _mm512_permutex2var_ps(
-                c0, _mm512_add_epi32(cnt, _mm512_set1_epi32(h - 1)), c1);
-            cnt = _mm512_mask_add_epi32(cnt, _mm512_cmp_ps_mask(probe, x, _CMP_LT_OQ), cnt,
-                                        _mm512_set1_epi32(h));
-        }
+        __m512i cnt = ckz_count_below16(c0, c1, top, x); /* #{mids < x} */
         __m512i k = _mm512_permutex2var_epi32(o0, cnt, o1);
         __mmask16 protected_lanes = 0;
         for (; stop < i + 16; stop = ++next < n_prot ? prot[next] : n)

@@ -1289,7 +1289,8 @@ CKZ_API int32_t ckz_kmeans(const double *pts, const double *w, int64_t n, int32_
  * _entropy.c. The compressed words are the bulk, then the state's low word and (when
  * non-zero) its high word.
  */
-#include "_ans.h" /* ANS_PRECISION, ANS_TOTAL, ckz_ans_model */
+#include "_ans.h"    /* ANS_PRECISION, ANS_TOTAL, ckz_ans_model */
+#include "_search.h" /* ckz_count_below16: the assignment's search */
 
 static int distinct(const uint32_t *counts, int32_t alphabet) {
     int k = 0;
@@ -2016,9 +2017,7 @@ ckz_assign_avx512(ckz_assign_ctx *c, int64_t lo, int64_t hi, double *err) {
     const __m512 l0 = _mm512_loadu_ps(lev), l1 = _mm512_loadu_ps(lev + 16);
     const __m512i o0 = _mm512_loadu_si512((const void *)o2);
     const __m512i o1 = _mm512_loadu_si512((const void *)(o2 + 16));
-    int32_t top = 1; /* the search's first step: the largest power of two <= n_cuts (its */
-    while (top * 2 <= c->n_cuts) top *= 2; /* steps reach 2 top - 1 >= n_cuts); none for 0 */
-    if (c->n_cuts == 0) top = 0;
+    int32_t top = ckz_search_top(c->n_cuts);
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     const __m512 vpt = _mm512_set1_ps(c->pt), vqt = _mm512_set1_ps(c->qt);
     const __m512i vq = _mm512_set1_epi32(c->qidx), vzf = _mm512_set1_epi32(c->zero_fix);
@@ -2033,13 +2032,7 @@ ckz_assign_avx512(ckz_assign_ctx *c, int64_t lo, int64_t hi, double *err) {
                 if (ckz_assign_one(c, j, &es[j & 3], &ms[j & 3])) return -1;
             continue;
         }
-        __m512i cnt = _mm512_setzero_si512(); /* #{cuts < v}: step h adds h where cut[cnt+h-1] < v */
-        for (int32_t h = top; h; h >>= 1) {
-            __m512 probe = _mm512_permutex2var_ps(
-                c0, _mm512_add_epi32(cnt, _mm512_set1_epi32(h - 1)), c1);
-            cnt = _mm512_mask_add_epi32(cnt, _mm512_cmp_ps_mask(probe, v, _CMP_LT_OQ), cnt,
-                                        _mm512_set1_epi32(h));
-        }
+        __m512i cnt = ckz_count_below16(c0, c1, top, v); /* #{cuts < v} */
         __m512i k = _mm512_permutex2var_epi32(o0, cnt, o1);
         if (c->zero_fix >= 0)
             k = _mm512_mask_mov_epi32(k, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_EQ_OQ),
