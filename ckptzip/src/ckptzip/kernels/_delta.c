@@ -262,10 +262,11 @@ CKZ_API void ckz_bin_counts(const uint8_t *prev, int64_t n, int64_t *groups) {
  * quantization set to exactly zero (own_zero[its index], protected entries aside), which
  * take zero_at; the squared error of the result is summed as ckz_squared_error sums it
  * (float32 differences, double sums; the AVX-512 loop below adds in lanes, so the sums are
- * the same to rounding, and the quantizer records the relative error to 8 digits). With `o2i` (may be NULL; 256 entries) the count is an ordinal among the
- * non-zero levels of a log-domain codebook and the index is o2i[count] (the cut-offs are
- * then the value-space geometric midpoints of those levels). Returns 1, having written
- * nothing meaningful, when a zero entry needs a zero level and zero_at < 0; else 0. */
+ * the same to rounding, and the quantizer records the relative error to 8 digits). With
+ * `o2i` (may be NULL; 256 entries) the count is an ordinal among the non-zero levels of a
+ * log-domain codebook and the index is o2i[count] (the cut-offs are then the value-space
+ * geometric midpoints of those levels). Returns 1, having written nothing meaningful, when
+ * a zero entry needs a zero level and zero_at < 0; else 0. */
 /* out[i] = #{j : mids[j] < v[i]} for a block of at most 4096 values, a level at a time over
  * the block, so the compare and the add vectorise (AVX2 where the processor has it: the
  * same exact comparisons, so the same counts). Always inlined: the AVX2 wrapper's copy is
@@ -394,8 +395,11 @@ CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
         int32_t n_zeros = 0, top_index = n_mids, sorted = 1;
         for (int b = 0; b < 256; b++)
             if (own_zero[b]) {
-                if (n_zeros == RQ_ZEROS) n_zeros = RQ_ZEROS + 1; /* too many: the loop below */
-                else zeros[n_zeros++] = (uint8_t)b;
+                if (n_zeros >= RQ_ZEROS) { /* too many: the loop below */
+                    n_zeros = RQ_ZEROS + 1;
+                    break;
+                }
+                zeros[n_zeros++] = (uint8_t)b;
             }
         for (int32_t j = 0; o2i && j <= n_mids; j++)
             top_index = o2i[j] > top_index ? o2i[j] : top_index;
