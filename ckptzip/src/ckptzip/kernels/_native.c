@@ -164,7 +164,7 @@ CKZ_API int32_t ckz_log_fit(const float *t, int64_t n, double *fit) {
         double d = fabs(a * log2((double)t[i]) + b - (double)i);
         eta = d > eta ? d : eta;
     }
-    /* the vector log2's error (under 2e-10 before scaling by a: ckz_logkey) and the doubles'
+    /* the vector log2's error (under 2.3e-10 before scaling by a: ckz_logkey) and the doubles'
      * rounding at |y| < 2^24 (under 2e-8), with room */
     double delta = eta + 1e-7 + a * 1e-9;
     if (!(delta <= 1e-3)) return 0;
@@ -180,7 +180,7 @@ CKZ_API int32_t ckz_log_fit(const float *t, int64_t n, double *fit) {
 #include <immintrin.h>
 /* The vector constants of one fit: log2 |x| = e + log2 c_j + log(1 + r) / ln 2 with c_j the
  * centre of the sixteenth of [1, 2) the mantissa m lies in (its top four bits j), r = m / c_j
- * - 1 (|r| <= 1/33), log(1 + r) by its series to r^5 (the rest under 1.3e-10, 1.9e-10 in
+ * - 1 (|r| <= 1/32), log(1 + r) by its series to r^5 (the rest under 1.6e-10, 2.3e-10 in
  * log2 units: ckz_log_fit's delta allows A 1e-9 for it). Held per j: 1 / c_j and
  * A log2 c_j + B + 1. */
 typedef struct {
