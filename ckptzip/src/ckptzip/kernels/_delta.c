@@ -310,12 +310,14 @@ static void count_below(const float *v, int64_t k, const float *mids, int32_t n_
  * mids in two registers, o2i and the levels by register permutes, the parent's zeros by
  * compares, protected lanes from the sorted positions. The sums go in lanes, another order
  * than the scalar loop's (equal to rounding: the quantizer records the relative error to 8
- * digits). Returns 1 as ckz_requantize does, else 0 with the sums in sums[0..1]. */
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) static int32_t
+ * digits). Returns -1 where ckz_requantize returns 1, else where it stopped (a multiple of
+ * 16: the scalar loop takes the rest), with the sums so far in sums[0..1] and the next
+ * protected position's index in *next. */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) static int64_t
 requantize_avx512(const float *v, int64_t n, const uint8_t *qidx, const uint8_t *zeros,
                   int32_t n_zeros, const int64_t *prot, int64_t n_prot, const float *mids,
                   int32_t n_mids, const uint8_t *o2i, int32_t zero_at, const float *levels,
-                  int32_t top_index, uint8_t *out, double *sums) {
+                  int32_t top_index, uint8_t *out, double *sums, int64_t *next_out) {
     float cut[32], lev[32];
     int32_t o2[32] = {0};
     for (int j = 0; j < 32; j++) {
@@ -344,7 +346,7 @@ requantize_avx512(const float *v, int64_t n, const uint8_t *qidx, const uint8_t 
         __mmask16 z = 0;
         for (int t = 0; t < n_zeros; t++) z |= _mm512_cmpeq_epi32_mask(q, zk[t]);
         z &= (__mmask16)~protected_lanes;
-        if (z && zero_at < 0) return 1;
+        if (z && zero_at < 0) return -1;
         k = _mm512_mask_mov_epi32(k, z, vzero_at);
         _mm_storeu_si128((__m128i *)(out + i), _mm512_cvtepi32_epi8(k));
         __m512 d = _mm512_maskz_sub_ps((__mmask16)~protected_lanes,
@@ -358,29 +360,10 @@ requantize_avx512(const float *v, int64_t n, const uint8_t *qidx, const uint8_t 
         m0 = _mm512_add_pd(m0, _mm512_mul_pd(xl, xl));
         m1 = _mm512_add_pd(m1, _mm512_mul_pd(xh, xh));
     }
-    double e = 0.0, m = 0.0;
-    for (; i < n; i++) { /* the tail, as the scalar loop takes it */
-        float x = v[i];
-        m += (double)x * (double)x;
-        uint8_t c = 0;
-        for (int32_t j = 0; j < n_mids; j++) c += mids[j] < x;
-        out[i] = (uint8_t)o2[c];
-        if (i == stop) {
-            stop = ++next < n_prot ? prot[next] : n;
-            continue;
-        }
-        int zero = 0;
-        for (int t = 0; t < n_zeros; t++) zero |= qidx[i] == zeros[t];
-        if (zero) {
-            if (zero_at < 0) return 1;
-            out[i] = (uint8_t)zero_at;
-        }
-        float d = lev[out[i]] - x;
-        e += (double)d * (double)d;
-    }
-    sums[0] = _mm512_reduce_add_pd(_mm512_add_pd(e0, e1)) + e;
-    sums[1] = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1)) + m;
-    return 0;
+    sums[0] = _mm512_reduce_add_pd(_mm512_add_pd(e0, e1));
+    sums[1] = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
+    *next_out = next;
+    return i;
 }
 #endif
 
@@ -389,6 +372,8 @@ CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
                                const float *mids, int32_t n_mids, const uint8_t *o2i,
                                int32_t zero_at, const float *levels, uint8_t *out,
                                double *sums) {
+    int64_t start = 0, next = 0;
+    double part[2] = {0.0, 0.0};
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (n_mids <= 31 && ckz_avx512_ok()) {
         uint8_t zeros[RQ_ZEROS];
@@ -405,15 +390,16 @@ CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
             top_index = o2i[j] > top_index ? o2i[j] : top_index;
         if (zero_at > top_index) top_index = zero_at;
         for (int32_t j = 1; j < n_mids; j++) sorted &= mids[j - 1] < mids[j];
-        if (n_zeros <= RQ_ZEROS && top_index < 32 && sorted)
-            return requantize_avx512(v, n, qidx, zeros, n_zeros, prot, n_prot, mids, n_mids, o2i,
-                                     zero_at, levels, top_index, out, sums);
+        if (n_zeros <= RQ_ZEROS && top_index < 32 && sorted) {
+            start = requantize_avx512(v, n, qidx, zeros, n_zeros, prot, n_prot, mids, n_mids,
+                                      o2i, zero_at, levels, top_index, out, part, &next);
+            if (start < 0) return 1;
+        }
     }
 #endif
-    double err = 0.0, norm = 0.0;
-    int64_t next = 0;
-    int64_t stop = n_prot > 0 ? prot[0] : n;
-    for (int64_t lo = 0; lo < n; lo += 4096) {
+    double err = part[0], norm = part[1];
+    int64_t stop = next < n_prot ? prot[next] : n;
+    for (int64_t lo = start; lo < n; lo += 4096) { /* the vector loop's tail, or all */
         int64_t hi = lo + 4096 < n ? lo + 4096 : n;
         /* the indices of the block first, a level at a time over the block (the compare
          * and add vectorise); many levels by _native.c's nearest (binary search) */
