@@ -22,6 +22,7 @@ current CPUs (faster than blake2b here), and the same hash names a delta's paren
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -104,6 +105,7 @@ peak memory (the returned tensor included) over the bytes it returns, measured o
 working copies on top of it): exact 2.2x (fp32) / 2.5x (bf16), quantized 2.2x / 3.5x."""
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
+_HEX_RUN = re.compile(r"[0-9a-f]*")  # digests back to back (their lengths checked apart)
 _ITEMSIZE = {name: dt.itemsize for name, dt in DTYPES.items()}
 
 
@@ -144,8 +146,9 @@ class TensorEntry:
     rel_error: float | None
     chunks: tuple[int, int]
 
-    @property
+    @functools.cached_property
     def numel(self) -> int:
+        # computed once: a chain restore asks each entry of ten manifests a dozen times
         return math.prod(self.shape)
 
     @property
@@ -261,27 +264,34 @@ class Manifest:
         chunks: list[ChunkRef] = []
         expected_offset = 0
         short = version >= SHORT_DIGESTS_FROM
-        digest = _HEX16 if short else _HEX64
+        digest, width = (_HEX16, 16) if short else (_HEX64, 64)
         what = f"first {CHUNK_DIGEST_HEX} hex digits of sha256" if short else "sha256 hex"
+        # exact types (what json.loads makes: an int is never a bool here), and the digests'
+        # hex checked in one match over all of them: a manifest holds hundreds of chunks
         for i, c in enumerate(raw_chunks):
             if (
-                not isinstance(c, list)
+                type(c) is not list
                 or len(c) != 3
-                or not _is_int(c[0])
-                or not _is_int(c[1])
-                or not isinstance(c[2], str)
-                or not digest.fullmatch(c[2])
+                or type(c[0]) is not int
+                or type(c[1]) is not int
+                or type(c[2]) is not str
             ):
                 raise _bad(f"chunk {i} must be [offset, length, {what}], got {c!r}")
-            if c[1] < 0:
-                raise _bad(f"chunk {i} has negative length {c[1]}")
-            if c[0] != expected_offset:
+            offset, length, hexdigest = c
+            if length < 0:
+                raise _bad(f"chunk {i} has negative length {length}")
+            if offset != expected_offset:
                 raise _bad(
-                    f"chunk {i} starts at {c[0]}, expected {expected_offset}: chunks must be "
+                    f"chunk {i} starts at {offset}, expected {expected_offset}: chunks must be "
                     "contiguous and non-overlapping"
                 )
-            expected_offset += c[1]
-            chunks.append(ChunkRef(c[0], c[1], c[2]))
+            expected_offset += length
+            chunks.append(ChunkRef(offset, length, hexdigest))
+        if not _HEX_RUN.fullmatch("".join(c.sha256 for c in chunks)) or not all(
+            len(c.sha256) == width for c in chunks
+        ):
+            i = next(i for i, c in enumerate(chunks) if not digest.fullmatch(c.sha256))
+            raise _bad(f"chunk {i} must be [offset, length, {what}], got {raw_chunks[i]!r}")
         if data_bytes is not None and expected_offset != data_bytes:
             raise CorruptCheckpointError(
                 f"the chunks cover {expected_offset} bytes but the file holds {data_bytes} "
@@ -317,52 +327,52 @@ class Manifest:
         )
 
 
+_ENTRY_KEYS = frozenset(("path", "shape", "dtype", "codec", "config", "rel_error", "chunks", "meta"))
+
+
 def _entry_from_json(i: int, t: Any, first: int, n_chunks: int) -> TensorEntry:
-    keys = {"path", "shape", "dtype", "codec", "config", "rel_error", "chunks", "meta"}
-    if not isinstance(t, dict) or set(t) != keys:
-        raise _bad(f"tensor {i} must be an object with exactly the fields {sorted(keys)}")
-    where = f"tensor {i} ({t['path']!r})" if isinstance(t["path"], str) else f"tensor {i}"
-    if not isinstance(t["path"], str):
+    # exact types, as json.loads makes them (an int is never a bool): the checks run for
+    # every entry of every manifest a restore reads
+    if type(t) is not dict or t.keys() != _ENTRY_KEYS:
+        raise _bad(f"tensor {i} must be an object with exactly the fields {sorted(_ENTRY_KEYS)}")
+    path, shape, codec, meta, config = t["path"], t["shape"], t["codec"], t["meta"], t["config"]
+    where = f"tensor {i} ({path!r})" if type(path) is str else f"tensor {i}"
+    if type(path) is not str:
         raise _bad(f"{where}: path must be a string")
-    shape = t["shape"]
-    if (
-        not isinstance(shape, list)
-        or len(shape) > MAX_NDIM
-        or not all(_is_int(d) and d >= 0 for d in shape)
-    ):
+    if type(shape) is not list or len(shape) > MAX_NDIM:
         raise _bad(f"{where}: shape {shape!r} must be a list of at most {MAX_NDIM} ints >= 0")
     numel = 1
     for d in shape:
+        if type(d) is not int or d < 0:
+            raise _bad(f"{where}: shape {shape!r} must be a list of at most {MAX_NDIM} ints >= 0")
         numel *= d
         if numel > MAX_NUMEL:  # checked as it grows: no huge intermediate products
             raise _bad(f"{where}: shape {shape!r} has more than 2**48 elements")
     dtype_from_name(t["dtype"])
-    if not isinstance(t["codec"], str) or not t["codec"]:
+    if type(codec) is not str or not codec:
         raise _bad(f"{where}: codec must be a non-empty string")
-    if not isinstance(t["meta"], dict):
+    if type(meta) is not dict:
         raise _bad(f"{where}: meta must be an object")
-    if t["config"] is not None and not isinstance(t["config"], dict):
+    if config is not None and type(config) is not dict:
         # its fields are the codec's to check (DecodeContext.from_entry), not the container's
         raise _bad(f"{where}: config must be an object or null")
     rel = t["rel_error"]
-    if rel is not None and (
-        not isinstance(rel, (int, float)) or isinstance(rel, bool) or not rel >= 0
-    ):
+    if rel is not None and (type(rel) not in (int, float) or not rel >= 0):
         raise _bad(f"{where}: rel_error {rel!r} must be a number >= 0 or null")
     ch = t["chunks"]
-    if not isinstance(ch, list) or len(ch) != 2 or not all(_is_int(c) for c in ch):
+    if type(ch) is not list or len(ch) != 2 or type(ch[0]) is not int or type(ch[1]) is not int:
         raise _bad(f"{where}: chunks must be [first, count]")
     if ch[0] != first or ch[1] < 0 or first + ch[1] > n_chunks:
         raise _bad(
             f"{where}: chunks {ch!r} must start at {first} and stay within the {n_chunks} chunks"
         )
     return TensorEntry(
-        path=t["path"],
+        path=path,
         shape=tuple(shape),
         dtype=t["dtype"],
-        codec=t["codec"],
-        meta=t["meta"],
-        config=t["config"],
+        codec=codec,
+        meta=meta,
+        config=config,
         rel_error=None if rel is None else float(rel),
         chunks=(ch[0], ch[1]),
     )
