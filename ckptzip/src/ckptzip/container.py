@@ -327,7 +327,9 @@ class Manifest:
         )
 
 
-_ENTRY_KEYS = frozenset(("path", "shape", "dtype", "codec", "config", "rel_error", "chunks", "meta"))
+_ENTRY_KEYS = frozenset(
+    ("path", "shape", "dtype", "codec", "config", "rel_error", "chunks", "meta")
+)
 
 
 def _entry_from_json(i: int, t: Any, first: int, n_chunks: int) -> TensorEntry:
