@@ -13,14 +13,23 @@ is not the same bytes, the manager's rounding draws are not seeded).
 
 ``python benchmarks/restore_kernels.py [--chain DIR]`` (about a minute); prints a table and
 writes ``benchmarks/results/restore_kernels.json``.
+
+``--phases N``: instead, N restores of the chain's last step by fresh managers in this
+process (every thread as it runs), each timed in its phases: resolving the chain (reading,
+hashing and parsing every file's manifest: serial), walking the parents (the lossy tensors
+through the links, on the pool), the last link's entries, and building the state (levels
+gathered into tensors); the wall milliseconds of each, least and median over the restores
+(``benchmarks/results/restore_phases.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +41,7 @@ from _replay import Call, copy_args, least_cpu_row
 from _report import RESULTS, print_table, write_json
 from throughput import Run
 
-from ckptzip import CheckpointManager, entropy, kernels
+from ckptzip import CheckpointManager, api, chains, entropy, kernels
 
 
 def record(d: Path) -> dict[str, list[Call]]:
@@ -92,22 +101,99 @@ def replay(calls: list[Call], digest: bool = False) -> str:
     return hashlib.sha256("".join(sorted(digests)).encode()).hexdigest()
 
 
+PHASES = (
+    ("chain", chains.ChainStore, "chain"),
+    ("parents", api, "_parent_view"),
+    ("last link", api, "_decode_entries"),
+    ("state", api, "_materialize"),
+)
+"""A restore's phases: (name, the object whose function it is, the function), in order."""
+
+
+def phases(d: Path, restores: int) -> list[dict[str, Any]]:
+    """Restore the last step of the chain in ``d`` ``restores`` times, fresh managers; one
+    row per phase and one for the whole ``load``: wall ms, least and median."""
+    times: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
+    times["whole restore"] = []
+    originals = [(owner, fn, getattr(owner, fn)) for _, owner, fn in PHASES]
+
+    def timed(name: str, fn: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                times[name].append(1e3 * (time.perf_counter() - t))
+
+        return call
+
+    last = max(int(p.stem.split("-")[-1]) for p in d.glob("step-*.ckz"))
+    for (name, _, _), (owner, fn, original) in zip(PHASES, originals, strict=True):
+        setattr(owner, fn, timed(name, original))
+    try:
+        for _ in range(restores):
+            mgr = CheckpointManager(d)
+            try:
+                t = time.perf_counter()
+                mgr.load(last)
+                times["whole restore"].append(1e3 * (time.perf_counter() - t))
+            finally:
+                mgr.close()
+    finally:
+        for owner, fn, original in originals:
+            setattr(owner, fn, original)
+    return [
+        {
+            "phase": name,
+            "calls": len(ms),
+            "least ms": min(ms),
+            "median ms": statistics.median(ms),
+        }
+        for name, ms in times.items()
+        if ms
+    ]
+
+
+def write_chain(d: Path) -> None:
+    """The --quick state saved ten times, one training step apart, by a default manager."""
+    run = Run(8192, 256, 4)
+    mgr = CheckpointManager(d, keyframe_every=10)
+    mgr.save(0, run.state())
+    for step in range(1, 10):
+        run.step()
+        mgr.save(step, run.state())
+    mgr.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--chain", type=Path, help="the chain's directory, written when it holds none")
-    ap.add_argument("--json", type=Path, default=RESULTS / "restore_kernels.json")
+    ap.add_argument("--phases", type=int, metavar="N", help="time N restores' phases instead")
+    ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = args.chain or Path(tmp) / "chain"
         if not any(d.glob("*.ckz")):
-            run = Run(8192, 256, 4)
-            mgr = CheckpointManager(d, keyframe_every=10)
-            mgr.save(0, run.state())
-            for step in range(1, 10):
-                run.step()
-                mgr.save(step, run.state())
-            mgr.close()
+            write_chain(d)
+        if args.phases:
+            rows = phases(d, args.phases)
+            print_table(
+                f"the phases of a chain-end restore, {args.phases} restores, wall ms "
+                f"({kernels.IMPLEMENTATION})",
+                rows,
+                [
+                    ("phase", "phase", ""),
+                    ("calls", "calls", "d"),
+                    ("least ms", "least ms", ".1f"),
+                    ("median ms", "median ms", ".1f"),
+                ],
+            )
+            write_json(
+                args.json or RESULTS / "restore_phases.json",
+                {"kernels": kernels.IMPLEMENTATION, "rows": rows},
+            )
+            return
         recorded = record(d)
     rows = []
     for name, calls in recorded.items():
@@ -126,7 +212,10 @@ def main() -> None:
             ("sha256", "sha256", ""),
         ],
     )
-    write_json(args.json, {"kernels": kernels.IMPLEMENTATION, "rows": rows})
+    write_json(
+        args.json or RESULTS / "restore_kernels.json",
+        {"kernels": kernels.IMPLEMENTATION, "rows": rows},
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,35 @@
+"""benchmarks/restore_kernels.py --phases: a restore timed in its phases restores the same
+state, leaves the library's functions as they were, and reports every phase."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+import ckptzip
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import restore_kernels
+
+
+def test_phases_time_each_restore_and_restore_the_library(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(300, 400, generator=g) * 0.02
+    mgr = ckptzip.CheckpointManager(tmp_path, keyframe_every=10)
+    for step in range(3):
+        w += 1e-3 * torch.randn(w.shape, generator=g)
+        mgr.save(step, {"w": w.clone(), "b": torch.ones(10)})
+    mgr.close()
+    before = [getattr(owner, fn) for _, owner, fn in restore_kernels.PHASES]
+    rows = restore_kernels.phases(tmp_path, 2)
+    assert [getattr(owner, fn) for _, owner, fn in restore_kernels.PHASES] == before
+    by = {r["phase"]: r for r in rows}
+    assert set(by) == {"chain", "parents", "last link", "state", "whole restore"}
+    for row in rows:
+        assert row["calls"] == 2 and 0 < row["least ms"] <= row["median ms"]
+    assert by["parents"]["least ms"] < by["whole restore"]["median ms"]
+    restored = ckptzip.CheckpointManager(tmp_path).load(2)
+    assert torch.equal(restored["b"], torch.ones(10))
