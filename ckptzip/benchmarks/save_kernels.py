@@ -15,7 +15,8 @@ says whether two runs computed the same results (a run with ``CKPTZIP_NO_AVX512=
 ``--delta``: the same for a default ``CheckpointManager``'s delta save of the step after its
 keyframe, with the passes that save adds (requantizing to the parent's levels, the residual's
 reconstruction and error, the bin-index delta, its run-length split and ANS counts and
-coders); ``benchmarks/results/save_kernels-delta.json``.
+coders, and the stage that rebuilds each weight from its parent and quantized change,
+``codecs.residual.reconstruct``); ``benchmarks/results/save_kernels-delta.json``.
 
 ``python benchmarks/save_kernels.py [--delta]`` (under a minute); prints a table and writes
 ``benchmarks/results/save_kernels.json`` (``--json``).
@@ -43,7 +44,8 @@ from _report import RESULTS, print_table, write_json
 from throughput import Run
 
 import ckptzip
-import ckptzip.codecs.quantized  # a stage's module, looked up by name
+import ckptzip.codecs.quantized  # the stages' modules, looked up by name
+import ckptzip.codecs.residual
 from ckptzip import kernels
 
 PASSES = (
@@ -73,16 +75,18 @@ DELTA_PASSES = (
     "ans_encode",
     "ans_lanes_encode",
     "zero_runs_encode",
+    "reconstruct",
 )
 """And those a manager's delta save adds: requantizing to the parent's levels, the residual's
 reconstruction and error, the bin-index delta and its back ends (a kernel the library under
 test lacks is left out, so an older tree runs the same script)."""
 
 
-STAGES = {"encode_indices": "ckptzip.codecs.quantized"}
+STAGES = {"encode_indices": "ckptzip.codecs.quantized", "reconstruct": "ckptzip.codecs.residual"}
 """Stages above the kernel layer, recorded and replayed the same way (name: module): the
 index coding's choice among packed+zstd, ANS and the one-byte layout (each candidate a pass
-over the indices, zstd's among them)."""
+over the indices, zstd's among them), and a delta save's rebuilding of each weight from its
+parent and quantized change (what the next residual is taken against)."""
 
 
 def owner(name: str) -> Any:

@@ -39,9 +39,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 
-from ckptzip import kernels
+from ckptzip import _pages, kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.codecs.base import (
     Codec,
@@ -94,11 +95,29 @@ def reconstruct(parent: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
     >>> float((reconstruct(p, q) - x).abs().max()) < 0.01
     True
     """
-    from ckptzip.quantize import dequantize  # the quantizer pulls in the sketch machinery
+    # the quantizer pulls in the sketch machinery; _level_values is a level's one value
+    from ckptzip.quantize import _level_values, dequantize
 
-    wide = wide_dtype(q.dtype)
-    change = dequantize(q).reshape(-1).to(wide)
-    out = (parent.reshape(-1).to(device="cpu", dtype=wide) + change).to(q.dtype)
+    flat = parent.reshape(-1)
+    if (
+        q.dtype in (torch.float32, torch.float64)
+        and flat.dtype == q.dtype
+        and flat.device.type == "cpu"
+        and q.levels.size
+        and q.indices.size == flat.numel()
+    ):
+        # one pass as the reader's (codecs.quantized.decode_values with a base): each
+        # element p[i] + its level, one addition in the dtype, with no change tensor between
+        # (a writer's delta save rebuilt every weight through two tensor-sized temporaries)
+        table = _level_values(q.levels, q.config.log_domain, q.dtype, torch.device("cpu"))
+        out = _pages.empty(flat.numel(), q.dtype)
+        indices = np.ascontiguousarray(q.indices, dtype=np.uint8).reshape(-1)
+        if kernels.unpack_gather(indices, 8, table, out, flat.contiguous()) >= q.levels.size:
+            raise ValueError(f"an index addresses a level beyond the {q.levels.size} levels")
+    else:
+        wide = wide_dtype(q.dtype)
+        change = dequantize(q).reshape(-1).to(wide)
+        out = (flat.to(device="cpu", dtype=wide) + change).to(q.dtype)
     if q.protected_positions.size:
         pos = torch.from_numpy(q.protected_positions)
         out.index_copy_(0, pos, q.protected_values.to(q.dtype))
