@@ -177,45 +177,40 @@ def main() -> None:
         if not any(d.glob("*.ckz")):
             write_chain(d)
         if args.phases:
-            rows = phases(d, args.phases)
-            print_table(
-                f"the phases of a chain-end restore, {args.phases} restores, wall ms "
-                f"({kernels.IMPLEMENTATION})",
-                rows,
-                [
-                    ("phase", "phase", ""),
-                    ("calls", "calls", "d"),
-                    ("least ms", "least ms", ".1f"),
-                    ("median ms", "median ms", ".1f"),
-                ],
-            )
-            write_json(
+            _report(
+                f"the phases of a chain-end restore, {args.phases} restores, wall ms",
+                phases(d, args.phases),
+                [("phase", ""), ("calls", "d"), ("least ms", ".1f"), ("median ms", ".1f")],
                 args.json or RESULTS / "restore_phases.json",
-                {"kernels": kernels.IMPLEMENTATION, "rows": rows},
             )
             return
         recorded = record(d)
-    rows = []
-    for name, calls in recorded.items():
-        if not calls:
-            continue
-        rows.append({"decoder": name, **least_cpu_row(calls, replay, args.repeat, "symbol")})
-    print_table(
-        f"the decoders of a chain-end restore, replayed on one thread ({kernels.IMPLEMENTATION})",
+    rows = [
+        {"decoder": name, **least_cpu_row(calls, replay, args.repeat, "symbol")}
+        for name, calls in recorded.items()
+        if calls
+    ]
+    _report(
+        "the decoders of a chain-end restore, replayed on one thread",
         rows,
         [
-            ("decoder", "decoder", ""),
-            ("calls", "calls", "d"),
-            ("symbols", "symbols", "d"),
-            ("cpu s", "cpu s", ".4f"),
-            ("ns/symbol", "ns/symbol", ".2f"),
-            ("sha256", "sha256", ""),
+            ("decoder", ""),
+            ("calls", "d"),
+            ("symbols", "d"),
+            ("cpu s", ".4f"),
+            ("ns/symbol", ".2f"),
+            ("sha256", ""),
         ],
-    )
-    write_json(
         args.json or RESULTS / "restore_kernels.json",
-        {"kernels": kernels.IMPLEMENTATION, "rows": rows},
     )
+
+
+def _report(
+    title: str, rows: list[dict[str, Any]], columns: list[tuple[str, str]], out: Path
+) -> None:
+    """The table (columns: (key, format), headed by their keys), then the JSON."""
+    print_table(f"{title} ({kernels.IMPLEMENTATION})", rows, [(k, k, fmt) for k, fmt in columns])
+    write_json(out, {"kernels": kernels.IMPLEMENTATION, "rows": rows})
 
 
 if __name__ == "__main__":
