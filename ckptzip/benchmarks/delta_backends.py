@@ -16,6 +16,12 @@ are the one-thread encode and decode of the differences (``bindiff.encode_delta`
 encoding to its indices' order-0 entropy (the delta codec skips that comparison below
 ``codecs.delta.FULL_TRIAL``).
 
+One more row is a what-if, not a back end: ``ans-wide per context (what-if)``, the
+rearranged differences coded as one ``"ans-wide"`` stream per parent bin (each with its own
+count table and blocks; ``"ans"`` for a context under ``entropy.ANS_LANES_MIN`` symbols),
+decoded context by context and applied: what a wide layout with the delta codec's contexts
+could write, and how fast it could decode, without a new kernel.
+
 Run ``python benchmarks/delta_backends.py`` (about 3 minutes on one core); writes
 ``benchmarks/results/delta_backends.json`` (``--out`` for another path). Sizes are
 deterministic; times are not.
@@ -42,12 +48,12 @@ import _workloads
 from _report import RESULTS, print_table, write_json
 from throughput import Run
 
-from ckptzip import CheckpointManager
+from ckptzip import CheckpointManager, kernels
 from ckptzip._types import QuantizedTensor
 from ckptzip.api import read_manifest, read_quantized
 from ckptzip.bindiff import decode_delta, encode_delta, encode_smallest
 from ckptzip.codecs.quantized import encode_indices
-from ckptzip.entropy import order0_entropy_bits
+from ckptzip.entropy import ANS_LANES_MIN, decode_symbols, encode_symbols, order0_entropy_bits
 
 METHODS = ("ans", "rle+ans", "rle+lzma", "ans-lanes", "rle+zstd")
 CODEC = "encode_smallest (the codec's choice)"
@@ -95,17 +101,44 @@ def _pairs(name: str, d: Path) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
     return out
 
 
+WIDE = "ans-wide per context (what-if)"
+
+
+def _wide_per_context(
+    prev: np.ndarray, now: np.ndarray, bins: int
+) -> tuple[int, float, float, int]:
+    """Bytes, encode and decode seconds of :data:`WIDE` for one tensor's differences, and
+    how many of its symbols lie in contexts too short for ``"ans-wide"``."""
+    t0 = time.perf_counter()
+    symbols, _ = kernels.delta_encode(prev, now, bins, True)
+    sizes = [int(c) for c in kernels.bin_counts(prev)[:bins]]
+    coded, at = [], 0
+    for size in sizes:
+        method = "ans-wide" if size >= ANS_LANES_MIN else "ans"
+        chunks, meta = encode_symbols(symbols[at : at + size], method)
+        coded.append((chunks, meta, size, method))
+        at += size
+    t1 = time.perf_counter()
+    parts = [decode_symbols(chunks, meta, size, method) for chunks, meta, size, method in coded]
+    back = kernels.delta_decode(prev, np.concatenate(parts), bins, True)
+    t2 = time.perf_counter()
+    assert np.array_equal(back, now)
+    short = sum(size for *_, size, method in coded if method == "ans")
+    return sum(len(c) for chunks, *_ in coded for c in chunks), t1 - t0, t2 - t1, short
+
+
 def measure(name: str) -> dict[str, Any]:
     d = Path(tempfile.mkdtemp(prefix="ckptzip-delta-backends-"))
     try:
         pairs = _pairs(name, d / "chain")
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    size = dict.fromkeys(METHODS, 0)
-    enc = dict.fromkeys([*METHODS, CODEC], 0.0)
-    dec = dict.fromkeys(METHODS, 0.0)
+    size = dict.fromkeys([*METHODS, WIDE], 0)
+    enc = dict.fromkeys([*METHODS, WIDE, CODEC], 0.0)
+    dec = dict.fromkeys([*METHODS, WIDE], 0.0)
     chosen = dict.fromkeys([*CHOICES, CODEC], 0)
     full_ratio, delta_ratio = [], []
+    short_symbols = 0
     for prev, now, bins, levels in pairs:
         # the full index encoding the codec compares against, over the order-0 entropy
         entropy = order0_entropy_bits(now) / 8
@@ -123,6 +156,11 @@ def measure(name: str) -> dict[str, Any]:
             size[m] += payload.nbytes
             enc[m] += t1 - t0
             dec[m] += t2 - t1
+        nbytes, t_enc, t_dec, short = _wide_per_context(prev, now, bins)
+        short_symbols += short
+        size[WIDE] += nbytes
+        enc[WIDE] += t_enc
+        dec[WIDE] += t_dec
         for label, methods in CHOICES.items():
             chosen[label] += min(got[m] for m in methods)
         delta_ratio.append(min(got["ans"], got["rle+ans"]) / entropy if entropy else math.inf)
@@ -135,6 +173,7 @@ def measure(name: str) -> dict[str, Any]:
         "bytes": {**size, **chosen},
         "encode_s": enc,
         "decode_s": dec,
+        "what-if: symbols in contexts under ANS_LANES_MIN": short_symbols,
         "full / entropy, min": min(full_ratio),
         "delta / entropy, max": max(delta_ratio),
         "delta / entropy where not smaller than full, min": min(
@@ -176,7 +215,9 @@ def main() -> None:
         )
         print(
             f"full index encoding / order-0 entropy: min {r['full / entropy, min']:.3f}; "
-            f"delta / entropy: max {r['delta / entropy, max']:.3f}"
+            f"delta / entropy: max {r['delta / entropy, max']:.3f}; what-if: "
+            f"{r['what-if: symbols in contexts under ANS_LANES_MIN'] / r['symbols']:.1%} of "
+            "the symbols in contexts too short for ans-wide"
         )
     write_json(args.out, out)
 
