@@ -108,7 +108,7 @@ The functions (flat 1-D inputs throughout):
     which may be ``prev`` itself, else a new array is returned); decoding raises
     :class:`~ckptzip.errors.CorruptCheckpointError` on a symbol ``>= bins``. On x86-64 with
     AVX-512 (BW, DQ, VBMI2) the compiled coder rearranges and applies a delta of at most 32
-    bins 64 indices at a time, and ``bin_counts`` counts indices below 16 64 at a time
+    bins 64 indices at a time, and ``bin_counts`` counts indices below 32 64 at a time
     (``CKPTZIP_NO_AVX512=1`` makes them take the scalar loops other processors run; both
     write the same bits).
 ``ans_encode(symbols, bounds, alphabet) -> (counts, words)``,

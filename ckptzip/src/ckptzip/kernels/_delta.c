@@ -441,16 +441,13 @@ CKZ_API int32_t ckz_requantize(const float *v, int64_t n, const uint8_t *qidx,
 
 /* -- the "rle" back end's zero runs --------------------------------------------------------
  *
- * The inverse of ckptzip/entropy.py's _zero_runs: data holds the zero-run lengths (a run of
- * r is r // 255 bytes 255 then r % 255), then the `nonzero` nonzero symbols; out gets the n
- * symbols. One pass where the reference takes six over the stream. Returns 0; 1 when the
- * runs and the symbols disagree (not `nonzero` runs, escapes after the last run, a zero
- * symbol); 2 when a symbol lands at or past n, the last such position in *last (the checks
- * of _reference.zero_runs_decode, in its order). 0 <= nonzero <= min(size, n). */
-/* The forward form: for each nonzero symbol the length g of the zero run before it, as
- * g / 255 bytes 255 then g % 255, into runs; the nonzero symbols into values. Returns the
- * count of nonzero symbols; *n_runs the run bytes (at most nonzero + n / 255). Zeros are
- * skipped eight bytes at a time. */
+ * The run-length form of ckptzip/entropy.py's "rle" back ends: for each nonzero symbol the
+ * length r of the zero run before it (r // 255 bytes 255 then r % 255), then the nonzero
+ * symbols. One pass each way where the reference takes six over the stream. */
+
+/* The form of sym's n symbols: the run bytes into runs, the nonzero symbols into values.
+ * Returns the count of nonzero symbols; *n_runs the run bytes (at most nonzero + n / 255).
+ * Zeros are skipped eight bytes at a time. */
 CKZ_API int64_t ckz_zero_runs_encode(const uint8_t *sym, int64_t n, uint8_t *runs,
                                      uint8_t *values, int64_t *n_runs) {
     int64_t nr = 0, nv = 0, last = -1;
@@ -467,6 +464,11 @@ CKZ_API int64_t ckz_zero_runs_encode(const uint8_t *sym, int64_t n, uint8_t *run
     return nv;
 }
 
+/* Its inverse: data holds the run bytes, then the `nonzero` nonzero symbols; out gets the n
+ * symbols. Returns 0; 1 when the runs and the symbols disagree (not `nonzero` runs, escapes
+ * after the last run, a zero symbol); 2 when a symbol lands at or past n, the last such
+ * position in *last (the checks of _reference.zero_runs_decode, in its order).
+ * 0 <= nonzero <= min(size, n). */
 CKZ_API int32_t ckz_zero_runs_decode(const uint8_t *data, int64_t size, int64_t nonzero,
                                      int64_t n, uint8_t *out, int64_t *last) {
     const uint8_t *values = data + (size - nonzero);
