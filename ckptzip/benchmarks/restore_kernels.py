@@ -127,7 +127,8 @@ def phases(d: Path, restores: int) -> list[dict[str, Any]]:
 
         return call
 
-    last = max(int(p.stem.split("-")[-1]) for p in d.glob("step-*.ckz"))
+    with CheckpointManager(d) as mgr:
+        last = mgr.steps()[-1]
     for (name, _, _), (owner, fn, original) in zip(PHASES, originals, strict=True):
         setattr(owner, fn, timed(name, original))
     try:
