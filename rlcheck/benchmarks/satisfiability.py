@@ -48,6 +48,9 @@ import rlcheck.hypothesis  # noqa: F401  (registers the backends)
 for _percent in (10, 25):
     register_variant(f"rlcheck-hb{_percent}", hand_back_unsatisfiable=_percent / 100)
 register_variant("rlcheck-eps05", epsilon=0.05)
+# span duplications before the first valid case in chains of 5 (duplicate_until_valid;
+# off by default), as Hypothesis's engine mutates each case it generates
+register_variant("rlcheck-dup5", duplicate_until_valid=5)
 
 
 def _all_true(k: int) -> SuiteTest:

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 from hypothesis.internal.conjecture.providers import AVAILABLE_PROVIDERS
 
 from rlcheck.errors import InvalidArgument
 from rlcheck.hypothesis.compat import IntervalSet, choice_permitted
 from rlcheck.hypothesis.provider import RLCheckProvider, _boundary_values
-from rlcheck.mutation import FRESH, OPERATORS, SIMPLEST, CasePool, Plan, other_integer
+from rlcheck.mutation import (
+    FRESH,
+    OPERATORS,
+    SIMPLEST,
+    CasePool,
+    Plan,
+    duplicated,
+    other_integer,
+)
 
 A, B = ("i", 0, 9), ("b", 0.5)
 
@@ -44,6 +54,37 @@ def test_a_copy_takes_the_value_of_a_like_draw_of_the_same_case() -> None:
     assert [plan.next(A), plan.next(B), plan.next(A)] == [1, True, 1]
     with pytest.raises(InvalidArgument):
         Plan(((A, 1), (B, True)), 0, operator="copy", source=1)  # not a like draw
+
+
+def test_a_replay_plan_replays_its_draws_then_leaves_the_rest_fresh() -> None:
+    plan = Plan.replay(((A, 1), (B, True)))
+    assert [plan.next(A), plan.next(B)] == [1, True]
+    assert plan.changed() is FRESH  # nothing changed, at the end either
+    assert plan.next(A) is FRESH and plan.changed() is FRESH
+
+
+def test_a_duplication_copies_one_span_onto_another_of_its_label() -> None:
+    draws = ((A, 1), (B, True), (A, 7), (B, False))
+    spans = [("e", 0, 2), ("e", 2, 4), ("whole", 0, 4), ("empty", 4, 4), ("empty", 4, 4)]
+    made = {duplicated(draws, spans, random.Random(s)) for s in range(50)}
+    assert made == {
+        ((A, 1), (B, True), (A, 1), (B, True)),
+        ((A, 7), (B, False), (A, 7), (B, False)),
+    }
+
+
+def test_a_duplication_of_a_span_inside_one_of_its_label_repeats_the_outer_part() -> None:
+    # a tree: the outer span's draws before the inner one are repeated (a copy of the path)
+    draws = ((A, 1), (A, 2), (A, 3))
+    spans = [("t", 1, 3), ("t", 0, 3)]
+    assert duplicated(draws, spans, random.Random(0)) == ((A, 1), (A, 1), (A, 2), (A, 3))
+
+
+def test_no_duplication_without_two_spans_of_one_label() -> None:
+    rng = random.Random(0)
+    assert duplicated(((A, 1),), [("e", 0, 1), ("f", 0, 1)], rng) is None
+    assert duplicated(((A, 1),), [("g", 1, 1), ("g", 1, 1), ("e", 0, 1)], rng) is None
+    assert duplicated((), [], rng) is None
 
 
 def test_simplest_and_small_plans_answer_every_draw_from_the_position_on() -> None:
@@ -298,3 +339,52 @@ def test_a_share_by_rate_counts_the_learned_cases_of_a_run() -> None:
     assert provider._arm_cases[0] > 0 and provider._arm_cases[1] > 0
     assert 0 < sum(provider._arm_hits) <= sum(provider._arm_cases)
     assert provider._arm_hits[1] <= provider._arm_cases[1]
+
+
+class _Duplicating(RLCheckProvider):
+    """Records, per case, whether it was a duplication and whether it was valid."""
+
+    default_tail = 0.0
+    duplicate_until_valid = 5  # off by default (README)
+    cases: ClassVar[list[tuple[bool, bool]]] = []
+
+    def _learn(self, outcome: Any) -> None:
+        type(self).cases.append((self._duplicating, outcome == "valid"))
+        super()._learn(outcome)
+
+
+class _NotDuplicating(_Duplicating):
+    duplicate_until_valid = 0
+
+
+AVAILABLE_PROVIDERS.setdefault("rlcheck-test-dup", f"{__name__}._Duplicating")
+AVAILABLE_PROVIDERS.setdefault("rlcheck-test-nodup", f"{__name__}._NotDuplicating")
+
+
+def _first_valid_of_equal_large_pairs(backend: type[_Duplicating], run_seed: int) -> int | None:
+    backend.cases = []
+    name = "rlcheck-test-dup" if backend is _Duplicating else "rlcheck-test-nodup"
+
+    @seed(run_seed)
+    @settings(backend=name, max_examples=5, phases=[Phase.generate], **QUIET)
+    @given(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)))
+    def test(pair: tuple[int, int]) -> None:
+        # equal, and not a value Hypothesis draws often (a bound, a small number)
+        assume(pair[0] == pair[1] and 2**20 < pair[0] < 2**40 - 2**20)
+
+    with contextlib.suppress(Unsatisfiable):
+        test()
+    return next((i for i, (_, valid) in enumerate(backend.cases) if valid), None)
+
+
+def test_before_the_first_valid_case_learned_cases_copy_spans_as_the_engine_does() -> None:
+    # Two equal large integers: chance never makes them, a copy of one tuple element's
+    # span onto the other does (the engine's generate_mutations_from does it too).
+    for run_seed in range(3):
+        first = _first_valid_of_equal_large_pairs(_Duplicating, run_seed)
+        assert first is not None and first < 100
+        assert _Duplicating.cases[first][0]  # a duplication made it
+        # without: nothing valid in the run's first 200 cases
+        first = _first_valid_of_equal_large_pairs(_NotDuplicating, run_seed)
+        assert first is None or first > 200
+    assert not any(dup for dup, _ in _NotDuplicating.cases)

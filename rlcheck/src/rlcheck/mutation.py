@@ -23,6 +23,10 @@ habit of Hypothesis's own engine:
   (:meth:`Plan.small_index`: the simplest one half the time): small inputs, the ones
   exhaustive small-scope testing (SmallCheck) relies on, at random.
 
+Where no case is valid yet, :func:`duplicated` gives the front end Hypothesis's own
+mutation of any case: one span of the case copied onto another span of the same label
+(the whole subtree, not one draw), replayed as a plan (:meth:`Plan.replay`).
+
 Before the position, a draw gets the recorded value while the draws line up (the same kind
 of draw with the same constraints, so the value is permitted); after it, the recorded
 values again while they still line up (a point mutation), and :data:`FRESH` from the first
@@ -63,6 +67,8 @@ __all__ = [
     "SIMPLEST",
     "CasePool",
     "Plan",
+    "Span",
+    "duplicated",
     "other_integer",
 ]
 
@@ -86,6 +92,8 @@ OPERATORS = ("change", "boundary", "copy", "simplest", "small")
 """The mutation operators (see the module docstring)."""
 
 Draw = tuple[Hashable, Any]
+Span = tuple[Hashable, int, int]
+"""A span of a case: its label and the indices of its first draw and of the draw after it."""
 
 
 class Plan:
@@ -130,6 +138,12 @@ class Plan:
         self.source = source
         self.origin = -1  # the pool's index of the case mutated (CasePool.credit)
         self._rng = random.Random(seed) if operator == "small" else None
+
+    @classmethod
+    def replay(cls, draws: tuple[Draw, ...]) -> Plan:
+        """A plan that replays ``draws`` while they line up with the test's draws, then
+        leaves the rest to the front end (:data:`FRESH`): no draw changed."""
+        return cls(draws, len(draws))
 
     @property
     def position(self) -> int:
@@ -188,9 +202,15 @@ class Plan:
         """Right after :meth:`next` answered the changed draw of a ``"change"`` or
         ``"boundary"`` plan with :data:`FRESH`: its recorded value (the one to move away
         from); :data:`FRESH` at any other draw."""
-        if not self._lined_up or self._i - 1 != self._at or self.operator not in _CHANGING:
+        at = self._at
+        if (
+            not self._lined_up
+            or self._i - 1 != at
+            or at >= len(self._draws)  # a replay (Plan.replay): nothing changed
+            or self.operator not in _CHANGING
+        ):
             return FRESH
-        return self._draws[self._at][1]
+        return self._draws[at][1]
 
 
 _CHANGING = frozenset(("change", "boundary"))
@@ -410,6 +430,44 @@ class CasePool:
             if x < 0:
                 return name
         return names[-1]
+
+
+def duplicated(
+    draws: tuple[Draw, ...], spans: list[Span], rng: random.Random
+) -> tuple[Draw, ...] | None:
+    """The draws of a case with one span copied onto another of the same label, or ``None``
+    where no label has two non-empty spans.
+
+    Hypothesis's engine does this after each case it generates, invalid ones included:
+    equal parts of an input (every element of a list alike, two equal keys) rarely happen
+    by chance and are what many conditions and many bugs hang on. Two spans of one label
+    are picked; where one holds the other (a tree: one strategy drawn inside itself), the
+    part of the outer span before the inner one is repeated (the tree grows by a copy of
+    its path), otherwise both spans take the draws of one of them. The result replays as
+    a plan (:meth:`Plan.replay`): where the copy no longer lines up with the draws the test
+    makes, the rest is drawn afresh.
+
+    >>> draws = ((("b",), True), (("b",), False), (("b",), True))
+    >>> spans = [("e", 0, 1), ("e", 1, 2), ("e", 2, 3)]
+    >>> sorted({duplicated(draws, spans, random.Random(s)) for s in range(40)})[0]
+    ((('b',), False), (('b',), False), (('b',), True))
+    """
+    groups: dict[Hashable, list[tuple[int, int]]] = {}
+    for label, start, end in spans:
+        if end > start:
+            groups.setdefault(label, []).append((start, end))
+    labels = [label for label, group in groups.items() if len(set(group)) > 1]
+    if not labels:
+        return None
+    group = sorted(set(groups[labels[rng.randrange(len(labels))]]))
+    (start1, end1), (start2, end2) = rng.sample(group, 2)
+    if start1 > start2:
+        (start1, end1), (start2, end2) = (start2, end2), (start1, end1)
+    if start1 <= start2 <= end2 <= end1:
+        return draws[:start2] + draws[start1:]
+    start, end = (start1, end1) if rng.random() < 0.5 else (start2, end2)
+    copy = draws[start:end]
+    return draws[:start1] + copy + draws[end1:start2] + copy + draws[end2:]
 
 
 def other_integer(rng: random.Random, lo: int, hi: int, recorded: int) -> int:
