@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -191,4 +192,17 @@ def test_v4_golden_files_store_64_bit_chunk_digests() -> None:
         with open(GOLDEN / name, "rb") as f:
             reader = Reader(f)
             assert reader.flags == flags and reader.manifest.version == 4
-            assert {len(c.sha256) for c in reader.manifest.chunks} == {CHUNK_DIGEST_HEX}
+            assert {len(c.digest) for c in reader.manifest.chunks} == {CHUNK_DIGEST_HEX}
+
+
+def test_v5_golden_files_store_crc32_chunk_digests() -> None:
+    from ckptzip.container import CRC_DIGEST_HEX, MANIFEST_ZSTD, Reader
+
+    for name in ("v5_quant.ckz", "v5_zstd_manifest.ckz"):
+        with open(GOLDEN / name, "rb") as f:
+            reader = Reader(f)
+            assert reader.manifest.version == 5
+            assert reader.flags == MANIFEST_ZSTD or name == "v5_quant.ckz"
+            for i, (_, data) in enumerate(reader.iter_chunks()):
+                assert reader.manifest.chunks[i].digest == f"{zlib.crc32(data):08x}"
+            assert {len(c.digest) for c in reader.manifest.chunks} == {CRC_DIGEST_HEX}

@@ -31,12 +31,12 @@ import ckptzip
 from ckptzip import entropy
 from ckptzip.codecs.exact import tensor_to_bytes
 from ckptzip.container import (
-    CHUNK_DIGEST_HEX,
     FORMAT_VERSION,
     HEADER,
     MAGIC,
     MANIFEST_ZSTD,
     MAX_MANIFEST_BYTES,
+    chunk_digest,
 )
 from ckptzip.errors import (
     CkptzipError,
@@ -124,7 +124,7 @@ def seal(doc: Any, body: bytes, *, version: int = FORMAT_VERSION, flags: int = 0
 def reseal_chunks(doc: dict[str, Any], chunks: list[bytes]) -> bytes:
     off, refs = 0, []
     for c in chunks:
-        refs.append([off, len(c), hashlib.sha256(c).hexdigest()[:CHUNK_DIGEST_HEX]])
+        refs.append([off, len(c), chunk_digest(c)])
         off += len(c)
     doc["chunks"] = refs
     return seal(doc, b"".join(chunks))
@@ -152,7 +152,7 @@ def test_torch_save_file_is_refused_not_unpickled(tmp_path: Path) -> None:
     assert not CANARY.exists()
 
 
-@pytest.mark.parametrize("version", [0, 5, 65535])
+@pytest.mark.parametrize("version", [0, FORMAT_VERSION + 1, 65535])
 def test_bad_version(good: bytes, tmp_path: Path, version: int) -> None:
     doc, body = split(good)
     with pytest.raises(UnsupportedFormatError, match=f"version {version}"):

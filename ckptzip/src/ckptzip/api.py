@@ -270,7 +270,7 @@ def _parent_view(
     decoded for nothing. Their bytes are still checked: every link but the last was checked
     whole against the sha256 its child records (``chains.resolve_parents``), and so was the
     last one when ``vouched`` (the caller decodes its child); otherwise the last link's
-    exact chunks are read and checked against their own sha256, so a damaged parent is
+    exact chunks are read and checked against their own digests, so a damaged parent is
     never delta-coded against. ``cache`` receives the last link's tensors.
     """
     start, view = 0, None
@@ -325,8 +325,7 @@ def _parent_view(
                 parent, own = _FileParent(todo[k].sha256, {}), False
                 continue
             view = _LinkSiblings(sibling, k) if reads_siblings(entry) else None
-            with locks[k]:
-                chunks = readers[k].tensor_chunks(entry)
+            chunks = readers[k].tensor_chunks(entry, lock=locks[k])
             # an intermediate whose child adds a residual to it is wanted as values only
             # (decoded straight into the tensor); the walk's last value is the caller's
             values = k < upto and _residual_child(lossy[k + 1].get(path))
@@ -963,7 +962,7 @@ def verify(
     progress: Progress | None = None,
     max_bytes: int | None = None,
 ) -> Manifest:
-    """Check a file's integrity: header, manifest, the read limit, and every chunk's sha256.
+    """Check a file's integrity: header, manifest, the read limit, and every chunk's digest.
 
     With ``decode`` also decode every tensor (and a delta's parents), which checks the codec
     metadata and sizes as :func:`load` would, under :func:`load`'s read limit. Without it
@@ -1082,8 +1081,7 @@ def _decode_entries(
     siblings: list[_DecodedSiblings] = []  # set once the entries they read are decoded
 
     def decode_one(entry: TensorEntry) -> Decoded:
-        with lock:
-            chunks = reader.tensor_chunks(entry)
+        chunks = reader.tensor_chunks(entry, lock=lock)
         inner = workers if workers > 1 and entry.nbytes > share else 1
         view = siblings[0] if siblings and _reads_siblings(entry.codec) else None
         return _decode_entry(

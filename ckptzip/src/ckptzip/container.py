@@ -3,33 +3,38 @@
 Layout (all integers little-endian; the full spec is ``FORMAT.md``)::
 
     offset 0   8 bytes   magic b"CKPTZIP\\0"
-           8   u16       format version (1 to 4)
+           8   u16       format version (1 to 5)
           10   u16       flags: 0, or (version 3) MANIFEST_ZSTD
           12   u64       manifest length M (at most MAX_MANIFEST_BYTES)
           20   M bytes   manifest, UTF-8 JSON (with MANIFEST_ZSTD: one zstd frame of it)
         20+M   32 bytes  sha256 of the manifest bytes
         52+M   ...       chunks back to back; the manifest gives each one's offset (relative
-                         to 52+M), length and sha256 (version 4: its first 64 bits), and
-                         they cover the rest exactly
+                         to 52+M), length and digest (a CRC-32 from version 5 on; before
+                         it sha256, version 4 its first 64 bits), and they cover the rest
+                         exactly
 
 Reading validates before it allocates: magic, then version, then the manifest length against
 the cap and the file size, the manifest digest, the JSON schema (types, ranges, shape
-arithmetic, chunk tiling), and only then reads chunks, each checked against its sha256.
-Checksums are sha256 because it is in :mod:`hashlib` everywhere, hardware-accelerated on
-current CPUs (faster than blake2b here), and the same hash names a delta's parent.
+arithmetic, chunk tiling), and only then reads chunks, each checked against its digest.
+What names content is sha256 (the manifest's digest, a delta's parent hash): it is in
+:mod:`hashlib` everywhere and hardware-accelerated on current CPUs. What only catches damage,
+a chunk's digest, is a CRC-32 from version 5 on (:data:`CRC_DIGESTS_FROM`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
 import json
 import math
 import os
 import re
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, Protocol
 
@@ -49,6 +54,8 @@ from ckptzip.structure import (
 
 __all__ = [
     "CHUNK_DIGEST_HEX",
+    "CRC_DIGESTS_FROM",
+    "CRC_DIGEST_HEX",
     "FORMAT_VERSION",
     "MANIFEST_ZSTD",
     "HEADER",
@@ -69,15 +76,24 @@ __all__ = [
 MAGIC = b"CKPTZIP\0"
 # The version this release writes; it reads every version up to it. Versions 1-3 differed in
 # what a file held (shared storage and NumPy arrays: 2, a compressed manifest: 3); version 4
-# shortens every chunk digest, so each file is written as version 4.
-FORMAT_VERSION = 4
-READ_VERSIONS = (1, 2, 3, 4)
+# shortened every chunk digest and version 5 makes it a CRC-32, so each file is written as
+# version 5.
+FORMAT_VERSION = 5
+READ_VERSIONS = (1, 2, 3, 4, 5)
 SHORT_DIGESTS_FROM = 4
 """From this version on, a chunk's digest in the manifest is the first :data:`CHUNK_DIGEST_HEX`
 hex digits of its sha256: 64 bits catch a damaged chunk as surely as 256 (the manifest's own
 digest and a delta's parent hash stay full sha256), and full digests were about half of a
 compressed manifest, i.e. ~170 bytes of the per-tensor cost of a small quantized tensor."""
 CHUNK_DIGEST_HEX = 16
+CRC_DIGESTS_FROM = 5
+"""From this version on, a chunk's digest is its CRC-32 (zlib's, the one gzip, zip and PNG
+store), as :data:`CRC_DIGEST_HEX` hex digits. A chunk digest is there to catch damage (the
+manifest's own digest and a delta's parent hash, which name content, stay sha256): CRC-32
+catches every burst of up to 32 flipped bits and misses a random corruption once in 2^32,
+and it runs at 3.7 GB/s here against sha256's 1.2: hashing a keyframe's chunks was about a
+sixth of its load (``benchmarks/load_phases.py``)."""
+CRC_DIGEST_HEX = 8
 MANIFEST_ZSTD = 0x0001
 """Header flag (version 3): the manifest is stored as one zstd frame (content size in its
 header). Manifests are mostly chunk digests, codec records and tensor names; on small models
@@ -105,6 +121,7 @@ peak memory (the returned tensor included) over the bytes it returns, measured o
 working copies on top of it): exact 2.2x (fp32) / 2.5x (bf16), quantized 2.2x / 3.5x."""
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
+_HEX8 = re.compile(r"[0-9a-f]{8}")
 _HEX_RUN = re.compile(r"[0-9a-f]*")  # digests back to back (their lengths checked apart)
 _ITEMSIZE = {name: dt.itemsize for name, dt in DTYPES.items()}
 
@@ -119,12 +136,13 @@ def _bad(msg: str) -> CorruptCheckpointError:
 
 @dataclass(frozen=True)
 class ChunkRef:
-    """One stored chunk: ``offset`` from the start of the data section, ``length``, sha256
-    (hex; read from a version-4 file, its first :data:`CHUNK_DIGEST_HEX` digits)."""
+    """One stored chunk: ``offset`` from the start of the data section, ``length``, and its
+    ``digest`` in hex (:func:`chunk_digest`): a CRC-32 from version 5 on, sha256 before (read
+    from a version-4 file, its first :data:`CHUNK_DIGEST_HEX` digits)."""
 
     offset: int
     length: int
-    sha256: str
+    digest: str
 
 
 @dataclass(frozen=True)
@@ -199,7 +217,9 @@ class Manifest:
 
     def _digest(self, c: ChunkRef) -> str:
         """``c``'s digest as this version stores it."""
-        return c.sha256[:CHUNK_DIGEST_HEX] if self.version >= SHORT_DIGESTS_FROM else c.sha256
+        if SHORT_DIGESTS_FROM <= self.version < CRC_DIGESTS_FROM:
+            return c.digest[:CHUNK_DIGEST_HEX]
+        return c.digest
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -263,9 +283,7 @@ class Manifest:
             raise _bad("chunks must be a list")
         chunks: list[ChunkRef] = []
         expected_offset = 0
-        short = version >= SHORT_DIGESTS_FROM
-        digest, width = (_HEX16, 16) if short else (_HEX64, 64)
-        what = f"first {CHUNK_DIGEST_HEX} hex digits of sha256" if short else "sha256 hex"
+        digest, width, what = _digest_form(version)
         # exact types (what json.loads makes: an int is never a bool here), and the digests'
         # hex checked in one match over all of them: a manifest holds hundreds of chunks
         for i, c in enumerate(raw_chunks):
@@ -287,10 +305,10 @@ class Manifest:
                 )
             expected_offset += length
             chunks.append(ChunkRef(offset, length, hexdigest))
-        if not _HEX_RUN.fullmatch("".join(c.sha256 for c in chunks)) or not all(
-            len(c.sha256) == width for c in chunks
+        if not _HEX_RUN.fullmatch("".join(c.digest for c in chunks)) or not all(
+            len(c.digest) == width for c in chunks
         ):
-            i = next(i for i, c in enumerate(chunks) if not digest.fullmatch(c.sha256))
+            i = next(i for i, c in enumerate(chunks) if not digest.fullmatch(c.digest))
             raise _bad(f"chunk {i} must be [offset, length, {what}], got {raw_chunks[i]!r}")
         if data_bytes is not None and expected_offset != data_bytes:
             raise CorruptCheckpointError(
@@ -423,8 +441,9 @@ def write(f: Writable, manifest: Manifest, chunks: Sequence[bytes]) -> int:
 def chunk_refs(
     chunks: Sequence[bytes], digests: Sequence[str] | None = None
 ) -> tuple[ChunkRef, ...]:
-    """Offsets, lengths and sha256 of chunks laid back to back (``digests``: their sha256
-    hex digests, when the caller computed them already, one per chunk)."""
+    """Offsets, lengths and digests of chunks laid back to back, for a file of this release's
+    version (``digests``: their :func:`chunk_digest`, when the caller computed them already,
+    one per chunk)."""
     if digests is None:
         digests = [chunk_digest(c) for c in chunks]
     if len(digests) != len(chunks):
@@ -436,9 +455,65 @@ def chunk_refs(
     return tuple(refs)
 
 
-def chunk_digest(chunk: bytes) -> str:
-    """The sha256 (hex) a :class:`ChunkRef` records for ``chunk``."""
+def chunk_digest(chunk: bytes, version: int = FORMAT_VERSION) -> str:
+    """The digest (hex) a :class:`ChunkRef` of a file of ``version`` records for ``chunk``:
+    its CRC-32 from :data:`CRC_DIGESTS_FROM` on, else its sha256 (which version 4 stores
+    shortened)."""
+    if version >= CRC_DIGESTS_FROM:
+        return f"{zlib.crc32(chunk):08x}"
     return hashlib.sha256(chunk).hexdigest()
+
+
+def _digest_form(version: int) -> tuple[re.Pattern[str], int, str]:
+    """How a file of ``version`` writes a chunk digest: its pattern, its length, its name."""
+    if version >= CRC_DIGESTS_FROM:
+        return _HEX8, CRC_DIGEST_HEX, "CRC-32 as 8 hex digits"
+    if version >= SHORT_DIGESTS_FROM:
+        return _HEX16, CHUNK_DIGEST_HEX, f"first {CHUNK_DIGEST_HEX} hex digits of sha256"
+    return _HEX64, 64, "sha256 hex"
+
+
+def _parse_manifest(raw: bytes, name: str, data_bytes: int, version: int) -> Manifest:
+    """The validated :class:`Manifest` of a file's manifest bytes (its JSON parsed strictly)."""
+    try:
+        doc = json.loads(
+            raw.decode("utf-8"),
+            object_pairs_hook=_strict_object,
+            parse_constant=_reject_constant,
+        )
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, CorruptCheckpointError):
+            raise
+        raise CorruptCheckpointError(f"{name}: manifest is not valid JSON: {exc}") from None
+    try:
+        return Manifest.from_json(doc, data_bytes=data_bytes, version=version)
+    except CorruptCheckpointError as exc:
+        # the manifest's own rules know no file name; a copy cut after its manifest
+        # lands here, and the caller must learn which file it was
+        raise type(exc)(f"{name}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside (unless the caller had turned it off).
+
+    Parsing a manifest makes thousands of small objects (a dict per entry and per codec
+    record, lists, strings), none in a cycle, and most of them, the JSON tree, are freed as
+    soon as the entries are built. Each one made counts toward the collector's thresholds
+    (a freed one counts back), so with the collector on, a parse could set off collections,
+    up to a full one, which visits every object of the process: in a fresh process that has
+    imported torch, the first load's manifest parse took 56-73 ms instead of 4-5
+    (``benchmarks/load_phases.py --fresh``). With it off, the tree is freed before anything
+    is collected, and only what the manifest keeps is left to count.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -570,7 +645,7 @@ class Reader:
     """Validated read access to one open ``.ckz`` file.
 
     Construction reads and validates the header and manifest (nothing else); chunks are read
-    on demand and checked against their sha256.
+    on demand and checked against their digests.
 
     Examples
     --------
@@ -631,24 +706,8 @@ class Reader:
                 f"{name}: the {len(raw)}-byte manifest would take about {cost >> 20} MiB to "
                 "parse (millions of tiny JSON values); no ckptzip writer makes such a manifest"
             )
-        try:
-            doc = json.loads(
-                raw.decode("utf-8"),
-                object_pairs_hook=_strict_object,
-                parse_constant=_reject_constant,
-            )
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            if isinstance(exc, CorruptCheckpointError):
-                raise
-            raise CorruptCheckpointError(f"{name}: manifest is not valid JSON: {exc}") from None
-        try:
-            self.manifest = Manifest.from_json(
-                doc, data_bytes=size - self.data_start, version=version
-            )
-        except CorruptCheckpointError as exc:
-            # the manifest's own rules know no file name; a copy cut after its manifest
-            # lands here, and the caller must learn which file it was
-            raise type(exc)(f"{name}: {exc}") from None
+        with _collector_paused():
+            self.manifest = _parse_manifest(raw, name, size - self.data_start, version)
         self.manifest_size = mlen
         self.flags = flags
         self._checked = False  # see reopen
@@ -699,24 +758,42 @@ class Reader:
         )
 
     def read_chunk(self, i: int) -> bytes:
-        """Chunk ``i``'s bytes, checked against its sha256 (as long as the file stores it;
+        """Chunk ``i``'s bytes, checked against its digest (as long as the file stores it;
         a reader of bytes checked whole, :meth:`reopen`, does not check each again)."""
+        return self._checked_chunk(i, self._raw_chunk(i))
+
+    def _raw_chunk(self, i: int) -> bytes:
+        """Chunk ``i``'s bytes as read (the reader's one file position moves)."""
         ref = self.manifest.chunks[i]
         self._f.seek(self.data_start + ref.offset)
         data = self._f.read(ref.length)
         if len(data) != ref.length:
             raise CorruptCheckpointError(f"{self.name}: chunk {i} is truncated")
+        return data
+
+    def _checked_chunk(self, i: int, data: bytes) -> bytes:
+        """``data``, chunk ``i``'s bytes, once checked against its digest (see
+        :meth:`read_chunk`)."""
         if self._checked:
             return data
-        if hashlib.sha256(data).hexdigest()[: len(ref.sha256)] != ref.sha256:
+        ref = self.manifest.chunks[i]
+        if chunk_digest(data, self.manifest.version)[: len(ref.digest)] != ref.digest:
             raise CorruptCheckpointError(
                 f"{self.name}: chunk {i} checksum mismatch (the file is damaged)"
             )
         return data
 
-    def tensor_chunks(self, entry: TensorEntry) -> list[bytes]:
+    def tensor_chunks(
+        self, entry: TensorEntry, *, lock: AbstractContextManager[Any] | None = None
+    ) -> list[bytes]:
+        """The entry's chunks, each checked (:meth:`read_chunk`). Threads sharing the reader
+        pass one ``lock``: it is held while the chunks are read (the reader is one file
+        position), not while they are hashed (hashlib lets other threads run meanwhile, so
+        threads decoding a file check its chunks side by side)."""
         first, count = entry.chunks
-        return [self.read_chunk(first + j) for j in range(count)]
+        with lock if lock is not None else contextlib.nullcontext():
+            raw = [self._raw_chunk(first + j) for j in range(count)]
+        return [self._checked_chunk(first + j, data) for j, data in enumerate(raw)]
 
     def iter_chunks(self) -> Iterator[tuple[int, bytes]]:
         for i in range(len(self.manifest.chunks)):

@@ -1094,7 +1094,8 @@ def describe_directory(
     ``checksums`` (the default), every chunk against its checksum, so the ``status`` column
     says which steps can be restored: ``"damaged: ..."`` for a file whose data is. Each file
     is read once either way (the parent check needs its sha256); the chunk checksums add a
-    sha256 pass over bytes already in memory, no decoding. Reads only; takes no lock.
+    pass over bytes already in memory (CRC-32, or sha256 in files before version 5), no
+    decoding. Reads only; takes no lock.
 
     Examples
     --------

@@ -236,6 +236,11 @@ def cases() -> dict[int, dict[str, tuple[Any, Any]]]:
             # written once it coded them in 32 wide lanes ("ans-wide"): the same object
             "v4_quant_wide.ckz": (lanes_object(), quant_config()),
         },
+        # chunk digests are CRC-32s; a manifest both plain and compressed
+        5: {
+            "v5_quant.ckz": (ans_object(), quant_config()),
+            "v5_zstd_manifest.ckz": (many_object(), quant_config()),
+        },
     }
 
 
