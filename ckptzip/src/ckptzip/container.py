@@ -91,8 +91,8 @@ CRC_DIGESTS_FROM = 5
 store), as :data:`CRC_DIGEST_HEX` hex digits. A chunk digest is there to catch damage (the
 manifest's own digest and a delta's parent hash, which name content, stay sha256): CRC-32
 catches every burst of up to 32 flipped bits and misses a random corruption once in 2^32,
-and it runs at 3.7 GB/s here against sha256's 1.2: hashing a keyframe's chunks was about a
-sixth of its load (``benchmarks/load_phases.py``)."""
+and it runs about 3x as fast as sha256 here: reading and checking a keyframe's chunks went
+from a sixth of its load to a tenth (``benchmarks/load_phases.py``)."""
 CRC_DIGEST_HEX = 8
 MANIFEST_ZSTD = 0x0001
 """Header flag (version 3): the manifest is stored as one zstd frame (content size in its
