@@ -1193,10 +1193,15 @@ def _ordered_map(
     which it starts largest first: a state's largest tensors (the embedding, the head and
     their moments) come last in its order, and started last they finish alone (the chain
     walks of the --quick throughput state's chain end, their measured CPU times laid out on
-    two threads: done after 247 ms in the file's order, 235 ms largest first)."""
+    two threads: done after 247 ms in the file's order, 235 ms largest first).
+
+    One worker is the caller's thread, not a pool's (unlike an encoding's: see
+    :func:`_threads`): decoding runs compiled kernels, not torch's OpenMP ops, and one pool
+    thread beside a caller decoding the small items made a keyframe's ``threads=1`` load
+    10-20 % slower than the caller decoding every item (``benchmarks/load_phases.py``)."""
     heavy = [i for i in range(len(items)) if sizes is None or sizes[i] >= _POOL_MIN_BYTES]
     workers = _threads(threads, len(heavy))
-    if not workers:
+    if workers <= 1:
         yield map(fn, items)
         return
     if sizes is not None:
