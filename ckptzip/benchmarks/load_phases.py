@@ -55,7 +55,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import RESULTS, print_table, write_json
-from throughput import Run
+from throughput import benchmark_run
 
 import ckptzip
 from ckptzip import api, container
@@ -224,10 +224,7 @@ def main() -> None:
     ap.add_argument("--fresh", type=int, default=0, metavar="N", help="N fresh processes a kind")
     ap.add_argument("--json", type=Path, default=RESULTS / "load_phases.json")
     args = ap.parse_args()
-    width, depth = (256, 4) if args.quick else (384, 8)
-    run = Run(8192, width, depth)
-    for _ in range(3):
-        run.step()
+    run = benchmark_run(args.quick)
     with tempfile.TemporaryDirectory(prefix="ckptzip-load-phases-") as tmp:
         ckz, pt = Path(tmp) / "k.ckz", Path(tmp) / "k.pt"
         ckptzip.save(run.state(), ckz)

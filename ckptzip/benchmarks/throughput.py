@@ -119,6 +119,15 @@ class Run:
         return sum(p.numel() for p in self.model.parameters())
 
 
+def benchmark_run(quick: bool) -> Run:
+    """The benchmark's model and AdamW after three steps (``quick``: the 5M-parameter one)."""
+    width, depth = (256, 4) if quick else (384, 8)
+    run = Run(8192, width, depth)
+    for _ in range(3):
+        run.step()
+    return run
+
+
 def timed(fn: Callable[[], Any]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -492,10 +501,7 @@ def main() -> None:
     )
     ap.add_argument("--json", type=Path, default=RESULTS / "throughput.json")
     args = ap.parse_args()
-    width, depth = (256, 4) if args.quick else (384, 8)
-    run = Run(8192, width, depth)
-    for _ in range(3):
-        run.step()
+    run = benchmark_run(args.quick)
     d = Path(tempfile.mkdtemp(prefix="ckptzip-throughput-"))
     cpu: dict[str, float] = {}
     try:
