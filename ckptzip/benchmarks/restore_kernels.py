@@ -18,13 +18,16 @@ writes ``benchmarks/results/restore_kernels.json``.
 process (every thread as it runs), each timed in its phases: resolving the chain (reading,
 hashing and parsing every file's manifest: serial), walking the parents (the lossy tensors
 through the links, on the pool), the last link's entries, and building the state (levels
-gathered into tensors); the wall milliseconds of each, least and median over the restores
+gathered into tensors); the wall milliseconds of each, least and median over the restores;
+and Python's garbage collections during them (from a load's start to its manager's close,
+where one the load put off runs), per generation: how many, and their ms a restore
 (``benchmarks/results/restore_phases.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import statistics
 import sys
@@ -112,9 +115,25 @@ PHASES = (
 
 def phases(d: Path, restores: int) -> list[dict[str, Any]]:
     """Restore the last step of the chain in ``d`` ``restores`` times, fresh managers; one
-    row per phase and one for the whole ``load``: wall ms, least and median."""
+    row per phase and one for the whole ``load``: wall ms, least and median; then one row
+    per generation of Python's garbage collector: its collections during the restores
+    (``calls``, all of them) and their ms a restore."""
     times: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
     times["whole restore"] = []
+    # per restore (its load and the manager's close, where a collection the load put off
+    # runs): ms in each generation's collections
+    collected: list[list[float]] = []
+    counts = [0, 0, 0]
+    clock = [0.0]
+    active = [False]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            clock[0] = time.perf_counter()
+        elif active[0]:
+            collected[-1][info["generation"]] += 1e3 * (time.perf_counter() - clock[0])
+            counts[info["generation"]] += 1
+
     originals = [(owner, fn, getattr(owner, fn)) for _, owner, fn in PHASES]
 
     def timed(name: str, fn: Any) -> Any:
@@ -131,19 +150,24 @@ def phases(d: Path, restores: int) -> list[dict[str, Any]]:
         last = mgr.steps()[-1]
     for (name, _, _), (owner, fn, original) in zip(PHASES, originals, strict=True):
         setattr(owner, fn, timed(name, original))
+    gc.callbacks.append(on_gc)
     try:
         for _ in range(restores):
             mgr = CheckpointManager(d)
+            collected.append([0.0, 0.0, 0.0])
+            active[0] = True
             try:
                 t = time.perf_counter()
                 mgr.load(last)
                 times["whole restore"].append(1e3 * (time.perf_counter() - t))
             finally:
                 mgr.close()
+                active[0] = False
     finally:
+        gc.callbacks.remove(on_gc)
         for owner, fn, original in originals:
             setattr(owner, fn, original)
-    return [
+    rows = [
         {
             "phase": name,
             "calls": len(ms),
@@ -153,6 +177,18 @@ def phases(d: Path, restores: int) -> list[dict[str, Any]]:
         for name, ms in times.items()
         if ms
     ]
+    for generation, name in enumerate(("young", "middle", "full")):
+        ms = [c[generation] for c in collected]
+        rows.append(
+            {
+                "phase": f"garbage collections, {name} (generation {generation})",
+                "calls": counts[generation],
+                "least ms": min(ms),
+                "median ms": statistics.median(ms),
+                "mean ms": statistics.fmean(ms),
+            }
+        )
+    return rows
 
 
 def write_chain(d: Path) -> None:
@@ -181,7 +217,13 @@ def main() -> None:
             _report(
                 f"the phases of a chain-end restore, {args.phases} restores, wall ms",
                 phases(d, args.phases),
-                [("phase", ""), ("calls", "d"), ("least ms", ".1f"), ("median ms", ".1f")],
+                [
+                    ("phase", ""),
+                    ("calls", "d"),
+                    ("least ms", ".1f"),
+                    ("median ms", ".1f"),
+                    ("mean ms", ".1f"),
+                ],
                 args.json or RESULTS / "restore_phases.json",
             )
             return

@@ -25,6 +25,7 @@ import torch
 
 import ckptzip
 from ckptzip import _pages, chains, storage
+from ckptzip._collector import collector_paused
 from ckptzip._compat import torch_save_size
 from ckptzip._parallel import default_threads, encoding_pool
 from ckptzip._types import QuantizedTensor
@@ -1408,10 +1409,16 @@ def load(
     # onto the CPU, lossy tensors decode straight into their output (no index array between)
     on_cpu = _placement(map_location)[0].type == "cpu"
     _threads(threads, 0)  # a bad value is refused before anything is read
-    manifest, decoded = _decode_file(
-        path, progress=progress, cache=cache, max_bytes=max_bytes, values=on_cpu, threads=threads
-    )
-    return _materialize(manifest, decoded, map_location, threads)
+    with collector_paused():  # a load's throwaway objects: see ckptzip._collector
+        manifest, decoded = _decode_file(
+            path,
+            progress=progress,
+            cache=cache,
+            max_bytes=max_bytes,
+            values=on_cpu,
+            threads=threads,
+        )
+        return _materialize(manifest, decoded, map_location, threads)
 
 
 def load_chain(

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import hashlib
 import json
 import math
@@ -41,6 +40,7 @@ from typing import Any, BinaryIO, Protocol
 import zstandard
 
 from ckptzip import entropy
+from ckptzip._collector import collector_paused
 from ckptzip.errors import CorruptCheckpointError, DecodeLimitError, UnsupportedFormatError
 from ckptzip.structure import (
     DTYPES,
@@ -493,29 +493,6 @@ def _parse_manifest(raw: bytes, name: str, data_bytes: int, version: int) -> Man
         raise type(exc)(f"{name}: {exc}") from None
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off inside (unless the caller had turned it off).
-
-    Parsing a manifest makes thousands of small objects (a dict per entry and per codec
-    record, lists, strings), none in a cycle, and most of them, the JSON tree, are freed as
-    soon as the entries are built. Each one made counts toward the collector's thresholds
-    (a freed one counts back), so with the collector on, a parse could set off collections,
-    up to a full one, which visits every object of the process: in a fresh process that has
-    imported torch, the first load's manifest parse took 56-73 ms instead of 4-5
-    (``benchmarks/load_phases.py --fresh``). With it off, the tree is freed before anything
-    is collected, and only what the manifest keeps is left to count.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):  # duplicate keys would let two readers see different manifests
@@ -706,7 +683,7 @@ class Reader:
                 f"{name}: the {len(raw)}-byte manifest would take about {cost >> 20} MiB to "
                 "parse (millions of tiny JSON values); no ckptzip writer makes such a manifest"
             )
-        with _collector_paused():
+        with collector_paused():  # the JSON tree is thrown away: see collector_paused
             self.manifest = _parse_manifest(raw, name, size - self.data_start, version)
         self.manifest_size = mlen
         self.flags = flags

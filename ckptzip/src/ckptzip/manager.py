@@ -49,6 +49,7 @@ from typing import Any, Literal, overload
 import torch
 
 from ckptzip import api
+from ckptzip._collector import collector_paused
 from ckptzip._types import QuantizedTensor
 from ckptzip.chains import (
     LAYOUTS,
@@ -963,6 +964,12 @@ class CheckpointManager:
         return self._load(step, map_location, max_bytes)[1]
 
     def _load(
+        self, step: int | None, map_location: str | torch.device, max_bytes: int | None
+    ) -> tuple[int, Any]:
+        with collector_paused():  # a restore's throwaway objects: see ckptzip._collector
+            return self._load_paused(step, map_location, max_bytes)
+
+    def _load_paused(
         self, step: int | None, map_location: str | torch.device, max_bytes: int | None
     ) -> tuple[int, Any]:
         limit = self.max_bytes if max_bytes is None else max_bytes
