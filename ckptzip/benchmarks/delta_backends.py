@@ -5,16 +5,18 @@ For ``gru`` and ``lm`` (``_workloads``: 5 checkpoints 20 steps apart) and the tr
 delta chain; every delta-coded tensor's parent and child indices are read back from the
 files (``read_quantized``) and its rearranged differences coded by each back end:
 ``ans`` (one context per parent bin), ``rle+ans``, ``rle+lzma``, ``ans-lanes`` (ANS in
-independent lanes, the same contexts), ``rle+zstd`` (level 9), and the choices, the
+independent lanes, the same contexts), ``rle+zstd`` (level 9), ``ans-wide-ctx`` (32 wide
+lanes, the same contexts), and the choices, the
 smaller of ``ans`` and ``rle+lzma`` (the delta codec before ``rle+ans``), the smaller of
 ``ans`` and ``rle+ans``, the smallest of those and ``rle+zstd``, and what
-``bindiff.encode_smallest`` writes (``ans-lanes`` from 2^16 symbols on, else ``ans``, or
-``rle+ans``, each coded only where its size from the counts is within 1 % of the other's, or
-``rle+zstd`` where its probe puts it below them). Bytes are payloads; times
-are the one-thread encode and decode of the differences (``bindiff.encode_delta`` /
-``decode_delta``), summed over the tensors. Also the smallest ratio of a tensor's full index
-encoding to its indices' order-0 entropy (the delta codec skips that comparison below
-``codecs.delta.FULL_TRIAL``).
+``bindiff.encode_smallest`` writes (``bindiff.delta_methods``: today ``ans-wide-ctx`` from
+2^16 symbols on, else ``ans``, or ``rle+ans``, each coded only where its size from the counts
+is within ``ANS_MARGIN`` of the other's, or ``rle+zstd`` where its probe puts it below them).
+Bytes are payloads; times are the one-thread encode and decode of the differences
+(``bindiff.encode_delta`` / ``decode_delta``; for the codec's choice ``encode_smallest``
+and the decode of what it chose), summed over the tensors. Also the smallest ratio of a
+tensor's full index encoding to its indices' order-0 entropy (the delta codec skips that
+comparison below ``codecs.delta.FULL_TRIAL``).
 
 One more row is a what-if, not a back end: ``ans-wide per context (what-if)``, the
 rearranged differences coded as one ``"ans-wide"`` stream per parent bin (each with its own
@@ -55,7 +57,7 @@ from ckptzip.bindiff import decode_delta, encode_delta, encode_smallest
 from ckptzip.codecs.quantized import encode_indices
 from ckptzip.entropy import ANS_LANES_MIN, decode_symbols, encode_symbols, order0_entropy_bits
 
-METHODS = ("ans", "rle+ans", "rle+lzma", "ans-lanes", "rle+zstd")
+METHODS = ("ans", "rle+ans", "rle+lzma", "ans-lanes", "rle+zstd", "ans-wide-ctx")
 CODEC = "encode_smallest (the codec's choice)"
 CHOICES = {
     "old choice (ans | rle+lzma)": ("ans", "rle+lzma"),
@@ -135,7 +137,7 @@ def measure(name: str) -> dict[str, Any]:
         shutil.rmtree(d, ignore_errors=True)
     size = dict.fromkeys([*METHODS, WIDE], 0)
     enc = dict.fromkeys([*METHODS, WIDE, CODEC], 0.0)
-    dec = dict.fromkeys([*METHODS, WIDE], 0.0)
+    dec = dict.fromkeys([*METHODS, WIDE, CODEC], 0.0)
     chosen = dict.fromkeys([*CHOICES, CODEC], 0)
     full_ratio, delta_ratio = [], []
     short_symbols = 0
@@ -165,8 +167,14 @@ def measure(name: str) -> dict[str, Any]:
             chosen[label] += min(got[m] for m in methods)
         delta_ratio.append(min(got["ans"], got["rle+ans"]) / entropy if entropy else math.inf)
         t0 = time.perf_counter()
-        chosen[CODEC] += encode_smallest(prev, now, bins).nbytes
-        enc[CODEC] += time.perf_counter() - t0
+        best = encode_smallest(prev, now, bins)
+        t1 = time.perf_counter()
+        back = decode_delta(best.meta, best.chunks, prev)
+        t2 = time.perf_counter()
+        assert np.array_equal(back, now)
+        chosen[CODEC] += best.nbytes
+        enc[CODEC] += t1 - t0
+        dec[CODEC] += t2 - t1
     return {
         "tensors": len(pairs),
         "symbols": int(sum(p[0].size for p in pairs)),

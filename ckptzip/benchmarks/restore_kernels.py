@@ -3,8 +3,9 @@
 The ``throughput.py --quick`` state (7.4M parameters + AdamW) is saved by a
 ``CheckpointManager`` ten times, one training step apart (a keyframe and nine deltas, error
 feedback on: the manager's defaults); a fresh manager restores the last step while every call
-of the entropy stage's decoders is recorded (``kernels.ans_lanes_decode``, the ``"rle+ans"``
-pair ``kernels.ans_decode_pair``, and the ``"rle"`` back ends' zero runs). Each kind of call
+of the entropy stage's decoders is recorded (``kernels.ans_lanes_decode``,
+``kernels.ans_wide_ctx_decode``, the ``"rle+ans"`` pair ``kernels.ans_decode_pair``, and the
+``"rle"`` back ends' zero runs). Each kind of call
 is then replayed on one thread, best of ``--repeat`` by the process's CPU time (the figure
 another process on the machine moves least), in nanoseconds per symbol; the sha256 of all
 the decoded outputs says whether two trees decode the same symbols from the same files
@@ -52,6 +53,7 @@ def record(d: Path) -> dict[str, list[Call]]:
     arguments, symbols); the restore itself runs as it would."""
     calls: dict[str, list[Call]] = {
         "ans lanes": [],
+        "ans wide lanes by context": [],
         "ans pair (rle+ans)": [],
         "zero runs (rle)": [],
     }
@@ -77,12 +79,23 @@ def record(d: Path) -> dict[str, list[Call]]:
         calls["zero runs (rle)"].append((runs, (copy_args(data), n, nonzero), {}, n))
         return runs(data, n, nonzero)
 
+    # the wide lanes by context came after 4681e96: an older tree has no such kernel
+    wide = getattr(kernels, "ans_wide_ctx_decode", None)
+
+    def spy_wide(*args: Any) -> Any:
+        calls["ans wide lanes by context"].append((wide, copy_args(args), {}, int(args[4])))
+        return wide(*args)
+
     kernels.ans_lanes_decode, kernels.ans_decode_pair = spy_lanes, spy_pair
+    if wide is not None:
+        kernels.ans_wide_ctx_decode = spy_wide
     setattr(owner, name, spy_runs)
     try:
         CheckpointManager(d, keyframe_every=10).load(9)
     finally:
         kernels.ans_lanes_decode, kernels.ans_decode_pair = lanes, pair
+        if wide is not None:
+            kernels.ans_wide_ctx_decode = wide
         setattr(owner, name, runs)
     return calls
 

@@ -497,16 +497,24 @@ def test_golden_delta_decodes_exactly_as_when_written() -> None:
             assert err == pytest.approx(e.rel_error, rel=1e-6, abs=1e-9)
 
 
-def test_golden_rle_ans_delta_decodes_exactly_as_when_written() -> None:
-    # the first files whose deltas use the "rle+ans" back end (added within format version 1
-    # of the delta codec; an older reader reports the unknown back end)
-    expected = json.loads((GOLDEN / "expected_rle_ans.json").read_text())
+@pytest.mark.parametrize(
+    ("tag", "method"),
+    [
+        # the first files whose deltas use the "rle+ans" back end (added within format
+        # version 1 of the delta codec; an older reader reports the unknown back end)
+        ("rle_ans", "rle+ans"),
+        # the first whose deltas use "ans-wide-ctx" (added later in file format version 5)
+        ("wide_ctx", "ans-wide-ctx"),
+    ],
+)
+def test_golden_delta_back_end_decodes_exactly_as_when_written(tag: str, method: str) -> None:
+    expected = json.loads((GOLDEN / f"expected_{tag}.json").read_text())
     for kind, digest in expected["file_sha256"].items():
-        assert sha256_file(GOLDEN / f"rle_ans_{kind}.ckz") == digest
-    manifest = read_manifest(GOLDEN / "rle_ans_child.ckz")
+        assert sha256_file(GOLDEN / f"{tag}_{kind}.ckz") == digest
+    manifest = read_manifest(GOLDEN / f"{tag}_child.ckz")
     methods = {e.path: e.meta["delta"]["method"] for e in manifest.tensors if "delta" in e.meta}
-    assert methods == expected["methods"] and "rle+ans" in methods.values()
-    _, leaves = flatten(ckptzip.load(GOLDEN / "rle_ans_child.ckz"))
+    assert methods == expected["methods"] and method in methods.values()
+    _, leaves = flatten(ckptzip.load(GOLDEN / f"{tag}_child.ckz"))
     assert {p: make_delta_golden.sha256_tensor(t) for p, t in leaves} == expected["decoded_sha256"]
 
 

@@ -218,39 +218,51 @@ def test_ans_garbage_only_raises_corrupt(
     assert out.shape == (500,) and int(out.max()) < alphabet
 
 
+WIDE = pytest.mark.parametrize(
+    ("method", "segments"), [("ans-wide", None), ("ans-wide-ctx", [1000, 0, 2000])]
+)
+"""The wide-lane layouts, with contexts for the one that takes them (sizes of a 3000-symbol
+stream)."""
+
+
+@WIDE
 @given(
-    st.binary(max_size=300),
+    st.binary(max_size=400),
     st.integers(1, 256),
     st.integers(0, 300),
     st.sampled_from([1, 2, 4]),
     st.sampled_from([32, 64, 96, 1 << 18]),
 )
 def test_ans_wide_garbage_only_raises_corrupt(
-    data: bytes, alphabet: int, table: int, width: int, block: int
-) -> None:
+    method: str, segments: list[int] | None, data: bytes, alphabet: int, table: int, width: int,
+    block: int,
+) -> None:  # fmt: skip
     meta = {"alphabet": alphabet, "table_bytes": table, "table_width": width, "block": block}
     try:
-        out = entropy.decode_symbols([data], meta, 500, "ans-wide")
+        out = entropy.decode_symbols([data], meta, 3000, method, segments=segments)
     except CorruptCheckpointError:
         return
-    assert out.shape == (500,) and int(out.max()) < alphabet
+    assert out.shape == (3000,) and int(out.max()) < alphabet
 
 
-def test_ans_wide_forged_table_with_garbage_words_only_raises_corrupt() -> None:
+@WIDE
+def test_ans_wide_forged_table_with_garbage_words_only_raises_corrupt(
+    method: str, segments: list[int] | None
+) -> None:
     # a valid count table after random words: decodes to something or is refused
     rng = np.random.default_rng(1)
-    symbols = rng.integers(0, 5, 1000).astype(np.uint8)
-    (chunk,), meta = entropy.encode_symbols(symbols, "ans-wide")
+    symbols = rng.integers(0, 5, 3000).astype(np.uint8)
+    (chunk,), meta = entropy.encode_symbols(symbols, method, segments=segments)
     table = chunk[len(chunk) - meta["table_bytes"] :]
     for trial in range(200):
         k = 60 + trial
         words = rng.integers(0, 2**16, k, dtype=np.uint64).astype("<u2").tobytes()
         body = np.array([k], "<u4").tobytes() + words
         try:
-            out = entropy.decode_symbols([body + table], meta, 1000, "ans-wide")
+            out = entropy.decode_symbols([body + table], meta, 3000, method, segments=segments)
         except CorruptCheckpointError:
             continue
-        assert out.shape == (1000,) and int(out.max()) < 5
+        assert out.shape == (3000,) and int(out.max()) < 5
 
 
 @pytest.mark.parametrize(
@@ -266,12 +278,24 @@ def test_ans_wide_forged_table_with_garbage_words_only_raises_corrupt() -> None:
         lambda m, c: bytes(2) + c,  # a word no block claims
     ],
 )
-def test_ans_wide_bad_layout_is_refused(damage: Any) -> None:
+@WIDE
+def test_ans_wide_bad_layout_is_refused(
+    damage: Any, method: str, segments: list[int] | None
+) -> None:
     symbols = np.random.default_rng(0).integers(0, 6, 3000).astype(np.uint8)
-    (chunk,), meta = entropy.encode_symbols(symbols, "ans-wide")
+    (chunk,), meta = entropy.encode_symbols(symbols, method, segments=segments)
     out = damage(meta, chunk)
     with pytest.raises(CorruptCheckpointError):
-        entropy.decode_symbols([out if isinstance(out, bytes) else chunk], meta, 3000, "ans-wide")
+        entropy.decode_symbols(
+            [out if isinstance(out, bytes) else chunk], meta, 3000, method, segments=segments
+        )
+
+
+def test_ans_wide_ctx_payload_under_other_contexts_is_refused() -> None:
+    symbols = np.random.default_rng(0).integers(0, 6, 3000).astype(np.uint8)
+    (chunk,), meta = entropy.encode_symbols(symbols, "ans-wide-ctx", segments=[1000, 2000])
+    with pytest.raises(CorruptCheckpointError, match="segments"):
+        entropy.decode_symbols([chunk], meta, 3000, "ans-wide-ctx", segments=[1500, 1500])
 
 
 @ANS
@@ -330,3 +354,35 @@ def test_ans_lanes_hand_made_layout_round_trips() -> None:
     symbols = np.random.default_rng(0).integers(0, 6, 3000).astype(np.uint8)
     chunks, meta = _lanes(symbols, 1000, 2)
     assert np.array_equal(entropy.decode_symbols(chunks, meta, 3000, "ans-lanes"), symbols)
+
+
+# -- "ans-wide-ctx": the wide lanes with one model per context (the delta codec's groups) -----
+
+
+@given(_segmented())
+def test_ans_wide_ctx_round_trips(case: tuple[np.ndarray, list[int]]) -> None:
+    symbols, sizes = case
+    for segments in (sizes, None):
+        chunks, meta = entropy.encode_symbols(symbols, "ans-wide-ctx", segments=segments)
+        back = entropy.decode_symbols(chunks, meta, symbols.size, "ans-wide-ctx", segments=segments)
+        assert back.dtype == np.uint8 and np.array_equal(back, symbols)
+
+
+def test_ans_wide_ctx_codes_each_context_near_its_entropy() -> None:
+    # four contexts of different distributions, one of them a single symbol: within 1 % of
+    # the entropy given the context, plus the blocks' final states; the single-symbol
+    # context costs nothing
+    rng = np.random.default_rng(0)
+    parts = [
+        rng.choice(4, 150_000, p=[0.9, 0.05, 0.03, 0.02]),
+        rng.choice(8, 200_000, p=[0.05, 0.1, 0.4, 0.2, 0.1, 0.1, 0.03, 0.02]),
+        np.full(300_000, 5),
+        rng.choice(16, 90_000),
+    ]
+    symbols = np.concatenate(parts).astype(np.uint8)
+    sizes = [p.size for p in parts]
+    (chunk,), meta = entropy.encode_symbols(symbols, "ans-wide-ctx", segments=sizes)
+    bound = sum(entropy.order0_entropy_bits(p.astype(np.uint8)) for p in parts) / 8
+    words = len(chunk) - meta["table_bytes"]
+    assert bound <= words <= 1.01 * bound + entropy.ans_wide_overhead(symbols.size)
+    assert abs(entropy.ans_wide_ctx_size(symbols, sizes) - len(chunk)) < 0.01 * len(chunk)

@@ -1091,6 +1091,115 @@ def test_the_scalar_wide_decoder_writes_what_the_vector_one_writes() -> None:
     _same_under_every_switch(_WIDE_DECODE)
 
 
+def _ctx_stream(
+    seed: int, n: int, alphabet: int, contexts: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A stream cut into contexts of their own distributions, some holding one symbol, some
+    empty, some shorter than a step: symbols, bounds and counts."""
+    rng = np.random.default_rng(seed)
+    cuts = np.sort(rng.integers(0, n + 1, contexts - 1))
+    bounds = np.concatenate([[0], cuts, [n]]).astype(np.int64)
+    sym = np.empty(n, np.uint8)
+    for c in range(contexts):
+        lo, hi = int(bounds[c]), int(bounds[c + 1])
+        if rng.random() < 0.25:
+            sym[lo:hi] = rng.integers(0, alphabet)
+        else:
+            p = rng.dirichlet(np.full(alphabet, rng.choice([0.05, 0.5, 5.0])))
+            sym[lo:hi] = rng.choice(alphabet, size=hi - lo, p=p)
+    return sym, bounds, ref.ans_counts(sym, bounds, alphabet)
+
+
+@needs_fast
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 6000),
+    st.integers(1, 256),
+    st.integers(1, 24),
+    st.sampled_from([32, 64, 96, 4096, 1 << 18]),
+    st.integers(1, 3),
+)
+@settings(max_examples=150, deadline=None)
+def test_ans_wide_ctx_matches_the_reference(
+    seed: int, n: int, alphabet: int, contexts: int, block: int, threads: int
+) -> None:
+    assert fast is not None
+    sym, bounds, counts = _ctx_stream(seed, n, alphabet, contexts)
+    lengths_ref, words_ref = ref.ans_wide_ctx_encode(sym, bounds, counts, block)
+    lengths, words = fast.ans_wide_ctx_encode(sym, bounds, counts, block, threads=threads)
+    assert np.array_equal(lengths, lengths_ref) and np.array_equal(words, words_ref)
+    assert words.dtype == np.uint16 and int(lengths.sum()) == words.size
+    args = (bounds, counts, n, block)
+    assert np.array_equal(fast.ans_wide_ctx_decode(words_ref, lengths_ref, *args, threads), sym)
+    assert np.array_equal(ref.ans_wide_ctx_decode(words, lengths, *args), sym)
+    # one context is the "ans-wide" stream's lanes, under a model of the symbols it holds
+    if n and alphabet > 1 and (counts > 0).all():
+        single = np.array([0, n], np.int64), counts.sum(axis=0, keepdims=True).astype(np.uint32)
+        assert np.array_equal(
+            fast.ans_wide_ctx_encode(sym, *single, block)[1],
+            fast.ans_wide_encode(sym, single[1][0], block)[1],
+        )
+
+
+@needs_fast
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_ans_wide_ctx_damaged_streams_are_refused_alike(impl: str) -> None:
+    k = ref if impl == "reference" else fast
+    assert k is not None
+    sym, bounds, counts = _ctx_stream(5, 9000, 8, 6)
+    lengths, words = ref.ans_wide_ctx_encode(sym, bounds, counts, 4096)  # three blocks
+    args = (bounds, counts, sym.size, 4096)
+    last = np.eye(1, lengths.size, lengths.size - 1, np.int64)[0]
+    for bad, lens in (
+        (words[:-1], lengths - last),  # a block one word short
+        (np.concatenate([words, [7]]), lengths + last),  # a word no step takes
+        (words[:-1], lengths),  # lengths past the words
+        (words, np.minimum(lengths, 63)),  # blocks without their 32 states
+    ):
+        with pytest.raises(CorruptCheckpointError, match="does not decode"):
+            k.ans_wide_ctx_decode(bad.astype(np.uint16), lens, *args)
+    flipped = words.copy()
+    flipped[100] ^= 0x0100
+    with pytest.raises(CorruptCheckpointError, match="does not decode"):
+        k.ans_wide_ctx_decode(flipped, lengths, *args)
+    for bounds_bad in (bounds[::-1], bounds[:-1], bounds + 1):
+        with pytest.raises(CorruptCheckpointError):
+            k.ans_wide_ctx_decode(words, lengths, bounds_bad, counts, sym.size, 4096)
+
+
+_WIDE_CTX = textwrap.dedent(
+    """
+    import hashlib
+    import numpy as np
+    from ckptzip.kernels import _fast as fast
+    h = hashlib.sha256()
+    rng = np.random.default_rng(11)
+    # alphabets about the vector decoders' 16 and 32, contexts from shorter than a step to
+    # longer than a chunk, boundaries on and off the steps
+    for n in (33, 4097, 70_001):
+        for alphabet in (2, 5, 16, 17, 32, 33, 200):
+            for contexts in (1, 3, 16):
+                cuts = np.sort(rng.integers(0, n + 1, contexts - 1))
+                bounds = np.concatenate([[0], cuts, [n]]).astype(np.int64)
+                sym = rng.integers(0, alphabet, n).astype(np.uint8)
+                sym[bounds[0]:bounds[1]] = 1 if contexts > 1 else sym[bounds[0]:bounds[1]]
+                counts = fast.ans_counts(sym, bounds, alphabet)
+                lengths, words = fast.ans_wide_ctx_encode(sym, bounds, counts, 8192)
+                got = fast.ans_wide_ctx_decode(words, lengths, bounds, counts, n, 8192)
+                assert np.array_equal(got, sym), (n, alphabet, contexts)
+                h.update(lengths.tobytes() + words.tobytes() + got.tobytes())
+    print(h.hexdigest())
+    """
+)
+
+
+@needs_fast
+def test_the_scalar_wide_ctx_coder_writes_what_the_vector_one_writes() -> None:
+    # whole steps inside a context run "ans-wide"'s vector loops (AVX-512, or AVX2 for the
+    # decoder) with that context's model; the same words and symbols under every switch
+    _same_under_every_switch(_WIDE_CTX)
+
+
 @needs_fast
 @given(st.integers(1, 8), st.integers(0, 20_000), st.integers(0, 2**32 - 1))
 @settings(max_examples=60, deadline=None)

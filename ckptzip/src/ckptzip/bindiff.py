@@ -168,12 +168,13 @@ def rearrangement(prev: np.ndarray) -> np.ndarray:
 DEFAULT_METHOD = "ans"
 """The default symbol back end of :func:`encode_delta` (see the module docstring)."""
 
-DELTA_METHODS = ("ans", "ans-lanes", "rle+ans", "rle+zstd")
+DELTA_METHODS = ("ans", "ans-wide-ctx", "rle+ans", "rle+zstd")
 """The back ends the delta codec tries (:func:`delta_methods` picks per stream), keeping the
 smallest payload: ``"rle+ans"`` wins on long runs of unchanged bins, ANS on dense changes,
 ``"rle+zstd"`` where the runs come in patterns (:data:`LZ_METHOD`); the ANS ones are sized
 from their counts first and coded only where that puts them within :data:`ANS_MARGIN` of the
-smallest, ``"rle+zstd"`` by a probe."""
+smallest, ``"rle+zstd"`` by a probe. (``"ans-lanes"``, which earlier versions wrote in place
+of ``"ans-wide-ctx"``, still decodes.)"""
 
 
 LZ_METHOD = "rle+zstd"
@@ -199,17 +200,19 @@ encoding is far smaller is not probed)."""
 
 def delta_methods(n: int) -> tuple[str, ...]:
     """The back ends :func:`encode_smallest` tries for a stream of ``n`` differences: ANS in
-    lanes (``"ans-lanes"``: independent coders, so decoding runs several symbols at once and
-    a large tensor on several threads) from :data:`ckptzip.entropy.ANS_LANES_MIN` symbols on,
-    plain ``"ans"`` below, and ``"rle+ans"``. The lanes cost 0.1-0.4 % more bytes than one
-    coder on the deltas of ``benchmarks/delta_backends.py`` and decoded 1.3-1.6x faster.
+    32 wide lanes with the groups as contexts (``"ans-wide-ctx"``: decoded 32 symbols at a
+    time, a large tensor on several threads) from :data:`ckptzip.entropy.ANS_LANES_MIN`
+    symbols on, plain ``"ans"`` below, and ``"rle+ans"``. On the delta streams of a
+    ``throughput.py --quick`` chain the wide lanes cost 0.1-0.3 % more bytes than the four
+    24-bit lanes of ``"ans-lanes"`` (their 12-bit model) and decoded 1.2-1.9x faster on
+    streams of 2^18 symbols, as fast on 2^16 (README, "Wide lanes with contexts").
 
     Examples
     --------
     >>> delta_methods(100), delta_methods(1 << 20)
-    (('ans', 'rle+ans', 'rle+zstd'), ('ans-lanes', 'rle+ans', 'rle+zstd'))
+    (('ans', 'rle+ans', 'rle+zstd'), ('ans-wide-ctx', 'rle+ans', 'rle+zstd'))
     """
-    return ("ans-lanes" if n >= entropy.ANS_LANES_MIN else "ans", "rle+ans", LZ_METHOD)
+    return ("ans-wide-ctx" if n >= entropy.ANS_LANES_MIN else "ans", "rle+ans", LZ_METHOD)
 
 
 _DEFAULT_LEVEL = 9
@@ -331,6 +334,8 @@ def _estimate(
     if method == "ans-lanes":  # a lane's final state and length cost up to 12 bytes
         lanes = entropy.ANS_LANES * -(-symbols.size // entropy.ANS_BLOCK)
         return entropy.ans_size(symbols, groups) + 12 * lanes, ANS_MARGIN
+    if method == "ans-wide-ctx":
+        return entropy.ans_wide_ctx_size(symbols, groups), ANS_MARGIN
     if method == "rle+ans":
         return entropy.rle_ans_size(symbols, groups), ANS_MARGIN
     return entropy.estimate_symbols(symbols, method, level), ESTIMATE_MARGIN

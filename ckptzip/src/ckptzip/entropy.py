@@ -78,6 +78,22 @@ length ``n`` as one chunk, by
   ``benchmarks/ans_wide.py``), without it 0.75x, for about 0.1 % more bytes (132 a block,
   and the coarser frequencies).
 
+* ``"ans-wide-ctx"``: ``"ans-wide"``'s blocks, lanes, words and chunk layout (word counts,
+  words, then the count table last) with ``"ans"``'s contexts: the table holds ``contexts ×
+  alphabet`` counts (as ``"ans"``), and symbol ``i`` takes the model of the context
+  (segment) it lies in, so a lane's model changes where the segments change, inside a step
+  if a boundary falls there. A context's model covers only the symbols it holds: with
+  ``s_0 < s_1 < …`` the symbols of non-zero count, ``left[s_j] = trunc(C_j · (2^12 − k) /
+  n_c) + j`` (``C_j`` the counts of ``s_0 .. s_{j-1}``, ``k`` how many there are, ``n_c``
+  the context's size; in float64, in order), ``f_{s_j} = left[s_{j+1}] − left[s_j]``
+  (``2^12`` past the last), and every other symbol has frequency 0. A context holding fewer
+  than two distinct symbols codes nothing: its positions leave their lanes' states alone
+  (the decoder writes its one symbol, 0 when it is empty). Unlike ``"ans-wide"``, every block
+  holds its 32 final states, even one that codes nothing. The delta codec writes it from
+  :data:`ANS_LANES_MIN` symbols on, in place of ``"ans-lanes"`` (``bindiff.delta_methods``):
+  whole steps inside a context decode as ``"ans-wide"``'s vectors with that context's model
+  in registers; the steps a boundary cuts go lane by lane (``ckptzip/kernels/_wide.c``).
+
 * ``"rle+ans"``: run lengths coded by ANS, for streams of long runs (the delta codec's
   differences, where most weights keep their bin). Per context (segment) its *base*, the
   symbol it holds most often (the smallest on a tie; 0 for an empty segment), and per symbol
@@ -705,15 +721,23 @@ def _ans_wide_encode(
     alphabet = int(used[-1]) + 1 if used.size else 1
     counts = np.asarray(counted[:alphabet], dtype=np.uint32)
     lengths, words = kernels.ans_wide_encode(symbols, counts, ANS_WIDE_BLOCK, threads=threads)
-    table, width = _ans_table(counts.reshape(1, alphabet))
+    return _wide_chunk(lengths, words, counts.reshape(1, alphabet))
+
+
+def _wide_chunk(
+    lengths: np.ndarray, words: np.ndarray, counts: np.ndarray
+) -> tuple[list[bytes], dict[str, Any]]:
+    """A wide-lane chunk and its meta: the blocks' word counts, their words (4-byte aligned
+    after the counts), the count table (``counts``: one row per context) last."""
+    table, width = _ans_table(counts)
     meta = {
-        "alphabet": alphabet,
+        "alphabet": int(counts.shape[1]),
         "table_bytes": len(table),
         "table_width": width,
         "block": ANS_WIDE_BLOCK,
     }
-    # the words first, 4-byte aligned after the word counts; the table last
-    body = b"".join((lengths.astype("<u4").tobytes(), words.astype("<u2", copy=False), table))
+    words16 = np.ascontiguousarray(words, dtype="<u2").data  # joined without a copy
+    body = b"".join((lengths.astype("<u4").tobytes(), words16, table))
     return [body], meta
 
 
@@ -727,28 +751,38 @@ class _Wide:
     block: int
 
 
-def _ans_wide_parse(data: bytes, meta: dict[str, Any], n: int, segments: _Segments) -> _Wide:
-    _one_context(segments, CorruptCheckpointError)
+def _wide_layout(
+    data: bytes, meta: dict[str, Any], bounds: np.ndarray, what: str
+) -> tuple[np.ndarray, _Wide]:
+    """The parts of a wide-lane chunk (``"ans-wide"``, ``"ans-wide-ctx"``: word counts, words,
+    then the count table), checked against the stream's contexts ``bounds`` before anything
+    is allocated: the count table (one row per context) and the parts the decoder takes."""
+    n = int(bounds[-1])
     table_bytes = _bounded(meta, "table_bytes", len(data))
     block = _bounded(meta, "block", 1 << 30)
     if block < _WIDE_LANES or block % _WIDE_LANES:
-        raise CorruptCheckpointError(f"ans-wide payload: block={block}")
+        raise CorruptCheckpointError(f"{what} payload: block={block}")
     blocks = -(-n // block)
     body = len(data) - table_bytes
-    if 4 * blocks > body or (body - 4 * blocks) % 2:  # before anything is allocated
+    if 4 * blocks > body or (body - 4 * blocks) % 2:
         raise CorruptCheckpointError(
-            f"ans-wide payload: {body} bytes before its count table do not hold {blocks} "
+            f"{what} payload: {body} bytes before its count table do not hold {blocks} "
             "word counts and whole words"
         )
-    counts = _table_counts(data[body:], meta, _bounds(None, n))[0]
+    counts = _table_counts(data[body:], meta, bounds)
     lengths = np.frombuffer(data, dtype="<u4", count=blocks).astype(np.int64)
     words = np.frombuffer(data, dtype="<u2", offset=4 * blocks, count=(body - 4 * blocks) // 2)
     if int(lengths.sum()) != words.size:
         raise CorruptCheckpointError(
-            f"ans-wide block lengths sum to {int(lengths.sum())} words, the payload holds "
+            f"{what} block lengths sum to {int(lengths.sum())} words, the payload holds "
             f"{words.size}"
         )
-    return _Wide(counts, lengths, words, block)
+    return counts, _Wide(counts[0], lengths, words, block)
+
+
+def _ans_wide_parse(data: bytes, meta: dict[str, Any], n: int, segments: _Segments) -> _Wide:
+    _one_context(segments, CorruptCheckpointError)
+    return _wide_layout(data, meta, _bounds(None, n), "ans-wide")[1]
 
 
 def _ans_wide_decode(
@@ -758,6 +792,34 @@ def _ans_wide_decode(
     out = kernels.ans_wide_decode(p.words, p.lengths, p.counts, n, p.block)
     assert out is not None
     return out
+
+
+def _ans_wide_ctx_encode(
+    symbols: np.ndarray, level: int, segments: _Segments, *, threads: int = 1
+) -> tuple[list[bytes], dict[str, Any]]:
+    bounds = _bounds(segments, symbols.size)
+    alphabet = int(symbols.max()) + 1 if symbols.size else 1
+    counts = kernels.ans_counts(symbols, bounds, alphabet)
+    lengths, words = kernels.ans_wide_ctx_encode(
+        symbols, bounds, counts, ANS_WIDE_BLOCK, threads=threads
+    )
+    return _wide_chunk(lengths, words, counts)
+
+
+def _ans_wide_ctx_decode(
+    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
+) -> np.ndarray:
+    bounds = _bounds(segments, n)
+    counts, w = _wide_layout(_one_chunk(chunks), meta, bounds, "ans-wide-ctx")
+    return kernels.ans_wide_ctx_decode(w.words, w.lengths, bounds, counts, n, w.block)
+
+
+def ans_wide_ctx_size(symbols: np.ndarray, segments: Sequence[int] | None = None) -> float:
+    """The bytes :func:`encode_symbols` writes for ``symbols`` with ``"ans-wide-ctx"``,
+    estimated as :func:`ans_size` does (the counts' entropy and table), plus every block's
+    final states and word count; the 12-bit model's loss, a fraction of a percent on the
+    streams it is chosen for, is not counted."""
+    return ans_size(symbols, segments) + ans_wide_overhead(int(np.asarray(symbols).size))
 
 
 def ans_wide_overhead(n: int) -> int:
@@ -949,6 +1011,7 @@ SYMBOL_METHODS: dict[str, _Method] = {
     "ans": _Method(_ans_encode, _ans_decode),
     "ans-lanes": _Method(_ans_lanes_encode, _ans_lanes_decode),
     "ans-wide": _Method(_ans_wide_encode, _ans_wide_decode),
+    "ans-wide-ctx": _Method(_ans_wide_ctx_encode, _ans_wide_ctx_decode),
     "rle+ans": _Method(_rle_ans_encode, _rle_ans_decode),
 }
 """Symbol back ends by id; a payload records the id it was written with."""

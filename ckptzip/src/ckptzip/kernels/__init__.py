@@ -147,6 +147,17 @@ The functions (flat 1-D inputs throughout):
     ``CKPTZIP_NO_AVX2=1``: the scalar loops; the same words and values). The reference steps every
     block's lanes together in NumPy: correct, and slow (0.1-0.2 s to encode and about 0.3 s to
     decode a stream of one to four 2^18-symbol blocks, which step together).
+``ans_wide_ctx_encode(symbols, bounds, counts, block, threads=1) -> (lengths, words)``,
+``ans_wide_ctx_decode(words, lengths, bounds, counts, n, block, threads=1) -> symbols``
+    The ``"ans-wide-ctx"`` layout: ``"ans-wide"``'s blocks, lanes and words under one model
+    per context (symbols ``bounds[c]`` to ``bounds[c + 1]`` are context ``c``; ``counts``
+    one row per context, as ``ans_lanes_encode`` takes them). A lane takes each symbol's own
+    context's model, so the models switch where the contexts change, even inside a step; a
+    context's model covers only the symbols it holds, and a context holding fewer than two
+    distinct symbols codes nothing (``_reference.wide_ctx_models``; ``_wide.c`` describes
+    the layout). Whole steps inside one context run ``"ans-wide"``'s vector loops; the steps
+    a boundary cuts go lane by lane. Decoding returns the uint8 symbols and raises
+    :class:`~ckptzip.errors.CorruptCheckpointError` as ``ans_wide_decode`` does.
 ``rle_split(symbols, bounds) -> (tokens, values, others, base, extra, extra_bits)``,
 ``rle_join(tokens, values, extra, extra_bits, bounds, others, base) -> symbols``
     The run-length form of the ``"rle+ans"`` back end of :mod:`ckptzip.entropy` (C in
@@ -207,6 +218,8 @@ __all__ = [
     "ans_encode",
     "ans_lanes_decode",
     "ans_lanes_encode",
+    "ans_wide_ctx_decode",
+    "ans_wide_ctx_encode",
     "ans_wide_decode",
     "ans_wide_encode",
     "assign_codes",
@@ -300,6 +313,8 @@ ans_lanes_encode = _active.ans_lanes_encode
 ans_lanes_decode = _active.ans_lanes_decode
 ans_wide_encode = _active.ans_wide_encode
 ans_wide_decode = _active.ans_wide_decode
+ans_wide_ctx_encode = _active.ans_wide_ctx_encode
+ans_wide_ctx_decode = _active.ans_wide_ctx_decode
 rle_split = _active.rle_split
 rle_join = _active.rle_join
 zero_runs_decode = _active.zero_runs_decode

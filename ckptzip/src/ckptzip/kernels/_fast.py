@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,12 @@ _lanes_dec = _fn(
 )  # fmt: skip
 _wide_enc = _fn("ckz_wide_encode", _I32, _P, _I64, _P, _I32, _I64, _I64, _I64, _P, _I64, _P)
 _wide_dec = _fn("ckz_wide_decode", _I32, _P, _P, _I64, _P, _I32, _I64, _I64, _I64, _P, _I32, _P, _P)
+_wide_ctx_enc = _fn(
+    "ckz_wide_ctx_encode", _I32, _P, _I64, _P, _I32, _P, _I32, _I64, _I64, _I64, _P, _I64, _P
+)
+_wide_ctx_dec = _fn(
+    "ckz_wide_ctx_decode", _I32, _P, _P, _I64, _P, _I32, _P, _I32, _I64, _I64, _I64, _P
+)
 # the quantizer's fused passes
 _F32 = ctypes.c_float
 _key_scan = _fn("ckz_key_scan", _I32, _P, _I64, _P, _P, _I32, _P, _P, _P, _P)
@@ -556,12 +563,8 @@ def ans_wide_encode(
 ) -> tuple[np.ndarray, np.ndarray]:
     s = _contig(symbols, np.uint8)
     c = _contig(counts, np.uint32).reshape(-1)
-    blocks = -(-s.size // block)
-    cap = min(block, s.size) + 2 * ref.WIDE_LANES  # a symbol pushes at most one word
-    scratch = np.empty(blocks * cap, dtype=np.uint16)
-    lengths = np.zeros(blocks, dtype=np.int64)
 
-    def run(lo: int, hi: int) -> int:
+    def run(lo: int, hi: int, scratch: np.ndarray, cap: int, lengths: np.ndarray) -> int:
         return int(
             _wide_enc(
                 _ptr(s), s.size, _ptr(c), c.size, block, lo, hi, _ptr(scratch), cap,
@@ -569,11 +572,42 @@ def ans_wide_encode(
             )
         )  # fmt: skip
 
-    if any(ref.over_blocks(run, blocks, threads)):
+    lengths, words, status = _wide_blocks_encode(s.size, block, threads, run)
+    if any(status):
         raise ValueError(f"ans-wide: block={block} must be a positive multiple of 32")
+    return lengths, words
+
+
+def _wide_blocks_encode(
+    n: int, block: int, threads: int, run: Callable[[int, int, np.ndarray, int, np.ndarray], int]
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The wide-lane encoders' blocks: ``run(lo, hi, scratch, cap, lengths)`` codes blocks
+    [lo, hi) into rows of ``cap`` words of ``scratch`` (their word counts into ``lengths``),
+    on ``threads``; then the blocks' words, one after another, and each range's status."""
+    blocks = -(-n // block)
+    cap = min(block, n) + 2 * ref.WIDE_LANES  # a symbol pushes at most one word
+    scratch = np.empty(blocks * cap, dtype=np.uint16)
+    lengths = np.zeros(blocks, dtype=np.int64)
+    status = ref.over_blocks(lambda lo, hi: run(lo, hi, scratch, cap, lengths), blocks, threads)
     rows = scratch.reshape(blocks, cap)
     parts = [r[:k] for r, k in zip(rows, lengths.tolist(), strict=True) if k]
-    return lengths, np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+    words = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+    return lengths, words, status
+
+
+def _wide_starts(
+    words: np.ndarray, lengths: np.ndarray, n: int, block: int, what: str
+) -> np.ndarray:
+    """Where each block's words start (and the last one ends), checked against the words:
+    the C decoders read every block's words by these."""
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    blocks = -(-n // block) if n else 0
+    if starts.size != blocks + 1 or starts[-1] != words.size or (np.diff(starts) < 0).any():
+        raise CorruptCheckpointError(
+            f"{what} payload: {starts.size - 1} block lengths summing to {starts[-1]} for "
+            f"{blocks} blocks of {words.size} words does not decode"
+        )
+    return starts
 
 
 def ans_wide_decode(
@@ -593,14 +627,9 @@ def ans_wide_decode(
             words, lengths, counts, n, block, table=table, out=out, base=base
         )
     w = _contig(words, np.uint16)
-    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    starts = _wide_starts(w, lengths, n, block, "ans-wide")
     c = _contig(counts, np.uint32).reshape(-1)
-    blocks = -(-n // block) if n else 0
-    if starts.size != blocks + 1 or starts[-1] != w.size or (np.diff(starts) < 0).any():
-        raise CorruptCheckpointError(  # the C loop reads every block's words by these
-            f"ans-wide payload: {starts.size - 1} block lengths summing to {starts[-1]} for "
-            f"{blocks} blocks of {w.size} words does not decode"
-        )
+    blocks = starts.size - 1
     symbols, tab, size, dst = _decode_target(n, table, out)
 
     def run(lo: int, hi: int) -> int:
@@ -616,10 +645,63 @@ def ans_wide_decode(
     if any(s < 0 for s in status):
         raise MemoryError("ckz_wide_decode could not allocate its model")
     if any(status):
-        raise CorruptCheckpointError(
-            "ans-wide payload does not decode to exactly its symbols (words missing or left "
-            "over, or a lane that does not end in its initial state)"
-        )
+        raise CorruptCheckpointError(ref.wide_bad("ans-wide"))
+    return symbols
+
+
+def ans_wide_ctx_encode(
+    symbols: np.ndarray, bounds: np.ndarray, counts: np.ndarray, block: int, threads: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    s = _contig(symbols, np.uint8)
+    b = _contig(bounds, np.int64)
+    c = _contig(counts, np.uint32)
+    ref.check_contexts(s.size, b, c, block, ValueError)
+
+    def run(lo: int, hi: int, scratch: np.ndarray, cap: int, lengths: np.ndarray) -> int:
+        return int(
+            _wide_ctx_enc(
+                _ptr(s), s.size, _ptr(b), b.size - 1, _ptr(c), c.shape[1], block, lo, hi,
+                _ptr(scratch), cap, _ptr(lengths),
+            )
+        )  # fmt: skip
+
+    lengths, words, status = _wide_blocks_encode(s.size, block, threads, run)
+    if any(k == -2 for k in status):
+        raise MemoryError("ckz_wide_ctx_encode could not allocate its models")
+    if any(status):
+        raise ValueError("ans-wide-ctx: arguments out of range")
+    return lengths, words
+
+
+def ans_wide_ctx_decode(
+    words: np.ndarray,
+    lengths: np.ndarray,
+    bounds: np.ndarray,
+    counts: np.ndarray,
+    n: int,
+    block: int,
+    threads: int = 1,
+) -> np.ndarray:
+    w = _contig(words, np.uint16)
+    b = _contig(bounds, np.int64)
+    c = _contig(counts, np.uint32)
+    ref.check_contexts(n, b, c, block, CorruptCheckpointError)
+    starts = _wide_starts(w, lengths, n, block, "ans-wide-ctx")
+    symbols = np.empty(n, dtype=np.uint8)
+
+    def run(lo: int, hi: int) -> int:
+        return int(
+            _wide_ctx_dec(
+                _ptr(w), _ptr(starts), n, _ptr(b), b.size - 1, _ptr(c), c.shape[1], block,
+                lo, hi, _ptr(symbols),
+            )
+        )  # fmt: skip
+
+    status = ref.over_blocks(run, starts.size - 1, threads)
+    if any(k == -2 for k in status):
+        raise MemoryError("ckz_wide_ctx_decode could not allocate its models")
+    if any(status):
+        raise CorruptCheckpointError(ref.WIDE_CTX_BAD)
     return symbols
 
 

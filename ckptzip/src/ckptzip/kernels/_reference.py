@@ -806,12 +806,21 @@ def ans_wide_encode(
         pushes[t] = push
         x = np.where(push, x >> 16, x)
         x = np.where(live, ((x // f) << WIDE_PRECISION) + x % f + cum[s], x)
-    # block by block: the final states (low word, high word), then the pushed words in the
-    # order a decoder takes them (step by step, lane by lane)
+    return _wide_blocks(x, pushed, pushes)
+
+
+def _wide_blocks(
+    x: np.ndarray, pushed: np.ndarray, pushes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The wide-lane encoders' output from their final states ``x`` (blocks x lanes) and
+    every step's words (``pushed``, steps x blocks x lanes, where ``pushes``): block by
+    block, the final states (low word, high word), then the pushed words in the order a
+    decoder takes them (step by step, lane by lane); and each block's word count."""
+    blocks = x.shape[0]
     states = np.stack([x & 0xFFFF, x >> 16], axis=2).reshape(blocks, 2 * WIDE_LANES)
     by_block = pushes.transpose(1, 0, 2).reshape(blocks, -1)
     body = pushed.transpose(1, 0, 2).reshape(blocks, -1)
-    parts = []
+    parts = [np.zeros(0, dtype=np.uint16)]
     for b in range(blocks):
         parts += [states[b].astype(np.uint16), body[b][by_block[b]]]
     lengths = 2 * WIDE_LANES + by_block.sum(axis=1, dtype=np.int64)
@@ -836,11 +845,8 @@ def ans_wide_decode(
     w = np.asarray(words, dtype=np.int64).reshape(-1)
     starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
     model = wide_model(counts)
-    blocks, steps, pos = _wide_grid(n, block)
-    bad = CorruptCheckpointError(
-        "ans-wide payload does not decode to exactly its symbols (words missing or left "
-        "over, or a lane that does not end in its initial state)"
-    )
+    blocks = -(-n // block)
+    bad = CorruptCheckpointError(wide_bad("ans-wide"))
     if starts.size != blocks + 1 or starts[-1] != w.size or (np.diff(starts) < 0).any():
         raise bad
     if isinstance(model, int):
@@ -849,33 +855,176 @@ def ans_wide_decode(
         symbols = np.full(n, model, dtype=np.uint8)
     else:
         freq, cum = model
-        slot_symbol = np.repeat(np.arange(freq.size), freq)
-        first, end = starts[:-1], starts[1:]
-        if blocks and (end - first < 2 * WIDE_LANES).any():
-            raise bad
-        at = first[:, None] + 2 * np.arange(WIDE_LANES)[None, :]
-        x = w[at] | w[at + 1] << 16 if blocks else np.zeros((0, WIDE_LANES), np.int64)
-        p = first + 2 * WIDE_LANES
-        symbols = np.empty(n, dtype=np.uint8)
-        for t in range(steps):
-            live = pos[t] >= 0
-            slot = x & ((1 << WIDE_PRECISION) - 1)
-            s = slot_symbol[slot]
-            y = freq[s] * (x >> WIDE_PRECISION) + slot - cum[s]
-            need = live & (y < _WIDE_LOW)
-            take = p[:, None] + np.cumsum(need, axis=1) - 1
-            if (need & (take >= end[:, None])).any():
-                raise bad
-            refill = w[np.where(need, take, 0)] if w.size else np.zeros_like(y)
-            x = np.where(live, np.where(need, y << 16 | refill, y), x)
-            p = p + need.sum(axis=1)
-            symbols[pos[t][live]] = s[live]
-        if (p != end).any() or (x != _WIDE_LOW).any():
-            raise bad
+        one = np.array([0, n], dtype=np.int64)
+        symbols = _wide_steps_decode(
+            w, starts, freq[None], cum[None], np.array([-1]), one, block, "ans-wide"
+        )
     if table is None or out is None:
         return symbols
     _put(gather(table, symbols), out, base)
     return None
+
+
+# -- the same lanes under one model per context ("ans-wide-ctx") ---------------------------------
+
+
+def wide_bad(what: str) -> str:
+    """The message both implementations raise for a damaged wide-lane stream of ``what``."""
+    return (
+        f"{what} payload does not decode to exactly its symbols (words missing or left over, "
+        "or a lane that does not end in its initial state)"
+    )
+
+
+WIDE_CTX_BAD = wide_bad("ans-wide-ctx")
+
+
+def check_contexts(
+    n: int, bounds: np.ndarray, counts: np.ndarray, block: int, error: type[Exception]
+) -> None:
+    """Raise ``error`` unless ``bounds`` (int64, contexts + 1 offsets from 0 to ``n``,
+    non-decreasing), ``counts`` (contexts rows of an alphabet of 1 to 256) and ``block`` (a
+    positive multiple of 32) fit together: what the compiled coder assumes."""
+    b = np.asarray(bounds)
+    c = np.asarray(counts)
+    if (
+        b.ndim != 1
+        or b.size < 2
+        or b[0] != 0
+        or b[-1] != n
+        or (np.diff(b) < 0).any()
+        or c.ndim != 2
+        or c.shape[0] != b.size - 1
+        or not 1 <= c.shape[1] <= 256
+        or block < WIDE_LANES
+        or block % WIDE_LANES
+    ):
+        raise error(
+            f"ans-wide-ctx: bounds {b.shape}, counts {c.shape} and block={block} do not fit "
+            f"a stream of {n} symbols"
+        )
+
+
+def wide_ctx_models(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every context's ``"ans-wide-ctx"`` model: ``(freq, cum, only)``, ``freq`` (contexts x
+    alphabet, int64) by :func:`wide_model`'s rule over the symbols the context holds (the
+    others 0), ``cum`` its running sum (contexts x (alphabet + 1)), ``only`` the one symbol of
+    a context that codes nothing (fewer than two distinct symbols; 0 when empty), else -1."""
+    c = np.asarray(counts, dtype=np.int64)
+    contexts, alphabet = c.shape
+    freq = np.zeros((contexts, alphabet), dtype=np.int64)
+    only = np.full(contexts, -1, dtype=np.int64)
+    for k in range(contexts):
+        used = np.flatnonzero(c[k])
+        model = wide_model(c[k][used])
+        if isinstance(model, int):
+            only[k] = int(used[model]) if used.size else 0
+        else:
+            freq[k, used] = model[0]
+    cum = np.concatenate([np.zeros((contexts, 1), np.int64), np.cumsum(freq, axis=1)], axis=1)
+    return freq, cum, only
+
+
+def _wide_contexts(n: int, bounds: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The context of every position of the layout (``-1`` past ``n``: context 0)."""
+    return np.searchsorted(np.asarray(bounds)[1:], np.maximum(pos, 0), side="right")
+
+
+def ans_wide_ctx_encode(
+    symbols: np.ndarray, bounds: np.ndarray, counts: np.ndarray, block: int, threads: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    del threads  # one NumPy pass steps every block's lanes together
+    sym = np.ascontiguousarray(symbols, dtype=np.uint8).reshape(-1)
+    n = sym.size
+    check_contexts(n, bounds, counts, block, ValueError)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16)
+    freq, cum, only = wide_ctx_models(counts)
+    blocks, steps, pos = _wide_grid(n, block)
+    ctx = _wide_contexts(n, bounds, pos)
+    x = np.full((blocks, WIDE_LANES), _WIDE_LOW, dtype=np.int64)
+    pushed = np.zeros((steps, blocks, WIDE_LANES), dtype=np.uint16)
+    pushes = np.zeros((steps, blocks, WIDE_LANES), dtype=bool)
+    for t in range(steps - 1, -1, -1):  # the encoder runs backwards: a decoder reads forwards
+        p, c = pos[t], ctx[t]
+        coded = (p >= 0) & (only[c] < 0)
+        s = sym[np.where(coded, p, 0)]
+        f = np.where(coded, freq[c, s], 1)
+        push = coded & (x >= f << (32 - WIDE_PRECISION))
+        pushed[t] = x & 0xFFFF
+        pushes[t] = push
+        x = np.where(push, x >> 16, x)
+        x = np.where(coded, ((x // f) << WIDE_PRECISION) + x % f + cum[c, s], x)
+    return _wide_blocks(x, pushed, pushes)
+
+
+def ans_wide_ctx_decode(
+    words: np.ndarray,
+    lengths: np.ndarray,
+    bounds: np.ndarray,
+    counts: np.ndarray,
+    n: int,
+    block: int,
+    threads: int = 1,
+) -> np.ndarray:
+    del threads
+    check_contexts(n, bounds, counts, block, CorruptCheckpointError)
+    w = np.asarray(words, dtype=np.int64).reshape(-1)
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    blocks = -(-n // block)
+    if starts.size != blocks + 1 or starts[-1] != w.size or (np.diff(starts) < 0).any():
+        raise CorruptCheckpointError(WIDE_CTX_BAD)
+    freq, cum, only = wide_ctx_models(counts)
+    return _wide_steps_decode(w, starts, freq, cum, only, np.asarray(bounds), block, "ans-wide-ctx")
+
+
+def _wide_steps_decode(
+    w: np.ndarray,
+    starts: np.ndarray,
+    freq: np.ndarray,
+    cum: np.ndarray,
+    only: np.ndarray,
+    bounds: np.ndarray,
+    block: int,
+    what: str,
+) -> np.ndarray:
+    """The wide lanes' decoding, every block's lanes stepped together: words ``w`` (int64),
+    block ``b``'s from ``starts[b]`` to ``starts[b + 1]`` (checked against ``w``), the models
+    of :func:`wide_ctx_models` (one row per context; one row and ``only = [-1]`` for
+    ``"ans-wide"``) and the contexts' ``bounds``; ``what`` names the layout in errors."""
+    n = int(bounds[-1])
+    blocks, steps, pos = _wide_grid(n, block)
+    bad = CorruptCheckpointError(wide_bad(what))
+    first, end = starts[:-1], starts[1:]
+    if blocks and (end - first < 2 * WIDE_LANES).any():
+        raise bad
+    ctx = _wide_contexts(n, bounds, pos)
+    # slot -> symbol, per context (a context that codes nothing: its one symbol)
+    slot_symbol = np.zeros((freq.shape[0], 1 << WIDE_PRECISION), dtype=np.int64)
+    for k in range(freq.shape[0]):
+        if only[k] < 0:
+            slot_symbol[k] = np.repeat(np.arange(freq.shape[1]), freq[k])
+    at = first[:, None] + 2 * np.arange(WIDE_LANES)[None, :]
+    x = w[at] | w[at + 1] << 16 if blocks else np.zeros((0, WIDE_LANES), np.int64)
+    p = first + 2 * WIDE_LANES
+    symbols = np.empty(n, dtype=np.uint8)
+    for t in range(steps):
+        live, c = pos[t] >= 0, ctx[t]
+        coded = live & (only[c] < 0)
+        slot = x & ((1 << WIDE_PRECISION) - 1)
+        s = np.where(coded, slot_symbol[c, slot], np.maximum(only[c], 0))
+        y = freq[c, s] * (x >> WIDE_PRECISION) + slot - cum[c, s]
+        need = coded & (y < _WIDE_LOW)
+        take = p[:, None] + np.cumsum(need, axis=1) - 1
+        if (need & (take >= end[:, None])).any():
+            raise bad
+        refill = w[np.where(need, take, 0)] if w.size else np.zeros_like(y)
+        x = np.where(coded, np.where(need, y << 16 | refill, y), x)
+        p = p + need.sum(axis=1)
+        symbols[pos[t][live]] = s[live]
+    if (p != end).any() or (x != _WIDE_LOW).any():
+        raise bad
+    return symbols
 
 
 # -- run-length split of a rearranged delta stream (the "rle+ans" back end) -----------------

@@ -206,17 +206,23 @@ typedef struct {
     int32_t alphabet;
 } wide_model_t;
 
-static void wide_decoder_model(const uint32_t *freq, const uint32_t *cum, int32_t alphabet,
-                               wide_model_t *m) {
-    for (int32_t s = 0; s < alphabet; s++)
-        for (uint32_t k = 0; k < freq[s]; k++)
-            m->slots[cum[s] + k] = (uint32_t)s << 24 | (freq[s] - 1) << 12 | k;
+/* the registers' part of the model (freq32, cum32, alphabet): all the AVX-512 decoder (at
+ * most 32 symbols) and the AVX2 compare decoder (at most 16) read */
+static void wide_register_model(const uint32_t *freq, const uint32_t *cum, int32_t alphabet,
+                                wide_model_t *m) {
     memset(m->freq32, 0, sizeof m->freq32);
     memset(m->cum32, 0, sizeof m->cum32);
     for (int32_t s = 0; s < alphabet && s < 32; s++) m->freq32[s] = freq[s], m->cum32[s] = cum[s];
     m->alphabet = alphabet;
 }
 
+static void wide_decoder_model(const uint32_t *freq, const uint32_t *cum, int32_t alphabet,
+                               wide_model_t *m) {
+    for (int32_t s = 0; s < alphabet; s++)
+        for (uint32_t k = 0; k < freq[s]; k++)
+            m->slots[cum[s] + k] = (uint32_t)s << 24 | (freq[s] - 1) << 12 | k;
+    wide_register_model(freq, cum, alphabet, m);
+}
 /* k symbols, the first in lane 0, by the scalar step: dst[i] = levels[symbol]. Returns 0, or
  * 1 where the words run out. The states live in a local array (through w, every store to
  * dst could overwrite them as far as the compiler knows). Branch-free refills measured
@@ -439,6 +445,25 @@ static int32_t wide_run(wide_lanes *w, int64_t k, const wide_model_t *m,
     return wide_scalar(w, k - done, m, levels, dst + done);
 }
 
+/* Opens block b's decoder: its words, and the lanes' states from the first 64 of them.
+ * Returns 0, or 1 when the block holds fewer words than its states. */
+static int32_t wide_open(wide_lanes *w, const uint16_t *words, const int64_t *starts, int64_t b) {
+    w->p = words + starts[b];
+    w->end = words + starts[b + 1];
+    if (w->end - w->p < 2 * WIDE_LANES) return 1;
+    for (int l = 0; l < WIDE_LANES; l++, w->p += 2) w->x[l] = w->p[0] | (uint32_t)w->p[1] << 16;
+    return 0;
+}
+
+/* 1 unless the block's decoder read exactly its words and left every lane in its initial
+ * state, else 0 */
+static int32_t wide_close(const wide_lanes *w) {
+    if (w->p != w->end) return 1;
+    for (int l = 0; l < WIDE_LANES; l++)
+        if (w->x[l] != WIDE_LOW) return 1;
+    return 0;
+}
+
 /* Blocks [b_lo, b_hi) into out: the symbols (table NULL, out uint8) or table[symbol] (table
  * of 256 entries of size 2, 4 or 8 bytes), added to base when it is not NULL (as
  * ckz_put_levels adds). starts[b] .. starts[b + 1] are block b's words. Returns 0, or 1 when
@@ -471,13 +496,7 @@ CKZ_API int32_t ckz_wide_decode(const uint16_t *words, const int64_t *starts, in
     for (int64_t b = b_lo; b < b_hi && status == 0; b++) {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
         wide_lanes w;
-        w.p = words + starts[b];
-        w.end = words + starts[b + 1];
-        if (w.end - w.p < 2 * WIDE_LANES) {
-            status = 1;
-            break;
-        }
-        for (int l = 0; l < WIDE_LANES; l++, w.p += 2) w.x[l] = w.p[0] | (uint32_t)w.p[1] << 16;
+        if ((status = wide_open(&w, words, starts, b)) != 0) break;
         for (int64_t at = lo; at < hi && status == 0; at += WIDE_CHUNK) {
             int64_t k = hi - at < WIDE_CHUNK ? hi - at : WIDE_CHUNK;
             uint32_t *dst = direct ? (uint32_t *)out + at : buf;
@@ -486,11 +505,244 @@ CKZ_API int32_t ckz_wide_decode(const uint16_t *words, const int64_t *starts, in
             for (int64_t j = 0; j < k; j++) chunk[j] = (uint8_t)buf[j];
             ckz_put_levels(chunk, k, table, size, base, out, at);
         }
-        if (status) break;
-        if (w.p != w.end) status = 1;
-        for (int l = 0; l < WIDE_LANES; l++)
-            if (w.x[l] != WIDE_LOW) status = 1;
+        if (status == 0) status = wide_close(&w);
     }
     free(m);
+    return status;
+}
+
+/* -- contexts: "ans-wide-ctx" -------------------------------------------------------------
+ *
+ * The same 32 lanes, blocks and words, for a stream cut into contiguous contexts (the delta
+ * codec's groups by parent bin: symbols bounds[c] .. bounds[c + 1] - 1 are context c), each
+ * with its own static model. Symbol i still belongs to lane (i - block start) mod 32 and takes
+ * its own context's model, so the lanes switch models where the contexts change, inside a
+ * step if a boundary falls there. A context's model covers only the symbols it holds (count
+ * > 0): ckz_ans_left over them, in symbol order, at 12 bits; the others have frequency 0. A
+ * context holding one symbol (or none) codes nothing: its positions leave their lanes'
+ * states alone, and the decoder writes the symbol. Every block starts with its 32 final
+ * states (as in "ans-wide"), even where it codes nothing.
+ *
+ * Whole steps inside one context run the single-model loops above (the vector encoder and
+ * decoders with that context's model in registers); a step a boundary cuts runs lane by lane.
+ * Contexts are at least a step long where it matters (a delta's parent bins hold thousands
+ * of weights), so the lane-by-lane steps are a few per boundary. */
+
+typedef struct {
+    uint32_t freq[256], cum[257];
+    int32_t only; /* >= 0: the one symbol the context holds (0 when it holds none) */
+} ctx_model;
+
+static void ctx_model_build(const uint32_t *counts, int32_t alphabet, ctx_model *m) {
+    uint32_t packed[256], left[257];
+    int32_t used[256], k = 0;
+    memset(m->freq, 0, sizeof m->freq);
+    memset(m->cum, 0, sizeof m->cum);
+    m->only = ckz_only_symbol(counts, alphabet);
+    if (m->only >= 0) return;
+    for (int32_t s = 0; s < alphabet; s++)
+        if (counts[s]) used[k] = s, packed[k++] = counts[s];
+    ckz_ans_left(packed, k, WIDE_TOTAL, left);
+    for (int32_t j = 0; j < k; j++) m->freq[used[j]] = left[j + 1] - left[j];
+    uint32_t c = 0;
+    for (int32_t s = 0; s <= 256; s++) {
+        m->cum[s] = c;
+        if (s < 256) c += m->freq[s];
+    }
+}
+
+/* the models of every context; NULL when out of memory */
+static ctx_model *ctx_models(const uint32_t *counts, int32_t contexts, int32_t alphabet) {
+    ctx_model *m = malloc((size_t)contexts * sizeof *m);
+    if (m == NULL) return NULL;
+    for (int32_t c = 0; c < contexts; c++)
+        ctx_model_build(counts + (size_t)c * (size_t)alphabet, alphabet, m + c);
+    return m;
+}
+
+/* the context of position i: the last c with bounds[c] <= i (bounds[0] = 0 <= i < n) */
+static int32_t ctx_of(const int64_t *bounds, int32_t contexts, int64_t i) {
+    int32_t lo = 0, hi = contexts; /* bounds[lo] <= i < bounds[hi] */
+    while (hi - lo > 1) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (bounds[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* bounds: contexts + 1 offsets from 0 to n, non-decreasing */
+static int ctx_bounds_ok(const int64_t *bounds, int32_t contexts, int64_t n) {
+    if (contexts < 1 || bounds[0] != 0 || bounds[contexts] != n) return 0;
+    for (int32_t c = 0; c < contexts; c++)
+        if (bounds[c + 1] < bounds[c]) return 0;
+    return 1;
+}
+
+/* Blocks [b_lo, b_hi) of the stream, as ckz_wide_encode lays them out; counts holds
+ * `contexts` rows of `alphabet`. Returns 0, -1 on arguments out of range, -2 out of memory. */
+CKZ_API int32_t ckz_wide_ctx_encode(const uint8_t *sym, int64_t n, const int64_t *bounds,
+                                    int32_t contexts, const uint32_t *counts, int32_t alphabet,
+                                    int64_t block, int64_t b_lo, int64_t b_hi,
+                                    uint16_t *scratch, int64_t cap, int64_t *lengths) {
+    if (alphabet < 1 || alphabet > 256 || block < WIDE_LANES || block % WIDE_LANES ||
+        !ctx_bounds_ok(bounds, contexts, n))
+        return -1;
+    ctx_model *models = ctx_models(counts, contexts, alphabet);
+    if (models == NULL) return -2;
+#ifdef CKZ_WIDE_X86
+    int vector = alphabet <= 32 && ckz_avx2_ok() && ckz_avx512_ok();
+#endif
+    int32_t status = 0;
+    for (int64_t b = b_lo; b < b_hi; b++) {
+        int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        lengths[b] = 0;
+        if (hi <= lo) continue;
+        if (hi - lo + 2 * WIDE_LANES > cap) {
+            status = -1;
+            break;
+        }
+        uint16_t *row = scratch + (size_t)b * (size_t)cap, *end = row + cap, *ptr = end;
+        uint32_t x[WIDE_LANES];
+        for (int l = 0; l < WIDE_LANES; l++) x[l] = WIDE_LOW;
+        int32_t c = ctx_of(bounds, contexts, hi - 1); /* moves down with the steps */
+        for (int64_t at = lo + (hi - lo - 1) / WIDE_LANES * WIDE_LANES; at >= lo;) {
+            int top = hi - at < WIDE_LANES ? (int)(hi - at) : WIDE_LANES;
+            while (bounds[c] > at + top - 1) c--;
+            if (top == WIDE_LANES && bounds[c] <= at) {
+                /* whole steps inside context c: down to the first at or above its start */
+                int64_t floor_ = bounds[c] > lo ? bounds[c] : lo;
+                int64_t first = at - (at - floor_) / WIDE_LANES * WIDE_LANES;
+                const ctx_model *m = models + c;
+                if (m->only < 0) {
+#ifdef CKZ_WIDE_X86
+                    if (vector) {
+                        ptr = wide_encode_avx512(sym, first, at, x, m->freq, m->cum, ptr);
+                    } else
+#endif
+                        for (int64_t s = at; s >= first; s -= WIDE_LANES)
+                            ptr = wide_encode_step(sym + s, WIDE_LANES, x, m->freq, m->cum, ptr);
+                }
+                at = first - WIDE_LANES;
+                continue;
+            }
+            /* a step a boundary cuts (or the block's partial last one): lane by lane, down */
+            for (int l = top - 1; l >= 0; l--) {
+                while (bounds[c] > at + l) c--;
+                const ctx_model *m = models + c;
+                if (m->only >= 0) continue;
+                ptr = wide_encode_step(sym + at + l, 1, x + l, m->freq, m->cum, ptr);
+            }
+            at -= WIDE_LANES;
+        }
+        for (int l = WIDE_LANES - 1; l >= 0; l--) {
+            *--ptr = (uint16_t)(x[l] >> 16);
+            *--ptr = (uint16_t)x[l];
+        }
+        int64_t used = end - ptr;
+        memmove(row, ptr, (size_t)used * sizeof *row);
+        lengths[b] = used;
+    }
+    free(models);
+    return status;
+}
+
+/* One lane's decoder step under model m (two or more symbols): the symbol, or -1 where the
+ * words run out. The symbol by a binary search over the starts (the first s with
+ * cum[s + 1] > slot, which has a frequency). */
+static inline int32_t ctx_lane_step(uint32_t *x, const ctx_model *m, int32_t alphabet,
+                                    const uint16_t **p, const uint16_t *end) {
+    uint32_t v = *x, slot = v & (WIDE_TOTAL - 1);
+    int32_t lo = 0, hi = alphabet - 1; /* cum[lo] <= slot < cum[hi + 1] */
+    while (lo < hi) {
+        int32_t mid = (lo + hi) / 2;
+        if (m->cum[mid + 1] > slot) hi = mid;
+        else lo = mid + 1;
+    }
+    uint32_t y = m->freq[lo] * (v >> WIDE_PRECISION) + slot - m->cum[lo];
+    if (y < WIDE_LOW) {
+        if (*p == end) return -1;
+        y = y << 16 | *(*p)++;
+    }
+    *x = y;
+    return lo;
+}
+
+/* Blocks [b_lo, b_hi) into out (uint8 symbols); starts[b] .. starts[b + 1] are block b's
+ * words. Returns 0, 1 when a block's words do not decode to exactly its symbols (too few,
+ * left over, a lane that does not end in its initial state), -1 on arguments out of range,
+ * -2 out of memory. */
+CKZ_API int32_t ckz_wide_ctx_decode(const uint16_t *words, const int64_t *starts, int64_t n,
+                                    const int64_t *bounds, int32_t contexts,
+                                    const uint32_t *counts, int32_t alphabet, int64_t block,
+                                    int64_t b_lo, int64_t b_hi, uint8_t *out) {
+    uint32_t buf[WIDE_CHUNK], identity[256];
+    if (alphabet < 1 || alphabet > 256 || block < WIDE_LANES || block % WIDE_LANES ||
+        !ctx_bounds_ok(bounds, contexts, n))
+        return -1;
+    ctx_model *models = ctx_models(counts, contexts, alphabet);
+    /* the single-model decoders' form of each context, built when a context first runs whole
+     * steps */
+    wide_model_t *wide = calloc((size_t)contexts, sizeof *wide);
+    if (models == NULL || wide == NULL) {
+        free(models);
+        free(wide);
+        return -2;
+    }
+    for (int s = 0; s < 256; s++) identity[s] = (uint32_t)s;
+    /* whether wide_run's vector decoder reads the model from registers only: then no slot
+     * table is filled (16 KB a context, a visible cost on a stream of 2^16 symbols) */
+    int registers = 0;
+#ifdef CKZ_WIDE_X86
+    registers = ckz_avx2_ok() && ((alphabet <= 32 && ckz_avx512_ok()) || alphabet <= 16);
+#endif
+    int32_t status = 0;
+    for (int64_t b = b_lo; b < b_hi && status == 0; b++) {
+        int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        wide_lanes w;
+        if ((status = wide_open(&w, words, starts, b)) != 0) break;
+        int32_t c = ctx_of(bounds, contexts, lo); /* moves up with the steps */
+        for (int64_t at = lo; at < hi && status == 0;) {
+            int top = hi - at < WIDE_LANES ? (int)(hi - at) : WIDE_LANES;
+            while (bounds[c + 1] <= at) c++;
+            const ctx_model *m = models + c;
+            if (top == WIDE_LANES && bounds[c + 1] >= at + WIDE_LANES) {
+                int64_t stop = bounds[c + 1] < hi ? bounds[c + 1] : hi;
+                int64_t k = (stop - at) / WIDE_LANES * WIDE_LANES;
+                if (k > WIDE_CHUNK) k = WIDE_CHUNK;
+                if (m->only >= 0) {
+                    memset(out + at, m->only, (size_t)k);
+                } else {
+                    wide_model_t *wm = wide + c;
+                    if (wm->alphabet == 0) {
+                        if (registers) wide_register_model(m->freq, m->cum, alphabet, wm);
+                        else wide_decoder_model(m->freq, m->cum, alphabet, wm);
+                    }
+                    status = wide_run(&w, k, wm, identity, buf);
+                    for (int64_t j = 0; j < k; j++) out[at + j] = (uint8_t)buf[j];
+                }
+                at += k;
+                continue;
+            }
+            for (int l = 0; l < top; l++) {
+                while (bounds[c + 1] <= at + l) c++;
+                m = models + c;
+                if (m->only >= 0) {
+                    out[at + l] = (uint8_t)m->only;
+                    continue;
+                }
+                int32_t s = ctx_lane_step(w.x + l, m, alphabet, &w.p, w.end);
+                if (s < 0) {
+                    status = 1;
+                    break;
+                }
+                out[at + l] = (uint8_t)s;
+            }
+            at += WIDE_LANES;
+        }
+        if (status == 0) status = wide_close(&w);
+    }
+    free(models);
+    free(wide);
     return status;
 }

@@ -8,7 +8,9 @@ every later ckptzip must decode the child exactly as ``expected_v1.json`` record
 (``tests/test_delta.py``). A symbol back end added within a format version gets its own pair,
 named by a tag: ``python tests/golden/delta/make_delta_golden.py rle_ans`` wrote
 ``rle_ans_parent.ckz``, ``rle_ans_child.ckz`` and ``expected_rle_ans.json`` (the first files
-whose deltas use ``"rle+ans"``; ``methods`` records each delta entry's back end). The inputs
+whose deltas use ``"rle+ans"``; ``methods`` records each delta entry's back end), and
+``... wide_ctx`` the ``wide_ctx_*`` files (the first whose deltas use
+``"ans-wide-ctx"``). The inputs
 are built from integer arithmetic only (the generators of ``tests/golden/make_golden.py``), so
 they are the same on any platform and torch release.
 """
@@ -22,6 +24,7 @@ import os
 import sys
 from typing import Any
 
+import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,11 +38,14 @@ make_golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_golden)
 
 
-def objects(sparse: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+def objects(sparse: bool = False, wide: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """A parent state and a child state a few "training steps" later (``sparse``: ``w`` ten
-    times larger and only every 40th of its weights moves, so most differences are runs)."""
+    times larger and only every 40th of its weights moves, so most differences are runs;
+    ``wide``: ``w`` 70 000 normal weights from NumPy's seeded legacy generator, every one
+    moved by normal noise of a tenth their spread, so the differences are dense and a stream long
+    enough for the wide lanes)."""
     heavy, ramp = make_golden.heavy, make_golden.ramp
-    rows = 600 if sparse else 60
+    rows = 600 if sparse else 700 if wide else 60
     w = heavy(rows * 100, torch.float32).reshape(rows, 100)
     b16 = heavy(3000, torch.bfloat16)
     parent = {"model": {"w": w, "b16": b16, "bias": ramp(16, torch.float32)}, "step": 1}
@@ -48,6 +54,11 @@ def objects(sparse: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     nudge = ramp(rows * 100, torch.float64).reshape(rows, 100).div(2**16)
     if sparse:
         nudge = nudge.mul(64).mul((torch.arange(rows * 100) % 40 == 0).reshape(rows, 100))
+    if wide:
+        rng = np.random.RandomState(20261207)
+        w = torch.from_numpy(rng.standard_normal((rows, 100)).astype(np.float32))
+        parent["model"]["w"] = w
+        nudge = torch.from_numpy(rng.standard_normal((rows, 100))).mul(0.1)
     child = {
         "model": {
             "w": (w.to(torch.float64) + nudge).to(torch.float32),
@@ -79,7 +90,7 @@ def main() -> None:
     from ckptzip.structure import flatten
 
     tag = sys.argv[1] if len(sys.argv) > 1 else f"v{VERSION}"
-    parent_obj, child_obj = objects(sparse=len(sys.argv) > 1)
+    parent_obj, child_obj = objects(sparse=tag == "rle_ans", wide=tag == "wide_ctx")
     names = {"parent": f"{tag}_parent.ckz", "child": f"{tag}_child.ckz"}
     paths = {k: os.path.join(HERE, v) for k, v in names.items()}
     for path in paths.values():
