@@ -25,7 +25,7 @@ import torch
 
 import ckptzip
 from ckptzip import _pages, chains, storage
-from ckptzip._collector import collector_paused
+from ckptzip._collector import collector_paused, spent
 from ckptzip._compat import torch_save_size
 from ckptzip._parallel import default_threads, encoding_pool
 from ckptzip._types import QuantizedTensor
@@ -354,15 +354,21 @@ def _parent_view(
     def where() -> str:
         return f"{readers[-1].name}: tensor {path!r}"
 
-    # the targets that read siblings in the last link are decoded after the others
-    for phase in _sibling_phases(targets):
-        with (
-            _memory_guard(where),
-            _ordered_map(decode_path, phase, threads, [e.nbytes for e in phase]) as results,
-        ):
-            for target, value in zip(phase, results, strict=True):
-                path = target.path
-                table[path] = value
+    try:
+        # the targets that read siblings in the last link are decoded after the others
+        for phase in _sibling_phases(targets):
+            with (
+                _memory_guard(where),
+                _ordered_map(decode_path, phase, threads, [e.nbytes for e in phase]) as results,
+            ):
+                for target, value in zip(phase, results, strict=True):
+                    path = target.path
+                    table[path] = value
+    finally:
+        # walk and sibling call each other through their closures' cells: a cycle that held
+        # every link's reader (the file's bytes) and manifest until the cyclic collector ran
+        # (_collector.spent)
+        walk = sibling = spent
     if not vouched:
         last = readers[-1]
         for entry in last.manifest.tensors:

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ckptzip._collector import spent
 from ckptzip.errors import CorruptCheckpointError, UnsupportedValueError
 
 __all__ = [
@@ -308,7 +309,10 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
             "lists or dicts first"
         )
 
-    skeleton = walk(obj, "", 0)
+    try:
+        skeleton = walk(obj, "", 0)
+    finally:
+        walk = spent  # a cycle through its own cell held every tensor's view (spent's doc)
     # entries are numbered in the order their first reference was met
     return skeleton, [_settle(g) for g in groups]
 
@@ -572,7 +576,10 @@ def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
             return out
         raise bad(node, f"unknown node tag {tag!r} (format version {version})")
 
-    obj = build(skeleton, 0)
+    try:
+        obj = build(skeleton, 0)
+    finally:
+        build = spent  # a cycle through its own cell held the leaves (spent's doc)
     if not all(uses):
         missing = uses.index(0)
         raise CorruptCheckpointError(f"tensor {missing} is never referenced by the structure")
