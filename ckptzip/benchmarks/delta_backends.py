@@ -6,12 +6,14 @@ delta chain; every delta-coded tensor's parent and child indices are read back f
 files (``read_quantized``) and its rearranged differences coded by each back end:
 ``ans`` (one context per parent bin), ``rle+ans``, ``rle+lzma``, ``ans-lanes`` (ANS in
 independent lanes, the same contexts), ``rle+zstd`` (level 9), ``ans-wide-ctx`` (32 wide
-lanes, the same contexts), and the choices, the
+lanes, the same contexts), ``rle+ans-wide`` (``rle+ans`` with its long inner streams in those
+lanes), and the choices, the
 smaller of ``ans`` and ``rle+lzma`` (the delta codec before ``rle+ans``), the smaller of
 ``ans`` and ``rle+ans``, the smallest of those and ``rle+zstd``, and what
-``bindiff.encode_smallest`` writes (``bindiff.delta_methods``: today ``ans-wide-ctx`` from
-2^16 symbols on, else ``ans``, or ``rle+ans``, each coded only where its size from the counts
-is within ``ANS_MARGIN`` of the other's, or ``rle+zstd`` where its probe puts it below them).
+``bindiff.encode_smallest`` writes (``bindiff.delta_methods``: today ``ans-wide-ctx`` or
+``rle+ans-wide`` from 2^16 symbols on, else ``ans`` or ``rle+ans``, each coded only where its
+size from the counts is within ``ANS_MARGIN`` of the other's, or ``rle+zstd`` where its probe
+puts it below them).
 Bytes are payloads; times are the one-thread encode and decode of the differences
 (``bindiff.encode_delta`` / ``decode_delta``; for the codec's choice ``encode_smallest``
 and the decode of what it chose), summed over the tensors. Also the smallest ratio of a
@@ -57,7 +59,7 @@ from ckptzip.bindiff import decode_delta, encode_delta, encode_smallest
 from ckptzip.codecs.quantized import encode_indices
 from ckptzip.entropy import ANS_LANES_MIN, decode_symbols, encode_symbols, order0_entropy_bits
 
-METHODS = ("ans", "rle+ans", "rle+lzma", "ans-lanes", "rle+zstd", "ans-wide-ctx")
+METHODS = ("ans", "rle+ans", "rle+lzma", "ans-lanes", "rle+zstd", "ans-wide-ctx", "rle+ans-wide")
 CODEC = "encode_smallest (the codec's choice)"
 CHOICES = {
     "old choice (ans | rle+lzma)": ("ans", "rle+lzma"),

@@ -503,8 +503,10 @@ def test_golden_delta_decodes_exactly_as_when_written() -> None:
         # the first files whose deltas use the "rle+ans" back end (added within format
         # version 1 of the delta codec; an older reader reports the unknown back end)
         ("rle_ans", "rle+ans"),
-        # the first whose deltas use "ans-wide-ctx" (added later in file format version 5)
+        # the first whose deltas use "ans-wide-ctx" and "rle+ans-wide" (added later in file
+        # format version 5; the second's tensor "w" has both inner streams in the wide lanes)
         ("wide_ctx", "ans-wide-ctx"),
+        ("rle_ans_wide", "rle+ans-wide"),
     ],
 )
 def test_golden_delta_back_end_decodes_exactly_as_when_written(tag: str, method: str) -> None:

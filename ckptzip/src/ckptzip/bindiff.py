@@ -168,7 +168,7 @@ def rearrangement(prev: np.ndarray) -> np.ndarray:
 DEFAULT_METHOD = "ans"
 """The default symbol back end of :func:`encode_delta` (see the module docstring)."""
 
-DELTA_METHODS = ("ans", "ans-wide-ctx", "rle+ans", "rle+zstd")
+DELTA_METHODS = ("ans", "ans-wide-ctx", "rle+ans", "rle+ans-wide", "rle+zstd")
 """The back ends the delta codec tries (:func:`delta_methods` picks per stream), keeping the
 smallest payload: ``"rle+ans"`` wins on long runs of unchanged bins, ANS on dense changes,
 ``"rle+zstd"`` where the runs come in patterns (:data:`LZ_METHOD`); the ANS ones are sized
@@ -198,21 +198,30 @@ would beat the limit: it never came below 0.6 of it on those deltas (so a tensor
 encoding is far smaller is not probed)."""
 
 
+_RLE = ("rle+ans", "rle+ans-wide")
+"""The run-length back ends coded by ANS: sized from their run split's counts, one of them
+probed for :data:`LZ_METHOD`."""
+
+
 def delta_methods(n: int) -> tuple[str, ...]:
-    """The back ends :func:`encode_smallest` tries for a stream of ``n`` differences: ANS in
-    32 wide lanes with the groups as contexts (``"ans-wide-ctx"``: decoded 32 symbols at a
-    time, a large tensor on several threads) from :data:`ckptzip.entropy.ANS_LANES_MIN`
-    symbols on, plain ``"ans"`` below, and ``"rle+ans"``. On the delta streams of a
-    ``throughput.py --quick`` chain the wide lanes cost 0.1-0.3 % more bytes than the four
-    24-bit lanes of ``"ans-lanes"`` (their 12-bit model) and decoded 1.2-1.9x faster on
-    streams of 2^18 symbols, as fast on 2^16 (README, "Wide lanes with contexts").
+    """The back ends :func:`encode_smallest` tries for a stream of ``n`` differences: from
+    :data:`ckptzip.entropy.ANS_LANES_MIN` symbols on, ANS in 32 wide lanes with the groups as
+    contexts (``"ans-wide-ctx"``: decoded 32 symbols at a time, a large tensor on several
+    threads) and the run-length form whose long inner streams are coded in those lanes too
+    (``"rle+ans-wide"``); below, plain ``"ans"`` and ``"rle+ans"``; and ``"rle+zstd"``. On
+    the delta streams of a ``throughput.py --quick`` chain the wide lanes cost 0.1-0.3 % more
+    bytes than the four 24-bit lanes of ``"ans-lanes"`` (their 12-bit model) and decoded
+    1.2-1.9x faster on streams of 2^18 symbols, as fast on 2^16 (README, "Wide lanes with
+    contexts").
 
     Examples
     --------
     >>> delta_methods(100), delta_methods(1 << 20)
-    (('ans', 'rle+ans', 'rle+zstd'), ('ans-wide-ctx', 'rle+ans', 'rle+zstd'))
+    (('ans', 'rle+ans', 'rle+zstd'), ('ans-wide-ctx', 'rle+ans-wide', 'rle+zstd'))
     """
-    return ("ans-wide-ctx" if n >= entropy.ANS_LANES_MIN else "ans", "rle+ans", LZ_METHOD)
+    if n >= entropy.ANS_LANES_MIN:
+        return ("ans-wide-ctx", "rle+ans-wide", LZ_METHOD)
+    return ("ans", "rle+ans", LZ_METHOD)
 
 
 _DEFAULT_LEVEL = 9
@@ -336,8 +345,10 @@ def _estimate(
         return entropy.ans_size(symbols, groups) + 12 * lanes, ANS_MARGIN
     if method == "ans-wide-ctx":
         return entropy.ans_wide_ctx_size(symbols, groups), ANS_MARGIN
-    if method == "rle+ans":
-        return entropy.rle_ans_size(symbols, groups), ANS_MARGIN
+    if method in _RLE:
+        return entropy.rle_ans_size_and_probe(
+            symbols, groups, probe_below=0.0, wide=method != "rle+ans"
+        )[0], ANS_MARGIN
     return entropy.estimate_symbols(symbols, method, level), ESTIMATE_MARGIN
 
 
@@ -398,22 +409,24 @@ def encode_smallest(
     if not methods:
         raise ConfigError("methods must name at least one symbol back end")
     symbols, groups = _symbols(prev, now, bins, True)
-    probed = LZ_METHOD in methods and "rle+ans" in methods
+    rle = next((m for m in methods if m in _RLE), None)
+    probed = LZ_METHOD in methods and rle is not None
     estimates = {
         m: _estimate(symbols, groups, m, level)
         for m in methods
-        if not probed or m not in (LZ_METHOD, "rle+ans")
+        if not probed or m not in (LZ_METHOD, rle)
     }
     if probed:
+        assert rle is not None
         # rle+zstd is sized by the probe, which is made only where rle+ans is below the
         # other back ends (the runs matter: it never won elsewhere) and rle+zstd at LZ_REACH
         # of rle+ans could beat the limit
         caps = [e for e, _ in estimates.values() if e is not None]
         caps += [] if limit is None else [limit / LZ_REACH]
         size, probe = entropy.rle_ans_size_and_probe(
-            symbols, groups, probe_below=min(caps) if caps else None
+            symbols, groups, probe_below=min(caps) if caps else None, wide=rle != "rle+ans"
         )
-        estimates["rle+ans"] = (size, ANS_MARGIN)
+        estimates[rle] = (size, ANS_MARGIN)
         if probe is not None:
             estimates[LZ_METHOD] = (LZ_PROBE_RATIO * probe, 0.0)
         methods = [m for m in methods if m in estimates]

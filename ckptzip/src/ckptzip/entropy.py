@@ -112,6 +112,15 @@ length ``n`` as one chunk, by
   the bit stream is used exactly. Coding cost is per run, not per symbol
   (:func:`ckptzip.kernels.rle_split` / :func:`~ckptzip.kernels.rle_join`).
 
+* ``"rle+ans-wide"``: ``"rle+ans"``'s run split, chunk and meta, but each of its two inner
+  streams (the run tokens, the other symbols) coded by the back end its meta names,
+  ``runs_method`` and ``values_method``: ``"ans"`` (as in ``"rle+ans"``) or
+  ``"ans-wide-ctx"`` (the same contexts, in the wide lanes), ``runs`` and ``values`` then
+  holding that back end's meta. This version writes the wide lanes for an inner stream of at
+  least :data:`RLE_WIDE_MIN` symbols, and the delta codec offers it in place of
+  ``"rle+ans"`` from :data:`ANS_LANES_MIN` symbols on: the two scalar coders of
+  ``"rle+ans"`` decoded its long streams at 2.2 ns a symbol, the wide lanes at 1.0.
+
 The raw LZMA2 filter options (``dict_size`` 2^20, ``lc`` 3, ``lp`` 0, ``pb`` 0) are part of the
 format. Every decoded size is bounded by ``n`` before decompressing.
 
@@ -121,6 +130,7 @@ measure streams against.
 
 from __future__ import annotations
 
+import functools
 import lzma
 import threading
 from collections.abc import Callable, Sequence
@@ -888,14 +898,27 @@ def _rle_ans_parts(others: Sequence[int], sizes: np.ndarray) -> tuple[list[int],
     return runs, list(others)
 
 
+RLE_WIDE_MIN = 1 << 16
+"""``"rle+ans-wide"`` codes an inner stream (its run tokens, its other symbols) in the wide
+lanes from this many symbols on, with ``"ans"`` below (:data:`ANS_LANES_MIN`'s reasoning:
+a block's 132 bytes are 0.5 % of 2^16 three-bit symbols)."""
+
+
+def _rle_inner(n: int, wide: bool) -> str:
+    """The back end of an inner stream of ``n`` symbols: ``"ans"``, or with ``wide`` from
+    :data:`RLE_WIDE_MIN` symbols on ``"ans-wide-ctx"``."""
+    return "ans-wide-ctx" if wide and n >= RLE_WIDE_MIN else "ans"
+
+
 def _rle_ans_encode(
-    symbols: np.ndarray, level: int, segments: _Segments
+    symbols: np.ndarray, level: int, segments: _Segments, *, wide: bool = False
 ) -> tuple[list[bytes], dict[str, Any]]:
     bounds = _bounds(segments, symbols.size)
     tokens, values, others, base, extra, extra_bits = kernels.rle_split(symbols, bounds)
     runs_seg, values_seg = _rle_ans_parts(others.tolist(), np.diff(bounds))
-    (runs,), runs_meta = _ans_encode(tokens, level, runs_seg)
-    (vals,), values_meta = _ans_encode(values, level, values_seg)
+    runs_method, values_method = _rle_inner(tokens.size, wide), _rle_inner(values.size, wide)
+    (runs,), runs_meta = SYMBOL_METHODS[runs_method].encode(tokens, level, runs_seg)
+    (vals,), values_meta = SYMBOL_METHODS[values_method].encode(values, level, values_seg)
     meta = {
         "base": base.tolist(),
         "others": others.tolist(),
@@ -905,6 +928,8 @@ def _rle_ans_encode(
         "values_bytes": len(vals),
         "extra_bits": extra_bits,
     }
+    if wide:
+        meta.update(runs_method=runs_method, values_method=values_method)
     return [runs + vals + extra.tobytes()], meta
 
 
@@ -927,7 +952,11 @@ LZ_PROBE_LEVEL = 1
 
 
 def rle_ans_size_and_probe(
-    symbols: np.ndarray, segments: Sequence[int] | None = None, *, probe_below: float | None = None
+    symbols: np.ndarray,
+    segments: Sequence[int] | None = None,
+    *,
+    probe_below: float | None = None,
+    wide: bool = False,
 ) -> tuple[float, float | None]:
     """:func:`rle_ans_size`, and (where that size is below ``probe_below``, or always without
     it; else ``None``) the bytes zstd at :data:`LZ_PROBE_LEVEL` takes
@@ -936,7 +965,8 @@ def rle_ans_size_and_probe(
     Where runs come in patterns (rows of a matrix changing together) the probe is below the
     ANS size, and ``"rle+zstd"`` (level 9) came within 0.86-0.97 of the probe on the deltas
     of ``benchmarks/dcp.py`` and ``throughput.py --quick``; the probe costs about a quarter
-    of coding ``"rle+ans"``.
+    of coding ``"rle+ans"``. With ``wide``, the size is ``"rle+ans-wide"``'s (the blocks of
+    its inner streams in the wide lanes counted; their 12-bit models' loss is not).
 
     Examples
     --------
@@ -950,6 +980,9 @@ def rle_ans_size_and_probe(
     tokens, values, others, _, extra, _ = kernels.rle_split(flat, bounds)
     runs_seg, values_seg = _rle_ans_parts(others.tolist(), np.diff(bounds))
     size = ans_size(tokens, runs_seg) + ans_size(values, values_seg) + extra.size
+    for part in (tokens, values):  # with ``wide`` (``"rle+ans-wide"``), the long ones' blocks
+        if _rle_inner(part.size, wide) != "ans":
+            size += ans_wide_overhead(part.size)
     if probe_below is not None and size >= probe_below:
         return size, None
     lz = sum(len(compress(part.data, LZ_PROBE_LEVEL)) for part in (tokens, values))
@@ -957,7 +990,12 @@ def rle_ans_size_and_probe(
 
 
 def _rle_ans_decode(
-    chunks: Sequence[bytes], meta: dict[str, Any], n: int, segments: _Segments
+    chunks: Sequence[bytes],
+    meta: dict[str, Any],
+    n: int,
+    segments: _Segments,
+    *,
+    wide: bool = False,
 ) -> np.ndarray:
     data = _one_chunk(chunks)
     bounds = _bounds(segments, n)
@@ -992,11 +1030,24 @@ def _rle_ans_decode(
         )
     runs_seg, values_seg = _rle_ans_parts(others, sizes)
     end = runs_bytes + values_bytes
-    # two independent streams of about the same length: decoded side by side in one loop
-    tokens, values = kernels.ans_decode_pair(
-        _ans_stream(data[:runs_bytes], runs_meta, sum(runs_seg), runs_seg),
-        _ans_stream(data[runs_bytes:end], values_meta, sum(values_seg), values_seg),
-    )
+    parts = [data[:runs_bytes], data[runs_bytes:end]]
+    named = [meta.get("runs_method"), meta.get("values_method")] if wide else ["ans", "ans"]
+    inner = [m for m in named if m in ("ans", "ans-wide-ctx") and isinstance(m, str)]
+    if len(inner) != 2:
+        raise CorruptCheckpointError(f"rle+ans-wide payload: inner back ends {named!r}")
+    if inner == ["ans", "ans"]:
+        # two independent streams of about the same length: decoded side by side in one loop
+        tokens, values = kernels.ans_decode_pair(
+            _ans_stream(parts[0], runs_meta, sum(runs_seg), runs_seg),
+            _ans_stream(parts[1], values_meta, sum(values_seg), values_seg),
+        )
+    else:
+        tokens, values = (
+            SYMBOL_METHODS[m].decode([part], inner_meta, sum(seg), seg)
+            for m, part, inner_meta, seg in zip(
+                inner, parts, (runs_meta, values_meta), (runs_seg, values_seg), strict=True
+            )
+        )
     return kernels.rle_join(
         tokens, values, extra, extra_bits, bounds, np.asarray(others), np.asarray(base, np.uint8)
     )
@@ -1013,6 +1064,9 @@ SYMBOL_METHODS: dict[str, _Method] = {
     "ans-wide": _Method(_ans_wide_encode, _ans_wide_decode),
     "ans-wide-ctx": _Method(_ans_wide_ctx_encode, _ans_wide_ctx_decode),
     "rle+ans": _Method(_rle_ans_encode, _rle_ans_decode),
+    "rle+ans-wide": _Method(
+        functools.partial(_rle_ans_encode, wide=True), functools.partial(_rle_ans_decode, wide=True)
+    ),
 }
 """Symbol back ends by id; a payload records the id it was written with."""
 

@@ -30,9 +30,9 @@ sizes. With ``p`` the parent entry's indices and ``x`` this entry's, the symbols
 of a stable ascending sort of ``p`` (all positions whose parent index is 0, in position order,
 then 1, ...); a reader recomputes that order from ``p`` and inverts ``x[i] = (p[i] - d[i])
 mod B``. The methods (k = 1 in each; this version writes the smallest of
-``"ans-wide-ctx"`` (or ``"ans"`` under 2^16 symbols) and ``"rle+ans"``, each with one context
-per parent bin, and ``"rle+zstd"``; earlier ones ``"ans-lanes"``, ``"ans"`` or
-``"rle+lzma"``) are the symbol back ends of
+``"ans-wide-ctx"`` and ``"rle+ans-wide"`` (or ``"ans"`` and ``"rle+ans"`` under 2^16
+symbols), each with one context per parent bin, and ``"rle+zstd"``; earlier ones
+``"ans-lanes"``, ``"ans"``, ``"rle+ans"`` or ``"rle+lzma"``) are the symbol back ends of
 :mod:`ckptzip.entropy`.
 
 Every decoded size is bounded by ``n`` and ``D`` before decompressing; the decoded indices and

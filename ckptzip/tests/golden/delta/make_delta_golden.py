@@ -10,7 +10,8 @@ named by a tag: ``python tests/golden/delta/make_delta_golden.py rle_ans`` wrote
 ``rle_ans_parent.ckz``, ``rle_ans_child.ckz`` and ``expected_rle_ans.json`` (the first files
 whose deltas use ``"rle+ans"``; ``methods`` records each delta entry's back end), and
 ``... wide_ctx`` the ``wide_ctx_*`` files (the first whose deltas use
-``"ans-wide-ctx"``). The inputs
+``"ans-wide-ctx"``) and ``... rle_ans_wide`` the ``rle_ans_wide_*`` ones (``"rle+ans-wide"``,
+its inner streams in the wide lanes). The inputs
 are built from integer arithmetic only (the generators of ``tests/golden/make_golden.py``), so
 they are the same on any platform and torch release.
 """
@@ -42,23 +43,27 @@ def objects(sparse: bool = False, wide: bool = False) -> tuple[dict[str, Any], d
     """A parent state and a child state a few "training steps" later (``sparse``: ``w`` ten
     times larger and only every 40th of its weights moves, so most differences are runs;
     ``wide``: ``w`` 70 000 normal weights from NumPy's seeded legacy generator, every one
-    moved by normal noise of a tenth their spread, so the differences are dense and a stream long
-    enough for the wide lanes)."""
+    moved by normal noise of a tenth their spread, so the differences are dense and a stream
+    long enough for the wide lanes; both: those weights, every 40th moved by half their
+    spread)."""
     heavy, ramp = make_golden.heavy, make_golden.ramp
-    rows = 600 if sparse else 700 if wide else 60
+    rows = 700 if wide else 600 if sparse else 60
     w = heavy(rows * 100, torch.float32).reshape(rows, 100)
     b16 = heavy(3000, torch.bfloat16)
     parent = {"model": {"w": w, "b16": b16, "bias": ramp(16, torch.float32)}, "step": 1}
     # Small moves (multiples of 2**-16 from integer arithmetic), so most weights keep their
     # bin; one tensor changes shape between the two, so it is stored in full in the child.
     nudge = ramp(rows * 100, torch.float64).reshape(rows, 100).div(2**16)
-    if sparse:
-        nudge = nudge.mul(64).mul((torch.arange(rows * 100) % 40 == 0).reshape(rows, 100))
+    every40 = (torch.arange(rows * 100) % 40 == 0).reshape(rows, 100)
+    if sparse and not wide:
+        nudge = nudge.mul(64).mul(every40)
     if wide:
         rng = np.random.RandomState(20261207)
         w = torch.from_numpy(rng.standard_normal((rows, 100)).astype(np.float32))
         parent["model"]["w"] = w
         nudge = torch.from_numpy(rng.standard_normal((rows, 100))).mul(0.1)
+        if sparse:
+            nudge = nudge.mul(5).mul(every40)
     child = {
         "model": {
             "w": (w.to(torch.float64) + nudge).to(torch.float32),
@@ -90,7 +95,17 @@ def main() -> None:
     from ckptzip.structure import flatten
 
     tag = sys.argv[1] if len(sys.argv) > 1 else f"v{VERSION}"
-    parent_obj, child_obj = objects(sparse=tag == "rle_ans", wide=tag == "wide_ctx")
+    parent_obj, child_obj = objects(
+        sparse=tag in ("rle_ans", "rle_ans_wide"), wide=tag in ("wide_ctx", "rle_ans_wide")
+    )
+    if tag == "rle_ans_wide":
+        # the run tokens and other symbols of a 70 000-weight delta are too few for the wide
+        # lanes at the writer's threshold, and the codec would keep "ans-wide-ctx" here; the
+        # format takes either coder for any length, and any back end for any tensor
+        from ckptzip import bindiff, entropy
+
+        entropy.RLE_WIDE_MIN = 256
+        bindiff.delta_methods = lambda n: ("rle+ans-wide",)
     names = {"parent": f"{tag}_parent.ckz", "child": f"{tag}_child.ckz"}
     paths = {k: os.path.join(HERE, v) for k, v in names.items()}
     for path in paths.values():
