@@ -151,13 +151,15 @@ The functions (flat 1-D inputs throughout):
 ``ans_wide_ctx_decode(words, lengths, bounds, counts, n, block, threads=1) -> symbols``
     The ``"ans-wide-ctx"`` layout: ``"ans-wide"``'s blocks, lanes and words under one model
     per context (symbols ``bounds[c]`` to ``bounds[c + 1]`` are context ``c``; ``counts``
-    one row per context, as ``ans_lanes_encode`` takes them). A lane takes each symbol's own
-    context's model, so the models switch where the contexts change, even inside a step; a
-    context's model covers only the symbols it holds, and a context holding fewer than two
-    distinct symbols codes nothing (``_reference.wide_ctx_models``; ``_wide.c`` describes
-    the layout). Whole steps inside one context run ``"ans-wide"``'s vector loops; the steps
-    a boundary cuts go lane by lane. Decoding returns the uint8 symbols and raises
-    :class:`~ckptzip.errors.CorruptCheckpointError` as ``ans_wide_decode`` does.
+    one row per context, the stream's own counts as ``ans_counts`` gives them: the encoder
+    codes each symbol by its context's model and does not check it against them). A lane
+    takes each symbol's own context's model, so the models switch where the contexts change,
+    even inside a step; a context's model covers only the symbols it holds, and a context
+    holding fewer than two distinct symbols codes nothing (``_reference.wide_ctx_models``;
+    ``_wide.c`` describes the layout). Whole steps inside one context run ``"ans-wide"``'s
+    vector loops; the steps a boundary cuts go lane by lane. Decoding returns the uint8
+    symbols and raises :class:`~ckptzip.errors.CorruptCheckpointError` as
+    ``ans_wide_decode`` does.
 ``rle_split(symbols, bounds) -> (tokens, values, others, base, extra, extra_bits)``,
 ``rle_join(tokens, values, extra, extra_bits, bounds, others, base) -> symbols``
     The run-length form of the ``"rle+ans"`` back end of :mod:`ckptzip.entropy` (C in
