@@ -208,11 +208,12 @@ def delta_methods(n: int) -> tuple[str, ...]:
     :data:`ckptzip.entropy.ANS_LANES_MIN` symbols on, ANS in 32 wide lanes with the groups as
     contexts (``"ans-wide-ctx"``: decoded 32 symbols at a time, a large tensor on several
     threads) and the run-length form whose long inner streams are coded in those lanes too
-    (``"rle+ans-wide"``); below, plain ``"ans"`` and ``"rle+ans"``; and ``"rle+zstd"``. On
-    the delta streams of a ``throughput.py --quick`` chain the wide lanes cost 0.1-0.3 % more
-    bytes than the four 24-bit lanes of ``"ans-lanes"`` (their 12-bit model) and decoded
-    1.2-1.9x faster on streams of 2^18 symbols, as fast on 2^16 (README, "Wide lanes with
-    contexts").
+    (``"rle+ans-wide"``); below, plain ``"ans"`` and ``"rle+ans"``; and ``"rle+zstd"``.
+    Coded alone, the wide lanes cost 0.35-0.8 % more bytes than the four 24-bit lanes of
+    ``"ans-lanes"`` (their 12-bit models) and decoded 1.3x faster on the deltas of
+    ``benchmarks/delta_backends.py``, 1.6x on a chain-end restore's streams
+    (``benchmarks/restore_kernels.py``); at the codec's choice the deltas took 0.23 % more
+    bytes (README, "Wide lanes with contexts").
 
     Examples
     --------

@@ -119,7 +119,8 @@ length ``n`` as one chunk, by
   holding that back end's meta. This version writes the wide lanes for an inner stream of at
   least :data:`RLE_WIDE_MIN` symbols, and the delta codec offers it in place of
   ``"rle+ans"`` from :data:`ANS_LANES_MIN` symbols on: the two scalar coders of
-  ``"rle+ans"`` decoded its long streams at 2.2 ns a symbol, the wide lanes at 1.0.
+  ``"rle+ans"`` decoded its long streams at 2.2 ns a symbol, the wide lanes at 1.0
+  (``benchmarks/restore_kernels.py`` on a chain-end restore).
 
 The raw LZMA2 filter options (``dict_size`` 2^20, ``lc`` 3, ``lp`` 0, ``pb`` 0) are part of the
 format. Every decoded size is bounded by ``n`` before decompressing.
