@@ -595,21 +595,6 @@ def _wide_blocks_encode(
     return lengths, words, status
 
 
-def _wide_starts(
-    words: np.ndarray, lengths: np.ndarray, n: int, block: int, what: str
-) -> np.ndarray:
-    """Where each block's words start (and the last one ends), checked against the words:
-    the C decoders read every block's words by these."""
-    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-    blocks = -(-n // block) if n else 0
-    if starts.size != blocks + 1 or starts[-1] != words.size or (np.diff(starts) < 0).any():
-        raise CorruptCheckpointError(
-            f"{what} payload: {starts.size - 1} block lengths summing to {starts[-1]} for "
-            f"{blocks} blocks of {words.size} words does not decode"
-        )
-    return starts
-
-
 def ans_wide_decode(
     words: np.ndarray,
     lengths: np.ndarray,
@@ -627,7 +612,7 @@ def ans_wide_decode(
             words, lengths, counts, n, block, table=table, out=out, base=base
         )
     w = _contig(words, np.uint16)
-    starts = _wide_starts(w, lengths, n, block, "ans-wide")
+    starts = ref.wide_starts(w, lengths, n, block, "ans-wide")
     c = _contig(counts, np.uint32).reshape(-1)
     blocks = starts.size - 1
     symbols, tab, size, dst = _decode_target(n, table, out)
@@ -686,7 +671,7 @@ def ans_wide_ctx_decode(
     b = _contig(bounds, np.int64)
     c = _contig(counts, np.uint32)
     ref.check_contexts(n, b, c, block, CorruptCheckpointError)
-    starts = _wide_starts(w, lengths, n, block, "ans-wide-ctx")
+    starts = ref.wide_starts(w, lengths, n, block, "ans-wide-ctx")
     symbols = np.empty(n, dtype=np.uint8)
 
     def run(lo: int, hi: int) -> int:

@@ -789,23 +789,40 @@ def ans_wide_encode(
     sym = np.ascontiguousarray(symbols, dtype=np.uint8).reshape(-1)
     n = sym.size
     model = wide_model(counts)
-    blocks, steps, pos = _wide_grid(n, block)
-    if isinstance(model, int) or n == 0:
-        return np.zeros(blocks, dtype=np.int64), np.zeros(0, dtype=np.uint16)
+    if isinstance(model, int) or n == 0:  # a stream of one symbol has no words
+        return np.zeros(-(-n // block), dtype=np.int64), np.zeros(0, dtype=np.uint16)
     freq, cum = model
+    one = np.array([0, n], dtype=np.int64)
+    return _wide_steps_encode(sym, freq[None], cum[None], np.array([-1]), one, block)
+
+
+def _wide_steps_encode(
+    sym: np.ndarray,
+    freq: np.ndarray,
+    cum: np.ndarray,
+    only: np.ndarray,
+    bounds: np.ndarray,
+    block: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The wide lanes' encoding of ``sym`` (n > 0), every block's lanes stepped together
+    backwards, under the models of :func:`wide_ctx_models` (one row per context; one row and
+    ``only = [-1]`` for ``"ans-wide"``) and the contexts' ``bounds``: each block's word count
+    and the words (:func:`_wide_blocks`)."""
+    blocks, steps, pos = _wide_grid(sym.size, block)
+    ctx = _wide_contexts(sym.size, bounds, pos)
     x = np.full((blocks, WIDE_LANES), _WIDE_LOW, dtype=np.int64)
     pushed = np.zeros((steps, blocks, WIDE_LANES), dtype=np.uint16)
     pushes = np.zeros((steps, blocks, WIDE_LANES), dtype=bool)
     for t in range(steps - 1, -1, -1):  # the encoder runs backwards: a decoder reads forwards
-        p = pos[t]
-        live = p >= 0
-        s = sym[np.where(live, p, 0)]
-        f = freq[s]
-        push = live & (x >= f << (32 - WIDE_PRECISION))
+        p, c = pos[t], ctx[t]
+        coded = (p >= 0) & (only[c] < 0)
+        s = sym[np.where(coded, p, 0)]
+        f = np.where(coded, freq[c, s], 1)
+        push = coded & (x >= f << (32 - WIDE_PRECISION))
         pushed[t] = x & 0xFFFF
         pushes[t] = push
         x = np.where(push, x >> 16, x)
-        x = np.where(live, ((x // f) << WIDE_PRECISION) + x % f + cum[s], x)
+        x = np.where(coded, ((x // f) << WIDE_PRECISION) + x % f + cum[c, s], x)
     return _wide_blocks(x, pushed, pushes)
 
 
@@ -843,15 +860,11 @@ def ans_wide_decode(
     if block < WIDE_LANES or block % WIDE_LANES:
         raise CorruptCheckpointError(f"ans-wide payload: block={block}")
     w = np.asarray(words, dtype=np.int64).reshape(-1)
-    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    starts = wide_starts(w, lengths, n, block, "ans-wide")
     model = wide_model(counts)
-    blocks = -(-n // block)
-    bad = CorruptCheckpointError(wide_bad("ans-wide"))
-    if starts.size != blocks + 1 or starts[-1] != w.size or (np.diff(starts) < 0).any():
-        raise bad
     if isinstance(model, int):
         if (np.diff(starts) != 0).any():
-            raise bad
+            raise CorruptCheckpointError(wide_bad("ans-wide"))
         symbols = np.full(n, model, dtype=np.uint8)
     else:
         freq, cum = model
@@ -877,6 +890,21 @@ def wide_bad(what: str) -> str:
 
 
 WIDE_CTX_BAD = wide_bad("ans-wide-ctx")
+
+
+def wide_starts(
+    words: np.ndarray, lengths: np.ndarray, n: int, block: int, what: str
+) -> np.ndarray:
+    """Where each block's words start (and the last one ends), checked against the words
+    before any is read (both implementations' decoders read every block's words by these)."""
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    blocks = -(-n // block) if n else 0
+    if starts.size != blocks + 1 or starts[-1] != words.size or (np.diff(starts) < 0).any():
+        raise CorruptCheckpointError(
+            f"{what} payload: {starts.size - 1} block lengths summing to {starts[-1]} for "
+            f"{blocks} blocks of {words.size} words does not decode"
+        )
+    return starts
 
 
 def check_contexts(
@@ -940,22 +968,7 @@ def ans_wide_ctx_encode(
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16)
     freq, cum, only = wide_ctx_models(counts)
-    blocks, steps, pos = _wide_grid(n, block)
-    ctx = _wide_contexts(n, bounds, pos)
-    x = np.full((blocks, WIDE_LANES), _WIDE_LOW, dtype=np.int64)
-    pushed = np.zeros((steps, blocks, WIDE_LANES), dtype=np.uint16)
-    pushes = np.zeros((steps, blocks, WIDE_LANES), dtype=bool)
-    for t in range(steps - 1, -1, -1):  # the encoder runs backwards: a decoder reads forwards
-        p, c = pos[t], ctx[t]
-        coded = (p >= 0) & (only[c] < 0)
-        s = sym[np.where(coded, p, 0)]
-        f = np.where(coded, freq[c, s], 1)
-        push = coded & (x >= f << (32 - WIDE_PRECISION))
-        pushed[t] = x & 0xFFFF
-        pushes[t] = push
-        x = np.where(push, x >> 16, x)
-        x = np.where(coded, ((x // f) << WIDE_PRECISION) + x % f + cum[c, s], x)
-    return _wide_blocks(x, pushed, pushes)
+    return _wide_steps_encode(sym, freq, cum, only, np.asarray(bounds), block)
 
 
 def ans_wide_ctx_decode(
@@ -970,10 +983,7 @@ def ans_wide_ctx_decode(
     del threads
     check_contexts(n, bounds, counts, block, CorruptCheckpointError)
     w = np.asarray(words, dtype=np.int64).reshape(-1)
-    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-    blocks = -(-n // block)
-    if starts.size != blocks + 1 or starts[-1] != w.size or (np.diff(starts) < 0).any():
-        raise CorruptCheckpointError(WIDE_CTX_BAD)
+    starts = wide_starts(w, lengths, n, block, "ans-wide-ctx")
     freq, cum, only = wide_ctx_models(counts)
     return _wide_steps_decode(w, starts, freq, cum, only, np.asarray(bounds), block, "ans-wide-ctx")
 
