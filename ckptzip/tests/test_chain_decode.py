@@ -4,7 +4,8 @@ The plain path decodes every link of a chain in full and then applies it: a resi
 to a :class:`QuantizedTensor`, dequantized, then added to a new tensor; a bin-index delta's
 group sizes counted twice; every intermediate a fresh object. The decoding the reader runs
 adds a residual's change as its indices leave the coder, over the walk's own intermediate,
-decodes a tensor a residual is added to straight into values, and hands the delta decoder
+decodes a tensor a residual is added to straight into values and one a bin-index delta is
+taken against as its indices alone (no protected values), and hands the delta decoder
 the group sizes it counted already and, for an intermediate, the parent's indices to decode
 over. Every step of every layout, with and without error
 feedback, restores the same bits either way, in a fresh manager and in the saving one.
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from ckptzip import CheckpointManager, CompressionConfig, QuantConfig, api, kernels
+from ckptzip._types import IndicesOnly
 from ckptzip.api import read_manifest
 from ckptzip.codecs import residual
 
@@ -44,6 +46,7 @@ def _plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(residual, "_fused", lambda *args: None)
     monkeypatch.setattr(api, "_residual_child", lambda entry: False)
+    monkeypatch.setattr(api, "_index_delta_child", lambda entry: False)
     monkeypatch.setattr(kernels, "delta_decode", counting)
 
 
@@ -121,17 +124,45 @@ def test_every_step_restores_the_plain_paths_bits(
             one_pass.append(ctx.reuse_parent)
         return out
 
+    decode_entry = api._decode_entry
+    partial: list[str] = []  # paths of the intermediates decoded for their indices alone
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        out = decode_entry(*args, **kwargs)
+        if isinstance(out.value(), IndicesOnly):
+            assert kwargs.get("indices_only")
+            partial.append(args[1].path)
+        return out
+
     with monkeypatch.context() as m:
         m.setattr(residual, "_fused", counted)
+        m.setattr(api, "_decode_entry", recorded)
         fresh = [CheckpointManager(tmp_path).load(s) for s in range(steps)]
         walking = CheckpointManager(tmp_path)  # its cache holds the previous step's tensors
         along = [walking.load(s) for s in range(steps)]
     # under error feedback the large weight's residuals were added in one pass, some over the
     # walk's own intermediate (a chain's inner links), some into a new tensor (the last link)
     assert set(one_pass) == ({True, False} if error_feedback else set())
+    # the moments (and without error feedback the weights) went through the inner links as
+    # indices only
+    assert any("exp_avg" in p for p in partial)
+    assert any("weight" in p for p in partial) == (not error_feedback)
     with monkeypatch.context() as m:
         _plain_path(m)
         plain = [CheckpointManager(tmp_path).load(s) for s in range(steps)]
     for s in range(steps):
         _same_bits(fresh[s], plain[s])
         _same_bits(along[s], plain[s])
+
+
+def test_an_indices_only_link_cannot_be_dequantized() -> None:
+    """What the walk decodes for a bin-index delta's sake lacks its protected values: it must
+    never pass for the tensor."""
+    from ckptzip.quantize import dequantize, quantize
+
+    q = quantize(torch.randn(1000), QuantConfig(bins=8, protect=0.01))
+    assert q.protected_positions.size
+    fields = {f: getattr(q, f) for f in q.__dataclass_fields__}
+    partial = IndicesOnly(**fields)
+    with pytest.raises(ValueError, match="IndicesOnly"):
+        dequantize(partial)

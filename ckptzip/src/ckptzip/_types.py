@@ -14,7 +14,7 @@ import torch
 
 from ckptzip.config import QuantConfig
 
-__all__ = ["QuantizedTensor", "StepWeights"]
+__all__ = ["IndicesOnly", "QuantizedTensor", "StepWeights"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +59,15 @@ class QuantizedTensor:
     @property
     def numel(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True, eq=False)
+class IndicesOnly(QuantizedTensor):
+    """A :class:`QuantizedTensor` decoded for its indices alone: a link inside a delta chain
+    whose next link is a bin-index delta against it, which reads nothing of it but its
+    indices (and the walk hands it to nothing else). Its levels and indices are decoded and
+    checked as any entry's; its protected positions and values are not decoded (left empty),
+    so it does not stand for the tensor: ``dequantize`` refuses it."""
 
 
 @dataclass(frozen=True, eq=False)

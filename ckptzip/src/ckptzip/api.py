@@ -328,17 +328,19 @@ def _parent_view(
             view = _LinkSiblings(sibling, k) if reads_siblings(entry) else None
             chunks = readers[k].tensor_chunks(entry, lock=locks[k])
             # an intermediate whose child adds a residual to it is wanted as values only
-            # (decoded straight into the tensor); the walk's last value is the caller's
-            values = k < upto and _residual_child(lossy[k + 1].get(path))
+            # (decoded straight into the tensor), one whose child is a bin-index delta against
+            # it as indices only; the walk's last value is the caller's
+            child = lossy[k + 1].get(path) if k < upto else None
             value = _decode_entry(
                 readers[k],
                 entry,
                 parent,
                 chunks,
-                values=values,
+                values=_residual_child(child),
                 threads=inner,
                 siblings=view,
                 reuse_parent=own,
+                indices_only=_index_delta_child(child),
             ).value()
             parent, own = _FileParent(todo[k].sha256, {path: value}), True
         return value
@@ -387,6 +389,17 @@ def _residual_child(entry: TensorEntry | None) -> bool:
         and entry.codec == "residual"
         and isinstance(entry.meta, dict)
         and entry.meta.get("mode") == "residual"
+    )
+
+
+def _index_delta_child(entry: TensorEntry | None) -> bool:
+    """Whether ``entry`` is a bin-index delta against its parent (reads nothing of the
+    parent's quantized tensor but its indices)."""
+    return (
+        entry is not None
+        and entry.codec == "delta"
+        and isinstance(entry.meta, dict)
+        and entry.meta.get("mode") == "delta"
     )
 
 
@@ -843,10 +856,17 @@ def _decode_entry(
     threads: int = 1,
     siblings: SiblingView | None = None,
     reuse_parent: bool = False,
+    indices_only: bool = False,
 ) -> Decoded:
     codec = get_codec(entry.codec)
     ctx = DecodeContext.from_entry(
-        entry, parent, values=values, threads=threads, siblings=siblings, reuse_parent=reuse_parent
+        entry,
+        parent,
+        values=values,
+        threads=threads,
+        siblings=siblings,
+        reuse_parent=reuse_parent,
+        indices_only=indices_only,
     )
     if chunks is None:
         chunks = reader.tensor_chunks(entry)

@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from ckptzip import kernels
-from ckptzip._types import QuantizedTensor, StepWeights
+from ckptzip._types import IndicesOnly, QuantizedTensor, StepWeights
 from ckptzip.config import QuantConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError, UnsupportedValueError
 from ckptzip.sketch import LogSketch, build_sketch, edges, scan, value_codes
@@ -1100,6 +1100,11 @@ def _check_inputs(x: torch.Tensor, config: QuantConfig, scores: torch.Tensor | N
 
 
 def _check_quantized(q: QuantizedTensor) -> None:
+    if isinstance(q, IndicesOnly):
+        raise ValueError(
+            "an IndicesOnly tensor (a chain link decoded for its indices alone) lacks its "
+            "protected values: it cannot be dequantized"
+        )
     n = q.numel
     if q.indices.dtype != np.uint8 or q.indices.size != n:
         raise CorruptCheckpointError(

@@ -265,6 +265,11 @@ class DecodeContext:
         nothing after this decode: a codec may write its result over them (a ``"residual"``
         entry adds its change in place, a ``"delta"`` entry decodes its indices over the
         parent's). Codecs may ignore it.
+    indices_only:
+        The caller reads nothing of a quantized result but its indices (a link inside a
+        delta chain whose next link is a bin-index delta against it): a quantized codec may
+        return an :class:`~ckptzip._types.IndicesOnly`, its levels and indices decoded and
+        checked, its protected positions and values not decoded. Codecs may ignore it.
     """
 
     path: str
@@ -277,6 +282,7 @@ class DecodeContext:
     threads: int = 1
     siblings: SiblingView | None = None
     reuse_parent: bool = False
+    indices_only: bool = False
 
     @classmethod
     def of_encoded(
@@ -302,6 +308,7 @@ class DecodeContext:
         threads: int = 1,
         siblings: SiblingView | None = None,
         reuse_parent: bool = False,
+        indices_only: bool = False,
     ) -> DecodeContext:
         """The context of a manifest entry: the one place the pipeline's fields are parsed."""
         try:
@@ -319,6 +326,7 @@ class DecodeContext:
             threads=threads,
             siblings=siblings,
             reuse_parent=reuse_parent,
+            indices_only=indices_only,
         )
 
 
