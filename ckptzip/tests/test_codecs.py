@@ -201,6 +201,26 @@ def test_indices_beyond_levels_are_rejected() -> None:
         get_codec("quant").decode(meta, chunks, DecodeContext(**fields))
 
 
+def test_indices_are_scanned_unless_the_decoder_held_them_to_the_levels() -> None:
+    """``decode_side(below=...)``: a bound the caller's decoder enforced (a bin-index delta's
+    bins) spares the scan of the indices only where it is within the level count."""
+    from ckptzip.codecs.quantized import decode_side, encode_side
+    from ckptzip.quantize import quantize
+
+    q = quantize(torch.randn(4000), QuantConfig(bins=8))
+    side = encode_side(q, 3)
+    ctx = DecodeContext("w", (4000,), torch.float32, q.config)
+    n_levels = q.levels.size
+    beyond = q.indices.copy()
+    beyond[17] = n_levels  # what a delta with more bins than levels could decode to
+    for below in (None, n_levels + 1, 256):
+        with pytest.raises(CorruptCheckpointError, match="beyond"):
+            decode_side(side, beyond, ctx, below=below)
+    # within the levels: taken as the decoder checked it (the indices are not read again)
+    ok = decode_side(side, q.indices, ctx, below=n_levels)
+    assert np.array_equal(ok.indices, q.indices)
+
+
 @pytest.mark.parametrize("n", [100, 2_000_000])
 def test_index_layouts_round_trip(n: int) -> None:
     from ckptzip import entropy

@@ -216,7 +216,9 @@ class DeltaCodec(Codec):
         indices = decode_delta(delta, chunks[1 : 1 + k], prev.indices, out=into)
         side_meta = {f: meta.get(f) for f in _SIDE_FIELDS}
         side = SideParts(side_meta, chunks[0], chunks[1 + k], chunks[2 + k])
-        return Decoded(quantized=decode_side(side, indices, ctx))
+        # the delta decoder gave every index below its bins (it refuses a parent index or a
+        # difference beyond them): no scan of the indices where that is the level count
+        return Decoded(quantized=decode_side(side, indices, ctx, below=delta["bins"]))
 
     def max_numel(
         self, meta: dict[str, Any], chunk_lengths: Sequence[int], itemsize: int
