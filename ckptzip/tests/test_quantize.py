@@ -479,3 +479,29 @@ def test_a_reused_sketch_gives_the_same_result(cfg: QuantConfig) -> None:
         quantize(x[:100], cfg, sketch=sk)
     assert sketch_of(x.double()) is None
     assert sketch_of(torch.tensor([1.0, math.nan])) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    levels=st.lists(
+        st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=1, max_size=256
+    ),
+    log_domain=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]),
+)
+def test_level_table_holds_the_level_values_padded(
+    levels: list[float], log_domain: bool, dtype: torch.dtype
+) -> None:
+    """The decoders' 256-entry table (built by NumPy for float32 and float64) holds exactly
+    the values dequantization gives each level, then zeros."""
+    from ckptzip.quantize import _level_values, level_table
+
+    lv = np.sort(np.asarray(levels, dtype=np.float64))
+    if log_domain:
+        lv = np.clip(lv, -700.0, 700.0)  # what a log-domain codebook can hold
+    with np.errstate(over="ignore"):  # np.exp of a large log level: inf, both ways
+        table = level_table(lv, log_domain, dtype)
+    want = _level_values(lv, log_domain, dtype, torch.device("cpu"))
+    assert table.dtype == dtype and table.shape == (256,)
+    assert torch.equal(table[: lv.size].view(torch.uint8), want.view(torch.uint8).reshape(-1))
+    assert not table[lv.size :].any()

@@ -386,7 +386,7 @@ def decode_values(
     :func:`ckptzip.codecs.residual.reconstruct` gives. ``into_base``: the result is written
     over ``base`` (the caller's to overwrite) instead of into a new tensor.
     """
-    from ckptzip.quantize import _level_values  # the one definition of a level's value
+    from ckptzip.quantize import level_table  # the one definition of a level's value
 
     config = _config(ctx)
     parts = _decode_side_parts(SideParts(meta, chunks[0], chunks[2], chunks[3]), ctx)
@@ -397,7 +397,7 @@ def decode_values(
     layout = meta_get(meta, "index_layout", str)
     stage = meta_get(meta, "index_stage", dict)
     n = math.prod(ctx.shape)
-    table = _level_values(parts.levels, config.log_domain, ctx.dtype, torch.device("cpu"))
+    table = level_table(parts.levels, config.log_domain, ctx.dtype)
     flat = None if base is None else base.reshape(-1)
     out = flat if flat is not None and into_base else _pages.empty(n, ctx.dtype)
     beyond = CorruptCheckpointError(

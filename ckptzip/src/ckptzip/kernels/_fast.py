@@ -703,7 +703,9 @@ def _decode_target(
 
 
 def _table256(table: torch.Tensor) -> torch.Tensor:
-    """``table`` padded to 256 entries: any byte indexes it."""
+    """``table`` padded to 256 entries: any byte indexes it (itself where it has them)."""
+    if table.numel() == 256 and table.is_contiguous():
+        return table
     padded = torch.zeros(256, dtype=table.dtype)
     padded[: table.numel()] = table
     return padded
