@@ -23,6 +23,12 @@ gathered into tensors); the wall milliseconds of each, least and median over the
 and Python's garbage collections during them (from a load's start to its manager's close,
 where one the load put off runs), per generation: how many, and their ms a restore
 (``benchmarks/results/restore_phases.json``).
+
+``--stages N``: instead, N restores with the Python-side stages of :data:`STAGES` (an
+entry's decode, a delta's, a residual's straight into the tensor, a quantized entry's side
+parts, a stream's bounds, a file's manifest) each timed by the CPU time of the thread that
+runs it: calls and ms a restore, least and median (``benchmarks/results/restore_stages.json``;
+a tree before/after by ``PYTHONPATH``, the same chain).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import hashlib
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -204,6 +211,90 @@ def phases(d: Path, restores: int) -> list[dict[str, Any]]:
     return rows
 
 
+STAGES = (
+    ("api", "_decode_entry", "every entry's decode (all of the stages below)"),
+    ("bindiff", "decode_delta", "a bin-index delta (its entropy decoding included)"),
+    ("codecs.quantized", "decode_values", "a residual or values entry, straight into the tensor"),
+    ("codecs.quantized", "decode_side", "a quantized entry's side parts and index check"),
+    ("entropy", "_bounds", "a stream's context bounds"),
+    ("container", "Reader.__init__", "a file's header and manifest"),
+)
+"""Python-side stages of a restore: (module under ``ckptzip``, function, what it does). Nested
+stages are not additive."""
+
+
+def stages(d: Path, restores: int) -> list[dict[str, Any]]:
+    """Restore the last step of the chain in ``d`` ``restores`` times, fresh managers, each
+    of :data:`STAGES` timed by the CPU time of the thread that runs it (every thread, the
+    pool's included): its calls and ms of thread CPU a restore (the least and the median
+    over the restores). A function imported by name into another ckptzip module is timed
+    there too; one a tree does not have is left out."""
+    import importlib
+
+    found = []
+    for mod, qual, what in STAGES:
+        owner: Any = importlib.import_module(f"ckptzip.{mod}")
+        *outer, fn = qual.split(".")
+        for part in outer:
+            owner = getattr(owner, part)
+        if hasattr(owner, fn):
+            found.append((qual, what, owner, fn, getattr(owner, fn)))
+    per: dict[str, list[float]] = {qual: [] for qual, *_ in found}
+    calls = {qual: 0 for qual, *_ in found}
+    spent = dict.fromkeys(per, 0.0)
+    lock = threading.Lock()
+
+    def timed(qual: str, original: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            t = time.thread_time()
+            try:
+                return original(*args, **kw)
+            finally:
+                with lock:
+                    spent[qual] += time.thread_time() - t
+                    calls[qual] += 1
+
+        return call
+
+    patched = []  # (owner, name, original): every place each original is reachable by name
+    for qual, _, owner, fn, original in found:
+        wrapper = timed(qual, original)
+        places = [(owner, fn)] + [
+            (m, fn)
+            for name, m in list(sys.modules.items())
+            if name.startswith("ckptzip.") and m is not owner and getattr(m, fn, None) is original
+        ]
+        for place, name in places:
+            patched.append((place, name, original))
+            setattr(place, name, wrapper)
+    with CheckpointManager(d) as mgr:
+        last = mgr.steps()[-1]
+    try:
+        for _ in range(restores):
+            for qual in spent:
+                spent[qual] = 0.0
+            mgr = CheckpointManager(d)
+            try:
+                mgr.load(last)
+            finally:
+                mgr.close()
+            for qual in per:
+                per[qual].append(1e3 * spent[qual])
+    finally:
+        for place, name, original in patched:
+            setattr(place, name, original)
+    return [
+        {
+            "stage": qual,
+            "what": what,
+            "calls": calls[qual] // restores,
+            "least ms": min(per[qual]),
+            "median ms": statistics.median(per[qual]),
+        }
+        for qual, what, *_ in found
+    ]
+
+
 def write_chain(d: Path) -> None:
     """The --quick state saved ten times, one training step apart, by a default manager."""
     run = Run(8192, 256, 4)
@@ -220,12 +311,30 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--chain", type=Path, help="the chain's directory, written when it holds none")
     ap.add_argument("--phases", type=int, metavar="N", help="time N restores' phases instead")
+    ap.add_argument(
+        "--stages", type=int, metavar="N", help="N restores' Python-side stages' thread CPU instead"
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = args.chain or Path(tmp) / "chain"
         if not any(d.glob("*.ckz")):
             write_chain(d)
+        if args.stages:
+            _report(
+                f"the Python-side stages of a chain-end restore, {args.stages} restores, "
+                "thread CPU ms a restore",
+                stages(d, args.stages),
+                [
+                    ("stage", ""),
+                    ("calls", "d"),
+                    ("least ms", ".2f"),
+                    ("median ms", ".2f"),
+                    ("what", ""),
+                ],
+                args.json or RESULTS / "restore_stages.json",
+            )
+            return
         if args.phases:
             _report(
                 f"the phases of a chain-end restore, {args.phases} restores, wall ms",
