@@ -1013,8 +1013,8 @@ def _level_values(
 def level_table(levels: np.ndarray, log_domain: bool, dtype: torch.dtype) -> torch.Tensor:
     """:func:`_level_values` on the CPU padded with zeros to 256 entries: the table the
     decoding kernels index by any byte, made without torch ops for float32 and float64 (a
-    chain-end restore makes one for every residual of every link: 7 us fewer each). The same
-    values: NumPy's float64 to float32 cast rounds to nearest even, as torch's does.
+    chain-end restore makes one for every residual of every link). The same values: NumPy's
+    float64 to float32 cast rounds to nearest even, as torch's does.
 
     Examples
     --------

@@ -326,8 +326,9 @@ def decode_side(
     where it is within the level count, the indices are not scanned again. With
     ``ctx.indices_only`` the protected parts are left out: an
     :class:`~ckptzip._types.IndicesOnly` (a chain's intermediate link, which its child's
-    bin-index delta reads the indices of: on ``throughput.py --quick``'s ten-file chain
-    their protected parts took 9-10 ms of a chain-end restore's 370-400 ms of CPU).
+    bin-index delta reads the indices of). Both spared this stage about half its time on a
+    ten-file chain-end restore: 18-21 ms of thread CPU -> 9-12 ms
+    (``benchmarks/restore_kernels.py --stages``; README, "less Python per link").
     """
     config = _config(ctx)
     parts = _decode_side_parts(side, ctx, protected=not ctx.indices_only)
