@@ -349,8 +349,7 @@ def gather(levels: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
     size = levels.element_size()
     if levels.device.type != "cpu" or size not in (2, 4, 8):
         return ref.gather(levels, idx)
-    table = torch.zeros(256, dtype=levels.dtype)
-    table[: levels.numel()] = levels
+    table = _table256(levels)
     flat = _contig(idx, np.uint8)
     out = _pages.empty(flat.size, levels.dtype)  # a load's output: see ckptzip._pages
     _gather(_ptr(flat), flat.size, _ptr(table), size, _ptr(out))
