@@ -955,6 +955,28 @@ def test_ans_lanes_match_constriction(
 
 
 @needs_fast
+def test_word_arrays_at_odd_addresses_reach_the_c_code_aligned() -> None:
+    # a chunk starts wherever the manifest before it ended, so the words a decoder is given
+    # may be a view at an odd address; C reads them as uint32_t, which must be aligned (the
+    # sanitized build's fuzz run, test_sanitizers.py, caught the lanes decoder reading such
+    # a view): the kernels hand over an aligned copy, and decode the same symbols
+    assert fast is not None
+    sym, bounds = _stream(3, 5000, 7, 2)
+    counts = ref.ans_counts(sym, bounds, 7)
+    lengths, words = fast.ans_lanes_encode(sym, bounds, counts, 1000, 4)
+    raw = bytearray(1 + words.nbytes)
+    raw[1:] = words.astype("<u4").tobytes()
+    odd = np.frombuffer(raw, dtype="<u4", offset=1)
+    assert not odd.flags.aligned and np.array_equal(odd, words)
+    handed = fast._contig(odd, np.uint32)
+    assert handed.flags.aligned and handed.flags.c_contiguous and np.array_equal(handed, words)
+    aligned = fast._contig(words, np.uint32)
+    assert aligned.ctypes.data == words.ctypes.data  # no copy where none is needed
+    got = fast.ans_lanes_decode(odd, lengths, bounds, counts, sym.size, 1000, 4)
+    assert got is not None and np.array_equal(got, sym)
+
+
+@needs_fast
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 def test_ans_lanes_damaged_streams_are_refused_alike(impl: str) -> None:
     k = ref if impl == "reference" else fast

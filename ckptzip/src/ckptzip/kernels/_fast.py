@@ -110,7 +110,12 @@ def _host_f32(*ts: torch.Tensor) -> bool:
 
 
 def _contig(a: np.ndarray, dtype: Any) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=dtype)
+    """``a`` as a C-contiguous array of ``dtype`` whose address suits it: the C code reads a
+    ``uint32_t *`` as one, and a word array viewed at an odd offset of a file's bytes (a chunk
+    starts wherever the manifest before it ended) is copied first; reading a misaligned one is
+    undefined behaviour in C (the compiler may vectorise assuming alignment)."""
+    out = np.ascontiguousarray(a, dtype=dtype)
+    return out if out.flags.aligned else out.copy()
 
 
 # the passes the compiled code does not change stay NumPy/torch
