@@ -42,6 +42,7 @@ AREAS: dict[str, dict[str, tuple[str, ...]]] = {
         "test_dcp.py": ("test_dcp_metadata_*",),
         "test_structure.py": ("test_unflatten_of_arbitrary_json*", "test_malformed_skeletons*"),
         "test_golden.py": ("*",),
+        "test_sanitizers.py": ("*",),
     },
     "SIGKILLs, full disks and I/O faults": {
         "test_crash.py": ("*",),

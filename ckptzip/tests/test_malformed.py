@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import io
 import json
 import os
@@ -24,6 +23,7 @@ import pytest
 import torch
 import zstandard
 from _attack import scaled
+from _crafted import body_chunks, reseal_chunks, seal, split
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,9 +34,7 @@ from ckptzip.container import (
     FORMAT_VERSION,
     HEADER,
     MAGIC,
-    MANIFEST_ZSTD,
     MAX_MANIFEST_BYTES,
-    chunk_digest,
 )
 from ckptzip.errors import (
     CkptzipError,
@@ -104,34 +102,6 @@ def load_bytes(data: bytes, tmp: Path, **kw: Any) -> Any:
     p = tmp / "x.ckz"
     p.write_bytes(data)
     return ckptzip.load(p, **kw)
-
-
-def split(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """A file's manifest as JSON (decompressed when stored so) and its data section."""
-    _, _, flags, mlen = HEADER.unpack(data[: HEADER.size])
-    raw = data[HEADER.size : HEADER.size + mlen]
-    if flags & MANIFEST_ZSTD:
-        raw = zstandard.ZstdDecompressor().decompress(raw)
-    return json.loads(raw), data[HEADER.size + mlen + 32 :]
-
-
-def seal(doc: Any, body: bytes, *, version: int = FORMAT_VERSION, flags: int = 0) -> bytes:
-    """A file with a correct manifest digest: what an attacker who recomputes checksums makes."""
-    raw = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-    return HEADER.pack(MAGIC, version, flags, len(raw)) + raw + hashlib.sha256(raw).digest() + body
-
-
-def reseal_chunks(doc: dict[str, Any], chunks: list[bytes]) -> bytes:
-    off, refs = 0, []
-    for c in chunks:
-        refs.append([off, len(c), chunk_digest(c)])
-        off += len(c)
-    doc["chunks"] = refs
-    return seal(doc, b"".join(chunks))
-
-
-def body_chunks(doc: dict[str, Any], body: bytes) -> list[bytes]:
-    return [body[o : o + n] for o, n, _ in doc["chunks"]]
 
 
 # -- one file per rule ---------------------------------------------------------------------
