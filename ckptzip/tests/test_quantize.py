@@ -223,6 +223,24 @@ def test_float16_levels_never_overflow() -> None:
     assert bool(torch.isfinite(y).all())
 
 
+def test_float64_values_whose_squares_leave_its_range_are_fitted_as_well_as_ordinary_ones() -> None:
+    # k-means on points of 1e200 squared their distances to inf (the fit fell apart: twice
+    # the error, and NumPy overflow warnings); the points are now fitted scaled into range
+    g = torch.Generator().manual_seed(3)
+    unit = torch.randn(5000, generator=g, dtype=torch.float64).clamp(-1, 1)
+    errors = {}
+    for scale in (1.0, 1e200, 1e300, 1e-300):
+        with np.errstate(over="raise", invalid="raise"):  # no overflow, no invalid value
+            q = quantize(unit * scale, QuantConfig(bins=16, protect=0.0))
+        y = dequantize(q) / scale
+        errors[scale] = float((y - unit).norm() / unit.norm())
+    assert all(e < 1.5 * errors[1.0] for e in errors.values()), errors
+    pts = np.linspace(-1.0, 1.0, 200)
+    for scale in (1e200, 1e-200):
+        assert np.allclose(fit_levels(pts * scale, np.ones(200), 4) / scale,
+                           fit_levels(pts, np.ones(200), 4), rtol=1e-12)  # fmt: skip
+
+
 def test_all_non_finite() -> None:
     x = torch.tensor([math.nan, math.inf, -math.inf])
     q = quantize(x, QuantConfig(bins=4))

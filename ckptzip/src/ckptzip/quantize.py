@@ -401,12 +401,24 @@ def fit_levels(
             return uniq
         order = np.argsort(pts, kind="stable")
         pts, w = pts[order], w[order]
+    scale = float(np.abs(pts).max())
+    if not _SQUARES_FIT[0] <= scale <= _SQUARES_FIT[1]:
+        # squared distances would overflow or vanish in float64 (values beyond about 1e150
+        # or below 1e-150, float64 tensors only): fit the points scaled into range, whose
+        # levels are the same up to that factor; ordinary points are fitted as they are
+        lv = fit_levels(pts / scale, w, k, seed=seed, max_iter=max_iter, n_init=n_init)
+        return np.unique(lv * scale)
     c = kernels.kmeans(pts, w, k, n_init, np.random.default_rng(seed), max_iter)
     cost = [
         float(np.dot(w, (pts - row[np.searchsorted(0.5 * (row[1:] + row[:-1]), pts)]) ** 2))
         for row in c
     ]
     return np.unique(c[int(np.argmin(cost))])
+
+
+_SQUARES_FIT = (2.0**-500, 2.0**500)
+"""The magnitudes :func:`fit_levels` fits as they are: the squares of any two points' distance
+stay within float64's normal range."""
 
 
 # -- the core --------------------------------------------------------------------------------
@@ -874,8 +886,13 @@ def _levels_for(
         else:
             mag = np.abs(centres)
             w = SIGMA * cnt / cnt.sum()
-            if mag.sum() > 0:
-                w = w + (1.0 - SIGMA) * mag / mag.sum()
+            with np.errstate(over="ignore"):
+                total = mag.sum()
+            if not np.isfinite(total):  # float64 values near its limit: the same shares
+                mag = mag / mag.max()
+                total = mag.sum()
+            if total > 0:
+                w = w + (1.0 - SIGMA) * mag / total
     lv = fit_levels(pts, w, free)
     # Bucket centres sit up to α beyond the data: keep levels inside the data's range so a
     # float16 level can never round to inf.
