@@ -2,8 +2,8 @@
 
 ``python _native_fuzz.py LIBRARY SECONDS SEED`` loads ``LIBRARY`` (the kernels built with
 AddressSanitizer and UndefinedBehaviorSanitizer; the interpreter runs with the sanitizers'
-runtimes preloaded) in place of ``ckptzip.kernels._native``, then spends half of ``SECONDS``
-on each of two attacks:
+runtimes preloaded) in place of ``ckptzip.kernels._native``, then spends a third of
+``SECONDS`` on each of three parts:
 
 * **symbol streams**: every back end of :data:`ckptzip.entropy.SYMBOL_METHODS` codes a
   random stream (uniform, sparse or skewed; 1 to 200 000 symbols; 1 to 256 symbols; with and
@@ -13,7 +13,13 @@ on each of two attacks:
 * **crafted files**: real files (manager chains with error feedback, bin-index deltas, the
   skip layout and Adam's step coded over the second moment; files standing alone) with one
   chunk's bytes or one value of an entry's metadata changed and every checksum recomputed, as
-  an attacker who writes the whole file does, loaded from the directory of their parents.
+  an attacker who writes the whole file does, loaded from the directory of their parents;
+* **odd tensors saved** (the encoders: not an attacker's input, but any user's): float16,
+  bfloat16, float32 and float64 tensors of 0 to 300 000 elements, plain or constant, mostly
+  zero, non-finite, subnormal, near the dtype's limits or of a few distinct values, saved
+  under five configs (the default, two levels with half the values pruned, 256 levels, the log
+  domain...) as a file standing alone and as a delta against it, each loaded back with its
+  dtype and shape.
 
 A sanitizer's report aborts the process (non-zero status, the report on stderr). Any
 exception that is not a ``CkptzipError`` is printed and makes the status 1. The last line of
@@ -195,6 +201,86 @@ def fuzz_symbols(rng: random.Random, seconds: float) -> dict[str, int]:
     return counts
 
 
+def _odd_tensor(rng: random.Random, gen: Any) -> Any:
+    """A tensor of a kind users save: any float dtype and size, values plain or odd (constant,
+    mostly zero, non-finite, subnormal, near the dtype's limits, a few distinct values)."""
+    import torch
+
+    dtype = rng.choice([torch.float32, torch.float64, torch.float16, torch.bfloat16])
+    n = rng.choice([0, 1, 2, 7, 1000, 4097, 70000, 300000])
+    x = torch.randn(n, generator=gen, dtype=torch.float64)
+    kind = rng.randrange(8)
+    if kind == 1:
+        x = torch.full((n,), rng.choice([0.0, 1.0, -3.5, 1e-30]), dtype=torch.float64)
+    elif kind == 2:
+        x = x * (torch.rand(n, generator=gen, dtype=torch.float64) < 0.01)
+    elif kind == 3 and n:
+        special = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=torch.float64)
+        x[torch.randint(0, n, (max(1, n // 20),), generator=gen)] = special[rng.randrange(3)]
+    elif kind == 4:
+        x = x * torch.finfo(dtype).tiny * rng.choice([0.5, 4.0])  # subnormal and near it
+    elif kind == 5:
+        x = x.clamp(-1, 1) * torch.finfo(dtype).max * rng.choice([0.5, 0.999])
+    elif kind == 6:
+        x = torch.randint(-3, 4, (n,), generator=gen).to(torch.float64)
+    elif kind == 7:
+        x = x * 10.0 ** rng.randint(-12, 12)
+    shape = rng.choice([(n,), (1, n), (n, 1)]) if n else (0,)
+    return x.to(dtype).reshape(shape)
+
+
+def fuzz_saves(rng: random.Random, seconds: float) -> dict[str, int]:
+    """The encoders on odd tensors: a file standing alone, then a delta against it, each
+    loaded back with the dtype and shape it was saved with."""
+    import io
+
+    import torch
+
+    import ckptzip
+    from ckptzip.errors import CkptzipError
+
+    gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+    configs = [
+        ckptzip.CompressionConfig(),
+        ckptzip.CompressionConfig(min_numel=1, rounding="nearest"),
+        ckptzip.CompressionConfig(min_numel=1, quant=ckptzip.QuantConfig(bins=2, prune=0.5)),
+        ckptzip.CompressionConfig(min_numel=1, quant=ckptzip.QuantConfig(bins=256)),
+        ckptzip.CompressionConfig(min_numel=1, quant=ckptzip.QuantConfig(log_domain=True)),
+    ]
+    counts = {"saves": 0, "refused": 0, "foreign": 0}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        state = {f"t{i}": _odd_tensor(rng, gen) for i in range(rng.randint(1, 4))}
+        config = rng.choice(configs)
+        if config.quant.log_domain:  # for values that are not negative (Adam's second moment)
+            state = {k: v.abs() for k, v in state.items()}
+        moved = {k: v + (v.abs().amax() if v.numel() else 0) * 1e-3 for k, v in state.items()}
+        try:
+            parent = io.BytesIO()
+            ckptzip.save(state, parent, config=config)
+            for saved, data in ((state, parent), (moved, None)):
+                if data is None:  # the child: a delta against the file just written
+                    with tempfile.TemporaryDirectory() as d:
+                        (Path(d) / "p.ckz").write_bytes(parent.getvalue())
+                        ckptzip.save(saved, Path(d) / "c.ckz", config=config,
+                                     parent=Path(d) / "p.ckz")  # fmt: skip
+                        back = ckptzip.load(Path(d) / "c.ckz")
+                else:
+                    data.seek(0)
+                    back = ckptzip.load(data)
+                for k, v in saved.items():
+                    if back[k].dtype != v.dtype or back[k].shape != v.shape:
+                        raise AssertionError(f"{k}: {v.dtype} {tuple(v.shape)} came back as "
+                                             f"{back[k].dtype} {tuple(back[k].shape)}")  # fmt: skip
+            counts["saves"] += 2
+        except CkptzipError:
+            counts["refused"] += 1
+        except Exception as exc:  # the finding this harness looks for
+            print(f"FOREIGN save: {type(exc).__name__}: {exc}"[:400])
+            counts["foreign"] += 1
+    return counts
+
+
 def _corpus(root: Path) -> list[tuple[Path, str]]:
     """Files of every codec and layout this version writes, small enough for a sanitized run."""
     import torch
@@ -314,9 +400,13 @@ def main() -> int:
         return 1
     warnings.simplefilter("ignore")  # the manager's notes about what it chose
     rng = random.Random(seed)
-    summary = {"symbols": fuzz_symbols(rng, seconds / 2), "files": fuzz_files(rng, seconds / 2)}
+    summary = {
+        "symbols": fuzz_symbols(rng, seconds / 3),
+        "files": fuzz_files(rng, seconds / 3),
+        "saves": fuzz_saves(rng, seconds / 3),
+    }
     print(json.dumps(summary))
-    return 1 if summary["symbols"]["foreign"] or summary["files"]["foreign"] else 0
+    return 1 if any(part["foreign"] for part in summary.values()) else 0
 
 
 if __name__ == "__main__":

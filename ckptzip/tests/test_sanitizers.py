@@ -5,7 +5,9 @@ the whole file computes those too: so every decoder must stay inside its buffers
 to defined behaviour, whatever the bytes and the metadata say. This builds the kernels with
 ``-fsanitize=address,undefined`` (any report aborts), runs ``_native_fuzz.py`` on them in a
 fresh interpreter with the sanitizers' runtimes preloaded, and requires a clean exit: no
-report, no exception but a ``CkptzipError``, and decoders actually reached.
+report, no exception but a ``CkptzipError``, and decoders actually reached. The harness also
+saves odd tensors (non-finite, subnormal, near a dtype's limits, ...) through the encoders,
+which see any user's data.
 
 Skipped where the build cannot be made: not Linux, no gcc, no sanitizer runtime, or the C
 sources not beside the package (an installed wheel). The run lasts ``scaled(60)`` seconds (60
@@ -119,3 +121,4 @@ def test_crafted_streams_and_files_stay_inside_the_decoders_buffers(
     assert symbols["decodes"] - symbols["refused"] > 100, summary
     assert files["loads"] - files["refused"] > 10, summary
     assert {"quant", "delta", "residual", "step", "exact"} <= set(files["codecs"]), summary
+    assert summary["saves"]["saves"] > 10, summary  # the encoders ran on odd tensors

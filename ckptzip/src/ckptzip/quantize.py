@@ -402,7 +402,7 @@ def fit_levels(
         order = np.argsort(pts, kind="stable")
         pts, w = pts[order], w[order]
     scale = float(np.abs(pts).max())
-    if not _SQUARES_FIT[0] <= scale <= _SQUARES_FIT[1]:
+    if math.isfinite(scale) and scale > 0 and not _SQUARES_FIT[0] <= scale <= _SQUARES_FIT[1]:
         # squared distances would overflow or vanish in float64 (values beyond about 1e150
         # or below 1e-150, float64 tensors only): fit the points scaled into range, whose
         # levels are the same up to that factor; ordinary points are fitted as they are
