@@ -120,6 +120,20 @@ def _mutate_value(rng: random.Random, doc: Any) -> None:
     node[where[-1]] = new
 
 
+def _attempt(counts: dict[str, Any], what: str, call: Any, *args: Any, **kwargs: Any) -> None:
+    """``call(*args, **kwargs)``, counted: a ``CkptzipError`` is a refusal, any other
+    exception a finding (printed)."""
+    from ckptzip.errors import CkptzipError
+
+    try:
+        call(*args, **kwargs)
+    except CkptzipError:
+        counts["refused"] += 1
+    except Exception as exc:  # the finding this harness looks for
+        print(f"FOREIGN {what}: {type(exc).__name__}: {exc}"[:400])
+        counts["foreign"] += 1
+
+
 def fuzz_symbols(rng: random.Random, seconds: float) -> dict[str, int]:
     import numpy as np
     import torch
@@ -177,13 +191,7 @@ def fuzz_symbols(rng: random.Random, seconds: float) -> dict[str, int]:
                     seg2 = [*seg2[:-1], seg2[-1] + n2 - n]
                     seg2 = None if seg2[-1] < 0 else seg2
             counts["decodes"] += 1
-            try:
-                entropy.decode_symbols(c2, m2, n2, method, segments=seg2)
-            except CkptzipError:
-                counts["refused"] += 1
-            except Exception as exc:  # the finding this harness looks for
-                print(f"FOREIGN {method}: {type(exc).__name__}: {exc}"[:400])
-                counts["foreign"] += 1
+            _attempt(counts, method, entropy.decode_symbols, c2, m2, n2, method, segments=seg2)
             if method in ("ans-lanes", "ans-wide") and segments is None and len(c2) == 1:
                 out = torch.empty(n2)
                 table = torch.arange(max(1, alphabet), dtype=torch.float32)
@@ -342,7 +350,6 @@ def fuzz_files(rng: random.Random, seconds: float) -> dict[str, Any]:
     from _crafted import body_chunks, reseal_chunks, split
 
     import ckptzip
-    from ckptzip.errors import CkptzipError
 
     def parts(data: bytes) -> tuple[dict[str, Any], list[bytes]]:
         doc, body = split(data)
@@ -378,13 +385,7 @@ def fuzz_files(rng: random.Random, seconds: float) -> dict[str, Any]:
             shutil.copytree(d, where)
             (where / f).write_bytes(reseal_chunks(doc, chunks))
             counts["loads"] += 1
-            try:
-                ckptzip.load(where / f)
-            except CkptzipError:
-                counts["refused"] += 1
-            except Exception as exc:  # the finding this harness looks for
-                print(f"FOREIGN {d.name}/{f} {entry['codec']}: {type(exc).__name__}: {exc}"[:400])
-                counts["foreign"] += 1
+            _attempt(counts, f"{d.name}/{f} {entry['codec']}", ckptzip.load, where / f)
         return counts
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -10,8 +10,8 @@ saves odd tensors (non-finite, subnormal, near a dtype's limits, ...) through th
 which see any user's data.
 
 Skipped where the build cannot be made: not Linux, no gcc, no sanitizer runtime, or the C
-sources not beside the package (an installed wheel). The run lasts ``scaled(60)`` seconds (60
-in CI, ten minutes under ``make attack``), or ``CKPTZIP_FUZZ_SECONDS``, shared by the loops a
+sources not beside the package (an installed wheel). The run lasts ``scaled(90)`` seconds (90
+in CI, 15 minutes under ``make attack``), or ``CKPTZIP_FUZZ_SECONDS``, shared by the loops a
 processor may take (the widest this one has, AVX2, scalar): the crafted inputs are random, so
 a longer run searches further.
 """
@@ -80,7 +80,7 @@ _PATHS = {
 }
 
 
-_SECONDS = float(os.environ.get("CKPTZIP_FUZZ_SECONDS", scaled(60))) / len(_PATHS)
+_SECONDS = float(os.environ.get("CKPTZIP_FUZZ_SECONDS", scaled(90))) / len(_PATHS)
 
 
 @pytest.mark.parametrize("path", list(_PATHS))
@@ -117,8 +117,8 @@ def test_crafted_streams_and_files_stay_inside_the_decoders_buffers(
     symbols, files = summary["symbols"], summary["files"]
     # the harness reached the decoders: intact streams decoded, and crafted ones got past
     # the parsing into the kernels (not every one refused before them)
-    assert symbols["streams"] > 50, summary
-    assert symbols["decodes"] - symbols["refused"] > 100, summary
-    assert files["loads"] - files["refused"] > 10, summary
+    # (bounds a slow machine meets in a few seconds a part)
+    assert symbols["streams"] > 20 and symbols["decodes"] > symbols["refused"] > 0, summary
+    assert files["loads"] > 20 and files["loads"] > files["refused"], summary
     assert {"quant", "delta", "residual", "step", "exact"} <= set(files["codecs"]), summary
     assert summary["saves"]["saves"] > 10, summary  # the encoders ran on odd tensors
