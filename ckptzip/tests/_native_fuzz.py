@@ -364,13 +364,20 @@ def fuzz_files(rng: random.Random, seconds: float) -> dict[str, Any]:
                 codecs.add(t["codec"])
         counts: dict[str, Any] = {"files": len(corpus), "codecs": sorted(codecs)}
         counts.update(loads=0, refused=0, foreign=0)
+        # the directories as the attacker leaves them: copied once, the parents intact, the
+        # attacked file replaced for one load and put back after it
+        attack = scratch / "attack"
+        for d in {d for d, _ in corpus}:
+            shutil.copytree(d, attack / d.name)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             d, f = rng.choice(corpus)
-            doc, chunks = parts((d / f).read_bytes())
+            original = (d / f).read_bytes()
+            doc, chunks = parts(original)
             coded = [t for t in doc["tensors"] if t["codec"] != "exact"] or doc["tensors"]
             entry = rng.choice(coded)
-            own = [i for i in entry.get("chunks") or [] if isinstance(i, int)]
+            first, count = entry["chunks"]  # the entry's chunks: first, and how many
+            own = range(first, first + count)
             if rng.random() < 0.7 and own:
                 j = rng.choice(own)
                 chunks[j] = _mutate_bytes(rng, chunks[j])
@@ -379,13 +386,11 @@ def fuzz_files(rng: random.Random, seconds: float) -> dict[str, Any]:
                 if rng.random() < 0.3 and own:
                     j = rng.choice(own)
                     chunks[j] = _mutate_bytes(rng, chunks[j])
-            # the directory as the attacker leaves it: the parents intact, this file replaced
-            where = scratch / "attack"
-            shutil.rmtree(where, ignore_errors=True)
-            shutil.copytree(d, where)
-            (where / f).write_bytes(reseal_chunks(doc, chunks))
+            target = attack / d.name / f
+            target.write_bytes(reseal_chunks(doc, chunks))
             counts["loads"] += 1
-            _attempt(counts, f"{d.name}/{f} {entry['codec']}", ckptzip.load, where / f)
+            _attempt(counts, f"{d.name}/{f} {entry['codec']}", ckptzip.load, target)
+            target.write_bytes(original)
         return counts
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
