@@ -228,13 +228,20 @@ def test_float64_values_whose_squares_leave_its_range_are_fitted_as_well_as_ordi
     # the error, and NumPy overflow warnings); the points are now fitted scaled into range
     g = torch.Generator().manual_seed(3)
     unit = torch.randn(5000, generator=g, dtype=torch.float64).clamp(-1, 1)
-    errors = {}
-    for scale in (1.0, 1e200, 1e300, 1e-300):
-        with np.errstate(over="raise", invalid="raise"):  # no overflow, no invalid value
-            q = quantize(unit * scale, QuantConfig(bins=16, protect=0.0))
-        y = dequantize(q) / scale
-        errors[scale] = float((y - unit).norm() / unit.norm())
-    assert all(e < 1.5 * errors[1.0] for e in errors.values()), errors
+    # 1.7e308: within a factor of 2.2 of float64's largest, where the sketch's bucket edges
+    # used to stop (e^709), so those values shared one bucket (0.47 relative error); 1e-200
+    # in the log domain: the cut-offs' products underflowed to 0 (0.69 relative error) and
+    # the squares of the measured error too (it said 0.0)
+    for log_domain in (False, True):
+        errors = {}
+        for scale in (1.0, 1e200, 1e300, 1e-200, 1e-300, 1.7e308):
+            x = unit.abs() + 0.01 if log_domain else unit
+            with np.errstate(over="raise", invalid="raise"):  # no overflow, no invalid value
+                q = quantize(x * scale, QuantConfig(bins=16, protect=0.0, log_domain=log_domain))
+            y = dequantize(q) / scale
+            errors[scale] = float((y - x).norm() / x.norm())
+            assert abs(q.rel_error - errors[scale]) < 1e-3 * errors[scale], (scale, q.rel_error)
+        assert all(e < 1.5 * errors[1.0] for e in errors.values()), (log_domain, errors)
     pts = np.linspace(-1.0, 1.0, 200)
     for scale in (1e200, 1e-200):
         assert np.allclose(fit_levels(pts * scale, np.ones(200), 4) / scale,

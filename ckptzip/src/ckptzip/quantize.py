@@ -912,9 +912,16 @@ def _cutoffs(values: np.ndarray, *, exact: bool, log_domain: bool) -> np.ndarray
         # Every element equals one of the values: cutting at the lower one is exact and
         # avoids a midpoint that rounds onto a neighbour in the working dtype.
         return values[:-1].copy()
-    if log_domain:
-        return np.sqrt(values[1:] * values[:-1])  # midpoint in log space
-    return (values[1:] + values[:-1]) / 2
+    # Levels beyond about 1e154 overflow the product (log domain), below about 1e-154 it
+    # underflows, near float64's largest the sum overflows: those cut-offs are computed
+    # another way, every other one with the same bits as always.
+    with np.errstate(over="ignore"):
+        if log_domain:  # midpoint in log space
+            prod = values[1:] * values[:-1]
+            lost = ~((prod >= np.finfo(np.float64).tiny) & np.isfinite(prod))
+            return np.where(lost, np.sqrt(values[1:]) * np.sqrt(values[:-1]), np.sqrt(prod))
+        mid = (values[1:] + values[:-1]) / 2
+    return np.where(np.isfinite(mid), mid, values[1:] / 2 + values[:-1] / 2)
 
 
 def _exact_values(
@@ -987,10 +994,12 @@ def _measure(
     protected) are left out of both norms. ``sums`` are ``(err2, norm2)`` when a pass
     already measured them (:func:`ckptzip.kernels.assign_fused`)."""
     err2, norm2 = sums if sums is not None else kernels.squared_error(v, indices, values, protected)
-    if math.isfinite(err2) and math.isfinite(norm2):
+    tiny = v.dtype == torch.float64 and norm2 < _TINY_NORM2
+    if math.isfinite(err2) and math.isfinite(norm2) and not tiny:
         return _relative_error(err2, norm2)
-    # non-finite entries, or values near the dtype's maximum that overflow a difference or
-    # the sums: measure again in float64, scaled, only then, since it costs extra passes
+    # non-finite entries, values near the dtype's maximum that overflow a difference or
+    # the sums, or float64 values so small that their squares underflow (a tensor of 1e-200s
+    # measured 0.0): measure again in float64, scaled, only then, since it costs extra passes
     v64 = v.double()
     xhat = values.double().index_select(0, indices.long())
     if protected.numel():
@@ -1003,6 +1012,11 @@ def _measure(
         return 0.0
     d = xhat.sub_(v64).div_(scale)
     return _relative_error(float(d.square().sum()), float(v64.div(scale).square().sum()))
+
+
+# Below this sum of squares a float64 tensor's squares may have lost their precision to
+# underflow (each under 1e-154 is, squared, below float64's smallest normal number).
+_TINY_NORM2 = 1e-200
 
 
 def _relative_error(err2: float, norm2: float) -> float:

@@ -126,7 +126,7 @@ class LogSketch:
         m = np.arange(1, cap + 1, dtype=np.float64)
         # 2 γ^k / (γ + 1) computed in log space: γ^k alone overflows float64 for large keys.
         logs = (self.key_min + m - 1) * math.log(gamma) + math.log(2.0 / (gamma + 1.0))
-        mag = np.exp(np.minimum(logs, 709.0))
+        mag = np.minimum(_exp(logs), _F64_MAX)  # a bucket beyond float64 holds no value
         out = np.zeros(2 * cap + 1, dtype=np.float64)
         out[cap + 1 :] = mag
         out[:cap] = -mag[::-1]
@@ -345,8 +345,18 @@ def _thresholds(key_min: int, cap: int, alpha: float, like: torch.Tensor) -> tor
     """
     gamma = (1.0 + alpha) / (1.0 - alpha)
     logs = (np.arange(cap, dtype=np.float64) + (key_min - 1)) * math.log(gamma)
-    edges = np.exp(np.minimum(logs, 709.0))
-    return torch.from_numpy(edges).to(dtype=like.dtype, device=like.device)
+    return torch.from_numpy(_exp(logs)).to(dtype=like.dtype, device=like.device)
+
+
+_F64_MAX = float(np.finfo(np.float64).max)
+
+
+def _exp(logs: np.ndarray) -> np.ndarray:
+    """``e^logs`` in float64, ``inf`` where that is beyond its range: an edge no finite
+    value exceeds. (Clamping ``logs`` at 709 instead made every edge above ``e^709`` equal,
+    so values within a factor of about 2.2 of float64's largest shared one bucket.)"""
+    with np.errstate(over="ignore"):
+        return np.exp(logs)
 
 
 def edges(sketch: LogSketch, like: torch.Tensor) -> torch.Tensor:
