@@ -117,6 +117,27 @@ def test_falls_back_to_the_full_encoding_where_the_parent_has_nothing_to_offer()
     assert enc.meta["mode"] == "full"
 
 
+def test_a_jump_the_change_cannot_follow_is_stored_in_full() -> None:
+    # Between two saves a tensor is re-initialised (a new head, LoRA's merge and reset) or
+    # zeroed: its change, quantized with the residual's 4 levels, came back with 0.6-0.9
+    # relative error (a zeroed tensor non-zero, its error "0"), where the tensor quantized
+    # alone errs by under 0.1. Such an entry is stored in full; an ordinary change is not.
+    codec = get_codec("residual")
+    p, x = _drifting(20_000, 1)
+    g = torch.Generator().manual_seed(7)
+    fresh = torch.randn(20_000, generator=g) * 0.05
+    for new, kind in [(x, "residual"), (fresh, "full"), (torch.zeros(20_000), "full")]:
+        enc = codec.encode(new, EncodeContext("t", CONFIG, quant=KEY, parent=_parent({"t": p})))
+        assert enc.meta["mode"] == kind, enc.meta.get("why")
+        got = check_round_trip("residual", new, quant=KEY, parent=_parent({"t": p}), config=CONFIG)
+        if kind == "full":
+            assert "its change against the parent quantized with relative error" in enc.meta["why"]
+            alone = quantize(new, KEY)
+            assert enc.rel_error == alone.rel_error
+            assert torch.equal(got, dequantize(alone))
+    assert torch.count_nonzero(got) == 0  # the zeroed tensor comes back zero
+
+
 def test_records_the_reconstructions_error_and_the_residuals_config() -> None:
     p, x = _drifting(20_000, 1)
     enc = get_codec("residual").encode(

@@ -149,6 +149,36 @@ def _fused(
     return decoded.reshape(ctx.shape)
 
 
+# A change quantized with a relative error above this (against the tensor) may be worse
+# than the tensor quantized alone: a large jump between two saves (a re-initialised head,
+# LoRA's merge and reset, a loss spike) quantized with the change's few levels. Ordinary
+# changes between checkpoints stay well below it (0.01-0.10 on an MLP with AdamW, 20 steps
+# apart), so the tensor is quantized a second time only after such a jump.
+_FULL_CHECK = 0.1
+
+
+def _may_lose_to_full(rel_error: float, x: torch.Tensor, recon: torch.Tensor) -> bool:
+    """Whether the stored change's reconstruction ``recon`` of ``x`` may be worse than
+    ``x`` quantized alone: its relative error is above :data:`_FULL_CHECK`, or ``x`` is
+    zero (no relative error to measure) and ``recon`` is not."""
+    if rel_error > _FULL_CHECK:
+        return True
+    return rel_error == 0.0 and not torch.equal(recon, x)
+
+
+def _full_is_better(alone: QuantizedTensor, rel_error: float) -> bool:
+    """Whether ``alone`` (the tensor quantized by itself) errs by less than half the
+    change's ``rel_error`` (not at all, where the tensor is zero and ``rel_error`` could
+    not measure the change's)."""
+    if rel_error == 0.0:
+        return alone.rel_error == 0.0
+    return alone.rel_error < rel_error / 2
+
+
+def _error_text(rel_error: float) -> str:
+    return f"{rel_error:.3g}" if rel_error > 0 else "unbounded (the tensor is zero, its copy not)"
+
+
 def _relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
     """``‖y − x‖ / ‖x‖`` over the finite entries of ``x``, in float64 (0 when ``‖x‖ = 0``),
     rounded as the quantizer rounds its own (8 significant digits)."""
@@ -200,6 +230,14 @@ class ResidualCodec(Codec):
         q = replace(q, protected_values=values)
         recon = reconstruct(p, q)
         q = replace(q, rel_error=_relative_error(xs, recon))
+        if _may_lose_to_full(q.rel_error, xs, recon):
+            alone = quantized_for(x, ctx)
+            if _full_is_better(alone, q.rel_error):
+                why = (
+                    f"its change against the parent quantized with relative error "
+                    f"{_error_text(q.rel_error)}, the tensor itself {alone.rel_error:.3g}"
+                )
+                return encode_full(alone, level, why)
         meta, chunks = encode_quantized(q, level)
         return Encoded({"mode": "residual", "residual": meta}, chunks, q, recon)
 
