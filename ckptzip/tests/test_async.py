@@ -29,6 +29,25 @@ def test_async_save_snapshots_before_returning(tmp_path: Path) -> None:
     assert torch.equal(mgr.load(1)["w"], expected)
 
 
+def test_async_save_keeps_views_views_as_a_blocking_one(tmp_path: Path) -> None:
+    # The snapshot copied each tensor on its own: a row and the transpose of a weight
+    # became separate tensors (5 entries where a blocking save writes 3), views no more.
+    w = torch.randn(300, 100, generator=torch.Generator().manual_seed(0))
+    state = {"wte": w, "head": w, "row": w[5], "T": w.t(), "other": torch.ones(70)}
+    reports = {}
+    for blocking in (True, False):
+        with CheckpointManager(tmp_path / str(blocking), config=CONFIG) as mgr:
+            reports[blocking] = mgr.save(1, state, blocking=blocking) or mgr.wait()
+        got = CheckpointManager(tmp_path / str(blocking)).load(1)
+        base = got["wte"].untyped_storage().data_ptr()
+        assert got["head"].untyped_storage().data_ptr() == base
+        assert got["row"].untyped_storage().data_ptr() == base and torch.equal(got["row"], got["wte"][5])
+        assert got["T"].untyped_storage().data_ptr() == base and torch.equal(got["T"], got["wte"].t())
+    assert reports[True] is not None and reports[False] is not None
+    assert len(reports[False].entries) == len(reports[True].entries) == 2
+    assert reports[False].bytes_out == reports[True].bytes_out
+
+
 def _slow_encode(monkeypatch: pytest.MonkeyPatch, gate: threading.Event) -> None:
     real = api.encode
 

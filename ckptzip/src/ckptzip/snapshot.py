@@ -76,10 +76,45 @@ def _tensors(obj: Any, out: dict[int, torch.Tensor]) -> None:
             _tensors(v, out)
 
 
+def _shared_spans(found: Mapping[int, torch.Tensor]) -> list[list[int]]:
+    """The ids of tensors in ``found`` that view one storage, in groups of two or more
+    (tensors of one dtype; a storage viewed through several dtypes is left out, and its
+    tensors are copied one by one)."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, t in found.items():
+        if t.layout != torch.strided or t.is_nested or t.is_quantized or t.numel() == 0:
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        if ptr and t.device.type != "meta":
+            groups.setdefault((str(t.device), ptr), []).append(i)
+    return [
+        ids
+        for ids in groups.values()
+        if len(ids) > 1 and len({found[i].dtype for i in ids}) == 1
+    ]
+
+
+def _copy_span(tensors: list[torch.Tensor], events: list[Any]) -> list[torch.Tensor]:
+    """``tensors`` (views of one storage, one dtype) copied to the host as views of one
+    copy of the part of the storage they reach, so they stay views of one another."""
+    lo = min(t.storage_offset() for t in tensors)
+    hi = max(
+        t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) + 1
+        for t in tensors
+    )
+    first = tensors[0]
+    span = torch.empty(0, dtype=first.dtype, device=first.device)
+    span.set_(first.untyped_storage(), lo, (hi - lo,), (1,))
+    host = _to_host(span, events)
+    return [host.as_strided(t.shape, t.stride(), t.storage_offset() - lo) for t in tensors]
+
+
 def copy_tree(obj: Any) -> Copied:
     """A deep copy of ``obj`` whose tensors live on the host, taken now.
 
-    Tensors that are one object in ``obj`` (tied weights) stay one object in the copy.
+    Tensors that are one object in ``obj`` (tied weights) stay one object in the copy, and
+    views of one storage (a row of a weight, its transpose) stay views of one copy, as a
+    blocking save stores them (one entry, its views restored as views).
 
     Examples
     --------
@@ -93,7 +128,14 @@ def copy_tree(obj: Any) -> Copied:
     found: dict[int, torch.Tensor] = {}
     _tensors(obj, found)
     events: list[Any] = []
-    memo: dict[int, Any] = {i: _to_host(t, events) for i, t in found.items()}
+    memo: dict[int, Any] = {}
+    with torch.no_grad():
+        for ids in _shared_spans(found):
+            try:
+                memo.update(zip(ids, _copy_span([found[i] for i in ids], events), strict=True))
+            except RuntimeError:  # views beyond their storage: copied one by one (and refused)
+                pass
+    memo.update({i: _to_host(t, events) for i, t in found.items() if i not in memo})
     return Copied(copy.deepcopy(obj, memo), events)
 
 
