@@ -104,7 +104,10 @@ LAYOUTS = ("chain", "skip")
 #: what every ``"chain"`` file is (so files written before layouts existed need none).
 POSITION_KEY = "chain_position"
 
-_NAME = re.compile(r"step-(\d{8,})\.ckz")
+# ASCII digits only (``\d`` also matches ``"०"`` and ``"²"``), and few enough that ``int``
+# takes them (a step fits in 64 bits; ``int`` refuses strings of over 4300 digits).
+_NAME = re.compile(r"step-([0-9]{8,18})\.ckz")
+_POSITION = re.compile(r"[0-9]{1,18}")
 
 
 def step_file_name(step: int) -> str:
@@ -293,9 +296,9 @@ def positions(chain: list[Link]) -> list[int]:
         if i == 0 or link.manifest.parent is None:
             out.append(0 if link.manifest.parent is None else i)
             continue
-        raw = link.manifest.metadata.get(POSITION_KEY)
+        raw = link.manifest.metadata.get(POSITION_KEY, "")
         pos = out[-1] + 1
-        if raw is not None and raw.isdigit() and out[-1] < int(raw) < MAX_CHAIN_LENGTH:
+        if _POSITION.fullmatch(raw) and out[-1] < int(raw) < MAX_CHAIN_LENGTH:
             pos = int(raw)
         out.append(pos)
     return out
@@ -577,7 +580,9 @@ class ChainStore:
             else:
                 chain = self.chain(earlier[-1])
                 length = len(chain)
-        except (CkptzipError, OSError) as exc:
+        except (CkptzipError, OSError, ValueError) as exc:
+            # ValueError: a value in the parent's file that no check above foresaw is damage
+            # of that parent too, and a damaged parent never stops checkpointing
             warn_keyframe(step, earlier[-1], exc)
             return None, 0
         return (chain, length) if length < self.keyframe_every else (None, 0)

@@ -46,6 +46,36 @@ PROGRESS_MIN_BYTES = 64 << 20
 # long its tensor path. Rich needs some width; this one is wider than any table it makes.
 UNWRAPPED_WIDTH = 100_000
 
+# What a terminal acts on instead of showing: C0 controls, DEL, C1 controls, and the
+# bidirectional overrides that reorder the text around them ("Trojan Source").
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(text: object) -> str:
+    r"""``text`` with each control character as its Python escape (``\x1b``, ``\n``).
+
+    Text from a file (a tensor path, metadata, a note, an error naming them) can then
+    neither drive the terminal (set its title, clear it, forge output) nor break a row.
+
+    Examples
+    --------
+    >>> _printable("a\x1b[2Jb\n")
+    'a\\x1b[2Jb\\n'
+    """
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def _shown(text: object) -> str:
+    """``text`` (from a file, or a path typed by the user) as rich may print it: controls
+    escaped (:func:`_printable`) and rich's markup escaped, so ``[/bold]`` in a tensor's
+    name prints as it is instead of failing, and ``[link=...]`` makes no hyperlink.
+
+    Every string the commands print that they did not write themselves goes through this.
+    """
+    from rich.markup import escape
+
+    return escape(_printable(text))
+
 
 class _Stdout:
     """Prints through a rich ``Console`` made for the stdout and environment of the moment.
@@ -59,10 +89,11 @@ class _Stdout:
     def print(self, *objects: Any, **kwargs: Any) -> None:
         from rich.console import Console
 
+        # emoji=False: a ":thumbs_up:" in a tensor's name stays text (markup is escaped)
         if sys.stdout.isatty() or "COLUMNS" in os.environ:
-            console = Console()
+            console = Console(emoji=False)
         else:
-            console = Console(width=UNWRAPPED_WIDTH, soft_wrap=True)
+            console = Console(width=UNWRAPPED_WIDTH, soft_wrap=True, emoji=False)
         console.print(*objects, **kwargs)
 
 
@@ -72,7 +103,7 @@ console = _Stdout()
 def _err_console() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, emoji=False)
 
 
 @contextlib.contextmanager
@@ -113,7 +144,7 @@ def _errors(src: str | None = None) -> Iterator[None]:
                 message = message.replace("overwrite=True", "--overwrite")
             else:
                 message += " (pass --overwrite to replace it)"
-        raise click.ClickException(message) from exc
+        raise click.ClickException(_printable(message)) from exc
 
 
 def _fmt_bytes(n: float) -> str:
@@ -145,7 +176,9 @@ def _read_input(path: str) -> Any:
         try:
             return st_load(data)
         except Exception as exc:  # the library's own error types vary across versions
-            raise click.ClickException(f"cannot read {path!r} as safetensors: {exc}") from exc
+            raise click.ClickException(
+                _printable(f"cannot read {path!r} as safetensors: {exc}")
+            ) from exc
     if data.startswith(MAGIC):
         raise click.ClickException(
             f"{path!r} is already a ckptzip file: `ckptzip inspect` shows it, `ckptzip "
@@ -175,8 +208,10 @@ def _read_input(path: str) -> Any:
                 "torch.save(model), save model.state_dict() instead"
             ) from exc
         raise click.ClickException(
-            f"cannot read {path!r}: the torch.save file is truncated or damaged "
-            f"({type(exc).__name__}: {exc})"
+            _printable(
+                f"cannot read {path!r}: the torch.save file is truncated or damaged "
+                f"({type(exc).__name__}: {exc})"
+            )
         ) from exc
 
 
@@ -260,9 +295,9 @@ def compress(
             if not any(CompressionConfig(exact=(pat,)).is_exact(p) for p in paths):
                 example = paths[0] if paths else "model/fc.weight"
                 _err_console().print(
-                    f"warning: --exact {pat!r} matches no tensor; paths are '/'-joined, "
-                    f"e.g. {example!r} (a pattern like {pat.rstrip('/*') + '/*'!r} matches "
-                    "everything below a key)"
+                    f"warning: --exact {_shown(repr(pat))} matches no tensor; paths are "
+                    f"'/'-joined, e.g. {_shown(repr(example))} (a pattern like "
+                    f"{_shown(repr(pat.rstrip('/*') + '/*'))} matches everything below a key)"
                 )
         with _progress("compressing", size) as progress:
             report = api.save(obj, out, config=config, overwrite=overwrite, progress=progress)
@@ -271,7 +306,8 @@ def compress(
         return
     lossy = [e for e in report.entries if e.config is not None]
     console.print(
-        f"{src} -> {out}: {_fmt_bytes(report.bytes_in)} -> {_fmt_bytes(report.bytes_out)} "
+        f"{_shown(src)} -> {_shown(out)}: "
+        f"{_fmt_bytes(report.bytes_in)} -> {_fmt_bytes(report.bytes_out)} "
         f"in {report.seconds:.2f} s: ratio [bold]{report.ratio:.2f}x[/bold], "
         f"tensor ratio {report.tensor_ratio:.2f}x"
     )
@@ -281,7 +317,7 @@ def compress(
         err = (
             ""
             if worst is None
-            else f", largest relative error {worst.rel_error:.1e} ({worst.path})"
+            else f", largest relative error {worst.rel_error:.1e} ({_shown(worst.path)})"
         )
         levels = sorted({e.config.bins for e in lossy if e.config is not None})
         console.print(
@@ -327,7 +363,7 @@ def decompress(src: str, output: str, overwrite: bool) -> None:
             size = storage.atomic_write(output, lambda f: f.write(payload), overwrite=overwrite)
         else:
             size = storage.atomic_write(output, lambda f: torch.save(obj, f), overwrite=overwrite)
-    console.print(f"{src} -> {output}: {_fmt_bytes(size)}")
+    console.print(f"{_shown(src)} -> {_shown(output)}: {_fmt_bytes(size)}")
 
 
 def _pct(x: float | None) -> str:
@@ -346,22 +382,22 @@ def _inspect_directory(directory: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([e.to_json() for e in entries], indent=1))
         return
-    table = Table(title=f"{directory}: {len(entries)} checkpoints")
+    table = Table(title=f"{_shown(directory)}: {len(entries)} checkpoints")
     for col in ("step", "kind", "bytes", "tensor ratio", "parent", "status"):
         table.add_column(col, justify="left" if col in ("kind", "parent", "status") else "right")
     for e in entries:
         table.add_row(
             str(e.step),
-            e.kind,
+            _shown(e.kind),
             _fmt_bytes(e.bytes),
             f"{e.tensor_ratio:.2f}x" if e.bytes else "",
             "" if e.parent_step is None else str(e.parent_step),
-            e.status,
+            _shown(e.status),  # names parents and files as the directory has them
         )
     console.print(table)
     if not entries:
         console.print(
-            f"{directory} holds no step-NNNNNNNN.ckz file (a CheckpointManager's); "
+            f"{_shown(directory)} holds no step-NNNNNNNN.ckz file (a CheckpointManager's); "
             "`ckptzip inspect FILE` shows one .ckz file"
         )
     total = sum(e.bytes for e in entries)
@@ -443,7 +479,7 @@ def inspect(src: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary, indent=1))
         return
-    table = Table(title=f"{src} (format v{manifest.version}, {manifest.created_by})")
+    table = Table(title=_shown(f"{src} (format v{manifest.version}, {manifest.created_by})"))
     for col, justify in [
         ("path", "left"),
         ("shape", "right"),
@@ -467,17 +503,17 @@ def inspect(src: str, as_json: bool) -> None:
         )
     for r in rows:
         table.add_row(
-            r["path"],
+            _shown(r["path"]),
             "×".join(map(str, r["shape"])) or "()",
-            r["dtype"],
-            r["codec"],
+            _shown(r["dtype"]),
+            _shown(r["codec"]),
             "" if r["bins"] is None else str(r["bins"]),
             _pct(r["pruned"]),
             _pct(r["protected"]),
             _fmt_bytes(r["bytes"]),
             "" if r["tensor_ratio"] is None else f"{r['tensor_ratio']:.2f}x",
             "" if r["rel_error"] is None else f"{r['rel_error']:.1e}",
-            r["note"],
+            _shown(r["note"]),
         )
     table.add_section()
     table.add_row(
@@ -495,9 +531,10 @@ def inspect(src: str, as_json: bool) -> None:
     )
     console.print(table)
     if manifest.parent:
-        console.print(f"delta against {manifest.parent['name']} ({manifest.parent['hash'][:12]}…)")
+        parent = manifest.parent
+        console.print(f"delta against {_shown(parent['name'])} ({_shown(parent['hash'][:12])}…)")
     if manifest.metadata:
-        console.print(f"metadata: {manifest.metadata}")
+        console.print(f"metadata: {_shown(manifest.metadata)}")
     lossy = sum(1 for e in manifest.tensors if e.config is not None)
     if lossy:
         console.print(
@@ -526,8 +563,8 @@ def verify(src: str, decode: bool) -> None:
         manifest = api.verify(src, decode=decode, progress=progress)
     what = "checksums and decoding" if decode else "checksums"
     console.print(
-        f"{src}: OK ({what}; {len(manifest.tensors)} tensors, {len(manifest.chunks)} chunks, "
-        f"format v{manifest.version})"
+        f"{_shown(src)}: OK ({what}; {len(manifest.tensors)} tensors, "
+        f"{len(manifest.chunks)} chunks, format v{manifest.version})"
     )
 
 

@@ -511,10 +511,13 @@ class _GuardedFile:
         self.close()
 
 
-def _not_regular(path: str, mode: int) -> NotRegularFileError:
-    kind = (
+def _kind(mode: int) -> str:
+    """What a non-regular file is, for messages (``"a FIFO (named pipe)"``)."""
+    return (
         "a directory"
         if stat.S_ISDIR(mode)
+        else "a symbolic link"
+        if stat.S_ISLNK(mode)
         else "a FIFO (named pipe)"
         if stat.S_ISFIFO(mode)
         else "a device"
@@ -523,8 +526,11 @@ def _not_regular(path: str, mode: int) -> NotRegularFileError:
         if stat.S_ISSOCK(mode)
         else "not a regular file"
     )
+
+
+def _not_regular(path: str, mode: int) -> NotRegularFileError:
     return NotRegularFileError(
-        f"{path!r} is {kind}, not a checkpoint file; ckptzip reads regular files only"
+        f"{path!r} is {_kind(mode)}, not a checkpoint file; ckptzip reads regular files only"
     )
 
 
@@ -687,8 +693,11 @@ def open_storage(location: str | os.PathLike[str]) -> Storage:
 
 
 def _read_small(path: str) -> str | None:
+    """The first 4 KiB of ``path`` as text, or ``None``; never through a link, never blocking
+    (it also reads a lock file in a user's directory, which a FIFO or link may stand in for)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
     try:
@@ -697,6 +706,21 @@ def _read_small(path: str) -> str | None:
         return None
     finally:
         os.close(fd)
+
+
+def _parse_record(raw: str | bytes | None) -> Any:
+    """The JSON of a lock record, lease or commit marker, or ``None`` if it does not parse.
+
+    These are written by other processes and may be damaged or crafted: whatever fails to
+    parse (bad syntax or encoding, nesting deep enough to exhaust the recursion limit) is a
+    damaged record, which each caller already handles, never an error of its own.
+    """
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, TypeError, RecursionError):
+        return None
 
 
 def _process_start(pid: int) -> str | None:
@@ -806,6 +830,52 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
+def _open_lock_file(path: str) -> int:
+    """Open (creating it if need be) the lock file ``path`` for writing: a regular file only.
+
+    The lock is truncated and rewritten on every save, so it is never opened through a
+    link: a ``.ckptzip.lock`` symlink (planted, or unpacked from another run's archive)
+    would make that write land on its target, a file outside the directory, and a dangling
+    one would create it. ``O_NOFOLLOW`` refuses the link, ``O_NONBLOCK`` keeps a FIFO or
+    device from blocking the open, and the ``fstat`` refuses either.
+
+    Raises
+    ------
+    NotRegularFileError
+        ``path`` is a symbolic link, FIFO, device, socket or directory (nothing was written).
+    OSError
+        The open failed otherwise (the caller says what to do).
+    """
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError:
+        # a link fails with ELOOP on Linux, with other errnos elsewhere: say what is there
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG  # nothing to blame on the name: the open's own error stands
+        if not stat.S_ISREG(mode):
+            raise _not_a_lock(path, mode) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_a_lock(path, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _not_a_lock(path: str, mode: int) -> NotRegularFileError:
+    return NotRegularFileError(
+        f"the writer lock {path!r} is {_kind(mode)}, not a regular file; ckptzip never writes "
+        "through it (a link could point outside the directory). Remove it (it holds nothing "
+        "but the last writer's pid) and save again"
+    )
+
+
 class LocalStorage:
     """A local directory: temp file + fsync + link/replace + directory fsync per publish.
 
@@ -813,7 +883,9 @@ class LocalStorage:
     read-only media can be listed and read.
 
     :meth:`lock` is an exclusive ``flock`` on ``.ckptzip.lock``, which also records its
-    holder (:func:`writer_identity`). The kernel releases a ``flock`` when its process dies,
+    holder (:func:`writer_identity`). That name must be a regular file (or absent): a symbolic
+    link, FIFO or device there is refused with :class:`~ckptzip.errors.NotRegularFileError`,
+    never written through. The kernel releases a ``flock`` when its process dies,
     however it dies, so a restarted job takes the lock of a killed one at once; processes
     forked while the lock is held do not keep it. A writer that is still running makes
     :meth:`lock` wait up to :attr:`lock_wait` seconds, then fail with a
@@ -872,11 +944,7 @@ class LocalStorage:
 
     def holder(self) -> dict[str, Any] | None:
         """What the lock file says about its last holder (``None``: nothing readable)."""
-        text = _read_small(self.path(LOCK_NAME))
-        try:
-            found = json.loads(text) if text else None
-        except ValueError:
-            return None
+        found = _parse_record(_read_small(self.path(LOCK_NAME)))
         return found if isinstance(found, dict) else None
 
     def _held_message(self) -> str:
@@ -901,9 +969,9 @@ class LocalStorage:
     def lock(self) -> Iterator[None]:
         try:
             os.makedirs(self.location, exist_ok=True)
-            fd = os.open(
-                self.path(LOCK_NAME), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644
-            )
+            fd = _open_lock_file(self.path(LOCK_NAME))
+        except CkptzipError:
+            raise
         except OSError as exc:
             raise StorageError(
                 f"cannot write to {self.location!r} ({exc.strerror or exc}); saving needs a "
@@ -1043,11 +1111,12 @@ class FsspecStorage:
     def read(self, name: str) -> bytes:
         marker = self._get(name + COMMIT_SUFFIX)
         data = self._get(name)
-        try:
-            want = json.loads(marker)
-            ok = want["size"] == len(data) and want["sha256"] == hashlib.sha256(data).hexdigest()
-        except (ValueError, TypeError, KeyError):
-            ok = False
+        want = _parse_record(marker)
+        ok = (
+            isinstance(want, dict)
+            and want.get("size") == len(data)
+            and want.get("sha256") == hashlib.sha256(data).hexdigest()
+        )
         if not ok:
             raise CorruptCheckpointError(
                 f"{self.path(name)!r} does not match its commit marker: an overwrite is in "
@@ -1099,10 +1168,7 @@ class FsspecStorage:
                 raw = self._fs.cat_file(self._p(LOCK_NAME))
         except FileNotFoundError:
             return None
-        try:
-            lease = json.loads(raw)
-        except (ValueError, TypeError):
-            return None  # a damaged lease counts as free
+        lease = _parse_record(raw)  # a damaged lease counts as free
         return lease if isinstance(lease, dict) else None
 
     def _write_lease(self, token: str) -> None:

@@ -53,6 +53,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -65,7 +66,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 import ckptzip
 from ckptzip.config import CompressionConfig
-from ckptzip.errors import ConfigError, CorruptCheckpointError
+from ckptzip.errors import ConfigError, CorruptCheckpointError, NotRegularFileError
 
 __all__ = [
     "SUFFIX",
@@ -140,6 +141,15 @@ def materialize(
 
     ``model_only`` leaves out the optimizer, scheduler, scaler and RNG states (what loading
     the model alone, as ``load_best_model_at_end`` does, never reads).
+
+    Other files (``config.json``, ``trainer_state.json``, ...) are copied as they are; only
+    regular files, never through a symbolic link (a checkpoint from elsewhere with
+    ``config.json -> ~/.ssh/id_rsa`` would copy the key out), and never a directory or FIFO.
+
+    Raises
+    ------
+    NotRegularFileError
+        A file of ``directory`` to copy is a symbolic link (copy its target in its place).
     """
     directory, into = os.fspath(directory), os.fspath(into)
     os.makedirs(into, exist_ok=True)
@@ -149,14 +159,27 @@ def materialize(
             continue
         src, dst = os.path.join(directory, name), os.path.join(into, plain)
         if not name.endswith(SUFFIX):
-            if os.path.isfile(src):
-                shutil.copyfile(src, dst)
+            _copy_regular(src, dst)
             continue
         obj = ckptzip.load(src)
         if dst.endswith(".safetensors"):
             save_file(obj, dst, metadata={"format": "pt"})
         else:
             torch.save(obj, dst)
+
+
+def _copy_regular(src: str, dst: str) -> None:
+    """Copy ``src`` to ``dst`` if it is a regular file; refuse a link, skip anything else."""
+    mode = os.lstat(src).st_mode
+    if stat.S_ISLNK(mode):
+        raise NotRegularFileError(
+            f"{src!r} is a symbolic link (to {os.readlink(src)!r}); a checkpoint's files are "
+            "copied only as regular files, never through a link, which could point anywhere. "
+            "Replace the link with a copy of the file it points to and try again"
+        )
+    if stat.S_ISREG(mode):
+        # follow_symlinks=False: a link swapped in after the lstat is copied as a link
+        shutil.copyfile(src, dst, follow_symlinks=False)
 
 
 def is_converted(directory: str | os.PathLike[str]) -> bool:
