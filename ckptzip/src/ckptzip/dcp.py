@@ -95,6 +95,7 @@ from torch.futures import Future
 
 from ckptzip import api, storage
 from ckptzip._compat import dcp_memory_format_encoding
+from ckptzip.chains import MAX_CHAIN_LENGTH
 from ckptzip.config import CompressionConfig
 from ckptzip.errors import (
     CheckpointExistsError,
@@ -104,6 +105,7 @@ from ckptzip.errors import (
     CorruptCheckpointError,
     DecodeLimitError,
     DecodeMemoryError,
+    MissingParentError,
     StorageError,
     UnsupportedFormatError,
     UnsupportedValueError,
@@ -125,7 +127,8 @@ METADATA_NAME = ".metadata"
 """DCP's metadata file name (the same as ``FileSystemWriter``'s); written last."""
 
 _DEPTH_KEY = "dcp.chain_depth"
-"""File metadata: deltas since the last full file of this rank's chain (0 for a full file)."""
+"""File metadata: deltas since the last full file of this rank's chain (0 for a full file).
+Written for people and tools; :class:`Writer` counts a parent's chain itself."""
 
 
 def recent_files(size: int = 2) -> api.DecodedCache:
@@ -748,8 +751,12 @@ class Writer(StorageWriter):
     parent:
         A previous checkpoint directory written by this writer: each rank's file becomes a delta
         against the same rank's file there (see the module docstring for when it falls back).
+        A parent whose chain names a file twice is refused with
+        :class:`~ckptzip.errors.MissingParentError`, as one whose files were altered is.
     keyframe_every:
-        At most ``keyframe_every - 1`` deltas follow a full file in a rank's chain.
+        At most ``keyframe_every - 1`` deltas follow a full file in a rank's chain (and at
+        most :data:`ckptzip.chains.MAX_CHAIN_LENGTH` ``- 1``, the longest chain a reader
+        follows).
     overwrite:
         Replace an existing checkpoint in ``path``; otherwise a finished one there is refused.
     threads:
@@ -912,6 +919,11 @@ class Writer(StorageWriter):
 
         Returns the parent to pass to :func:`ckptzip.save` (or ``None`` for a full file) and
         the new file's depth in its chain.
+
+        Raises
+        ------
+        MissingParentError
+            The parent's chain names a file twice (a cycle).
         """
         if self.parent is None or storage.is_url(self.parent) or storage.is_url(self.path):
             return None, 0
@@ -920,16 +932,31 @@ class Writer(StorageWriter):
             os.path.join(self.parent, METADATA_NAME)
         ):  # no such rank there, or the parent's save never finished
             return None, 0
-        manifest = api.read_manifest(src)
-        depth = int(manifest.metadata.get(_DEPTH_KEY, "0")) + 1
-        if depth >= self.keyframe_every:
+        # The depth is counted here, not read from the parent's _DEPTH_KEY: a file's chain is
+        # what it names. At most keyframe_every files are read (a longer chain keyframes),
+        # never past what a reader follows; each file's sha256 is checked by ckptzip.save.
+        limit = min(self.keyframe_every, MAX_CHAIN_LENGTH)
+        depth = 1  # the new file's: one more than the deltas of the parent's chain
+        if depth >= limit:
             return None, 0
+        ancestors: list[str] = []
+        manifest = api.read_manifest(src)
+        while manifest.parent is not None:
+            depth += 1
+            if depth >= limit:
+                return None, 0
+            ancestor = manifest.parent["name"]
+            if ancestor == name or ancestor in ancestors:
+                raise MissingParentError(
+                    f"{os.path.join(self.parent, (ancestors or [name])[-1])!r} names "
+                    f"{ancestor!r} as its parent, which makes a cycle: {self.parent!r} is "
+                    "damaged; save a full file (no parent=) or delta against another checkpoint"
+                )
+            ancestors.append(ancestor)
+            manifest = api.read_manifest(os.path.join(self.parent, ancestor))
         stem = name.removesuffix(".ckz")
         links = [(src, f"{stem}.{storage.sha256_file(src)[:16]}.ckz")]
-        while manifest.parent is not None:
-            ancestor = manifest.parent["name"]
-            links.append((os.path.join(self.parent, ancestor), ancestor))
-            manifest = api.read_manifest(links[-1][0])
+        links += [(os.path.join(self.parent, a), a) for a in ancestors]
         try:
             for from_path, link_name in links:
                 dst = os.path.join(self.path, link_name)
@@ -976,7 +1003,10 @@ class Reader(StorageReader):
         :func:`ckptzip.load`'s ``threads``; with several ranks on one machine, about
         ``cores // ranks_per_machine``.
 
-    Each rank decodes only the files its load plan reads from, each once per ``read_data``.
+    Each rank decodes only the files its load plan reads from, each once per ``read_data``,
+    and checks each stored tensor against ``.metadata`` before using it (its chunk's shape and
+    dtype; a byte item's, a contiguous 1-D uint8 tensor), so a crafted file is refused with
+    :class:`~ckptzip.errors.CorruptCheckpointError`.
     """
 
     def __init__(
@@ -1000,9 +1030,12 @@ class Reader(StorageReader):
         self.max_metadata_bytes = max_metadata_bytes
         self.threads = threads
         self.storage_data: dict[MetadataIndex, tuple[str, str]] = {}
+        self.chunks: dict[MetadataIndex, tuple[torch.Size, torch.dtype]] = {}
+        """Each tensor chunk's sizes and dtype, as ``.metadata`` records them."""
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         self.storage_data = {}
+        self.chunks = {}
         if checkpoint_id:
             self.path = os.fspath(checkpoint_id)
 
@@ -1061,6 +1094,12 @@ class Reader(StorageReader):
                 "(file, key) pairs); read it with DCP's FileSystemReader"
             )
         self.storage_data = data
+        self.chunks = {
+            MetadataIndex(fqn, c.offsets): (c.sizes, item.properties.dtype)
+            for fqn, item in metadata.state_dict_metadata.items()
+            if isinstance(item, TensorStorageMetadata)
+            for c in item.chunks
+        }
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
@@ -1071,7 +1110,13 @@ class Reader(StorageReader):
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         by_file: dict[str, list[Any]] = {}
         for item in plan.items:
-            by_file.setdefault(self.storage_data[item.storage_index][0], []).append(item)
+            entry = self.storage_data.get(item.storage_index)
+            if entry is None:
+                raise CorruptCheckpointError(
+                    f"{self.path!r}: {METADATA_NAME} lists {item.storage_index.fqn!r} at "
+                    f"offsets {_short(item.storage_index.offset)} but no file that holds it"
+                )
+            by_file.setdefault(entry[0], []).append(item)
         for name, items in by_file.items():
             if os.path.basename(name) != name or name in ("", ".", ".."):
                 raise CorruptCheckpointError(f"{self.path!r}: item file {name!r} is not a name")
@@ -1081,12 +1126,14 @@ class Reader(StorageReader):
                 value = decoded.get(key) if isinstance(decoded, dict) else None
                 if not isinstance(value, torch.Tensor):
                     raise CorruptCheckpointError(f"{name!r} has no item {key!r}")
+                where = f"{name!r} item {key!r}"
                 if item.type == LoadItemType.BYTE_IO:
-                    raw = value.numpy().tobytes()
+                    raw = _stored_bytes(value, where)
                     if self.strict_bytes:
                         raw = _weights_only_bytes(raw, key)
                     planner.load_bytes(item, io.BytesIO(raw))
                     continue
+                _check_chunk(value, self.chunks.get(item.storage_index), where)
                 src = value
                 for dim, (start, length) in enumerate(
                     zip(item.storage_offsets, item.lengths, strict=True)
@@ -1107,6 +1154,38 @@ class Reader(StorageReader):
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         return isinstance(checkpoint_id, (str, os.PathLike))
+
+
+def _stored_bytes(value: torch.Tensor, where: str) -> bytes:
+    """A byte item's bytes, which :class:`Writer` stores as a contiguous 1-D uint8 tensor.
+
+    Checked before anything is built: a crafted file can make the item a view that repeats
+    its entry's bytes (stride 0) as many times as its shape says, which ``max_bytes`` (the
+    entries' size) does not count.
+    """
+    if value.dtype != torch.uint8 or value.dim() != 1 or not value.is_contiguous():
+        raise CorruptCheckpointError(
+            f"{where} is a byte item, which ckptzip.dcp.Writer stores as a contiguous 1-D "
+            f"uint8 tensor, but the file holds a {value.dtype} tensor of shape "
+            f"{list(value.shape)} and strides {list(value.stride())}: it is damaged or crafted"
+        )
+    return value.numpy().tobytes()
+
+
+def _check_chunk(
+    value: torch.Tensor, chunk: tuple[torch.Size, torch.dtype] | None, where: str
+) -> None:
+    """Refuse a stored tensor whose shape or dtype is not those ``.metadata`` records for its
+    chunk, before DCP's read item (offsets and lengths inside that chunk) is cut from it."""
+    if chunk is None:
+        raise CorruptCheckpointError(f"{where}: {METADATA_NAME} records no such tensor chunk")
+    sizes, dtype = chunk
+    if value.dtype != dtype or value.shape != sizes:
+        raise CorruptCheckpointError(
+            f"{where} holds a {value.dtype} tensor of shape {list(value.shape)}, but "
+            f"{METADATA_NAME} records a {dtype} chunk of shape {list(sizes)}: the file is "
+            "damaged or is not the one this checkpoint wrote"
+        )
 
 
 def _weights_only_bytes(raw: bytes, key: str) -> bytes:
