@@ -574,3 +574,28 @@ def test_describe_and_inspect_say_a_step_with_damaged_data_is_damaged(tmp_path: 
     r = CliRunner().invoke(main, ["inspect", "--json", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert "damaged" in r.output and "checksum mismatch" in r.output
+
+
+def test_restore_refuses_a_state_of_another_model_or_optimizer_with_a_config_error(
+    tmp_path: Path,
+) -> None:
+    # torch's own refusals (RuntimeError, ValueError) reached the caller, the optimizer's
+    # after the model had been overwritten already
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    with CheckpointManager(
+        tmp_path, model=model, optimizer=torch.optim.SGD(model.parameters(), 0.1)
+    ) as mgr:
+        mgr.save(1)
+    other = torch.nn.Linear(4, 4)
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    two_groups = torch.optim.SGD([{"params": [other.weight]}, {"params": [other.bias]}], 0.1)
+    with pytest.raises(
+        ConfigError, match=r"parameter groups of sizes \[2\].*nothing was restored"
+    ):
+        CheckpointManager(tmp_path, model=other, optimizer=two_groups).restore(1)
+    assert all(torch.equal(v, other.state_dict()[k]) for k, v in before.items())
+    wider = torch.nn.Linear(4, 5)
+    with pytest.raises(ConfigError, match="does not fit the manager's model"):
+        CheckpointManager(tmp_path, model=wider).restore(1)
+    assert CheckpointManager(tmp_path, model=other).restore(1) == 1  # the right shapes restore

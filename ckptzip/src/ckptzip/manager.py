@@ -888,7 +888,11 @@ class CheckpointManager:
         Raises
         ------
         ConfigError
-            The manager has no model, or the file is not a model snapshot.
+            The manager has no model, the file is not a model snapshot, or what it holds does
+            not fit the manager's model or optimizer. The file's parts are checked first
+            (the optimizer's groups against the optimizer's, before the model is touched);
+            where ``load_state_dict`` itself refuses the model's weights (keys or shapes of
+            another model), the message says that the model may be partly overwritten.
         CheckpointNotFoundError
             No such step.
         """
@@ -896,18 +900,19 @@ class CheckpointManager:
             raise ConfigError("restore() needs a manager given model=; use load() otherwise")
         self.wait()
         step, state = self._load(step, "cpu", max_bytes)
-        if not isinstance(state, dict) or "model" not in state:
+        if not isinstance(state, dict) or not isinstance(state.get("model"), Mapping):
             raise ConfigError(
                 f"step {step} is not a model snapshot (saved with an explicit obj); use load()"
             )
-        self.model.load_state_dict(state["model"])
         if self.optimizer is not None:
-            if "optimizer" not in state:
-                raise ConfigError(f"step {step} holds no optimizer state to restore")
-            self.optimizer.load_state_dict(state["optimizer"])
+            _check_optimizer_state(step, state.get("optimizer"), self.optimizer)
+        baselines = _baseline_of(self._loaded_metadata)
+        _load_into(step, "model", self.model, state["model"])
+        if self.optimizer is not None:
+            _load_into(step, "optimizer", self.optimizer, state["optimizer"])
         self.extra = state.get("extra")
         self._last_saved = step
-        self._baselines = _baseline_of(self._loaded_metadata)
+        self._baselines = baselines
         if self._tracker is not None:
             self._mark = self._tracker.step
         return step
@@ -1050,11 +1055,43 @@ BACKGROUND_NICE = 10
 _EARLIER = 3  # saves whose baselines the search's gain per interval is measured over
 
 
+def _check_optimizer_state(step: int, saved: Any, optimizer: torch.optim.Optimizer) -> None:
+    """Refuse (:class:`ConfigError`) a saved optimizer state that ``optimizer`` cannot take:
+    not a state dict, or groups that differ from the optimizer's in number or size (what
+    ``Optimizer.load_state_dict`` would refuse, checked before the model is touched)."""
+    if saved is None:
+        raise ConfigError(f"step {step} holds no optimizer state to restore")
+    groups = saved.get("param_groups") if isinstance(saved, Mapping) else None
+    if not isinstance(groups, list) or not isinstance(saved.get("state"), Mapping):
+        raise ConfigError(f"step {step}'s optimizer state is not an optimizer's state dict")
+    sizes = [len(g["params"]) if isinstance(g, Mapping) and isinstance(g.get("params"), list)
+             else None for g in groups]  # fmt: skip
+    want = [len(g["params"]) for g in optimizer.param_groups]
+    if sizes != want:
+        raise ConfigError(
+            f"step {step}'s optimizer state has parameter groups of sizes {sizes}, the "
+            f"manager's optimizer {want}: it was saved from another model or optimizer; "
+            "nothing was restored"
+        )
+
+
+def _load_into(step: int, what: str, target: Any, saved: Any) -> None:
+    """``target.load_state_dict(saved)``, its refusal a :class:`ConfigError`."""
+    try:
+        target.load_state_dict(saved)
+    except (RuntimeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        partly = " (the model may be partly overwritten: restore again or rebuild it)"
+        raise ConfigError(
+            f"step {step}'s {what} state does not fit the manager's {what}"
+            f"{partly if what == 'model' else ''}: {exc}"
+        ) from exc
+
+
 def _baseline_of(metadata: Mapping[str, str]) -> list[float]:
     """The exact weights' ``eval_fn`` recorded by the search of a loaded step, if any."""
     try:
         baseline = json.loads(metadata["search"])["baseline"]
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, RecursionError):
         return []
     return [float(baseline)] if isinstance(baseline, (int, float)) else []
 
