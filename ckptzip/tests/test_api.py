@@ -467,6 +467,34 @@ def test_tied_weights_and_views_are_stored_once_and_stay_consistent(tmp_path: Pa
     assert report.bytes_out < separate.bytes_out / 2
 
 
+def test_tensors_packed_in_one_buffer_are_each_judged_by_their_own_elements(
+    tmp_path: Path,
+) -> None:
+    # Views of one storage are one entry with one treatment. It was decided on the whole
+    # span with the first name's config: a LayerNorm's 128-element gain and bias packed in a
+    # flat parameter buffer were quantized with the weights' levels (0.85 relative error),
+    # and Adam's exp_avg_sq stacked under exp_avg got the first moment's linear levels (39).
+    torch.manual_seed(0)
+    flat = torch.randn(8448 + 512) * 0.1
+    flat[8192:8320] = 1.0 + 0.01 * torch.randn(128)
+    params = {"w": flat[:8192].view(128, 64), "g": flat[8192:8320], "b": flat[8320:8448],
+              "head": flat[8448:].view(4, 128)}  # fmt: skip
+    report = ckptzip.save(params, tmp_path / "flat.ckz")
+    assert [e.codec for e in report.entries] == ["exact"]
+    out = ckptzip.load(tmp_path / "flat.ckz")
+    assert all(torch.equal(out[k], v) for k, v in params.items())
+    n = 20_000
+    moments = torch.empty(2, n)
+    moments[0], moments[1] = torch.randn(n) * 1e-3, torch.rand(n) * 1e-6 + 1e-10
+    state = {"state": {0: {"exp_avg": moments[0], "exp_avg_sq": moments[1]}}}
+    report = ckptzip.save({"optimizer": state}, tmp_path / "moments.ckz")
+    assert [e.codec for e in report.entries] == ["exact"]
+    # a weight's slices and transpose still follow the weight: quantized with it
+    w = torch.randn(256, 64)
+    report = ckptzip.save({"wte": w, "row": w[3], "t": w.t()}, tmp_path / "w.ckz")
+    assert [e.codec for e in report.entries] == ["quant"]
+
+
 def test_numpy_rng_state_is_saved_exactly(tmp_path: Path) -> None:
     np = pytest.importorskip("numpy")
     np.random.seed(3)

@@ -49,7 +49,14 @@ from ckptzip.errors import (
     MissingParentError,
 )
 from ckptzip.plan import Planner, Prequantized, exact_reason, step_weights
-from ckptzip.structure import dtype_name, flatten, ndarray_entries, reference_paths, unflatten
+from ckptzip.structure import (
+    dtype_name,
+    flatten,
+    ndarray_entries,
+    reference_paths,
+    reference_views,
+    unflatten,
+)
 
 __all__ = [
     "RATIO",
@@ -739,6 +746,7 @@ def encode(
         leaves,
         aliases={i: [n for n in names[i] if n != p] for i, (p, _) in enumerate(leaves)},
         exact=dict.fromkeys(ndarray_entries(skeleton), "NumPy array"),
+        views=reference_views(skeleton, leaves),
     )
 
     by_path = dict(leaves)
@@ -1399,10 +1407,12 @@ def load(
         every load is as safe as ``weights_only=True``.
     max_bytes:
         Refuse (:class:`DecodeLimitError`, before reading any tensor) a file that declares
-        more decoded bytes than this. Default: what the memory available to this process can
-        decode (a quarter of it: :data:`ckptzip.container.DECODE_OVERHEAD`), never a
-        multiple of the file's size: whatever :func:`save` writes, ``load`` reads, however
-        well it compressed. Pass a smaller limit for files you do not trust.
+        more decoded bytes than this: its tensors', and its views' as the copies they would
+        take (an ``expand()``-ed view counts all its elements). Default: what the memory
+        available to this process can decode (a quarter of it:
+        :data:`ckptzip.container.DECODE_OVERHEAD`), never a multiple of the file's size:
+        whatever :func:`save` writes, ``load`` reads, however well it compressed. Pass a
+        smaller limit for files you do not trust.
     progress:
         Called as ``progress(done, total)`` in output bytes after each tensor.
     cache:
@@ -1489,4 +1499,13 @@ def _materialize(
         for (i, d), path in zip(items, decoded, strict=True):  # noqa: B007
             x = done[i] if i in done else one((i, d))
             leaves.append(x if relocate is None or i in arrays else _relocate(x, relocate))
-    return unflatten(manifest.skeleton, leaves, version=manifest.version)
+    try:
+        return unflatten(manifest.skeleton, leaves, version=manifest.version)
+    except CkptzipError:
+        raise
+    except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
+        # the skeleton was checked against the entries' declared shapes (Manifest.from_json):
+        # what torch still refuses is a file no writer makes, never the caller's error
+        raise CorruptCheckpointError(
+            f"the structure does not fit its decoded tensors: {type(exc).__name__}: {exc}"
+        ) from exc

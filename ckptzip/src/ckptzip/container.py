@@ -45,11 +45,12 @@ from ckptzip.errors import CorruptCheckpointError, DecodeLimitError, Unsupported
 from ckptzip.structure import (
     DTYPES,
     MAX_NDIM,
-    MAX_NUMEL,
     StandIn,
     dtype_from_name,
+    shape_numel,
     skeleton_version,
     unflatten,
+    view_numels,
 )
 
 __all__ = [
@@ -111,6 +112,15 @@ MAX_MANIFEST_BYTES = 64 << 20
 # refused before it is parsed; what passes costs at most ~14 bytes per byte.
 _PARSE_BYTES_PER_BYTE = 16
 _PARSE_FLOOR = 16 << 20
+# A compressed manifest's cost is bounded by the bytes the file stores, not the ones they
+# inflate to (64 MiB of "0.0," is 6 KB of zstd: 700 MB and 25 s to parse). ckptzip's own
+# manifests cost at most ~750 per stored byte (10k constant tensors, whose chunks and records
+# compress away; 250 for 10k random ones, 15 for a transformer's) and inflate at most ~330x
+# (10k constant tensors with 1000-character names); a manifest past either bound plus a floor
+# is refused, and the writer stores such a manifest plain (`_fits_compressed`).
+_PARSE_BYTES_PER_STORED_BYTE = 4096
+_MAX_INFLATION = 4096
+_INFLATION_FLOOR = 1 << 20
 # The default read limit is what this process can decode in the memory it has: decoding
 # holds, besides the tensors it returns, one tensor's working copies (index stream, lookup
 # pairs, decompressed bytes).
@@ -361,13 +371,11 @@ def _entry_from_json(i: int, t: Any, first: int, n_chunks: int) -> TensorEntry:
         raise _bad(f"{where}: path must be a string")
     if type(shape) is not list or len(shape) > MAX_NDIM:
         raise _bad(f"{where}: shape {shape!r} must be a list of at most {MAX_NDIM} ints >= 0")
-    numel = 1
     for d in shape:
         if type(d) is not int or d < 0:
             raise _bad(f"{where}: shape {shape!r} must be a list of at most {MAX_NDIM} ints >= 0")
-        numel *= d
-        if numel > MAX_NUMEL:  # checked as it grows: no huge intermediate products
-            raise _bad(f"{where}: shape {shape!r} has more than 2**48 elements")
+    if shape_numel(shape) is None:  # [0, 2**70] too: torch could not make it
+        raise _bad(f"{where}: shape {shape!r}: its non-zero dims make more than 2**48 elements")
     dtype_from_name(t["dtype"])
     if type(codec) is not str or not codec:
         raise _bad(f"{where}: codec must be a non-empty string")
@@ -425,8 +433,9 @@ def write(f: Writable, manifest: Manifest, chunks: Sequence[bytes]) -> int:
     if len(head) >= _COMPRESS_MANIFEST_FROM:
         # the manifest names its own version, so one older than 3 is dumped again as 3
         v3 = manifest if manifest.version >= 3 else replace(manifest, version=3)
-        packed = entropy.compress(head if v3 is manifest else manifest_bytes(v3), _MANIFEST_LEVEL)
-        if len(packed) < len(head):
+        raw = head if v3 is manifest else manifest_bytes(v3)
+        packed = entropy.compress(raw, _MANIFEST_LEVEL)
+        if len(packed) < len(head) and _fits_compressed(raw, len(packed)):
             head, version, flags = packed, v3.version, MANIFEST_ZSTD
     f.write(HEADER.pack(MAGIC, version, flags, len(head)))
     f.write(head)
@@ -521,8 +530,24 @@ def _parse_cost(raw: bytes) -> int:
     return len(raw) + 200 * n(b"{") + 64 * n(b"[") + 32 * (n(b",") + n(b":")) + 56 * strings
 
 
+def _parse_limit(raw_size: int, stored: int) -> int:
+    """The most a manifest of ``raw_size`` JSON bytes, stored in ``stored`` bytes (fewer when
+    compressed), may cost to parse (:func:`_parse_cost`)."""
+    per_byte = _PARSE_BYTES_PER_BYTE * raw_size
+    return min(per_byte, _PARSE_BYTES_PER_STORED_BYTE * stored) + _PARSE_FLOOR
+
+
+def _fits_compressed(raw: bytes, stored: int) -> bool:
+    """Whether a reader takes ``raw`` compressed into ``stored`` bytes (else it is written
+    plain, which a reader bounds by its own size)."""
+    if len(raw) > _MAX_INFLATION * stored + _INFLATION_FLOOR:
+        return False
+    return _parse_cost(raw) <= _parse_limit(len(raw), stored)
+
+
 def _inflate_manifest(raw: bytes, name: str) -> bytes:
-    """The JSON of a compressed manifest: its frame must declare a size within the cap."""
+    """The JSON of a compressed manifest: its frame must declare a size within the cap and
+    within :data:`_MAX_INFLATION` times its own (plus a floor)."""
     try:
         size = zstandard.frame_content_size(raw)
     except zstandard.ZstdError as exc:
@@ -531,6 +556,12 @@ def _inflate_manifest(raw: bytes, name: str) -> bytes:
         raise CorruptCheckpointError(
             f"{name}: the compressed manifest declares {size} bytes (-1: unknown), not within "
             f"the cap of {MAX_MANIFEST_BYTES}"
+        )
+    if size > _MAX_INFLATION * len(raw) + _INFLATION_FLOOR:
+        raise DecodeLimitError(
+            f"{name}: the {len(raw)}-byte compressed manifest declares {size} bytes, "
+            f"{size // len(raw)}x its size; no ckptzip writer compresses a manifest past "
+            f"{_MAX_INFLATION}x (a zstd bomb)"
         )
     try:
         return entropy.decompress(raw, size)
@@ -678,10 +709,12 @@ class Reader:
         if flags & MANIFEST_ZSTD:
             raw = _inflate_manifest(raw, name)
         cost = _parse_cost(raw)
-        if cost > _PARSE_BYTES_PER_BYTE * len(raw) + _PARSE_FLOOR:
+        if cost > _parse_limit(len(raw), mlen):
+            stored = f", stored in {mlen}," if mlen < len(raw) else ""
             raise DecodeLimitError(
-                f"{name}: the {len(raw)}-byte manifest would take about {cost >> 20} MiB to "
-                "parse (millions of tiny JSON values); no ckptzip writer makes such a manifest"
+                f"{name}: the {len(raw)}-byte manifest{stored} would take about {cost >> 20} "
+                "MiB to parse (millions of tiny JSON values); no ckptzip writer makes such a "
+                "manifest"
             )
         with collector_paused():  # the JSON tree is thrown away: see collector_paused
             self.manifest = _parse_manifest(raw, name, size - self.data_start, version)
@@ -710,28 +743,43 @@ class Reader:
         """The bytes every tensor of the file takes decoded (from the validated manifest)."""
         return sum(e.nbytes for e in self.manifest.tensors)
 
+    @functools.cached_property
+    def view_bytes(self) -> int:
+        """The bytes the skeleton's views of the entries would take as copies (a view of an
+        ``expand()`` is stride 0: more elements than its entry holds)."""
+        tensors = self.manifest.tensors
+        return sum(n * _ITEMSIZE[tensors[i].dtype] for i, n in view_numels(self.manifest.skeleton))
+
     def check_limit(self, max_bytes: int | None = None) -> None:
         """Refuse, before any chunk is read, a file that decodes past :func:`decoded_limit`.
+
+        What counts is every entry's decoded bytes plus every view's (:attr:`view_bytes`):
+        a view comes back sharing its entry's memory, but what a caller does with it next
+        (``.clone()``, ``.numpy().tobytes()``) costs its own elements.
 
         Raises
         ------
         DecodeLimitError
-            The manifest declares more decoded bytes than the limit.
+            The manifest declares more decoded bytes (entries and views) than the limit.
         """
         limit = decoded_limit(max_bytes)
-        if limit is None or self.decoded_bytes <= limit:
+        if limit is None:
             return
+        total = self.decoded_bytes + self.view_bytes
+        if total <= limit:
+            return
+        views = f" ({self.view_bytes} of them views of its tensors)" if self.view_bytes else ""
         if max_bytes is not None:
             raise DecodeLimitError(
-                f"{self.name}: declares {self.decoded_bytes} decoded bytes, over the read "
+                f"{self.name}: declares {total} decoded bytes{views}, over the read "
                 f"limit (max_bytes={max_bytes}); if you trust this file, pass "
-                f"max_bytes={self.decoded_bytes}"
+                f"max_bytes={total}"
             )
         raise DecodeLimitError(
-            f"{self.name}: declares {self.decoded_bytes} decoded bytes, over the read limit: "
+            f"{self.name}: declares {total} decoded bytes{views}, over the read limit: "
             f"decoding needs about {DECODE_OVERHEAD}x that and this process has "
             f"{DECODE_OVERHEAD * limit} bytes of memory available; free memory or, if you "
-            f"trust this file and know it fits, pass max_bytes={self.decoded_bytes}"
+            f"trust this file and know it fits, pass max_bytes={total}"
         )
 
     def read_chunk(self, i: int) -> bytes:

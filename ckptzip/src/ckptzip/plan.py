@@ -780,6 +780,7 @@ class Planner:
         *,
         aliases: Mapping[int, Sequence[str]] | None = None,
         exact: Mapping[int, str] | None = None,
+        views: Mapping[str, torch.Tensor] | None = None,
     ) -> tuple[Treatment, ...]:
         """One :class:`Treatment` per leaf, in order; one decision per storage.
 
@@ -794,21 +795,26 @@ class Planner:
         exact:
             Leaf index → why that leaf must be stored exactly whatever its paths say (values
             the structure restores in a form that cannot be lossy, such as NumPy arrays).
+        views:
+            Path → the tensor that path stands for, where it is a view of part of its leaf
+            (:func:`ckptzip.structure.reference_views`): each name is judged by its own
+            elements, so a small bias in a flat buffer stays exact, and the leaf with it.
         """
         aliases = aliases or {}
         exact = exact or {}
+        views = views or {}
         groups: dict[tuple[object, ...], list[int]] = {}
         for i, (_, x) in enumerate(leaves):
             key = _storage_key(x)
             groups.setdefault(("leaf", i) if key is None else key, []).append(i)
         decided: dict[int, Treatment] = {}
         for members in groups.values():
-            names = {leaves[i][0]: leaves[i][1] for i in members}
+            names = {leaves[i][0]: views.get(leaves[i][0], leaves[i][1]) for i in members}
             for i in members:
                 for alias in aliases.get(i, ()):
-                    names.setdefault(alias, leaves[i][1])
+                    names.setdefault(alias, views.get(alias, leaves[i][1]))
             forced = next((exact[i] for i in members if i in exact), None)
-            quant, reason = (None, forced) if forced is not None else self._decide(names)
+            quant, reason = (None, forced) if forced is not None else self._decide(_own(names))
             codec = self.codec_for(names, quant)
             for i in members:
                 path = leaves[i][0]
@@ -858,14 +864,25 @@ class Planner:
         return "delta"
 
     def _decide(self, names: Mapping[str, torch.Tensor]) -> tuple[QuantConfig | None, str | None]:
-        """One decision for all names of one storage: exact if any name must be, else the
-        config of the first name in sorted order (independent of the structure's key order)."""
+        """One decision for all names of one storage: exact if any name must be, or if
+        names over different parts of it would be quantized differently (a first and a second
+        moment stacked in one buffer: one config would give one of them the wrong levels),
+        else the config of the first name in sorted order (independent of key order)."""
         decisions = {p: self.quant_for(p, x) for p, x in names.items()}
         exact = sorted(p for p, (q, _) in decisions.items() if q is None)
         if exact:
             why = decisions[exact[0]][1]
             return None, why if len(names) == 1 else f"{why} (as {exact[0]})"
-        return decisions[min(names)][0], None
+        first = min(names)
+        spans = _spans(names)
+        differ = sorted(
+            p
+            for p, (q, _) in decisions.items()
+            if q != decisions[first][0] and spans.get(p) != spans.get(first)
+        )
+        if differ:  # tied names (one range) take the first name's config, as always
+            return None, f"parts of one storage quantized differently ({first}, {differ[0]})"
+        return decisions[first][0], None
 
     def prequantized_for(
         self, t: Treatment, x: torch.Tensor, scores: torch.Tensor | None = None
@@ -875,3 +892,32 @@ class Planner:
         if pre is None or t.quant is None or not pre.fits(x, t.quant, scores):
             return None
         return pre.quantized
+
+
+def _own(names: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The names of one storage that are tensors of their own, not slices of another name:
+    those whose storage range no other name's strictly contains. A weight's row follows the
+    weight (its values are the weight's, quantized with it); tied names and a transpose
+    (one range) are each a name of their own, as are parameters packed side by side in one
+    flat buffer, or two moments stacked in one, each judged by its own elements."""
+    spans = _spans(names)
+    own = {
+        p: names[p]
+        for p, (lo, hi) in spans.items()
+        if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in spans.values())
+    }
+    return own or dict(names)
+
+
+def _spans(names: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
+    """Each non-empty name's range of storage elements, ``[first, last + 1)``."""
+    return {
+        p: (x.storage_offset(), x.storage_offset() + _extent(x))
+        for p, x in names.items()
+        if x.numel()
+    }
+
+
+def _extent(x: torch.Tensor) -> int:
+    """Storage elements from ``x.storage_offset()`` that ``x`` reaches (``x`` not empty)."""
+    return 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True))

@@ -24,19 +24,27 @@ Skeleton nodes::
     {"$": "list",  "v": [node, ...]}
     {"$": "tuple", "v": [node, ...]}
     {"$": "dict",  "k": [key, ...], "v": [node, ...]}   keys: str or int, order kept
+    {"$": "counter", "k": [key, ...], "v": [node, ...]} a collections.Counter (version 5)
     {"$": "tensor", "i": n}                              entry n itself
     {"$": "view", "i": n, "offset": o, "shape": [...], "stride": [...]}     (version 2)
     {"$": "ndarray", "i": n}                             entry n as a NumPy array (version 2)
+
+A ``tensor`` or ``view`` node may also hold ``"param": true`` (it was an ``nn.Parameter``) and
+``"grad": true`` (a leaf that required grad); both appear only when true, from version 5 on,
+and come back as they were (a new leaf over the same storage). A view's offset, strides and
+the product of its non-zero dims are bounded (int64, :data:`MAX_NUMEL`), as are an entry's.
 
 In format version 1 each entry is referenced by exactly one ``tensor`` node; version 2 lets
 ``tensor`` and ``view`` nodes share an entry (an ``ndarray`` entry is referenced once).
 :func:`skeleton_version` is the lowest version that holds a skeleton, so files without shared
 storage or NumPy arrays stay readable by version-1 readers.
 
-Subclasses come back as their plain type: ``OrderedDict`` (every ``state_dict``) and
-``defaultdict`` as ``dict``, ``namedtuple`` and ``torch.Size`` as ``tuple``, ``IntEnum`` as
-``int``; NumPy scalars (``np.int64``, ``np.float32``, ``np.bool_``) as the Python scalar of the
-same value. NumPy arrays of numeric and bool dtypes (``np.random.get_state()``'s key array,
+Subclasses come back as their plain type: ``OrderedDict`` (every ``state_dict``),
+``defaultdict`` and every other ``dict`` subclass (Lightning's ``AttributeDict``) as ``dict``,
+except ``collections.Counter`` (a ``MultiStepLR``'s milestones), which comes back a
+``Counter``; ``namedtuple`` and ``torch.Size`` as ``tuple``, ``IntEnum`` as ``int``; NumPy
+scalars (``np.int64``, ``np.float32``, ``np.bool_``) as the Python scalar of the same value.
+NumPy arrays of numeric and bool dtypes (``np.random.get_state()``'s key array,
 ``Generator.bit_generator.state``'s) are stored bit-exactly and come back as NumPy arrays on
 the CPU. Integers are limited to :data:`MAX_INT_BITS` bits. Anything else raises
 :class:`~ckptzip.errors.UnsupportedValueError` naming its path and type, because storing it
@@ -46,6 +54,7 @@ would need pickle, which ckptzip never uses.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,8 +75,11 @@ __all__ = [
     "join_path",
     "ndarray_entries",
     "reference_paths",
+    "reference_views",
+    "shape_numel",
     "skeleton_version",
     "unflatten",
+    "view_numels",
 ]
 
 # Nesting deeper than this is refused on save and on load: real checkpoints nest a handful of
@@ -82,6 +94,12 @@ MAX_INT_BITS = 14_000
 # bounds keep arithmetic on hostile shapes harmless.
 MAX_NUMEL = 1 << 48
 MAX_NDIM = 64
+# Offsets and strides are int64 in torch; a view's must fit.
+_MAX_INT64 = (1 << 63) - 1
+# Nodes and node fields a file of an older format version may not hold.
+_COUNTER_FROM = _AUTOGRAD_FROM = 5
+_AUTOGRAD_KEYS = frozenset(("param", "grad"))
+_LATEST = max(_COUNTER_FROM, _AUTOGRAD_FROM)  # the newest skeleton rules
 
 # Every dtype a file may name; the names are part of the format and never change.
 DTYPES: dict[str, torch.dtype] = {
@@ -156,6 +174,25 @@ def _from_ndarray(a: np.ndarray, where: str) -> torch.Tensor:
     return t
 
 
+def shape_numel(shape: Sequence[int]) -> int | None:
+    """The number of elements of ``shape`` (ints >= 0), or ``None`` where the product of its
+    non-zero dims exceeds :data:`MAX_NUMEL`: an empty shape like ``[0, 2**70]`` is refused too,
+    as torch could not make it. The product is checked as it grows (no huge products).
+
+    Examples
+    --------
+    >>> shape_numel([2, 3]), shape_numel([0, 2**40]), shape_numel([0, 2**50])
+    (6, 0, None)
+    """
+    nonzero = 1
+    for n in shape:
+        if n:
+            nonzero *= n
+            if nonzero > MAX_NUMEL:
+                return None
+    return nonzero if all(shape) else 0
+
+
 def _extent(x: torch.Tensor) -> int:
     """Number of storage elements from ``x.storage_offset()`` that ``x`` can address."""
     return 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True))
@@ -214,28 +251,41 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
             raise UnsupportedValueError(
                 f"tensor at {where} has layout {x.layout}; convert it with .to_dense() first"
             )
-        if x.is_quantized or x.is_meta:
+        if x.is_quantized:
             raise UnsupportedValueError(
-                f"tensor at {where} is a {'quantized' if x.is_quantized else 'meta'} "
-                "tensor, which ckptzip cannot store; dequantize or materialise it first"
+                f"tensor at {where} is a quantized tensor, which ckptzip cannot store; "
+                "dequantize it first (x.dequantize())"
+            )
+        if x.is_meta:
+            raise UnsupportedValueError(
+                f"tensor at {where} is a meta tensor (a shape without data), which ckptzip "
+                "cannot store; materialise it first (e.g. module.to_empty(device='cpu'), then "
+                "initialise or load its values)"
             )
         try:
             dtype_name(x.dtype)
         except UnsupportedValueError as exc:
             raise UnsupportedValueError(f"tensor at {where}: {exc}") from None
+        if shape_numel(x.shape) is None:
+            raise UnsupportedValueError(
+                f"tensor at {where} has shape {list(x.shape)}, whose non-zero dims multiply "
+                f"past {MAX_NUMEL}; a file cannot hold it"
+            )
+        # before anything reads its data: a storage freed under the tensor (FSDP frees
+        # unsharded parameters' with resize_(0)) or none at all (FakeTensor) would be read
+        # from wherever its pointer points
+        ptr = _checked_storage(x, where)
+        node: dict[str, Any] = {"$": "tensor"}  # completed once every member is known
+        if isinstance(x, torch.nn.Parameter):
+            node["param"] = True
+        if x.requires_grad and x.is_leaf:  # a view of one is rebuilt from the storage: no flag
+            node["grad"] = True
         x = x.detach()
         if x.is_conj() or x.is_neg():
             # a lazy conjugate / negative view: its storage holds other values than it shows,
             # so it is stored as the values it shows (its own entry, sharing nothing)
             x = x.resolve_conj().resolve_neg()
-        node: dict[str, Any] = {"$": "tensor"}  # completed once every member is known
-        try:
             ptr = x.untyped_storage().data_ptr() if x.numel() else 0
-        except (RuntimeError, NotImplementedError) as exc:  # subclasses without storage
-            raise UnsupportedValueError(
-                f"tensor at {where} ({type(x).__name__}) has no storage ckptzip can read "
-                f"({exc}); convert it to a plain dense tensor first"
-            ) from None
         if ptr:
             key = (str(x.device), ptr, x.dtype)
             group = by_storage.get(key)
@@ -283,6 +333,9 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
             active.add(id(x))
             try:
                 if isinstance(x, dict):
+                    # Counter alone keeps its type: its methods (elements, most_common) are
+                    # what a restored MultiStepLR calls; other subclasses load as dict
+                    tag = "counter" if isinstance(x, Counter) else "dict"
                     keys: list[str | int] = []
                     values = []
                     for k, v in x.items():
@@ -298,7 +351,7 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
                             )
                         keys.append(k if isinstance(k, str) else int(k))
                         values.append(walk(v, join_path(path, k), depth + 1))
-                    return {"$": "dict", "k": keys, "v": values}
+                    return {"$": tag, "k": keys, "v": values}
                 items = [walk(v, join_path(path, i), depth + 1) for i, v in enumerate(x)]
                 return {"$": "tuple" if isinstance(x, tuple) else "list", "v": items}
             finally:
@@ -315,6 +368,34 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[str, torch.Tensor]]]:
         walk = spent  # a cycle through its own cell held every tensor's view (spent's doc)
     # entries are numbered in the order their first reference was met
     return skeleton, [_settle(g) for g in groups]
+
+
+def _checked_storage(x: torch.Tensor, where: str) -> int:
+    """The data pointer of ``x``'s storage (0 for an empty tensor), once it is known to hold
+    every byte ``x`` reaches; :class:`UnsupportedValueError` otherwise."""
+    if not x.numel():
+        return 0  # nothing is read: an empty tensor over any storage is fine
+    try:
+        storage = x.untyped_storage()
+        ptr, nbytes = storage.data_ptr(), storage.nbytes()
+    except (RuntimeError, NotImplementedError) as exc:  # subclasses without storage
+        raise UnsupportedValueError(
+            f"tensor at {where} ({type(x).__name__}) has no storage ckptzip can read "
+            f"({exc}); convert it to a plain dense tensor first"
+        ) from None
+    need = (x.storage_offset() + _extent(x)) * x.element_size()
+    if nbytes < need:
+        raise UnsupportedValueError(
+            f"tensor at {where} reaches {need} bytes of its storage but the storage holds "
+            f"{nbytes} (it was freed or shrunk, as FSDP does to unsharded parameters between "
+            "uses); save it while its data is there (e.g. FSDP's full or sharded state_dict)"
+        )
+    if not ptr:
+        raise UnsupportedValueError(
+            f"tensor at {where} ({type(x).__name__}) has no data (a fake or symbolic tensor "
+            "holds a shape only); save a real tensor"
+        )
+    return ptr
 
 
 def _unique_path(path: str, taken: set[str]) -> str:
@@ -389,6 +470,39 @@ def reference_paths(skeleton: Any) -> dict[int, list[str]]:
     {0: ['wte', 'head/w', 'row']}
     """
     out: dict[int, list[str]] = {}
+    for node, path in _referencing_nodes(skeleton):
+        out.setdefault(node["i"], []).append(path)
+    return out
+
+
+def reference_views(
+    skeleton: Any, leaves: Sequence[tuple[str, torch.Tensor]]
+) -> dict[str, torch.Tensor]:
+    """The tensor each path of a :func:`flatten`-ed skeleton stands for, as a view of its
+    entry in ``leaves``: an entry holds the span of storage all its paths reach, so a path
+    that views part of it (a bias in a flat buffer, one moment of a stacked pair) is judged
+    by its own elements, not the span's.
+
+    Examples
+    --------
+    >>> w = torch.arange(6.0)
+    >>> skeleton, leaves = flatten({"w": w, "tail": w[4:]})
+    >>> {p: t.tolist() for p, t in reference_views(skeleton, leaves).items()}
+    {'w': [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], 'tail': [4.0, 5.0]}
+    """
+    out: dict[str, torch.Tensor] = {}
+    for node, path in _referencing_nodes(skeleton):
+        base = leaves[node["i"]][1]
+        if node["$"] == "view":
+            offset = base.storage_offset() + node["offset"]
+            out[path] = base.as_strided(node["shape"], node["stride"], offset)
+        else:
+            out[path] = base
+    return out
+
+
+def _referencing_nodes(skeleton: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    """``(node, path)`` of every node that references an entry, in structure order."""
     stack: list[tuple[Any, str]] = [(skeleton, "")]
     while stack:
         node, path = stack.pop()
@@ -396,19 +510,18 @@ def reference_paths(skeleton: Any) -> dict[int, list[str]]:
             continue
         tag, v = node.get("$"), node.get("v")
         if tag in ("tensor", "view", "ndarray") and isinstance(node.get("i"), int):
-            out.setdefault(node["i"], []).append(path)
-        elif tag == "dict" and isinstance(v, list) and isinstance(node.get("k"), list):
+            yield node, path
+        elif tag in ("dict", "counter") and isinstance(v, list) and isinstance(node.get("k"), list):
             stack.extend(
                 (c, join_path(path, k)) for k, c in reversed(list(zip(node["k"], v, strict=False)))
             )
         elif tag in ("list", "tuple") and isinstance(v, list):
             stack.extend((c, join_path(path, i)) for i, c in reversed(list(enumerate(v))))
-    return out
 
 
 def skeleton_version(skeleton: Any) -> int:
-    """The lowest format version whose nodes hold ``skeleton`` (1, or 2 for shared storage
-    and NumPy arrays).
+    """The lowest format version whose nodes hold ``skeleton`` (1, 2 for shared storage and
+    NumPy arrays, 5 for a ``Counter`` or a parameter / tensor that requires grad).
 
     Examples
     --------
@@ -417,15 +530,36 @@ def skeleton_version(skeleton: Any) -> int:
     (1, 2)
     """
     seen: set[int] = set()
+    version = 1
     for node in _nodes(skeleton):
         tag = node.get("$")
+        if tag == "counter" or not _AUTOGRAD_KEYS.isdisjoint(node):
+            return _LATEST
         if tag in ("view", "ndarray"):
-            return 2
-        if tag == "tensor":
+            version = 2
+        elif tag == "tensor":
             if node.get("i") in seen:
-                return 2
+                version = 2
             seen.add(node.get("i"))  # type: ignore[arg-type]
-    return 1
+    return version
+
+
+def view_numels(skeleton: Any) -> Iterator[tuple[int, int]]:
+    """``(entry, elements)`` of each view node of a skeleton :func:`unflatten` has checked.
+
+    A view costs no memory as it comes back, but a copy of it (``.clone()``, ``.numpy()``)
+    costs its elements, however few its entry holds (an ``expand()`` is stride 0): the read
+    limit counts them.
+
+    Examples
+    --------
+    >>> w = torch.ones(3)
+    >>> list(view_numels(flatten({"w": w, "e": w.expand(4, 3)})[0]))
+    [(0, 12)]
+    """
+    for node in _nodes(skeleton):
+        if node.get("$") == "view":
+            yield node["i"], shape_numel(node["shape"]) or 0
 
 
 def _nodes(skeleton: Any) -> Iterator[dict[str, Any]]:
@@ -464,18 +598,20 @@ class StandIn:
         return self
 
 
-def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
+def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = _LATEST) -> Any:
     """Rebuild the object from a skeleton and its leaves (``leaves[i]`` for entry ``i``).
 
     The skeleton comes from a file, so every node is checked against ``version``'s rules
-    (module docstring); every leaf must be referenced. Leaves are the decoded tensors
-    (contiguous), or :class:`StandIn` objects to check a skeleton without data.
+    (module docstring; by default the newest's); every leaf must be referenced. Leaves are
+    the decoded tensors (contiguous), or :class:`StandIn` objects to check a skeleton without
+    data.
 
     Raises
     ------
     CorruptCheckpointError
         A node is malformed, nested deeper than :data:`MAX_DEPTH`, a view reaches outside
-        its entry, or the references do not match ``leaves`` as ``version`` requires.
+        its entry or past int64 and :data:`MAX_NUMEL`, or the references do not match
+        ``leaves`` as ``version`` requires.
     """
     uses = [0] * len(leaves)
     as_array = [False] * len(leaves)
@@ -488,6 +624,8 @@ def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
 
     def leaf(node: dict[str, Any], keys: set[str]) -> tuple[int, Any]:
         i = node.get("i")
+        if node["$"] != "ndarray" and version >= _AUTOGRAD_FROM:
+            keys = keys | (_AUTOGRAD_KEYS & set(node))  # optional, checked by autograd()
         if set(node) != keys or isinstance(i, bool) or not isinstance(i, int):
             raise bad(node, f"expected the keys {sorted(keys)} with an int 'i'")
         if not 0 <= i < len(leaves):
@@ -506,16 +644,33 @@ def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
             or len(shape) != len(stride)
             or not all(_is_count(n) for n in (*shape, *stride, offset))
         ):
-            raise bad(node, "offset, shape and stride must be ints >= 0, equally many dims")
-        numel = 1
-        for n in shape:
-            numel = min(numel * n, MAX_NUMEL + 1)  # capped as it grows: no huge products
-        if numel > MAX_NUMEL:
-            raise bad(node, f"a view of more than {MAX_NUMEL} elements")
+            raise bad(
+                node, "offset, shape and stride must be ints from 0 to 2**63-1, equally many dims"
+            )
+        numel = shape_numel(shape)
+        if numel is None:
+            raise bad(node, f"the view's non-zero dims make more than {MAX_NUMEL} elements")
+        if base.storage_offset() + offset > _MAX_INT64:
+            raise bad(node, "the view's offset is past int64")
         reach = offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
         if numel and reach >= base.numel():
             raise bad(node, f"the view reaches element {reach} of a {base.numel()}-element entry")
         return base.as_strided(shape, stride, base.storage_offset() + offset)
+
+    def autograd(node: dict[str, Any], x: Any) -> Any:
+        """``x`` as a new leaf over its storage, as the node's ``param`` / ``grad`` say."""
+        param, grad = node.get("param"), node.get("grad")
+        if param is None and grad is None:
+            return x
+        if (param is not None and param is not True) or (grad is not None and grad is not True):
+            raise bad(node, "'param' and 'grad' are written only as true")
+        if grad and not (x.dtype.is_floating_point or x.dtype.is_complex):
+            raise bad(node, f"a {dtype_name(x.dtype)} tensor cannot require grad")
+        if x.is_meta:  # a StandIn: nothing to make
+            return x
+        # a new tensor object, so views built from the same leaf stay plain
+        x = x.detach()
+        return torch.nn.Parameter(x, requires_grad=bool(grad)) if param else x.requires_grad_()
 
     def build(node: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
@@ -542,10 +697,10 @@ def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
             i, x = leaf(node, {"$", "i"})
             # a second name of one entry is its own tensor object over the same storage,
             # as torch.load gives back tied weights
-            return x if uses[i] == 1 else x.detach()
+            return autograd(node, x if uses[i] == 1 else x.detach())
         if tag == "view" and version >= 2:
             _, x = leaf(node, {"$", "i", "offset", "shape", "stride"})
-            return view(node, x)
+            return autograd(node, view(node, x))
         if tag == "ndarray" and version >= 2:
             i, x = leaf(node, {"$", "i"})
             as_array[i] = True
@@ -557,7 +712,7 @@ def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
                 raise bad(node, f"expected {{'$': {tag!r}, 'v': [...]}}")
             items = [build(v, depth + 1) for v in node["v"]]
             return tuple(items) if tag == "tuple" else items
-        if tag == "dict":
+        if tag == "dict" or (tag == "counter" and version >= _COUNTER_FROM):
             keys, values = node.get("k"), node.get("v")
             if (
                 set(node) != {"$", "k", "v"}
@@ -565,8 +720,8 @@ def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
                 or not isinstance(values, list)
                 or len(keys) != len(values)
             ):
-                raise bad(node, "expected {'$': 'dict', 'k': [...], 'v': [...]} of equal length")
-            out: dict[str | int, Any] = {}
+                raise bad(node, f"expected {{'$': {tag!r}, 'k': [...], 'v': [...]}}, equally long")
+            out: dict[str | int, Any] = Counter() if tag == "counter" else {}
             for k, v in zip(keys, values, strict=True):
                 if isinstance(k, bool) or not isinstance(k, (str, int)):
                     raise bad(node, f"dict key {k!r} must be str or int")
@@ -589,4 +744,5 @@ def unflatten(skeleton: Any, leaves: Sequence[Any], *, version: int = 2) -> Any:
 
 
 def _is_count(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+    """An int a view's offset, dim or stride may be: from 0 to int64's largest."""
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _MAX_INT64
