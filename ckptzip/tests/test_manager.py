@@ -590,9 +590,7 @@ def test_restore_refuses_a_state_of_another_model_or_optimizer_with_a_config_err
     other = torch.nn.Linear(4, 4)
     before = {k: v.clone() for k, v in other.state_dict().items()}
     two_groups = torch.optim.SGD([{"params": [other.weight]}, {"params": [other.bias]}], 0.1)
-    with pytest.raises(
-        ConfigError, match=r"parameter groups of sizes \[2\].*nothing was restored"
-    ):
+    with pytest.raises(ConfigError, match=r"parameter groups of sizes \[2\].*nothing was restored"):
         CheckpointManager(tmp_path, model=other, optimizer=two_groups).restore(1)
     assert all(torch.equal(v, other.state_dict()[k]) for k, v in before.items())
     wider = torch.nn.Linear(4, 5)

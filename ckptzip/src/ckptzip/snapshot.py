@@ -19,6 +19,7 @@ so it must work on a copy that training cannot change. Two ways, both used by
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
@@ -88,9 +89,7 @@ def _shared_spans(found: Mapping[int, torch.Tensor]) -> list[list[int]]:
         if ptr and t.device.type != "meta":
             groups.setdefault((str(t.device), ptr), []).append(i)
     return [
-        ids
-        for ids in groups.values()
-        if len(ids) > 1 and len({found[i].dtype for i in ids}) == 1
+        ids for ids in groups.values() if len(ids) > 1 and len({found[i].dtype for i in ids}) == 1
     ]
 
 
@@ -131,10 +130,9 @@ def copy_tree(obj: Any) -> Copied:
     memo: dict[int, Any] = {}
     with torch.no_grad():
         for ids in _shared_spans(found):
-            try:
+            # views beyond their storage fail here: copied one by one (and refused by the save)
+            with contextlib.suppress(RuntimeError):
                 memo.update(zip(ids, _copy_span([found[i] for i in ids], events), strict=True))
-            except RuntimeError:  # views beyond their storage: copied one by one (and refused)
-                pass
     memo.update({i: _to_host(t, events) for i, t in found.items() if i not in memo})
     return Copied(copy.deepcopy(obj, memo), events)
 
