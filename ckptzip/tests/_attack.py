@@ -43,6 +43,8 @@ AREAS: dict[str, dict[str, tuple[str, ...]]] = {
         "test_structure.py": ("test_unflatten_of_arbitrary_json*", "test_malformed_skeletons*"),
         "test_golden.py": ("*",),
         "test_sanitizers.py": ("*",),
+        "test_dcp_crafted.py": ("*",),
+        "test_storage_crafted.py": ("*",),
     },
     "SIGKILLs, full disks and I/O faults": {
         "test_crash.py": ("*",),
@@ -68,6 +70,7 @@ AREAS: dict[str, dict[str, tuple[str, ...]]] = {
     "S3 faults (moto)": {"test_s3.py": ("*",)},
     "odd tensors and read limits": {
         "test_limits.py": ("*",),
+        "test_structure_crafted.py": ("*",),
         "test_structure.py": (
             "*odd*",
             "*conj*",

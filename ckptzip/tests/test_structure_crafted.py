@@ -1,5 +1,6 @@
-"""Red-team findings on the structure and container layers: hostile views and manifests,
-and states whose values did not come back as they were saved (or crashed the save).
+"""Crafted files and odd states against the structure and container layers: hostile views
+and manifests, and states whose values did not come back as they were saved (or crashed the
+save).
 
 Each test failed before its fix; the module it guards is named in its docstring.
 """

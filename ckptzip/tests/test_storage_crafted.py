@@ -1,8 +1,8 @@
-"""Red-team regressions of the storage layer, the chain store, the CLI and the Trainer copy.
-
-Each test is one finding: a lock file that is a link, JSON nested past the recursion limit
-in a commit marker or lease, step names and skip positions in non-ASCII digits, text from a
-file printed as rich markup or terminal escapes, and a ``Trainer`` file copied through a link.
+"""Crafted directories and files against the storage layer, the chain store, the CLI and the
+Trainer copy. Each test is one case that got through before: a lock file that is a link,
+JSON nested past the recursion limit in a commit marker or lease, step names and skip
+positions in non-ASCII digits, text from a file printed as rich markup or terminal escapes,
+and a ``Trainer`` file copied through a link.
 """
 
 from __future__ import annotations
