@@ -51,6 +51,9 @@ register_variant("rlcheck-eps05", epsilon=0.05)
 # span duplications before the first valid case in chains of 5 (duplicate_until_valid;
 # off by default), as Hypothesis's engine mutates each case it generates
 register_variant("rlcheck-dup5", duplicate_until_valid=5)
+# the hand-back without the credit (credit_hand_back off: Hypothesis's own backend keeps
+# only the half of its give-up budget left, the default before December 2026)
+register_variant("rlcheck-nocredit", credit_hand_back=False)
 
 
 def _all_true(k: int) -> SuiteTest:

@@ -249,6 +249,35 @@ def test_a_handed_back_run_goes_on_from_the_cases_run_here() -> None:
     assert len(set(seen)) >= len(seen) - 10, (len(set(seen)), len(seen))
 
 
+@pytest.mark.parametrize("credit", [True, False])
+def test_a_handed_back_run_keeps_the_default_backends_whole_give_up_budget(
+    credit: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing is ever valid. Hypothesis's own backend gives up (Unsatisfiable) after 458
+    # invalid cases; handed a run after the backend's 229, it still gets all 458 of them
+    # (credit_hand_back), so any input it would reach in a run of its own it reaches here.
+    # Without the credit it had the 229 left: lists of booleans all True and at least 7
+    # long passed 33 of 40 seeds against the default's 38 (39 with the credit).
+    monkeypatch.setattr(provider_module.RLCheckProvider, "credit_hand_back", credit)
+    calls = 0
+
+    @seed(0)
+    @settings(backend="rlcheck", max_examples=60, database=None, **QUIET)
+    @given(st.integers())
+    def inner(x: int) -> None:
+        nonlocal calls
+        calls += 1
+        assume(False)
+
+    with pytest.raises(Unsatisfiable):
+        inner()
+    handed_back = int(0.5 * INVALID_THRESHOLD_BASE)
+    if credit:
+        assert calls > INVALID_THRESHOLD_BASE + handed_back - 5, calls
+    else:
+        assert calls <= INVALID_THRESHOLD_BASE + 2, calls
+
+
 def test_recording_in_the_engine_tree_never_fails_a_case() -> None:
     from hypothesis.internal.conjecture.data import DataObserver
 

@@ -121,6 +121,7 @@ __all__ = [
     "ends_run",
     "on_run_end",
     "bounded_fetch",
+    "credit_invalid",
     "database_directory",
     "database_key",
     "integer_distribution",
@@ -302,6 +303,22 @@ def running_engine() -> Any:
             return owner
         frame = frame.f_back
     return None
+
+
+def credit_invalid(count: int) -> int:
+    """Take up to ``count`` invalid cases off the give-up count of the engine running the
+    calling test case (``ConjectureRunner.invalid_test_cases``; ``invalid_examples`` on
+    older versions), so that its own backend, taking the run over, still has all of its
+    ``Unsatisfiable`` budget; the number taken off (0 where there is no engine or no such
+    counter)."""
+    runner = running_engine()
+    for name in ("invalid_test_cases", "invalid_examples"):
+        current = getattr(runner, name, None)
+        if isinstance(current, int) and not isinstance(current, bool):
+            taken = max(0, min(count, current))
+            setattr(runner, name, current - taken)
+            return taken
+    return 0
 
 
 def running_database_key() -> bytes | None:

@@ -126,6 +126,7 @@ from rlcheck.hypothesis.compat import (
     RunEnd,
     bounded_fetch,
     choice_permitted,
+    credit_invalid,
     current_test,
     database_directory,
     database_key,
@@ -562,8 +563,16 @@ class RLCheckProvider(PrimitiveProvider):
     #: ``benchmarks/satisfiability.py`` (40 seeds each) lowering it took lists of booleans
     #: all True and at least 7 long from 33 passing runs to 35 (0.25) and 37 (0.1; the
     #: default backend 38), and ``0 < a < b <= a + 16`` over unbounded integers from 34 to
-    #: 20 and 13 (the default backend 15). Half: each keeps half of the budget.
+    #: 20 and 13 (the default backend 15). Half, with :attr:`credit_hand_back`: the
+    #: default backend keeps all of its own budget after it (39 and 36 of 40).
     hand_back_unsatisfiable: ClassVar[float] = _HAND_BACK_UNSATISFIABLE
+    #: At that hand-back, the run's invalid cases so far are taken off the engine's
+    #: give-up count (:func:`rlcheck.hypothesis.compat.credit_invalid`), so Hypothesis's
+    #: own backend gets the whole budget it has in a run of its own (458 invalid cases),
+    #: after the backend's: whatever input the default backend would reach before it gives
+    #: up, it still reaches, and a test that is truly unsatisfiable fails after up to 1.5x
+    #: the cases. Off: the default backend keeps only the half left.
+    credit_hand_back: ClassVar[bool] = True
     #: Until the run's first valid case (or failure), after each case that is not itself
     #: a mutation, up to this many learned cases copy one span of the case before onto
     #: another of the same label (:func:`rlcheck.mutation.duplicated`), each from the last
@@ -709,6 +718,7 @@ class RLCheckProvider(PrimitiveProvider):
         self._discards = 0
         self._default_valid = 0  # valid cases of the default provider's share
         self._default_streak = 0  # its invalid cases in a row
+        self._credited = 0  # invalid cases taken off the engine's give-up count at a hand-back
         self._default_invalid = 0  # its invalid cases
         self._warm = False  # a learned policy was loaded: guidance paid in an earlier run
         # mutation of earlier valid cases (mutate_share > 0)
@@ -824,6 +834,7 @@ class RLCheckProvider(PrimitiveProvider):
                 # final save is now, not at the run's end.
                 if hand_back:
                     self._record(handed_back=True)
+                    self._credit_hand_back(exhausted)
                 persistence = self._persistence
                 if persistence is not None and exhausted and not self._warm:
                     # Every choice sequence has been run (a small domain): the next run
@@ -1192,6 +1203,14 @@ class RLCheckProvider(PrimitiveProvider):
             and valid < HEALTH_CHECK_VALID
             and ledger.invalid >= _HAND_BACK_HEALTH_CHECK * HEALTH_CHECK_INVALID
         )
+
+    def _credit_hand_back(self, exhausted: bool) -> None:
+        """At a hand-back of a run with no valid case yet (:attr:`credit_hand_back`), take
+        this run's invalid cases off the engine's give-up count: Hypothesis's own backend
+        then has its whole ``Unsatisfiable`` budget, as in a run of its own."""
+        ledger = self._ledger
+        if type(self).credit_hand_back and not exhausted and ledger.valid + ledger.failures == 0:
+            self._credited = credit_invalid(ledger.invalid)
 
     def _end(self, outcome: Outcome | None) -> None:
         # Never raises: an exception here would replace the test's own outcome.
