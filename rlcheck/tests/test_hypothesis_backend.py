@@ -138,9 +138,31 @@ def test_the_fast_backend_runs_fewer_cases_on_a_strict_test(
     strict("rlcheck-fast")
     strict("rlcheck")
     # patience 30 against 1: "rlcheck" spends up to 30 of the provider's cases per valid one
-    # in its interleaved tail (1 647 cases against 2 139 here; under 0.75x while the tail
-    # was interleaved from the first learned case, before tail_interleave_late)
-    assert calls["rlcheck-fast"] < 0.8 * calls["rlcheck"], calls
+    # in its interleaved tail (2 272 cases against 2 670 here, both mutating; 1 647 against
+    # 2 139 while the fast backend did not mutate, and under 0.75x while the tail was
+    # interleaved from the first learned case, before tail_interleave_late)
+    assert calls["rlcheck-fast"] < 0.9 * calls["rlcheck"], calls
+
+
+@pytest.mark.parametrize("backend", ["rlcheck", "rlcheck-fast"])
+def test_the_fast_backend_finds_what_the_engines_copies_find(backend: str) -> None:
+    # A list with a repeated element, behind a gate that keeps the backend guiding (about 1
+    # in 8 cases valid). Hypothesis's engine makes equal values by copying one draw onto
+    # another; the fast backend, without mutation, found it in 2-4 of 20 seeds (the default
+    # 20 of 20), its learned integers drawn apart inside their magnitude buckets.
+    for run_seed in range(1, 6):
+
+        @seed(run_seed)
+        @settings(backend=backend, database=None, phases=[Phase.generate], **QUIET)
+        @given(st.data())
+        def inner(data: st.DataObject) -> None:
+            gate = data.draw(st.lists(st.integers(0, 9), min_size=1, max_size=6))
+            assume(gate == sorted(gate) and len(gate) >= 3)
+            xs = data.draw(st.lists(st.integers()))
+            assert len(xs) < 4 or len(set(xs)) == len(xs)
+
+        with pytest.raises(AssertionError):
+            inner()
 
 
 def test_an_unaffordable_tail_is_interleaved_after_the_learned_half(
