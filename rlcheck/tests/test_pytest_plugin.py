@@ -239,6 +239,25 @@ def test_short(x):
     assert "probe only" in row and "guided" not in row
 
 
+def test_a_test_rlcheck_ran_no_case_of_is_not_called_guided(pytester: pytest.Pytester) -> None:
+    # Explicit examples only: the backend never ran a case; the table said "guided 0".
+    pytester.makepyfile(
+        test_explicit="""
+from hypothesis import Phase, example, given, settings, strategies as st
+
+@settings(phases=[Phase.explicit], database=None)
+@example(3)
+@given(st.integers())
+def test_explicit(x):
+    pass
+"""
+    )
+    result = pytester.runpytest("--rlcheck", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    rows = [line for line in result.stdout.lines if "test_explicit.py::test_explicit" in line]
+    assert rows and all("guided" not in row for row in rows), rows
+
+
 STATEFUL = """
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule

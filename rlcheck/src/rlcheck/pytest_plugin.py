@@ -127,8 +127,10 @@ class CaseCounts:
             status = "handed back"
         elif learned == 0 and guided:
             status = "probe only"  # every case was the probe's: Hypothesis's provider's
-        else:
+        elif guided:
             status = "guided"
+        else:
+            status = "no cases"  # max_examples=1, explicit examples only: nothing to guide
         self.row = replace(self.row, guided=self.row.guided + guided, status=status, reason=reason)
 
 
