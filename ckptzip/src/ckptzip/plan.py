@@ -900,12 +900,20 @@ def _own(names: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     weight (its values are the weight's, quantized with it); tied names and a transpose
     (one range) are each a name of their own, as are parameters packed side by side in one
     flat buffer, or two moments stacked in one, each judged by its own elements."""
-    spans = _spans(names)
-    own = {
-        p: names[p]
-        for p, (lo, hi) in spans.items()
-        if not any(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in spans.values())
-    }
+    # by first element, the longest first: a range is strictly inside another exactly when an
+    # earlier, different range reaches as far (one sweep, not a comparison of every pair: a
+    # flat buffer holds thousands of parameters)
+    order = sorted(_spans(names).items(), key=lambda kv: (kv[1][0], -kv[1][1]))
+    own: dict[str, torch.Tensor] = {}
+    reach, i = -1, 0
+    while i < len(order):
+        span = order[i][1]
+        j = i
+        while j < len(order) and order[j][1] == span:
+            j += 1
+        if reach < span[1]:
+            own.update((p, names[p]) for p, _ in order[i:j])
+        reach, i = max(reach, span[1]), j
     return own or dict(names)
 
 
