@@ -67,6 +67,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 import ckptzip
 from ckptzip.config import CompressionConfig
 from ckptzip.errors import ConfigError, CorruptCheckpointError, NotRegularFileError
+from ckptzip.storage import atomic_write
 
 __all__ = [
     "SUFFIX",
@@ -220,8 +221,11 @@ class CkptzipCallback(TrainerCallback):
             return
         # the pickled arguments become JSON from the live object (never unpickled here)
         text = json.dumps(args.to_dict(), indent=1, default=str)
-        with open(os.path.join(directory, _ARGS_JSON), "w") as f:
-            f.write(text)
+        # atomically, and never through a link already at that name (it would be written
+        # through to its target)
+        atomic_write(
+            os.path.join(directory, _ARGS_JSON), lambda f: f.write(text.encode()), overwrite=True
+        )
         args_bin = os.path.join(directory, _ARGS_BIN)
         if os.path.exists(args_bin):
             os.unlink(args_bin)
