@@ -40,7 +40,7 @@ from ckptzip._parallel import map_on_encoding_threads
 from ckptzip._types import QuantizedTensor, StepWeights
 from ckptzip.config import CompressionConfig, QuantConfig
 from ckptzip.errors import ConfigError
-from ckptzip.structure import dtype_name
+from ckptzip.structure import dtype_name, extent
 
 __all__ = [
     "FEEDBACK_MOMENTS",
@@ -920,12 +920,7 @@ def _own(names: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _spans(names: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
     """Each non-empty name's range of storage elements, ``[first, last + 1)``."""
     return {
-        p: (x.storage_offset(), x.storage_offset() + _extent(x))
+        p: (int(x.storage_offset()), int(x.storage_offset()) + int(extent(x)))
         for p, x in names.items()
         if x.numel()
     }
-
-
-def _extent(x: torch.Tensor) -> int:
-    """Storage elements from ``x.storage_offset()`` that ``x`` reaches (``x`` not empty)."""
-    return 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True))

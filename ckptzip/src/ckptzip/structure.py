@@ -71,6 +71,7 @@ __all__ = [
     "MAX_INT_BITS",
     "dtype_from_name",
     "dtype_name",
+    "extent",
     "flatten",
     "join_path",
     "ndarray_entries",
@@ -193,8 +194,9 @@ def shape_numel(shape: Sequence[int]) -> int | None:
     return nonzero if all(shape) else 0
 
 
-def _extent(x: torch.Tensor) -> int:
-    """Number of storage elements from ``x.storage_offset()`` that ``x`` can address."""
+def extent(x: torch.Tensor) -> int:
+    """Number of storage elements from ``x.storage_offset()`` that ``x`` can address (``x``
+    not empty)."""
     return 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True))
 
 
@@ -383,7 +385,7 @@ def _checked_storage(x: torch.Tensor, where: str) -> int:
             f"tensor at {where} ({type(x).__name__}) has no storage ckptzip can read "
             f"({exc}); convert it to a plain dense tensor first"
         ) from None
-    need = (x.storage_offset() + _extent(x)) * x.element_size()
+    need = (x.storage_offset() + extent(x)) * x.element_size()
     if nbytes < need:
         raise UnsupportedValueError(
             f"tensor at {where} reaches {need} bytes of its storage but the storage holds "
@@ -422,7 +424,7 @@ def _settle(g: _Group) -> tuple[str, torch.Tensor]:
         return first_path, first
     starts = [x.storage_offset() for _, x, _ in g.members]
     lo = min(starts)
-    hi = max(s + _extent(x) for s, (_, x, _) in zip(starts, g.members, strict=True))
+    hi = max(s + extent(x) for s, (_, x, _) in zip(starts, g.members, strict=True))
     # Prefer a member that is exactly the covered span (tied weights, a base and its views):
     # its path and shape are what a user recognises in reports and configs.
     base_path, base = first_path, first.as_strided((hi - lo,), (1,), lo)
