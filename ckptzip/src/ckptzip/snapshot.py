@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ckptzip.structure import extent
+
 __all__ = ["Copied", "ModelSnapshot", "copy_tree"]
 
 
@@ -97,10 +99,7 @@ def _copy_span(tensors: list[torch.Tensor], events: list[Any]) -> list[torch.Ten
     """``tensors`` (views of one storage, one dtype) copied to the host as views of one
     copy of the part of the storage they reach, so they stay views of one another."""
     lo = min(t.storage_offset() for t in tensors)
-    hi = max(
-        t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) + 1
-        for t in tensors
-    )
+    hi = max(t.storage_offset() + extent(t) for t in tensors)
     first = tensors[0]
     span = torch.empty(0, dtype=first.dtype, device=first.device)
     span.set_(first.untyped_storage(), lo, (hi - lo,), (1,))

@@ -718,7 +718,6 @@ class RLCheckProvider(PrimitiveProvider):
         self._discards = 0
         self._default_valid = 0  # valid cases of the default provider's share
         self._default_streak = 0  # its invalid cases in a row
-        self._credited = 0  # invalid cases taken off the engine's give-up count at a hand-back
         self._default_invalid = 0  # its invalid cases
         self._warm = False  # a learned policy was loaded: guidance paid in an earlier run
         # mutation of earlier valid cases (mutate_share > 0)
@@ -1210,7 +1209,7 @@ class RLCheckProvider(PrimitiveProvider):
         then has its whole ``Unsatisfiable`` budget, as in a run of its own."""
         ledger = self._ledger
         if type(self).credit_hand_back and not exhausted and ledger.valid + ledger.failures == 0:
-            self._credited = credit_invalid(ledger.invalid)
+            credit_invalid(ledger.invalid)
 
     def _end(self, outcome: Outcome | None) -> None:
         # Never raises: an exception here would replace the test's own outcome.
