@@ -304,3 +304,86 @@ def test_background_save_yields_the_cpu_to_training(
     mgr.close()
     assert seen and seen[0] >= manager.BACKGROUND_NICE
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # training's
+
+
+def test_a_failed_background_save_does_not_cost_the_next_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The next save() raised the failed save's error before starting its own: a loop that
+    # logs and carries on lost two steps per storage error and logged one.
+    mgr = CheckpointManager(tmp_path, config=CONFIG)
+    real = mgr.store.publish
+    calls = {"n": 0}
+
+    def once(*args: Any, **kwargs: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StorageError("writing failed: no space left on the device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mgr.store, "publish", once)
+    mgr.save(1, {"w": torch.ones(100)}, blocking=False)
+    assert mgr._pending is not None and mgr._pending.thread is not None
+    mgr._pending.thread.join()
+    with pytest.raises(StorageError, match="no space") as info:
+        mgr.save(2, {"w": torch.full((100,), 2.0)})
+    assert any("step 1" in n and "step 2 was saved" in n for n in info.value.__notes__)
+    assert mgr.steps() == [2]
+    assert torch.equal(mgr.load(2)["w"], torch.full((100,), 2.0))
+
+
+def test_an_async_model_save_without_an_optimizer_copies_before_returning(
+    tmp_path: Path,
+) -> None:
+    # With no optimizer to gate, the worker copied the weights whenever it ran: training's
+    # next in-place update (or part of it) reached the file of the step before.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    mgr = CheckpointManager(tmp_path, model=model, config=CompressionConfig(exact=("*",)))
+    for step in range(1, 4):
+        expected = {k: v.clone() for k, v in model.state_dict().items()}
+        assert mgr.save(step, blocking=False) is None
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)  # at once, while the worker may not have started
+        mgr.wait()
+        saved = mgr.load(step)["model"]
+        for k, v in expected.items():
+            assert torch.equal(saved[k], v), (step, k)
+    mgr.close()
+
+
+def test_a_background_save_pending_at_exit_is_finished(tmp_path: Path) -> None:
+    # The worker was a daemon thread: a script ending without close() lost its last step
+    # (or died inside torch at interpreter shutdown).
+    import subprocess
+    import sys
+
+    script = f"""
+import torch
+from ckptzip import CheckpointManager
+mgr = CheckpointManager({str(tmp_path)!r})
+mgr.save(1, {{"w": torch.randn(200_000)}})
+mgr.save(2, {{"w": torch.randn(200_000)}}, blocking=False)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert CheckpointManager(tmp_path).steps() == [1, 2]
+
+
+def test_a_background_save_that_fails_at_exit_is_reported(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = f"""
+import torch
+from ckptzip import CheckpointManager
+from ckptzip.errors import StorageError
+mgr = CheckpointManager({str(tmp_path)!r})
+def fail(*a, **k):
+    raise StorageError("writing failed: no space left on the device")
+mgr.store.publish = fail
+mgr.save(1, {{"w": torch.randn(1000)}}, blocking=False)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert "background save of step 1" in done.stderr and "no space" in done.stderr

@@ -462,6 +462,32 @@ def test_a_damaged_newest_step_never_stops_later_saves(tmp_path: Path, where: st
         assert torch.equal(back["counter"], _state(4)["counter"])
 
 
+def test_a_run_resumed_past_a_damaged_step_saves_its_next_steps(tmp_path: Path) -> None:
+    # After load() skipped a damaged step 2 (and its deltas 3, 4), the resumed run's save(2)
+    # raised CheckpointExistsError, and overwrite=True was refused ("steps [3, 4] may be
+    # deltas that need it"): every restart crashed at its first checkpoint.
+    mgr = CheckpointManager(tmp_path, keyframe_every=10, config=CONFIG)
+    for step in range(5):
+        mgr.save(step, _state(step))
+    damaged = Path(mgr.path(2))
+    _flip(damaged, damaged.stat().st_size - 10)
+    resumed = CheckpointManager(tmp_path, keyframe_every=10, config=CONFIG)
+    with pytest.warns(ckptzip.CkptzipWarning, match="skipped newer steps"):
+        assert resumed.load()["step"] == 1
+    assert resumed.latest_step() == 1  # checked as load() checks: not the damaged 4
+    for step in (2, 3, 4):
+        with pytest.warns(ckptzip.CkptzipWarning, match=f"step {step} .* could not be restored"):
+            resumed.save(step, _state(step))
+    assert resumed.skipped == ()
+    again = CheckpointManager(tmp_path)
+    back = again.load()
+    assert back["step"] == 4 and again.skipped == ()
+    assert torch.equal(back["counter"], _state(4)["counter"])
+    # a step that restores is still protected as before
+    with pytest.raises(CheckpointExistsError):
+        resumed.save(3, _state(3))
+
+
 def test_a_chain_restore_decodes_the_exact_entries_of_its_last_file_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -206,3 +206,51 @@ def test_driver_failures_say_what_to_check(monkeypatch: pytest.MonkeyPatch) -> N
                 call()
             assert url in str(info.value) and info.value.__cause__ is exc
         monkeypatch.undo()
+
+
+def test_a_directory_sync_failure_after_the_publish_warns_and_keeps_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It raised "writing ... failed; any existing file there is untouched" for a file that
+    # was in fact published: a retry then found it there.
+    from ckptzip.errors import CkptzipWarning
+
+    def fail(directory: str) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(storage, "_fsync_dir", fail)
+    target = tmp_path / "f.bin"
+    with pytest.warns(CkptzipWarning, match="syncing its directory failed"):
+        assert storage.atomic_write(target, lambda f: f.write(b"abc")) == 3
+    assert target.read_bytes() == b"abc"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]  # no temp file left
+
+
+def test_a_file_url_directory_is_described_like_its_path(tmp_path: Path) -> None:
+    # CheckpointManager kept Path("file:///x"), which pathlib turns into "file:/x":
+    # describe(), describe_directory() and `ckptzip inspect` said "not a directory".
+    import torch
+
+    from ckptzip import CheckpointManager
+    from ckptzip.manager import describe_directory
+
+    url = "file://" + str(tmp_path)
+    mgr = CheckpointManager(url)
+    mgr.save(1, {"w": torch.randn(5000)})
+    assert mgr.directory == tmp_path
+    assert [(e.step, e.status) for e in mgr.describe()] == [(1, "ok")]
+    assert [e.step for e in describe_directory(url)] == [1]
+
+
+def test_a_directory_of_a_file_system_with_directories_is_made_by_the_first_save(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("fsspec")
+    import torch
+
+    from ckptzip import CheckpointManager
+
+    url = f"local://{tmp_path}/new/run"
+    mgr = CheckpointManager(url)
+    mgr.save(1, {"w": torch.ones(10)})
+    assert mgr.steps() == [1] and (tmp_path / "new" / "run").is_dir()

@@ -53,7 +53,7 @@ import hashlib
 import io
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -511,8 +511,19 @@ class ChainStore:
                 self._cleaned = True
             yield
 
-    def check_new(self, step: int, *, overwrite: bool, steps: list[int]) -> None:
-        """Refuse a save of ``step`` that would clobber a step or one later deltas need."""
+    def check_new(
+        self,
+        step: int,
+        *,
+        overwrite: bool,
+        steps: list[int],
+        replaceable: Collection[int] = (),
+    ) -> None:
+        """Refuse a save of ``step`` that would clobber a step or one later deltas need.
+
+        ``replaceable``: steps known not to restore (a restore skipped them); they never
+        count as deltas that need ``step``.
+        """
         if step not in steps:
             return
         if not overwrite:
@@ -522,7 +533,7 @@ class ChainStore:
             )
         dependents = []
         for s in steps:
-            if s > step:
+            if s > step and s not in replaceable:
                 try:
                     needs = step in self.chain_steps(s)
                 except (CkptzipError, OSError):

@@ -33,12 +33,15 @@ Guarantees (see the package README):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -83,7 +86,7 @@ from ckptzip.search import (
 )
 from ckptzip.sensitivity import SensitivityTracker
 from ckptzip.snapshot import Gate, ModelSnapshot, copy_tree
-from ckptzip.storage import is_url, open_storage
+from ckptzip.storage import is_url, local_path, open_storage
 
 __all__ = [
     "MAX_CHAIN_LENGTH",
@@ -205,6 +208,45 @@ class _Request:
     scores: Mapping[str, torch.Tensor] | None
     overwrite: bool
     blocking: bool
+    #: Steps the manager's last restore found unrestorable: a save may replace them, and
+    #: they never count as deltas that need a step being replaced.
+    replaceable: frozenset[int] = frozenset()
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python 3.11+; on 3.10 the note is kept in ``__notes__``, which
+    the traceback does not show)."""
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
+        return
+    with contextlib.suppress(AttributeError, TypeError):
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
+_IN_FLIGHT: weakref.WeakSet[CheckpointManager] = weakref.WeakSet()
+"""Managers that started a ``blocking=False`` save (see :func:`_report_at_exit`)."""
+
+
+@atexit.register
+def _report_at_exit() -> None:
+    """At interpreter exit, print the error of a background save nobody was told of.
+
+    The save itself has finished by then: its thread is not a daemon, and the interpreter
+    joins such threads before it runs exit handlers (the join here waits only if one did not).
+    """
+    for manager in list(_IN_FLIGHT):
+        pending = manager._pending
+        if pending is None or pending.thread is None:
+            continue
+        pending.thread.join()
+        if pending.error is not None:
+            error = pending.error
+            sys.stderr.write(
+                f"ckptzip: the background save of step {pending.step} in "
+                f"{str(manager.directory)!r} failed, and no later call raised it: "
+                f"{type(error).__name__}: {error}\n"
+            )
 
 
 class _Pending:
@@ -417,7 +459,9 @@ class CheckpointManager:
             raise ConfigError(f"max_bytes={max_bytes!r} must be None or an integer >= 0")
         self.max_bytes = max_bytes
         # A URL stays a string: Path("s3://b/r") would become the local path "s3:/b/r".
-        self.directory: Path | str = os.fspath(directory) if is_url(directory) else Path(directory)
+        self.directory: Path | str = (
+            os.fspath(directory) if is_url(directory) else Path(local_path(directory))
+        )
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r} must be one of {', '.join(map(repr, LAYOUTS))}")
         self.store = ChainStore(
@@ -528,15 +572,23 @@ class CheckpointManager:
     def latest_step(self) -> int | None:
         """The latest step that can be restored, or ``None`` when none can.
 
-        Reads that step's chain (the files a restore reads) to be sure; :meth:`steps` lists
-        every finished step without reading any.
+        Reads that step's chain (the files a restore reads) and checks their chunks'
+        checksums, as :meth:`load` without a step would find them; :meth:`steps` lists every
+        finished step without reading any.
         """
         self._raise_failed()
-        try:
-            links, _ = self.store.latest()
-        except CheckpointNotFoundError:
-            return None
-        return step_of(links[-1].name)
+        newest: int | None = None
+        while True:
+            try:
+                links, _ = self.store.latest(newest)
+            except CheckpointNotFoundError:
+                return None
+            found = step_of(links[-1].name)
+            assert found is not None
+            # a file damaged inside a chunk is no step a restore gives back (load() skips it)
+            if all(_damage(link) is None for link in links):
+                return found
+            newest = found - 1
 
     def chain(self, step: int) -> list[int]:
         """The steps whose files restoring ``step`` reads, keyframe first, ``step`` last.
@@ -624,6 +676,15 @@ class CheckpointManager:
         StorageError
             The write failed (disk full, I/O); nothing was left behind and every earlier
             step is untouched.
+        Exception
+            An earlier ``blocking=False`` save failed (its own error, raised once). This
+            step is still saved first (or started, when not blocking): a training loop that
+            logs the error and carries on loses only the failed step. The error's note says
+            which step failed and what became of this one.
+
+        A ``blocking=False`` save still running when the interpreter exits is finished
+        first (its thread is not a daemon); if it fails and no later call raised its error,
+        the error is printed to stderr at exit.
         """
         t0 = time.perf_counter()
         step = _check_step(step)
@@ -632,18 +693,67 @@ class CheckpointManager:
                 f"the save of step {self._pending.step} is still running; call wait() first "
                 "or make the manager with if_busy='wait'"
             )
-        self.wait()  # at most one save in flight; raises a failed one's error
-        if not overwrite and step in self.store.steps():  # fail before any work
+        failed_step = None if self._pending is None else self._pending.step
+        earlier: Exception | None = None
+        try:
+            self.wait()  # at most one save in flight
+        except Exception as exc:  # a failed background save: raised after this step's save
+            earlier = exc
+        try:
+            result = self._save(step, obj, extra, scores, overwrite, blocking, t0)
+        except BaseException as exc:
+            if earlier is not None:
+                _add_note(
+                    exc,
+                    f"before it, the background save of step {failed_step} failed: "
+                    f"{type(earlier).__name__}: {earlier}",
+                )
+            raise
+        if earlier is not None:
+            done = "was saved" if blocking else "is being saved in the background"
+            _add_note(
+                earlier,
+                f"this is the error of the background save of step {failed_step}; "
+                f"step {step} {done} after it",
+            )
+            raise earlier
+        return result
+
+    def _save(
+        self,
+        step: int,
+        obj: Any,
+        extra: Any,
+        scores: Mapping[str, torch.Tensor] | None,
+        overwrite: bool,
+        blocking: bool,
+        t0: float,
+    ) -> SaveReport | None:
+        # A step the last restore skipped as unrestorable (damaged, or a delta of a damaged
+        # one) is replaced by a save under its number: a resumed run saves the steps after the
+        # one it restored, and a damaged file must not stop it (nor need overwrite=True).
+        unrestorable = dict(self.skipped)
+        exists = step in self.store.steps()
+        if exists and step in unrestorable:
+            warnings.warn(
+                f"step {step} of {str(self.directory)!r} could not be restored "
+                f"({unrestorable[step]}); this save replaces it",
+                CkptzipWarning,
+                stacklevel=3,
+            )
+            overwrite = True
+        elif exists and not overwrite:  # fail before any work
             raise CheckpointExistsError(
                 f"step {step} already exists ({self.store.path(step)!r}); pass overwrite=True "
                 "to replace it, or save under another step"
             )
+        req = _Request(step, scores, overwrite, blocking, frozenset(unrestorable))
         if obj is None:
-            work = self._model_job(_Request(step, scores, overwrite, blocking), extra)
+            work = self._model_job(req, extra)
         elif extra is not None:
             raise ConfigError("extra= goes with a model snapshot: pass obj=None, or put it in obj")
         else:
-            work = self._object_job(_Request(step, scores, overwrite, blocking), obj)
+            work = self._object_job(req, obj)
         if blocking:
             report = work()
             return _with(report, stall=time.perf_counter() - t0)
@@ -659,8 +769,11 @@ class CheckpointManager:
                 if gate is not None:
                     gate.release()
 
-        pending.thread = threading.Thread(target=run, name=f"ckptzip-save-{step}", daemon=True)
+        # Not a daemon: the interpreter finishes the save before it exits (a daemon thread
+        # was dropped mid-write, or killed inside torch, when a script ended without close()).
+        pending.thread = threading.Thread(target=run, name=f"ckptzip-save-{step}", daemon=False)
         self._pending = pending
+        _IN_FLIGHT.add(self)
         if gate is not None:
             gate.shut()
         pending.thread.start()
@@ -696,12 +809,17 @@ class CheckpointManager:
         if scores is None and self._tracker is not None and self._tracker.has_scores():
             scores = self._tracker.scores()
         self._arm_tracker(step)
+        taken = None
         if blocking:
             snapshot = None
             fixed = (extra, scores)
         else:
             snapshot = ModelSnapshot(model, optimizer)
             fixed = copy_tree((extra, scores)).ready()
+            if self._gate is None:
+                # No optimizer to gate: nothing would hold training back while a worker
+                # copied the weights, so they are copied here, before save() returns.
+                taken = snapshot.take()
         gate = None if blocking else self._gate
         previous = self.last_search
         if self.research_every is not None and self._since_full >= self.research_every:
@@ -724,6 +842,8 @@ class CheckpointManager:
                 obj: dict[str, Any] = {"model": model.state_dict()}
                 if optimizer is not None:
                     obj["optimizer"] = optimizer.state_dict()
+            elif taken is not None:
+                m, opt, obj = taken
             else:
                 m, opt, obj = snapshot.take()  # at full priority: the next step waits for it
                 if gate is not None:
@@ -799,7 +919,7 @@ class CheckpointManager:
         store = self.store
         with store.writing():
             steps = store.steps()
-            store.check_new(step, overwrite=overwrite, steps=steps)
+            store.check_new(step, overwrite=overwrite, steps=steps, replaceable=req.replaceable)
             known = self._cache.__contains__
             links, position = store.plan(step, steps, known)
             if links:
@@ -822,6 +942,7 @@ class CheckpointManager:
                 prequantized=prequantized,
             )
             bytes_out = store.publish(step, enc.write, overwrite=overwrite)
+            self.skipped = tuple((s, why) for s, why in self.skipped if s != step)
             store.note(step_file_name(step), enc.sha256, links[-1].sha256 if links else None)
             report = enc.report(str(self.path(step)), bytes_out, cache=self._cache)
             try:
@@ -1150,7 +1271,7 @@ def describe_directory(
     >>> [(e.step, e.kind, e.status) for e in describe_directory(d)]
     [(0, 'full', 'ok')]
     """
-    if not is_url(directory) and not Path(directory).is_dir():
+    if not is_url(directory) and not Path(local_path(directory)).is_dir():
         raise CheckpointNotFoundError(f"{os.fspath(directory)!r} is not a directory")
     store = ChainStore(open_storage(directory), keyframe_every=1, keep=None)
     out: list[ChainEntry] = []

@@ -69,6 +69,7 @@ __all__ = [
     "is_file",
     "is_temp_name",
     "is_url",
+    "local_path",
     "open_read",
     "open_storage",
     "read_bytes",
@@ -94,7 +95,8 @@ def is_url(path: str | os.PathLike[str]) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
-def _local(path: str | os.PathLike[str]) -> str:
+def local_path(path: str | os.PathLike[str]) -> str:
+    """A local path as the operating system takes it: ``file://`` stripped."""
     text = os.fspath(path)
     return text[len("file://") :] if text.startswith("file://") else text
 
@@ -208,6 +210,12 @@ def storage_error(exc: BaseException, where: str, doing: str) -> StorageError:
     return err
 
 
+_DIRECTORY_PROTOCOLS = frozenset(
+    {"file", "local", "sftp", "ssh", "smb", "ftp", "hdfs", "webhdfs", "arrow_hdfs"}
+)
+"""fsspec protocols whose directories exist on their own and are not made by a write."""
+
+
 @contextlib.contextmanager
 def _driver(where: str, doing: str) -> Iterator[None]:
     """Every failure of a storage driver inside becomes a :class:`StorageError`; the package's
@@ -227,7 +235,7 @@ def is_file(path: str | os.PathLike[str]) -> bool:
         fs, p = _fs(url)
         with _driver(url, "checking"):
             return bool(fs.isfile(p))
-    return os.path.isfile(_local(path))
+    return os.path.isfile(local_path(path))
 
 
 def is_dir(path: str | os.PathLike[str]) -> bool:
@@ -237,7 +245,7 @@ def is_dir(path: str | os.PathLike[str]) -> bool:
         fs, p = _fs(url)
         with _driver(url, "checking"):
             return bool(fs.isdir(p))
-    return os.path.isdir(_local(path))
+    return os.path.isdir(local_path(path))
 
 
 def file_size(path: str | os.PathLike[str]) -> int:
@@ -256,7 +264,7 @@ def file_size(path: str | os.PathLike[str]) -> int:
             if is_url(path):
                 fs, p = _fs(where)
                 return int(fs.size(p))
-            return os.path.getsize(_local(path))
+            return os.path.getsize(local_path(path))
     except FileNotFoundError:
         raise CheckpointNotFoundError(f"no checkpoint at {where!r}") from None
 
@@ -272,7 +280,7 @@ def sibling(path: str | os.PathLike[str], name: str) -> str:
     text = os.fspath(path)
     if is_url(text):
         return posixpath.join(posixpath.dirname(text), name)
-    return os.path.join(os.path.dirname(os.path.abspath(_local(text))), name)
+    return os.path.join(os.path.dirname(os.path.abspath(local_path(text))), name)
 
 
 def same_directory(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -280,8 +288,8 @@ def same_directory(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool
     ta, tb = os.fspath(a), os.fspath(b)
     if is_url(ta) or is_url(tb):
         return is_url(ta) and is_url(tb) and posixpath.dirname(ta) == posixpath.dirname(tb)
-    da = os.path.dirname(os.path.abspath(_local(ta)))
-    db = os.path.dirname(os.path.abspath(_local(tb)))
+    da = os.path.dirname(os.path.abspath(local_path(ta)))
+    db = os.path.dirname(os.path.abspath(local_path(tb)))
     try:
         return os.path.samefile(da, db)
     except OSError:
@@ -327,7 +335,7 @@ def check_target(path: str | os.PathLike[str], *, overwrite: bool) -> None:
                     "or choose a new name"
                 )
         return
-    path = _local(path)
+    path = local_path(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise StorageError(f"directory {directory!r} does not exist; create it before saving")
@@ -382,7 +390,7 @@ def atomic_write(
     """
     if is_url(path):
         return _put(os.fspath(path), write, overwrite=overwrite)
-    path = _local(path)
+    path = local_path(path)
     check_target(path, overwrite=overwrite)
     tmp = temp_path(path)
     try:
@@ -409,7 +417,19 @@ def atomic_write(
                         f"{path!r} appeared while saving; pass overwrite=True to replace it"
                     ) from None
                 os.replace(tmp, path)
-        _fsync_dir(os.path.dirname(os.path.abspath(path)))
+        try:
+            _fsync_dir(os.path.dirname(os.path.abspath(path)))
+        except OSError as exc:
+            # Published: the file is there and its bytes are synced; what failed is making
+            # its name durable. Raising "nothing was written" would be false (and a retry
+            # would find the file), so it is a warning.
+            warnings.warn(
+                f"{path!r} is written, but syncing its directory failed "
+                f"({os.strerror(exc.errno) if exc.errno else exc}): the file may not survive a "
+                "power loss",
+                CkptzipWarning,
+                stacklevel=2,
+            )
         return size
     except (CheckpointExistsError, StorageError):
         raise
@@ -465,7 +485,7 @@ def open_read(path: str | os.PathLike[str]) -> BinaryIO:
                 if fs.isdir(p):
                     raise IsADirectoryError(path)
                 return _GuardedFile(fs.open(p, "rb"), path)  # type: ignore[return-value]
-        return _open_regular(_local(path))
+        return _open_regular(local_path(path))
     except FileNotFoundError:
         raise CheckpointNotFoundError(f"no checkpoint at {path!r}") from None
     except IsADirectoryError:
@@ -686,7 +706,7 @@ def open_storage(location: str | os.PathLike[str]) -> Storage:
     """
     if is_url(location):
         return FsspecStorage(os.fspath(location))
-    return LocalStorage(_local(location))
+    return LocalStorage(local_path(location))
 
 
 # -- writers: who holds a lock, and whether it still runs -----------------------------------------
@@ -1072,6 +1092,16 @@ class FsspecStorage:
     def __repr__(self) -> str:
         return f"FsspecStorage({self.location!r})"
 
+    def _make_directory(self) -> None:
+        """Create the directory on file systems that have real ones (a writer's first save
+        creates it, as a local path's does). Object stores are left alone: their "makedirs"
+        may create a bucket, which is the user's to create."""
+        protocol = self._fs.protocol
+        protocols = {protocol} if isinstance(protocol, str) else set(protocol)
+        if protocols & _DIRECTORY_PROTOCOLS:
+            with _driver(self.location, "creating the directory"):
+                self._fs.makedirs(self._root, exist_ok=True)
+
     def path(self, name: str) -> str:
         return f"{self.location}/{name}"
 
@@ -1219,6 +1249,7 @@ class FsspecStorage:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
+        self._make_directory()
         token = secrets.token_hex(8)
         wait = 2 * self.lease_seconds if self.lease_wait is None else self.lease_wait
         deadline = time.monotonic() + wait
