@@ -89,6 +89,74 @@ def test_safetensors_in_and_out(tmp_path: Path) -> None:
     assert torch.equal(tensors["fc.bias"], torch.zeros(128))
 
 
+def test_decompress_to_safetensors_writes_every_name_and_the_format(tmp_path: Path) -> None:
+    # It wrote one entry per storage: tied weights and views vanished without a word, and
+    # the header lost {"format": "pt"}, which transformers 4.x's loader requires.
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    w = torch.randn(300, 64, generator=torch.Generator().manual_seed(0))
+    src = tmp_path / "m.pt"
+    torch.save(
+        {"emb.weight": w, "head.weight": w, "row": w[0], "t": w.t(), "bias": torch.ones(7)}, src
+    )
+    out = tmp_path / "m.ckz"
+    assert run("compress", str(src), "-o", str(out), "--exact", "*").exit_code == 0
+    back = tmp_path / "back.safetensors"
+    r = run("decompress", str(out), "-o", str(back))
+    assert r.exit_code == 0, r.output
+    tensors = load_file(back)
+    assert set(tensors) == {"emb.weight", "head.weight", "row", "t", "bias"}
+    assert torch.equal(tensors["head.weight"], w) and torch.equal(tensors["row"], w[0])
+    assert torch.equal(tensors["t"], w.t())
+    with safe_open(back, "pt") as f:
+        assert f.metadata() == {"format": "pt"}
+
+
+def test_safetensors_metadata_survives_compress_and_decompress(tmp_path: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    src = tmp_path / "m.safetensors"
+    save_file(state()["model"], src, metadata={"format": "pt", "note": "kept"})
+    out = tmp_path / "m.ckz"
+    assert run("compress", str(src), "-o", str(out)).exit_code == 0
+    back = tmp_path / "back.safetensors"
+    assert run("decompress", str(out), "-o", str(back)).exit_code == 0
+    with safe_open(back, "pt") as f:
+        assert f.metadata() == {"format": "pt", "note": "kept"}
+
+
+def test_decompress_to_safetensors_refuses_a_nested_checkpoint(tmp_path: Path) -> None:
+    src = tmp_path / "c.pt"
+    torch.save(state(), src)  # {"model": {...}, "optimizer": ...}: no flat form
+    out = tmp_path / "c.ckz"
+    assert run("compress", str(src), "-o", str(out)).exit_code == 0
+    r = run("decompress", str(out), "-o", str(tmp_path / "c.safetensors"))
+    assert r.exit_code == 1 and "torch.save file (.pt)" in r.output
+    assert not (tmp_path / "c.safetensors").exists()
+
+
+def test_compress_takes_numpy_arrays_as_the_trainer_rng_state_holds(tmp_path: Path) -> None:
+    # torch.load(weights_only=True) without NumPy's globals refused the Trainer's
+    # rng_state.pth, with advice about torch.save(model) that did not apply.
+    import numpy as np
+
+    rng = {
+        "python": (3, tuple(range(5)), None),
+        "numpy": np.random.get_state(),
+        "cpu": torch.get_rng_state(),
+    }
+    src = tmp_path / "rng_state.pth"
+    torch.save(rng, src)
+    out = tmp_path / "rng_state.pth.ckz"
+    r = run("compress", str(src), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    back = ckptzip.load(out)
+    assert np.array_equal(back["numpy"][1], rng["numpy"][1])
+    assert torch.equal(back["cpu"], rng["cpu"])
+
+
 def test_missing_safetensors_package_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -159,8 +159,39 @@ def _ratio(tensor_bytes: int, file_bytes: int) -> float | None:
     return tensor_bytes / file_bytes if file_bytes else None
 
 
-def _read_input(path: str) -> Any:
-    """A torch.save file (weights_only: no arbitrary code) or a .safetensors file."""
+#: Manifest metadata key under which ``compress`` keeps a .safetensors file's own header
+#: metadata (JSON), so that ``decompress`` gives it back (transformers reads its "format").
+SAFETENSORS_METADATA = "safetensors.metadata"
+
+
+def _safetensors_metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a .safetensors file's header (the file was parsed already)."""
+    try:
+        n = int.from_bytes(data[:8], "little")
+        meta = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+
+
+def _numpy_globals() -> list[Any]:
+    """What pickled NumPy arrays need under ``weights_only`` (an RNG state; the Trainer's
+    rng_state.pth): the array constructor and the dtype classes, none of which runs code."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - torch ships with NumPy in practice
+        return []
+    core = getattr(np, "_core", None) or np.core
+    found: list[Any] = [core.multiarray._reconstruct, np.ndarray, np.dtype]
+    dtypes = getattr(np, "dtypes", None)
+    if dtypes is not None:
+        found += [getattr(dtypes, n) for n in dir(dtypes) if n.endswith("DType")]
+    return found
+
+
+def _read_input(path: str) -> tuple[Any, dict[str, str]]:
+    """A torch.save file (weights_only: no arbitrary code) or a .safetensors file, and the
+    metadata to keep in the manifest (a .safetensors file's header metadata)."""
     from ckptzip import storage
     from ckptzip.container import MAGIC
 
@@ -174,11 +205,13 @@ def _read_input(path: str) -> Any:
                 "pip install 'ckptzip[safetensors]'"
             ) from None
         try:
-            return st_load(data)
+            tensors = st_load(data)
         except Exception as exc:  # the library's own error types vary across versions
             raise click.ClickException(
                 _printable(f"cannot read {path!r} as safetensors: {exc}")
             ) from exc
+        meta = _safetensors_metadata(data)
+        return tensors, ({SAFETENSORS_METADATA: json.dumps(meta)} if meta else {})
     if data.startswith(MAGIC):
         raise click.ClickException(
             f"{path!r} is already a ckptzip file: `ckptzip inspect` shows it, `ckptzip "
@@ -193,8 +226,10 @@ def _read_input(path: str) -> Any:
         )
     import torch
 
+    allowed = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        with allowed(_numpy_globals()) if allowed else contextlib.nullcontext():
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), {}
     except Exception as exc:
         if "Weights only load failed" in str(exc) and "nsupported operand" not in str(exc):
             # torch's message is many lines of advice (weights_only=False among them); keep
@@ -289,7 +324,7 @@ def compress(
         )
         storage.check_target(out, overwrite=overwrite)
         size = storage.file_size(src)
-        obj = _read_input(src)
+        obj, metadata = _read_input(src)
         paths = [p for p, _ in flatten(obj)[1]]
         for pat in exact:
             if not any(CompressionConfig(exact=(pat,)).is_exact(p) for p in paths):
@@ -300,7 +335,9 @@ def compress(
                     f"{_shown(repr(pat.rstrip('/*') + '/*'))} matches everything below a key)"
                 )
         with _progress("compressing", size) as progress:
-            report = api.save(obj, out, config=config, overwrite=overwrite, progress=progress)
+            report = api.save(
+                obj, out, config=config, overwrite=overwrite, metadata=metadata, progress=progress
+            )
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
         return
@@ -340,7 +377,6 @@ def decompress(src: str, output: str, overwrite: bool) -> None:
     import torch
 
     from ckptzip import api, storage
-    from ckptzip.structure import flatten
 
     with _errors(src):
         storage.check_target(output, overwrite=overwrite)
@@ -354,16 +390,51 @@ def decompress(src: str, output: str, overwrite: bool) -> None:
                     "writing .safetensors needs the safetensors package: "
                     "pip install 'ckptzip[safetensors]'"
                 ) from None
-            skeleton, leaves = flatten(obj)
-            tensors = {path: t.contiguous() for path, t in leaves}
-            # safetensors holds flat tensors only: the structure (and its scalars) rides
-            # along in the header metadata so nothing is lost
-            meta = {"ckptzip.skeleton": json.dumps(skeleton, allow_nan=False)}
+            tensors = _flat_tensors(obj, src)
+            kept = api.read_manifest(src).metadata.get(SAFETENSORS_METADATA)
+            meta = {"format": "pt"}  # what transformers' loaders check for
+            with contextlib.suppress(ValueError, AttributeError):
+                meta.update({str(k): str(v) for k, v in json.loads(kept or "{}").items()})
             payload = st_save(tensors, metadata=meta)
             size = storage.atomic_write(output, lambda f: f.write(payload), overwrite=overwrite)
         else:
             size = storage.atomic_write(output, lambda f: torch.save(obj, f), overwrite=overwrite)
     console.print(f"{_shown(src)} -> {_shown(output)}: {_fmt_bytes(size)}")
+
+
+def _flat_tensors(obj: Any, src: str) -> dict[str, Any]:
+    """``obj`` as safetensors holds it: every name of a flat mapping of names to tensors, a
+    name whose tensor shares memory with an earlier one (tied weights, views) as its own
+    copy, since safetensors refuses shared tensors. Anything else is refused: a nested
+    checkpoint has no faithful safetensors form (write a torch.save file instead)."""
+    import torch
+
+    if not isinstance(obj, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+    ):
+        what = type(obj).__name__
+        if isinstance(obj, Mapping):
+            bad = next(
+                k
+                for k, v in obj.items()
+                if not (isinstance(k, str) and isinstance(v, torch.Tensor))
+            )
+            what = f"a mapping whose entry {bad!r} is not a tensor"
+        raise click.ClickException(
+            _printable(
+                f"{src!r} holds {what}: a .safetensors file holds a flat mapping of names to "
+                "tensors only; decompress it to a torch.save file (.pt) instead"
+            )
+        )
+    seen: set[int] = set()
+    tensors = {}
+    for name, t in obj.items():
+        storage = t.untyped_storage().data_ptr() if t.numel() else None
+        shared = storage is not None and storage in seen
+        if storage is not None:
+            seen.add(storage)
+        tensors[name] = t.clone(memory_format=torch.contiguous_format) if shared else t.contiguous()
+    return tensors
 
 
 def _pct(x: float | None) -> str:
