@@ -745,7 +745,9 @@ def test_a_store_decodes_each_value_once_however_often_it_saves(
         _writer(db, "p", (i,), 1.0, final=True)
     calls = []
     parse = store_module._parse_compact
-    monkeypatch.setattr(store_module, "_parse_compact", lambda *a: calls.append(1) or parse(*a))
+    monkeypatch.setattr(
+        store_module, "_parse_compact", lambda *a, **k: calls.append(1) or parse(*a, **k)
+    )
     p, s = Policy(), _store(db)
     assert s.load(p)
     assert len(calls) == 3  # the load reads each value once
@@ -779,3 +781,80 @@ def test_a_compact_load_costs_a_fraction_of_a_json_load() -> None:
             best = min(best, time.process_time() - start)
         cost[name] = best
     assert cost["compact"] < cost["json"] / 1.5, cost
+
+
+def _crafted(numbers: list[int], atoms: list[object] | None = None) -> bytes:
+    """A compact value of the given uint32 numbers (counts, then the lists), no rows."""
+    import struct
+
+    from rlcheck.policy_store import VALUE_MAGIC_V2, VALUE_VERSION, _record
+
+    header = {
+        "format": FILE_FORMAT,
+        "version": VALUE_VERSION,
+        "meta": META,
+        "writer": _record("w", 1, True, 0.0, []),
+        "epsilon": 0.25,
+    }
+    body = struct.pack(f"<{len(numbers)}I", *numbers)
+    payload = b"\n".join((json.dumps(header).encode(), json.dumps(atoms or []).encode(), body))
+    return VALUE_MAGIC_V2 + zlib.compress(payload)
+
+
+def _deep_key_value(depth: int) -> bytes:
+    # atom 0, then one group per level: a 1-tuple of the entry before it
+    tuples: list[int] = []
+    for level in range(depth):
+        tuples += [1, 1, level]
+    # one table at point 0 whose one row's state is the deepest key
+    return _crafted([len(tuples), 2, 1, *tuples, 0, 1, depth, 0], atoms=["a"])
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        # 200 000 levels crashed the interpreter (the tuple hash recursed past the C stack)
+        (_deep_key_value(200_000), "nests deeper"),
+        # one group of 10^8 empty tuples from 12 bytes: 1.5 GB
+        (_crafted([2, 0, 0, 0, 10**8]), "malformed"),
+    ],
+    ids=["deep-key", "many-empty-keys"],
+)
+def test_crafted_key_tables_are_refused_before_they_cost(value: bytes, why: str) -> None:
+    db = InMemoryExampleDatabase()
+    db.save(b"test-key" + KEY_SUFFIX, value)
+    with pytest.warns(RLCheckWarning, match="stored value was skipped") as seen:
+        _store(db).load(Policy())
+    assert any(why in str(w.message) for w in seen), [str(w.message) for w in seen]
+
+
+def test_one_long_key_named_by_many_rows_is_refused_by_what_hashing_costs() -> None:
+    # 4 KB: one key of 30 000 atoms, the state of 30 000 rows; hashing each row's key anew
+    # cost rows x atoms (the reviewer's 300 000 x 300 000: about 30 minutes)
+    n = 30_000
+    tuples = [n, 1, *range(1, n + 1)]  # one n-tuple of the atoms 1..n (atom 0 is the point)
+    numbers = [len(tuples), 2, n, *tuples, 0, n, *([n + 1] * n), *([0] * n)]
+    value = _crafted(numbers, atoms=["p", *range(n)])
+    db = InMemoryExampleDatabase()
+    db.save(b"test-key" + KEY_SUFFIX, value)
+    with pytest.warns(RLCheckWarning, match="atoms allowed"):
+        _store(db, max_items=1_000_000).load(Policy())
+
+
+def test_bad_values_spend_the_read_bounds_once_over_all_values() -> None:
+    # 64 zlib bombs in a read-only database (never deleted) were each inflated to the
+    # whole max_bytes before being refused: 64 times the bound, on every run
+    from hypothesis.database import ReadOnlyDatabase
+
+    inner = InMemoryExampleDatabase()
+    bombs = [VALUE_MAGIC_V2_ + zlib.compress(bytes([i]) + b" " * (2 << 20)) for i in range(8)]
+    for bomb in bombs:
+        inner.save(b"test-key" + KEY_SUFFIX, bomb)
+    store = _store(ReadOnlyDatabase(inner), max_bytes=1 << 20)
+    with pytest.warns(RLCheckWarning, match="5 of 8 values were not read"):
+        store.load(Policy())
+    # each bomb inflated to just past max_bytes and refused: three of them spend the bound
+    assert store.inflated <= 3 * ((1 << 20) + 1)
+
+
+VALUE_MAGIC_V2_ = b"RLCP\x02"

@@ -202,7 +202,11 @@ def _document_text(
 
 
 class _TooLarge(PolicyFileError):
-    """Over ``max_bytes`` or ``max_items``."""
+    """Over ``max_bytes`` or ``max_items``; ``spent``: the bytes inflated before it was."""
+
+    def __init__(self, message: str, spent: int = 0) -> None:
+        super().__init__(message)
+        self.spent = spent
 
 
 def _items_bound(raw: bytes) -> int:
@@ -433,7 +437,7 @@ def decode_value(
     """
     if value.startswith(VALUE_MAGIC_V2):
         parts, _, _ = _open_compact(value, max_bytes, max_items)
-        header, tables = _parse_compact(parts, expect_meta)
+        header, tables = _parse_compact(parts, expect_meta, max_items=max_items)
         snapshot = {
             "format": "rlcheck-policy",
             "version": 1,
@@ -495,9 +499,11 @@ def _measure(value: bytes, max_bytes: int, max_items: int) -> tuple[int, int]:
         if size <= max_bytes and items <= max_items and not inflater.eof:
             raise PolicyFileError("its compressed data is truncated")
     if size > max_bytes:
-        raise _TooLarge(f"it inflates to more than the {max_bytes} bytes allowed (max_bytes)")
+        raise _TooLarge(f"it inflates to more than the {max_bytes} bytes allowed (max_bytes)", size)
     if items > max_items:
-        raise _TooLarge(f"it may hold more than the {max_items} JSON values allowed (max_items)")
+        raise _TooLarge(
+            f"it may hold more than the {max_items} JSON values allowed (max_items)", size
+        )
     return size, items
 
 
@@ -666,7 +672,9 @@ def _open_compact(value: bytes, max_bytes: int, max_items: int) -> tuple[list[by
     except zlib.error as exc:
         raise PolicyFileError(f"it is not valid compressed data: {exc}") from exc
     if len(payload) > max_bytes or inflater.unconsumed_tail:
-        raise _TooLarge(f"it inflates to more than the {max_bytes} bytes allowed (max_bytes)")
+        raise _TooLarge(
+            f"it inflates to more than the {max_bytes} bytes allowed (max_bytes)", len(payload)
+        )
     if not inflater.eof:
         raise PolicyFileError("its compressed data is truncated")
     parts = payload.split(b"\n", 2)
@@ -674,7 +682,9 @@ def _open_compact(value: bytes, max_bytes: int, max_items: int) -> tuple[list[by
         raise PolicyFileError("it is not a compact policy value (bad layout)")
     items = _items_bound(parts[0]) + _items_bound(parts[1]) + len(parts[2]) // 4
     if items > max_items:
-        raise _TooLarge(f"it may hold more than the {max_items} values allowed (max_items)")
+        raise _TooLarge(
+            f"it may hold more than the {max_items} values allowed (max_items)", len(payload)
+        )
     return parts, len(payload), items
 
 
@@ -699,11 +709,27 @@ def _uint32s(raw: memoryview) -> list[int]:
     return numbers.tolist()
 
 
+#: A load inflates at most about this many times ``max_bytes`` over all values it reads
+#: (the values it merges take at most ``max_bytes`` of it; a refused one may cost a little
+#: more than ``max_bytes``), however many values the database holds.
+INFLATE_BOUND = 3
+
+#: Nesting levels a key may have (real keys: a label, span and window tuples, a few
+#: levels). Python hashes a tuple by recursing into it with no depth guard, so a crafted
+#: value of keys nested 200 000 deep crashed the interpreter (a C stack overflow).
+MAX_KEY_DEPTH = 64
+
+
 def _parse_compact(
-    parts: list[bytes], expect_meta: dict[str, Any] | None
+    parts: list[bytes], expect_meta: dict[str, Any] | None, *, max_items: int = MAX_ITEMS
 ) -> tuple[dict[str, Any], Tables]:
     """The checked header and tables of a compact value (:func:`_open_compact`'s parts):
-    :class:`PolicyFileError`, or :class:`PolicyMismatch` for other metadata."""
+    :class:`PolicyFileError`, or :class:`PolicyMismatch` for other metadata.
+
+    Bounded beyond the value's size: no key nests deeper than :data:`MAX_KEY_DEPTH`, and
+    the keys its tables name, counted as the atoms each holds (what hashing them costs:
+    Python does not cache a tuple's hash), hold at most ``max_items`` together, so a few
+    bytes that name one long key from many rows cannot cost minutes."""
     header = _checked_document(_json(parts[0]), expect_meta, VALUE_VERSION)
     atoms = _json(parts[1])
     if type(atoms) is not list or not set(map(type, atoms)) <= _ATOM_TYPES:
@@ -725,6 +751,10 @@ def _parse_compact(
     lengths = numbers[n_tuples + n_points + n_rows :]
     entries: list[Hashable] = list(atoms)
     entry = entries.__getitem__
+    # Per entry, its nesting level and the atoms it holds (a tuple hashes in time
+    # proportional to them), built a group at a time as the keys are.
+    depths = [0] * len(atoms)
+    sizes = [1] * len(atoms)
     # Groups of tuples of one length n, m of them, their ids column by column, each group
     # referring only to the entries before it (so no key refers to itself or a later
     # one): one zip() a group builds its tuples.
@@ -734,17 +764,27 @@ def _parse_compact(
             raise PolicyFileError("its tuple keys are malformed")
         n, m = flat[pos], flat[pos + 1]
         start, pos = pos + 2, pos + 2 + n * m
-        if not m or pos > end:
+        # distinct keys: one empty tuple at most (a group of m empty ones cost m entries
+        # from 8 bytes: 10^8 of them were 1.5 GB)
+        if not m or pos > end or (not n and m != 1):
             raise PolicyFileError("its tuple keys are malformed")
         ids = flat[start:pos]
         if ids and max(ids) >= len(entries):
             raise PolicyFileError("a tuple key refers to no earlier key")
         if n:
-            entries.extend(
-                zip(*(map(entry, ids[j * m : (j + 1) * m]) for j in range(n)), strict=True)
-            )
+            columns = [ids[j * m : (j + 1) * m] for j in range(n)]
+            level = [
+                1 + max(d) for d in zip(*(map(depths.__getitem__, c) for c in columns), strict=True)
+            ]
+            if max(level) > MAX_KEY_DEPTH:
+                raise PolicyFileError(f"a key nests deeper than {MAX_KEY_DEPTH} levels")
+            depths.extend(level)
+            sizes.extend(map(sum, zip(*(map(sizes.__getitem__, c) for c in columns), strict=True)))
+            entries.extend(zip(*(map(entry, c) for c in columns), strict=True))
         else:
-            entries.extend([()] * m)
+            depths.append(1)
+            sizes.append(1)
+            entries.append(())
     point_ids, counts = points[0::2], points[1::2]
     used = point_ids + states
     if (
@@ -754,6 +794,10 @@ def _parse_compact(
         or any(map((1).__and__, lengths))
     ):
         raise PolicyFileError("its tables are malformed")
+    if sum(map(sizes.__getitem__, used)) > max_items:
+        raise PolicyFileError(
+            f"its keys hold more than the {max_items} atoms allowed (max_items) together"
+        )
     floats = array("d")
     floats.frombytes(blob[rows_at:])
     if sys.byteorder == "big":
@@ -870,6 +914,8 @@ class DatabasePolicy:
         self._legacy: bytes | None = None  # a legacy file as a value, until migrated
         self._known: dict[bytes, _Read] = {}  # values decoded by this store (no tables)
         self.writable = True  # until the database refuses a write
+        #: Bytes inflated by the last read of the values (see :data:`INFLATE_BOUND`).
+        self.inflated = 0
 
     def __repr__(self) -> str:
         return f"DatabasePolicy({self.database!r}, key={self.key!r})"
@@ -885,15 +931,34 @@ class DatabasePolicy:
 
     def _read(self, value: bytes, budget_bytes: float, budget_items: float) -> _Read | None:
         """One value's contribution, checked (``None``: a good value past the budget
-        left, kept unread); :class:`PolicyFileError` or :class:`PolicyMismatch`."""
+        left, kept unread); :class:`PolicyFileError` or :class:`PolicyMismatch`.
+
+        Adds the bytes inflating it cost to :attr:`inflated`, whatever the outcome
+        (:meth:`_decoded` bounds them over all values)."""
         if value.startswith(VALUE_MAGIC_V2):
-            parts, n_bytes, n_items = _open_compact(value, self.max_bytes, self.max_items)
+            try:
+                parts, n_bytes, n_items = _open_compact(value, self.max_bytes, self.max_items)
+            except _TooLarge as exc:
+                self.inflated += exc.spent
+                raise
+            except PolicyFileError:
+                self.inflated += len(value)
+                raise
+            self.inflated += n_bytes
             if n_bytes > budget_bytes or n_items > budget_items:
                 return None
-            header, tables = _parse_compact(parts, self.meta)
+            header, tables = _parse_compact(parts, self.meta, max_items=self.max_items)
             return _Read(_writer_of(header), n_bytes, n_items, tables)
         _refuse_unknown_layout(value)
-        n_bytes, n_items = _measure(value, self.max_bytes, self.max_items)
+        try:
+            n_bytes, n_items = _measure(value, self.max_bytes, self.max_items)
+        except _TooLarge as exc:
+            self.inflated += exc.spent
+            raise
+        except PolicyFileError:
+            self.inflated += len(value)
+            raise
+        self.inflated += n_bytes
         if n_bytes > budget_bytes or n_items > budget_items:
             return None
         document = decode_value(value, expect_meta=self.meta, max_bytes=n_bytes, max_items=n_items)
@@ -910,6 +975,7 @@ class DatabasePolicy:
         ``full``; values are immutable bytes, so a value seen is a value known), and a
         value skipped or of other metadata is passed over without a second warning."""
         budget_bytes, budget_items = self.max_bytes, self.max_items
+        self.inflated = 0
         try:
             values = list(self._fetch(self.key, self.max_values, self.max_bytes))
         except Exception as exc:  # a database that cannot be read: learn from scratch
@@ -926,6 +992,13 @@ class DatabasePolicy:
                 if full:
                     read = None  # its tables again (not kept: they cost memory)
             if read is None or read.n_bytes > budget_bytes or read.n_items > budget_items:
+                if self.inflated >= INFLATE_BOUND * self.max_bytes:
+                    # Inflating values (good, bad or past the budget: zlib bombs in a
+                    # read-only database are never deleted, so they are met on every run)
+                    # costs at most that much per load, not max_bytes per value: the rest
+                    # wait for a later run.
+                    unread += 1
+                    continue
                 try:
                     read = self._read(value, budget_bytes, budget_items)
                 except PolicyMismatch:
