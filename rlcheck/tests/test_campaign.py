@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -252,19 +254,97 @@ def test_series_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(result.series) <= _MAX_SAMPLES + 1
 
 
-def test_keyboard_interrupt_returns_what_was_done() -> None:
+def interrupted_on_call(n: int) -> Any:
+    """A check that passes, except that its ``n``-th call is a Ctrl-C."""
     calls = 0
 
     def check(p: tuple[int, int]) -> bool:
         nonlocal calls
         calls += 1
-        if calls == 6:
+        if calls == n:
             raise KeyboardInterrupt
         return True
 
-    result = rlcheck.run(pair, check, trials=100, seed=0)
+    return check
+
+
+def test_keyboard_interrupt_returns_what_was_done_when_caught() -> None:
+    check = interrupted_on_call(6)
+    result = rlcheck.run(pair, check, trials=100, seed=0, catch_interrupt=True)
     assert result.stop_reason == "interrupted"
     assert result.trials == 5
+
+
+def test_keyboard_interrupt_propagates_after_ending_the_campaign(tmp_path: Path) -> None:
+    # Under pytest, Ctrl-C inside a test calling run() must stop the session, not pass
+    # the test on part of its budget; the learned policy is still saved.
+    policy = tmp_path / "p.json"
+    check = interrupted_on_call(60)
+    with pytest.raises(KeyboardInterrupt):
+        rlcheck.run(pair, check, guide=RLGuide(seed=0, policy_file=policy), trials=100)
+    assert policy.exists()
+
+
+def test_a_bug_found_before_ctrl_c_is_named_on_the_interrupt() -> None:
+    calls = 0
+
+    def check(p: tuple[int, int]) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 20:
+            raise KeyboardInterrupt
+        if p[0] == 9:
+            raise AssertionError(f"nine in {p}")
+        return True
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        rlcheck.run(pair, check, guide=RandomGuide(seed=0), trials=100, max_failures=0)
+    if sys.version_info >= (3, 11):
+        (note,) = caught.value.__notes__
+        assert "AssertionError: nine in (9, " in note and "choices [9, " in note
+
+
+def ctrl_c_while_shrinking(after: int) -> tuple[Any, Any]:
+    """A generator of lists and a check failing on sums over 20 that presses Ctrl-C on
+    its ``after``-th call once the bug is found (while the bug is being shrunk)."""
+    calls_since_found: list[int] = []
+
+    def numbers(g: Gen) -> list[int]:
+        return [g.integer(0, 9, label="x") for _ in range(g.integer(0, 8, label="len"))]
+
+    def check(xs: list[int]) -> None:
+        if calls_since_found:
+            calls_since_found[0] += 1
+            if calls_since_found[0] == after:
+                raise KeyboardInterrupt
+        if sum(xs) > 20:
+            calls_since_found[:] = calls_since_found or [0]
+            raise AssertionError(f"sum {sum(xs)}")
+
+    return numbers, check
+
+
+@pytest.mark.parametrize("after", [1, 40])
+def test_ctrl_c_while_shrinking_keeps_the_found_bug(after: int) -> None:
+    numbers, check = ctrl_c_while_shrinking(after)
+    result = rlcheck.run(
+        numbers, check, guide=RandomGuide(seed=0), trials=10_000, catch_interrupt=True
+    )
+    assert result.stop_reason == "interrupted"
+    (failure,) = result.failures  # the bug found, as found or shrunk as far as it got
+    assert sum(failure.value) > 20 and replay(numbers, failure.choices) == failure.value
+    assert result.trials == result.valid + result.invalid + 1
+    if after == 1:  # interrupted at the first candidate: kept as found
+        assert failure.choices == failure.found_choices
+    else:  # interrupted part way: the best shrink so far
+        assert len(failure.choices) < len(failure.found_choices)
+        assert failure.exception_type == "AssertionError"
+    # Without catch_interrupt the interrupt propagates, and names the bug.
+    numbers, check = ctrl_c_while_shrinking(after)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        rlcheck.run(numbers, check, guide=RandomGuide(seed=0), trials=10_000)
+    if sys.version_info >= (3, 11):
+        assert "AssertionError: sum " in caught.value.__notes__[0]
 
 
 def test_generator_bugs_propagate() -> None:
@@ -363,6 +443,48 @@ def test_errors_in_other_guide_methods_fall_back_too(method: str) -> None:
     assert result.trials == 50 and f"RLGuide.{method} raised OSError" in (
         result.guide_fallback or ""
     )
+
+
+def test_an_error_random_generation_hits_too_ends_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Stubborn(RandomGuide):
+        def choose(self, point: Any, options: Any) -> int:
+            raise LookupError("no option fits")
+
+    # The fallback's random generation fails the same way: that is not the learner's bug,
+    # and dropping every episode (uncounted) and falling back again would never end.
+    monkeypatch.setattr(rlcheck.campaign, "RandomGuide", Stubborn)
+    start = time.perf_counter()
+    with (
+        pytest.warns(rlcheck.RLCheckWarning, match="no option fits") as caught,
+        pytest.raises(LookupError, match="no option fits"),
+    ):
+        rlcheck.run(pair, bool, guide=Stubborn(seed=0), trials=100, seconds=5)
+    assert len(caught) == 1 and time.perf_counter() - start < 4
+
+
+@pytest.mark.parametrize("invalid_on", [(), (ValueError,)])
+def test_misusing_g_is_the_generators_error_not_the_guides(
+    invalid_on: tuple[type[Exception], ...],
+) -> None:
+    # A float bound (n / 2) and an unhashable label: raised to the caller as rlcheck's
+    # InvalidArgument (even where invalid_on takes ValueErrors for invalid inputs), not
+    # blamed on the guide with a fallback to random generation (that hit it too, forever).
+    def halves(g: Gen) -> int:
+        return g.integer(0, 10 / 2, label="n")  # type: ignore[arg-type]
+
+    def listed(g: Gen) -> int:
+        return g.integer(0, 5, label=["n"])  # type: ignore[arg-type]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning
+        with pytest.raises(InvalidArgument, match=r"integer\(0, 5.0\) at 'n' needs int bounds"):
+            rlcheck.run(halves, bool, guide=RandomGuide(seed=0), trials=100, seconds=5,
+                        invalid_on=invalid_on)  # fmt: skip
+        with pytest.raises(InvalidArgument, match="not hashable"):  # the learner's lookup
+            rlcheck.run(listed, bool, guide=RLGuide(seed=0), trials=100, seconds=5,
+                        invalid_on=invalid_on)  # fmt: skip
 
 
 def test_a_failed_guide_does_not_overwrite_its_policy_file(tmp_path: Path) -> None:
@@ -477,6 +599,23 @@ def test_memory_does_not_grow_with_the_inputs() -> None:
         tracemalloc.stop()
     assert result.unique_valid > 3000  # keeping them would take over 12 MB
     assert peak < 4 * 2**20
+
+
+def test_a_generator_error_while_shrinking_rejects_that_candidate() -> None:
+    def picky(g: Gen) -> int:
+        n = g.integer(0, 20, label="n")
+        if n == 3:  # the generator cannot build this one, with the check's exception type
+            raise ValueError("cannot build n == 3")
+        return n
+
+    def check(n: int) -> None:
+        if n >= 6:
+            raise ValueError(f"bug: n={n}")
+
+    result = rlcheck.run(picky, check, guide=RandomGuide(seed=0), trials=2000)
+    (failure,) = result.failures
+    assert failure.value == 6 and failure.message == "bug: n=6"
+    assert failure.choices == (6,) and failure.found_choices != (6,)
 
 
 def test_found_failures_are_shrunk_before_they_are_reported() -> None:

@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlcheck import Gen, Guide, InvalidArgument, Overrun, RandomGuide, ReplayError, replay
+from rlcheck import (
+    Gen,
+    Guide,
+    InvalidArgument,
+    Overrun,
+    RandomGuide,
+    ReplayError,
+    RLGuide,
+    replay,
+)
 from rlcheck.gen import MAX_OPTIONS
 from rlcheck.guides import ReplayGuide
 
@@ -80,6 +89,52 @@ def test_scopes_are_balanced_even_when_the_body_raises() -> None:
 def test_bad_choice_points_are_rejected(call: Any, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
         call(Gen(RandomGuide(seed=0)))
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "shown"), [(0, 5.0, "int and float"), ("0", 5, "str and int"), (0, None, "")]
+)
+def test_integer_bounds_must_be_integers(low: Any, high: Any, shown: str) -> None:
+    # Caught before the guide is asked: a TypeError from inside its call (range(0, 6.0))
+    # was blamed on the guide, and a campaign fell back to random generation, forever.
+    guide = Recorder()
+    g = Gen(guide)
+    with pytest.raises(InvalidArgument, match=f"needs int bounds, got {shown}"):
+        g.integer(low, high, label="n")
+    assert guide.events == [] and g.guide_error is None and g.choices == []
+
+
+def test_integer_bounds_may_be_any_integer_type() -> None:
+    class Index:  # an integer of another library (NumPy's int64, say)
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __index__(self) -> int:
+            return self.n
+
+    value = Gen(ReplayGuide([2])).integer(Index(3), Index(6))  # type: ignore[arg-type]
+    assert value == 5 and type(value) is int
+    assert Gen(ReplayGuide([1])).integer(False, True) == 1
+
+
+def test_an_unhashable_label_is_the_callers_error_not_the_guides() -> None:
+    # A learner keys its tables by the label; its TypeError is the label's fault.
+    g = Gen(RLGuide(seed=0))
+    with pytest.raises(InvalidArgument, match=r"label=\['n'\] is not hashable"):
+        g.integer(0, 3, label=["n"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="not hashable"):
+        g.choice("ab", label={"n": 1})  # type: ignore[arg-type]
+    assert g.guide_error is None
+
+    # A guide that raises on a good label is still the guide's error.
+    class Broken(RandomGuide):
+        def choose(self, point: Any, options: Any) -> int:
+            raise TypeError("broken")
+
+    g = Gen(Broken())
+    with pytest.raises(TypeError, match="broken"):
+        g.boolean(label="b")
+    assert g.guide_error is not None and g.guide_error[0] == "choose"
 
 
 def test_bad_context_arguments() -> None:

@@ -21,7 +21,16 @@ check) does not lose the campaign: the episode in progress is dropped, one
 :class:`~rlcheck.RLCheckWarning` says what happened, the rest of the run uses plain random
 generation (:class:`~rlcheck.RandomGuide`, same seed), and :attr:`Result.guide_fallback`
 records it. The failed guide's ``end_campaign`` is not called, so a policy file is not
-overwritten with what a broken learner left.
+overwritten with what a broken learner left. This happens once: what random generation
+raises as well is not a learner's bug (the generator's, more likely), and ends the run
+(a second fallback would drop every episode, uncounted, and never end).
+
+Ctrl-C (``KeyboardInterrupt``) stops the run and propagates, so that a test calling
+``run`` is interrupted rather than passed on part of its budget; the guide's campaign is
+ended first (a learned policy is saved) and a found bug is named in a note on the
+exception. ``run(catch_interrupt=True)`` returns the :class:`Result` so far instead, with
+``stop_reason="interrupted"`` (what a command line wants). A failure found before the
+interrupt is in it, shrunk as far as shrinking got.
 
 The default guide steps aside where learning cannot pay (a guide passed to ``run``
 does so with ``step_aside=True``). The first :data:`PROBE_TRIALS` episodes are random
@@ -133,7 +142,8 @@ class Result:
     failures: tuple[Failure, ...]
     seconds: float
     stop_reason: str
-    """``"trials"``, ``"seconds"``, ``"failures"`` or ``"interrupted"``."""
+    """``"trials"``, ``"seconds"``, ``"failures"`` or ``"interrupted"`` (Ctrl-C, with
+    ``run(catch_interrupt=True)``; without it the interrupt propagates)."""
     series: tuple[Sample, ...]
     guide_fallback: str | None = None
     """``None``, or what the guide raised and from which trial on random generation took
@@ -214,6 +224,7 @@ def run(
     check_timeout: float | None = None,
     invalid_on: type[BaseException] | tuple[type[BaseException], ...] = (),
     step_aside: bool | None = None,
+    catch_interrupt: bool = False,
 ) -> Result:
     """Run a generation campaign and count the (distinct) valid inputs.
 
@@ -253,12 +264,19 @@ def run(
         Exception types (one, or a tuple) that mark an input invalid when the generator
         or the check raises them, like :class:`rlcheck.Invalid`: for a check that calls
         a parser raising ``ValueError`` on malformed input. Anything else raised is a
-        found bug.
+        found bug; rlcheck's own :class:`~rlcheck.InvalidArgument` from the generator (``g``
+        used wrongly) propagates, even where it is a ``ValueError`` listed here.
     step_aside:
         Let a learning guide hand over to random generation where the first
         :data:`PROBE_TRIALS` episodes show nothing to learn (module docstring). By
         default (``None``) only the default guide does; a guide passed explicitly (to
         compare guides, say) runs throughout unless ``step_aside=True``.
+    catch_interrupt:
+        ``False`` (default): Ctrl-C (``KeyboardInterrupt``) ends the run and propagates,
+        after the guide's campaign is ended; a bug found so far is named in a note on the
+        exception (Python 3.11+). ``True``: Ctrl-C ends the run like a budget, and the
+        :class:`Result` so far comes back with ``stop_reason="interrupted"``, a failure
+        found before it included (shrunk as far as shrinking got).
 
     Returns
     -------
@@ -321,7 +339,7 @@ def run(
     try:
         guide.start_campaign(name)
     except Exception as exc:
-        guide, g, fallback = _fall_back(guide, "start_campaign", exc, 0, seed, max_choices)
+        guide, g, fallback = _fall_back(guide, "start_campaign", exc, 0, seed, max_choices, None)
     start = time.perf_counter()
     deadline = start + seconds if seconds is not None else math.inf
     next_sample = start + sample_interval
@@ -355,12 +373,19 @@ def run(
                 guide.start_episode()
             except Exception as exc:
                 guide, g, fallback = _fall_back(
-                    guide, "start_episode", exc, ledger.cases, seed, max_choices
+                    guide, "start_episode", exc, ledger.cases, seed, max_choices, fallback
                 )
                 continue
             outcome: Outcome | None = None
+            cut_short: KeyboardInterrupt | None = None  # Ctrl-C while shrinking
             try:
                 value = generator(g)
+            except InvalidArgument:
+                if g.guide_error is None:
+                    # ``g`` used wrongly (a float bound, say): the user's to see, even where
+                    # ``invalid_on=ValueError`` would take it for an invalid input.
+                    raise
+                outcome = "invalid"
             except rejected:
                 outcome = "invalid"
             except Exception:
@@ -372,7 +397,7 @@ def run(
                 # The guide failed inside a choice point or scope (even if the generator
                 # caught it): this episode is dropped, random generation takes over.
                 guide, g, fallback = _fall_back(
-                    guide, *guide_error, ledger.cases, seed, max_choices
+                    guide, *guide_error, ledger.cases, seed, max_choices, fallback
                 )
                 continue
             if outcome is None:
@@ -382,13 +407,12 @@ def run(
                     outcome = "invalid"
                 except Exception as exc:
                     found = shrunk = tuple(g.choices)
-                    simpler = (
-                        _shrink(generator, check, found, exc, max_choices, rejected)
-                        if shrink
-                        else None
-                    )
-                    if simpler is not None:
-                        value, exc, shrunk = simpler
+                    if shrink:
+                        simpler, cut_short = _shrink(
+                            generator, check, found, exc, max_choices, rejected
+                        )
+                        if simpler is not None:
+                            value, exc, shrunk = simpler
                     failures.append(_failure(ledger.cases + 1, value, shrunk, exc, found))
                     outcome = "failure"
                 else:
@@ -399,13 +423,20 @@ def run(
                 guide.end_episode(valid=outcome != "invalid", new=new)
             except Exception as exc:
                 guide, g, fallback = _fall_back(
-                    guide, "end_episode", exc, ledger.cases, seed, max_choices
+                    guide, "end_episode", exc, ledger.cases, seed, max_choices, fallback
                 )
+            if cut_short is not None:
+                # Ctrl-C came while shrinking: the failure is recorded and its episode
+                # counted (as found, or the best shrink so far); now stop.
+                raise cut_short
             if outcome == "failure" and len(failures) == max_failures:
                 stop_reason = "failures"
                 break
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         stop_reason = "interrupted"  # the episode in progress is not counted
+        interrupt: KeyboardInterrupt | None = stop
+    else:
+        interrupt = None
     elapsed = time.perf_counter() - start
     if learning is not None:  # the run ended within the probe
         _end_quietly(learning)
@@ -415,7 +446,7 @@ def run(
         fallback = f"{type(guide).__name__}.end_campaign raised {type(exc).__name__}: {exc}"
         warnings.warn(f"the guide failed at the end of the run: {fallback}", RLCheckWarning, 2)
     series.append(Sample(elapsed, ledger.cases, ledger.valid, ledger.unique_valid))
-    return Result(
+    result = Result(
         generator=name,
         guide=described,
         seed=seed,
@@ -430,6 +461,17 @@ def run(
         guide_fallback=fallback,
         stepped_aside=stepped_aside,
     )
+    if interrupt is not None and not catch_interrupt:
+        # A test calling ``run`` must stop at Ctrl-C, not pass on part of its budget.
+        for failure in result.failures:
+            _add_note(
+                interrupt,
+                f"rlcheck.run was interrupted after finding a bug at trial {failure.trial}: "
+                f"{failure.exception_type}: {failure.message}; input {failure.value_repr}, "
+                f"choices {list(failure.choices)}",
+            )
+        raise interrupt
+    return result
 
 
 def _invalid_types(
@@ -468,9 +510,23 @@ def _end_quietly(guide: Guide) -> None:
 
 
 def _fall_back(
-    guide: Guide, where: str, error: BaseException, trials: int, seed: int | None, max_choices: int
+    guide: Guide,
+    where: str,
+    error: BaseException,
+    trials: int,
+    seed: int | None,
+    max_choices: int,
+    fallback: str | None,
 ) -> tuple[Guide, Gen, str]:
-    """Random generation for the rest of a run whose guide raised ``error``; one warning."""
+    """Random generation for the rest of a run whose guide raised ``error``; one warning.
+
+    Once: when the run has fallen back already (``fallback``, the reason, is set), random
+    generation raised ``error`` too, so it is not a learner's bug; it is raised, ending
+    the run, since falling back again would drop every episode, uncounted, forever.
+    """
+    if fallback is not None:
+        _add_note(error, f"rlcheck: raised by random generation too, after: {fallback}")
+        raise error
     fallback_seed = _fallback_seed(guide, seed)
     reason = (
         f"{type(guide).__name__}.{where} raised {type(error).__name__}: {error}; "
@@ -484,6 +540,13 @@ def _fall_back(
     random_guide = RandomGuide(seed=fallback_seed)
     random_guide.start_campaign("")
     return random_guide, Gen(random_guide, max_choices=max_choices), reason
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` where Python has it (3.11+): shown with the traceback."""
+    add_note = getattr(error, "add_note", None)
+    if add_note is not None:
+        add_note(note)
 
 
 def _failure(
@@ -536,14 +599,18 @@ def _shrink(
     error: Exception,
     max_choices: int,
     rejected: tuple[type[BaseException], ...] = (Invalid,),
-) -> tuple[Any, Exception, tuple[int, ...]] | None:
+) -> tuple[tuple[Any, Exception, tuple[int, ...]] | None, KeyboardInterrupt | None]:
     """A simpler failing input: ``(value, exception, choices)`` (see ``run(shrink=)``),
-    or ``None`` when none was found.
+    or ``None`` when none was found; and the ``KeyboardInterrupt`` that cut shrinking
+    short, or ``None``. Ctrl-C stops shrinking with the best input so far, which the
+    caller records before passing the interrupt on (a found bug must not be lost).
 
     Greedy passes until none helps: cut the tail, delete blocks of 8, 4, 2 and 1 choices,
     lower a choice while deleting a later one, set each choice to 0, halve it, lower it.
     A candidate counts when the check raises the same exception type; the choices it
     really consumed replace the best so far when they are shorter, or as long and smaller.
+    A candidate on which the generator raises (anything) is rejected: only the check's
+    exception is the bug being shrunk.
     """
     kind = type(error)
     best: tuple[int, ...] = choices
@@ -561,6 +628,9 @@ def _shrink(
         g = Gen(_ShrinkGuide(candidate), max_choices=max_choices)
         try:
             value = generator(g)
+        except Exception:  # ``Invalid``, an overrun, or a value this generator cannot make
+            return False
+        try:
             check(value)
         except rejected:
             return False
@@ -571,40 +641,43 @@ def _shrink(
                 return True
         return False
 
-    improved = True
-    while improved and attempts < _SHRINK_ATTEMPTS and time.perf_counter() <= deadline:
-        improved = False
-        n = len(best)
-        for cut in (n // 2, n - 1):  # drop the tail (later choices take option 0)
-            if 0 <= cut < len(best) and attempt(list(best[:cut])):
-                improved = True
-        for size in (8, 4, 2, 1):
+    try:
+        improved = True
+        while improved and attempts < _SHRINK_ATTEMPTS and time.perf_counter() <= deadline:
+            improved = False
+            n = len(best)
+            for cut in (n // 2, n - 1):  # drop the tail (later choices take option 0)
+                if 0 <= cut < len(best) and attempt(list(best[:cut])):
+                    improved = True
+            for size in (8, 4, 2, 1):
+                i = 0
+                while i + size <= len(best):
+                    if not attempt(list(best[:i] + best[i + size :])):
+                        i += 1
+                    else:
+                        improved = True
+            # Lower one choice and delete a later one (a count and one of the elements it
+            # counts): neither helps alone.
             i = 0
-            while i + size <= len(best):
-                if not attempt(list(best[:i] + best[i + size :])):
-                    i += 1
-                else:
-                    improved = True
-        # Lower one choice and delete a later one (a count and one of the elements it
-        # counts): neither helps alone.
-        i = 0
-        while i < len(best):
-            for j in range(i + 1, min(i + 9, len(best))):
-                if best[i] > 0 and attempt(
-                    [*best[:i], best[i] - 1, *best[i + 1 : j], *best[j + 1 :]]
-                ):
-                    improved = True
-                    break
-            i += 1
-        for i in range(len(best)):
-            for smaller in (0, best[i] // 2, best[i] - 1) if i < len(best) else ():
-                if i < len(best) and 0 <= smaller < best[i]:
-                    candidate = list(best)
-                    candidate[i] = smaller
-                    if attempt(candidate):
+            while i < len(best):
+                for j in range(i + 1, min(i + 9, len(best))):
+                    if best[i] > 0 and attempt(
+                        [*best[:i], best[i] - 1, *best[i + 1 : j], *best[j + 1 :]]
+                    ):
                         improved = True
                         break
-    return (best_value, best_error, best) if found_value else None
+                i += 1
+            for i in range(len(best)):
+                for smaller in (0, best[i] // 2, best[i] - 1) if i < len(best) else ():
+                    if i < len(best) and 0 <= smaller < best[i]:
+                        candidate = list(best)
+                        candidate[i] = smaller
+                        if attempt(candidate):
+                            improved = True
+                            break
+    except KeyboardInterrupt as interrupt:  # stop here; the caller records the best
+        return ((best_value, best_error, best) if found_value else None), interrupt
+    return ((best_value, best_error, best) if found_value else None), None
 
 
 def _timed(check: Callable[[T], object], seconds: float) -> Callable[[T], object]:

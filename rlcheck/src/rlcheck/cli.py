@@ -204,6 +204,7 @@ def run_command(
             max_failures=max_failures,
             progress=None if quiet else show,
             check_timeout=check_timeout,
+            catch_interrupt=True,  # Ctrl-C ends the run: its table and --json still come
         )
 
     table = Table(title=f"rlcheck run {result.generator}", show_header=False)

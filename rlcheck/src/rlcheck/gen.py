@@ -23,6 +23,7 @@ a generator on such a sequence and gets the same input back.
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from types import TracebackType
@@ -106,6 +107,23 @@ class Gen:
         """Forget the recorded choices (the campaign calls this before each episode)."""
         self.choices = []
 
+    def _guide_raised(self, method: str, exc: Exception, label: Hashable) -> None:
+        """Record that the guide raised ``exc`` in ``method`` (see :attr:`guide_error`), or
+        raise :class:`InvalidArgument` when the caller's ``label`` is at fault.
+
+        An unhashable label (a list, say) makes any learner's table lookup raise
+        ``TypeError``; that is the generator's mistake, not the guide's, and blaming the
+        guide would hide it behind a fallback to random generation. Checked here, once the
+        guide has raised, rather than up front: hashing every label costs every choice.
+        """
+        try:
+            hash(label)
+        except TypeError:
+            raise InvalidArgument(
+                f"label={label!r} is not hashable; use a string, a number or a tuple of them"
+            ) from exc
+        self._guide_error = (method, exc)
+
     def _overrun(self) -> Overrun:
         return Overrun(
             f"the generator made more than max_choices={self.max_choices} choices in one "
@@ -150,13 +168,17 @@ class Gen:
         try:
             index = self._choose(label, options)
         except Exception as exc:
-            self._guide_error = ("choose", exc)
+            self._guide_raised("choose", exc, label)
             raise
         choices.append(index)
         return options[index]
 
     def integer(self, low: int, high: int, *, label: Hashable | None = None) -> int:
         """An integer in ``[low, high]`` (both inclusive; a small range).
+
+        ``low`` and ``high`` are ints (or integers of another type, such as NumPy's: anything
+        with ``__index__``); anything else, a float such as ``n / 2`` say, raises
+        :class:`InvalidArgument`.
 
         Examples
         --------
@@ -167,6 +189,8 @@ class Gen:
         if label is None:
             frame = sys._getframe(1)
             label = (frame.f_code.co_filename, frame.f_lineno)
+        if low.__class__ is not int or high.__class__ is not int:
+            low, high = _int_bounds(low, high, label)
         if not 0 <= high - low < MAX_OPTIONS:
             raise InvalidArgument(
                 f"integer({low!r}, {high!r}) at {label!r} must have low <= high and at most "
@@ -175,10 +199,12 @@ class Gen:
         choices = self.choices
         if len(choices) >= self.max_choices:
             raise self._overrun()
+        # Built outside the ``try``: only what the guide raises is the guide's.
+        options = range(low, high + 1)
         try:
-            index = self._choose(label, range(low, high + 1))
+            index = self._choose(label, options)
         except Exception as exc:
-            self._guide_error = ("choose", exc)
+            self._guide_raised("choose", exc, label)
             raise
         choices.append(index)
         return low + index
@@ -201,7 +227,7 @@ class Gen:
         try:
             index = self._choose(label, _BOOLS)
         except Exception as exc:
-            self._guide_error = ("choose", exc)
+            self._guide_raised("choose", exc, label)
             raise
         choices.append(index)
         return index == 1
@@ -233,7 +259,7 @@ class _Scope:
         try:
             self._gen._enter(self._label)
         except Exception as exc:
-            self._gen._guide_error = ("enter_scope", exc)
+            self._gen._guide_raised("enter_scope", exc, self._label)
             raise
 
     def __exit__(
@@ -247,6 +273,19 @@ class _Scope:
         except Exception as error:
             self._gen._guide_error = ("exit_scope", error)
             raise
+
+
+def _int_bounds(low: int, high: int, label: Hashable) -> tuple[int, int]:
+    """``integer``'s bounds as ints, or :class:`InvalidArgument`: checked before the guide
+    is asked, since ``range`` raising inside the guide's call would be blamed on the guide."""
+    try:
+        return operator.index(low), operator.index(high)
+    except TypeError:
+        raise InvalidArgument(
+            f"integer({low!r}, {high!r}) at {label!r} needs int bounds, got "
+            f"{type(low).__name__} and {type(high).__name__}; use // rather than / for a "
+            "bound computed by division"
+        ) from None
 
 
 def replay(generator: Callable[[Gen], T], choices: Iterable[int], *, strict: bool = True) -> T:
