@@ -75,8 +75,8 @@ def test_unique_valid_inputs_are_distinct_over_workers() -> None:
         "valid": 2,
         "invalid": 1,
         "new_valid": [1, 2],
-        "found_failure": False,
         "failed": False,
+        "failure_phase": None,
         "message": "",
     }
     _apply(report, ("run", 0, "t", counts), 0.5, set())
@@ -376,3 +376,155 @@ def test_a_fleet_shares_failures_and_policies_through_one_redis(
         timeout=300,
     )
     assert plain.returncode == 1 and "1 failed, 2 passed" in plain.stdout, plain.stdout
+
+
+# The first worker to run test_x hangs in it; every other one fails it, so "every test
+# failed" stops the session while a worker hangs (deterministic, unlike a budget that must
+# end after the first run began).
+HANGS = """
+import os
+import time
+
+from hypothesis import given, strategies as st
+
+
+@given(st.integers())
+def test_x(x):
+    try:
+        os.close(os.open("hanging", os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        assert False
+    time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_hung_worker_is_terminated_after_the_grace_period_and_its_test_named(
+    tmp_path: Path,
+) -> None:
+    project = _project(tmp_path, HANGS)
+    code = (
+        "import json\n"
+        "from rlcheck.fuzz import fuzz\n"
+        "r = fuzz(['test_buggy.py'], workers=2, seconds=600, grace_s=2)\n"
+        "print(json.dumps(r.as_dict()))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the hung worker is killed with it, should the test fail
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err
+    report = json.loads(out.splitlines()[-1])
+    assert report["stopped_by"] == "every test failed"
+    assert any(
+        "had not stopped 2 s after it was told to stop" in e
+        and "in a run of test_buggy.py::test_x" in e
+        and e.endswith("terminated")
+        for e in report["errors"]
+    ), report["errors"]
+
+
+# test_bug fails at once; test_stopper then sends SIGTERM to the controller (a worker's
+# parent) once, as `timeout` or a CI's cancel would.
+STOPPED = """
+import os
+import signal
+from pathlib import Path
+
+from hypothesis import given, strategies as st
+
+
+@given(st.integers())
+def test_bug(x):
+    Path("failed").touch()
+    assert False
+
+
+@given(st.integers())
+def test_stopper(x):
+    if Path("failed").exists():
+        try:
+            os.close(os.open("sent", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return
+        os.kill(os.getppid(), signal.SIGTERM)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_session_like_ctrl_c(tmp_path: Path) -> None:
+    project = _project(tmp_path, STOPPED)
+    done = _rlcheck(
+        "fuzz", "test_buggy.py", "--seconds", "600", "--report", "report.json", cwd=project
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # a failure was found
+    assert "failed test_buggy.py::test_bug" in done.stdout
+    report = json.loads((project / "report.json").read_text())
+    assert report["stopped_by"] == "SIGTERM" and report["elapsed"] < 120
+    assert report["tests"]["test_buggy.py::test_bug"]["failures"] == 1
+
+
+REPLAYED = """
+from hypothesis import example, given, strategies as st
+
+
+@given(st.integers(0, 1000))
+def test_found(x):
+    assert x < 10
+
+
+@given(st.integers(0, 899))
+@example(950)
+def test_explicit(x):
+    assert x < 900
+"""
+
+
+@pytest.mark.slow
+def test_a_failure_counts_whichever_phase_found_it(tmp_path: Path) -> None:
+    project = _project(tmp_path, REPLAYED)
+    phases = []
+    for _ in range(2):  # the second session replays the first's failure from the database
+        done = _rlcheck(
+            "fuzz",
+            "test_buggy.py",
+            "--seconds",
+            "120",
+            "--report",
+            "report.json",
+            cwd=project,
+            env=_without_ci(),
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        report = json.loads((project / "report.json").read_text())
+        assert report["stopped_by"] == "every test failed"
+        assert report["totals"]["failures"] == 2
+        tests = report["tests"]
+        for t in tests.values():
+            assert t["failed"] and t["failures"] == 1 and t["first_failure_s"] > 0
+        phases.append(
+            [tests[f"test_buggy.py::test_{n}"]["failure_phase"] for n in ("found", "explicit")]
+        )
+    assert phases == [["generate", "explicit"], ["reuse", "explicit"]]
+
+
+def test_an_unwritable_report_path_is_refused_before_the_session(tmp_path: Path) -> None:
+    project = _project(tmp_path, UNREACHABLE)
+    done = _rlcheck(
+        "fuzz", "test_buggy.py", "--seconds", "2", "--report", "missing/r.json", cwd=project
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Invalid value for '--report': cannot write a file in 'missing'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "test_bug" not in done.stdout  # no session: no table

@@ -258,7 +258,7 @@ def run_command(
     type=click.FloatRange(min=0, min_open=True),
     default=60.0,
     show_default=True,
-    help="Budget (wall clock); Ctrl-C stops earlier.",
+    help="Budget (wall clock); Ctrl-C or SIGTERM stops earlier.",
 )
 @click.option(
     "--backend",
@@ -303,12 +303,20 @@ def fuzz_command(
     from rich.console import Console
     from rich.live import Live
 
-    from rlcheck.fuzz import FuzzReport, fuzz
+    from rlcheck.errors import InvalidArgument
+    from rlcheck.fuzz import FuzzReport, check_writable, fuzz
 
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise click.UsageError(
             "--plot needs matplotlib, which is not installed: pip install 'rlcheck[plot]'"
         )
+    # Now, not after a session of hours that then could not keep what it found.
+    for option, path in (("--report", report_path), ("--plot", plot_path)):
+        if path is not None:
+            try:
+                check_writable(path)
+            except InvalidArgument as exc:
+                raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
     out = Console()
     terminal = out.is_terminal
     last_lines = [0.0]

@@ -9,12 +9,15 @@ Lifecycle (one controller, ``workers`` processes)::
                      <---------------- ("collected", ...)
                                        loop until told to stop:
                                          pick a test by its recent progress
+                     <---------------- ("running", test)
                                          run it once (backend="rlcheck", max_examples
                                            sized for about ``slice_s`` seconds)
                      <---------------- ("run", test, counts, new fingerprints, ...)
     live table, report series
-    deadline or Ctrl-C: set stop ----> finish the run in progress, exit
-    join (then terminate stragglers),
+    deadline, Ctrl-C or SIGTERM:
+      set stop ----------------------> finish the run in progress, exit
+    join; a worker not done within the grace period (a hang in the code under test)
+      is terminated, and the report names the test it was running
     write the report (atomically)
 
 Scheduling follows HypoFuzz's idea (its design, not its code: HypoFuzz is AGPL): time goes
@@ -38,7 +41,9 @@ Counting: each test case a run makes (the learned policy's and Hypothesis's own,
 by Hypothesis's observations) is counted by an episode ledger per worker and test; a unique
 valid input is a valid case whose choice sequence is new. The controller merges the
 workers' 64-bit fingerprints of those, so the table's unique valid inputs are distinct over
-all workers. ``failures`` counts the runs whose generation found a failing input.
+all workers. ``failures`` counts the runs that failed, whichever phase found the failing
+input: generation, the replay of the example database (a failure an earlier session found,
+or another worker saved), an ``@example``; the report keeps the phase of the first.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ import multiprocessing
 import os
 import queue
 import random
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +68,7 @@ from typing import Any
 from rlcheck.errors import InvalidArgument
 from rlcheck.ledger import Ledger, Outcome
 
-__all__ = ["FuzzReport", "TestProgress", "fuzz", "stable_fingerprint"]
+__all__ = ["FuzzReport", "TestProgress", "check_writable", "fuzz", "stable_fingerprint"]
 
 _HALF_LIFE = 4.0  # runs after which an old run's progress weighs half
 _FAILURE_WEIGHT = 100.0  # a new failure is worth this many new unique valid inputs
@@ -96,6 +103,10 @@ class TestProgress:
     runs: int = 0
     failed: bool = False
     first_failure_s: float | None = None
+    #: the phase whose test case failed in the first failed run: ``"generate"``, ``"reuse"``
+    #: (a failure replayed from the example database), ``"explicit"`` (an ``@example``),
+    #: or ``None`` where no test case failed (an error outside them: a fixture's, a flaky)
+    failure_phase: str | None = None
     message: str = ""
     #: ``[seconds, cases, valid, unique_valid, failures]`` after each run (at most one
     #: sample a second)
@@ -113,6 +124,7 @@ class TestProgress:
             "runs": self.runs,
             "failed": self.failed,
             "first_failure_s": self.first_failure_s,
+            "failure_phase": self.failure_phase,
             "message": self.message,
             "series": self.series,
         }
@@ -134,6 +146,9 @@ class FuzzReport:
     errors: list[str] = field(default_factory=list)
     #: what the user should know that did not stop the session (tests without a database)
     warnings: list[str] = field(default_factory=list)
+    #: per worker, the test its run in progress runs and when that run began (seconds):
+    #: what a worker that hangs was doing
+    _running: dict[int, tuple[str, float]] = field(default_factory=dict, repr=False)
 
     @property
     def failed(self) -> list[str]:
@@ -161,7 +176,8 @@ class FuzzReport:
         }
 
     def write_json(self, path: str | os.PathLike[str]) -> None:
-        """Write the report atomically (a temporary file renamed over ``path``)."""
+        """Write the report atomically (a temporary file renamed over ``path``;
+        :func:`check_writable` says beforehand whether that can work)."""
         target = Path(path)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
@@ -184,6 +200,26 @@ class FuzzReport:
         plot_curves(curves, path, xlabel="seconds", ylabel="unique valid inputs")
 
 
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`InvalidArgument` unless a file can be written at ``path`` the way
+    :meth:`FuzzReport.write_json` writes it (a temporary file in its directory, renamed):
+    a session checks its output paths before it starts, not after hours of fuzzing.
+
+    >>> check_writable("missing/report.json")
+    Traceback (most recent call last):
+    ...
+    rlcheck.errors.InvalidArgument: cannot write a file in 'missing': No such file or directory
+    """
+    parent = Path(path).parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".rlcheck-check.", suffix=".tmp")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise InvalidArgument(f"cannot write a file in {str(parent)!r}: {reason}") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
 # -- the controller ------------------------------------------------------------------------
 
 
@@ -196,13 +232,22 @@ def fuzz(
     slice_s: float = 2.0,
     on_update: Callable[[FuzzReport], None] | None = None,
     update_every_s: float = 0.5,
+    grace_s: float | None = None,
 ) -> FuzzReport:
     """Fuzz the Hypothesis tests that ``pytest pytest_args`` collects, for ``seconds``.
 
     Runs ``workers`` processes (see the module docstring). ``on_update`` is called with
     the report as it fills (at most every ``update_every_s``). Ctrl-C ends the session
     early: the workers finish their run in progress, and the report says
-    ``stopped_by="interrupt"``.
+    ``stopped_by="interrupt"``; SIGTERM (what ``timeout``, a CI's cancel, systemd and
+    ``kill`` send) does the same, with ``stopped_by="SIGTERM"``, where ``fuzz`` runs in the
+    main thread (the only one that can handle signals); a second Ctrl-C or SIGTERM stops
+    the waiting for the runs in progress.
+
+    Once told to stop, the workers have ``grace_s`` seconds (default 10 + 5 slices) to
+    finish their run in progress; a worker still running then (a test that hangs) is
+    terminated, and ``errors`` says which test it was running. So ``fuzz`` returns within
+    about ``seconds + grace_s`` whatever the tests do.
 
     Examples
     --------
@@ -217,6 +262,10 @@ def fuzz(
         raise InvalidArgument(f"seconds={seconds!r} must be positive")
     if not slice_s > 0:
         raise InvalidArgument(f"slice_s={slice_s!r} must be positive")
+    if grace_s is None:
+        grace_s = 10.0 + 5 * slice_s
+    if not grace_s >= 0:
+        raise InvalidArgument(f"grace_s={grace_s!r} must be at least 0")
     report = FuzzReport(workers=workers, seconds=seconds, pytest_args=list(pytest_args))
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding threads
     events: Any = ctx.Queue()
@@ -235,12 +284,21 @@ def fuzz(
         proc.start()
     done: set[int] = set()
     last_update = 0.0
+    stopped_at: float | None = None  # when stop was first seen set
     report.stopped_by = "budget"
+    sigterm = _SigtermAsInterrupt()
     try:
+        sigterm.install()
         while len(done) < workers:
             now = time.monotonic() - start
             if now >= seconds and not stop.is_set():
                 stop.set()
+            if stop.is_set():
+                # A worker whose run hangs never says "done": the grace period counts from
+                # the stop, not from the last "done", or the session would never end.
+                stopped_at = stopped_at if stopped_at is not None else time.monotonic()
+                if time.monotonic() - stopped_at >= grace_s:
+                    break
             try:
                 event = events.get(timeout=0.2)
             except queue.Empty:
@@ -259,12 +317,18 @@ def fuzz(
                 on_update(report)
                 last_update = time.monotonic()
     except KeyboardInterrupt:
-        report.stopped_by = "interrupt"
+        report.stopped_by = "SIGTERM" if sigterm.received else "interrupt"
         stop.set()
+        if stopped_at is None:  # the runs in progress get the whole grace period
+            stopped_at = time.monotonic()
     finally:
-        stop.set()
-        _drain(report, procs, events, start, done, grace_s=10.0 + 5 * slice_s)
-        report.elapsed = time.monotonic() - start
+        try:
+            stop.set()
+            left = grace_s - (time.monotonic() - stopped_at if stopped_at is not None else 0.0)
+            _drain(report, procs, events, start, done, grace_s=max(left, 0.0), stop_s=grace_s)
+            report.elapsed = time.monotonic() - start
+        finally:
+            sigterm.restore()
     for i in range(workers):
         _attach_log(report, logdir, i)
     with contextlib.suppress(OSError):
@@ -274,6 +338,35 @@ def fuzz(
     return report
 
 
+class _SigtermAsInterrupt:
+    """SIGTERM handled as Ctrl-C: it raises :class:`KeyboardInterrupt` in the main thread,
+    as Python's own SIGINT handler does, so the controller stops the workers and returns
+    its report instead of dying without one. :meth:`restore` puts the previous handler
+    back. Elsewhere than in the main thread (where no handler can be set) it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+        self._installed = False
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._installed = True
+
+    def restore(self) -> None:
+        if self._installed:
+            # None: a handler not set from Python (then it was the default one)
+            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+        raise KeyboardInterrupt
+
+
 def _drain(
     report: FuzzReport,
     procs: list[Any],
@@ -281,25 +374,54 @@ def _drain(
     start: float,
     done: set[int],
     grace_s: float,
+    stop_s: float | None = None,
 ) -> None:
-    """Collect the last events while the workers finish their runs; then stop them."""
+    """Collect the last events while the workers finish their runs, for at most
+    ``grace_s``; then stop them. A worker terminated because its time was up (``stop_s``
+    since it was told to stop) is an error naming the test it was running; one terminated
+    on a second Ctrl-C is not (the user chose not to wait)."""
+
+    def collect() -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                _apply(report, events.get_nowait(), time.monotonic() - start, done)
+
     deadline = time.monotonic() + grace_s
+    interrupted = False
     while time.monotonic() < deadline and any(p.is_alive() for p in procs):
         try:
             _apply(report, events.get(timeout=0.2), time.monotonic() - start, done)
         except queue.Empty:
             pass
         except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            interrupted = True
             break
-    for proc in procs:
+    collect()  # what the workers said last: the runs they finished, the one they are in
+    for i, proc in enumerate(procs):
         if proc.is_alive():
+            if i not in done and not interrupted:  # (a worker that said "done" is exiting)
+                report.errors.append(_hung(report, i, stop_s, time.monotonic() - start))
             # Everything a worker writes (database values, files) is written atomically:
             # stopping it here leaves nothing half-written.
             proc.terminate()
         proc.join(timeout=10)
-    with contextlib.suppress(Exception):
-        while True:
-            _apply(report, events.get_nowait(), time.monotonic() - start, done)
+        if proc.is_alive():  # the code under test catches or ignores SIGTERM
+            proc.kill()
+            proc.join(timeout=10)
+    collect()
+
+
+def _hung(report: FuzzReport, worker: int, stop_s: float | None, now: float) -> str:
+    """The error for a worker that had not stopped in time: the test it was running, if
+    known (a worker can hang outside a test's run too: collecting, in a fixture)."""
+    running = report._running.get(worker)
+    if running is None:
+        doing = "while it ran no test (collecting them? in a fixture?)"
+    else:
+        name, since = running
+        doing = f"in a run of {name} begun {now - since:.0f} s before (does it hang?)"
+    after = f"{stop_s:.0f} s after it was told to stop" if stop_s is not None else "in time"
+    return f"worker {worker} had not stopped {after}, {doing}: terminated"
 
 
 def _apply(report: FuzzReport, event: tuple[Any, ...], now: float, done: set[int]) -> None:
@@ -316,7 +438,11 @@ def _apply(report: FuzzReport, event: tuple[Any, ...], now: float, done: set[int
             report.warnings.append(event[2])
     elif kind == "done":
         done.add(worker)
+        report._running.pop(worker, None)
+    elif kind == "running":
+        report._running[worker] = (event[2], now)
     elif kind == "run":
+        report._running.pop(worker, None)
         name, counts = event[2], event[3]
         test = report.tests.setdefault(name, TestProgress())
         test.runs += 1
@@ -329,11 +455,13 @@ def _apply(report: FuzzReport, event: tuple[Any, ...], now: float, done: set[int
                 test.unique_valid += 1
                 if len(test._seen) < _MAX_SEEN:
                     test._seen.add(fp)
-        if counts["found_failure"]:
+        if counts["failed"]:
+            # Whichever phase found it: a failure replayed from the database (an earlier
+            # session's, another worker's) or an @example fails the run as generation does.
             test.failures += 1
             if test.first_failure_s is None:
                 test.first_failure_s = round(now, 3)
-        if counts["failed"]:
+                test.failure_phase = counts["failure_phase"]
             test.failed = True
             test.message = test.message or counts["message"]
         sample = [round(now, 3), test.cases, test.valid, test.unique_valid, test.failures]
@@ -430,13 +558,14 @@ class _WorkerPlugin:
             if name is None:
                 break  # every test failed
             item = by_id[name]
+            self.events.put(("running", self.index, name))  # named if it hangs
             began = time.monotonic()
             counts = self._run(item, ledgers[name], sizes[name])
             took = max(time.monotonic() - began, 1e-3)
             # About slice_s a run: stops come quickly, the schedule gets frequent news.
             per_case = took / max(counts["cases"], 1)
             sizes[name] = int(min(5000, max(10, 0.5 * self.slice_s / per_case)))
-            gain = len(counts["new_valid"]) + _FAILURE_WEIGHT * counts["found_failure"]
+            gain = len(counts["new_valid"]) + _FAILURE_WEIGHT * counts["failed"]
             schedule.record(name, gain, took, failed=counts["failed"])
             self.events.put(("run", self.index, name, counts))
         return True
@@ -447,16 +576,20 @@ class _WorkerPlugin:
         from rlcheck.hypothesis.compat import observed_choices, observed_phase, observing
 
         new_valid: list[int] = []
-        found = [False]
+        failing_phases: list[str | None] = []  # of the failing test cases, in order
+        last_explicit = [False]  # whether the last test case was an @example
         before = ledger.counts()
 
         def observe(observation: Any) -> None:
             if getattr(observation, "type", None) != "test_case":
                 return
             outcome = _OUTCOMES.get(observation.status, "invalid")
-            phase = observed_phase(observation)
-            if outcome == "failure" and phase == "generate":
-                found[0] = True
+            # Hypothesis (6.170) gives an @example's observation no phase, and the status
+            # "gave_up" even when it fails: the run's verdict says that it did.
+            last_explicit[0] = str(getattr(observation, "how_generated", "")).startswith("explicit")
+            if outcome == "failure":
+                phase = observed_phase(observation)
+                failing_phases.append("explicit" if last_explicit[0] else phase)
             choices = observed_choices(observation)
             fp = stable_fingerprint(choices)
             if ledger.record(outcome, fp) and outcome == "valid":
@@ -485,16 +618,23 @@ class _WorkerPlugin:
         after = ledger.counts()
         failed = any(r.failed for r in reports) and not self._gave_up()
         message = ""
+        phase = None
         if failed:
             bad = next(r for r in reports if r.failed)
             message = str(getattr(bad.longrepr, "reprcrash", None) or bad.longrepr)[:500]
+            # The first failing case found it (a shrink's come after it); no failing case
+            # after an @example's: that example failed (Hypothesis raises at once).
+            if failing_phases:
+                phase = failing_phases[0]
+            elif last_explicit[0]:
+                phase = "explicit"
         return {
             "cases": after.cases - before.cases,
             "valid": after.valid - before.valid,
             "invalid": after.invalid - before.invalid,
             "new_valid": new_valid,
-            "found_failure": found[0] and failed,
             "failed": failed,
+            "failure_phase": phase,
             "message": message,
         }
 
