@@ -1653,7 +1653,9 @@ def moment_policy(args: argparse.Namespace) -> ckptzip.MomentPolicy | None:
         )
     if args.first_fit is not None:
         moments = dataclasses.replace(moments or ckptzip.MomentPolicy(), first_fit=args.first_fit)
-    if args.quiet is not None:
+    if args.quiet == "none":  # every weight's moments by the policy itself (the default before)
+        moments = dataclasses.replace(moments or FEEDBACK_MOMENTS, quiet=None)
+    elif args.quiet is not None:
         m, v, fit = args.quiet.split(",")
         quiet = ckptzip.MomentPolicy(int(m), second_bins=int(v), first_fit=fit)  # type: ignore[arg-type]
         moments = dataclasses.replace(moments or FEEDBACK_MOMENTS, quiet=quiet)
@@ -1743,8 +1745,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="MomentPolicy.quiet: the moments of a weight whose momentum is quiet "
         "(momentum_coherence below --quiet-below) at M first-moment levels fitted by FIT "
-        "and V second-moment levels, e.g. 3,8,step; the others follow --moments (default: "
-        "the manager's policy under error feedback, plan.FEEDBACK_MOMENTS)",
+        "and V second-moment levels, e.g. 3,8,step, or none (no quiet policy); the others "
+        "follow --moments (default: the manager's policy under error feedback, "
+        "plan.FEEDBACK_MOMENTS, whose quiet policy is 3,8,step)",
     )
     ap.add_argument(
         "--quiet-below",

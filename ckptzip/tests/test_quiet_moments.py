@@ -70,7 +70,8 @@ def test_the_policy_is_validated_eagerly() -> None:
     for bad in (0.0, 1.5, -1.0):
         with pytest.raises(ConfigError, match="quiet_below"):
             MomentPolicy(quiet_below=bad)
-    assert FEEDBACK_MOMENTS.quiet is None  # opt-in
+    # the error-feedback default stores quiet momenta compactly; MomentPolicy() alone does not
+    assert FEEDBACK_MOMENTS.quiet is not None and MomentPolicy().quiet is None
 
 
 def test_moment_configs_choose_per_weight_from_the_state_being_saved() -> None:
