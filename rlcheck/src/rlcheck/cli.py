@@ -354,8 +354,12 @@ def fuzz_command(
         )
     out.print(_fuzz_table(report))
     for warning in report.warnings:
-        if warning not in warned:
+        if warning in warned:
+            continue
+        if terminal:
             out.print(f"[bold yellow]warning[/] {warning}", highlight=False, markup=True)
+        else:  # where the session's other warnings went, whenever the last one came
+            click.echo(f"warning: {warning}", err=True)
     for error in report.errors:
         out.print(f"[bold red]error[/] {error}", highlight=False, markup=True)
     for name in report.failed:
