@@ -618,8 +618,10 @@ def print_table(summary: dict[str, Any]) -> None:
         rows = [
             {
                 **r,
-                **{k: _pct(r.get(k)) for k in ("rel_diff", "max_jump", "median_jump")},
-                "max_own_gap": _pct(r.get("max_own_gap")),
+                **{
+                    k: _pct(r.get(k))
+                    for k in ("rel_diff", "max_jump", "median_jump", "max_own_gap")
+                },
                 "within_floor": None if "within_floor" not in r else str(r["within_floor"]),
                 "exact_restores_reproduce": str(r["exact_restores_reproduce"]),
                 "warnings": len(r["warnings"]),

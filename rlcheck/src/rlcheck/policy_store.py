@@ -935,23 +935,14 @@ class DatabasePolicy:
 
         Adds the bytes inflating it cost to :attr:`inflated`, whatever the outcome
         (:meth:`_decoded` bounds them over all values)."""
-        if value.startswith(VALUE_MAGIC_V2):
-            try:
-                parts, n_bytes, n_items = _open_compact(value, self.max_bytes, self.max_items)
-            except _TooLarge as exc:
-                self.inflated += exc.spent
-                raise
-            except PolicyFileError:
-                self.inflated += len(value)
-                raise
-            self.inflated += n_bytes
-            if n_bytes > budget_bytes or n_items > budget_items:
-                return None
-            header, tables = _parse_compact(parts, self.meta, max_items=self.max_items)
-            return _Read(_writer_of(header), n_bytes, n_items, tables)
-        _refuse_unknown_layout(value)
+        compact = value.startswith(VALUE_MAGIC_V2)
+        if not compact:
+            _refuse_unknown_layout(value)
         try:
-            n_bytes, n_items = _measure(value, self.max_bytes, self.max_items)
+            if compact:
+                parts, n_bytes, n_items = _open_compact(value, self.max_bytes, self.max_items)
+            else:
+                n_bytes, n_items = _measure(value, self.max_bytes, self.max_items)
         except _TooLarge as exc:
             self.inflated += exc.spent
             raise
@@ -961,6 +952,9 @@ class DatabasePolicy:
         self.inflated += n_bytes
         if n_bytes > budget_bytes or n_items > budget_items:
             return None
+        if compact:
+            header, tables = _parse_compact(parts, self.meta, max_items=self.max_items)
+            return _Read(_writer_of(header), n_bytes, n_items, tables)
         document = decode_value(value, expect_meta=self.meta, max_bytes=n_bytes, max_items=n_items)
         writer = _writer_of(document)
         tables = _parse_snapshot(document["policy"], sys.maxsize, sys.maxsize)
